@@ -1,0 +1,1 @@
+"""edgeagent.hub"""

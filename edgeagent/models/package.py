@@ -1,0 +1,423 @@
+"""Model packages (SPEC §3): a directory with ``model.toml``, labels and one file set per variant.
+
+The schema is validated completely on load so that a broken package is refused before any
+runtime sees it; every error names the file and the field, because on a device in a field the
+error message is all an operator gets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeagent._toml import tomllib
+
+RUNTIMES = ("onnxruntime", "litert", "openvino")
+PRECISIONS = ("fp32", "fp16", "int8")
+DTYPES = (
+    "float32",
+    "float16",
+    "int8",
+    "uint8",
+    "int16",
+    "int32",
+    "int64",
+    "bool",
+)
+LAYOUTS = ("NCHW", "NHWC")
+TASKS = ("classification",)
+# Which file suffixes each runtime reads; a variant whose files do not fit is refused.
+RUNTIME_SUFFIXES = {
+    "onnxruntime": (".onnx",),
+    "litert": (".tflite",),
+    "openvino": (".xml", ".bin", ".onnx"),
+}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SEMVER_RE = re.compile(r"^\d+(\.\d+){0,2}$")
+
+
+class PackageError(ValueError):
+    """A model package that cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output as clients see it (the logical tensor, before any variant layout)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]  # -1 marks a variable dimension (the batch)
+    layout: str | None = None
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes the input tensor; the fields mirror torchvision's usual transform."""
+
+    size: tuple[int, int]  # (height, width) fed to the model
+    resize: int | None  # shorter side before the centre crop; None = resize straight to size
+    layout: str  # NCHW or NHWC
+    color: str  # RGB, BGR or L
+    scale: float  # pixel * scale before mean/std (1/255 maps 0..255 to 0..1)
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Postprocess:
+    softmax: bool  # True when the output holds logits rather than probabilities
+    top_k: int
+
+
+@dataclass(frozen=True)
+class ServingHints:
+    """Per-model serving defaults; the daemon config may override them."""
+
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 2.0
+    cache_size: int = 0  # result-cache entries; 0 disables the cache
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One runnable file set: a runtime × precision, possibly with its own input layout."""
+
+    runtime: str
+    precision: str
+    files: tuple[Path, ...]
+    layout: str | None  # input layout of this file when it differs from the package's
+    sha256: Mapping[str, str]
+
+    @property
+    def key(self) -> str:
+        return f"{self.runtime}/{self.precision}"
+
+
+@dataclass(frozen=True)
+class ModelPackage:
+    root: Path
+    name: str
+    version: str
+    task: str
+    description: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    preprocess: Preprocess | None
+    postprocess: Postprocess
+    labels: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    serving: ServingHints = field(default_factory=ServingHints)
+    golden: Path | None = None  # optional .npz of inputs + expected top-1 for health checks
+
+    def variant(self, runtime: str, precision: str) -> Variant | None:
+        for candidate in self.variants:
+            if candidate.runtime == runtime and candidate.precision == precision:
+                return candidate
+        return None
+
+    def content_hash(self) -> str:
+        """SHA-256 over model.toml and every variant file: the key for probe and autotune caches."""
+        digest = hashlib.sha256()
+        digest.update((self.root / "model.toml").read_bytes())
+        for variant in self.variants:
+            for path in variant.files:
+                digest.update(path.name.encode())
+                digest.update(_file_sha256(path).encode())
+        return digest.hexdigest()
+
+    @property
+    def version_key(self) -> tuple[int, ...]:
+        return version_tuple(self.version)
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Order versions numerically: '1.10.0' > '1.9.0', and an int version '3' equals '3.0.0'."""
+    parts = [int(p) for p in str(version).split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _Fields:
+    """Typed accessors over one TOML table that report errors as ``file: section.key: problem``."""
+
+    def __init__(self, source: Path, where: str, table: Any) -> None:
+        self.source = source
+        self.where = where
+        if not isinstance(table, dict):
+            self.fail(f"must be a table, got {type(table).__name__}")
+        self.table: dict[str, Any] = table
+
+    def fail(self, problem: str, key: str | None = None) -> PackageError:
+        path = f"{self.where}.{key}" if key and self.where else (key or self.where)
+        raise PackageError(f"{self.source}: {path}: {problem}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, choices=None):
+        if key not in self.table:
+            if default is ...:
+                self.fail("missing required field", key)
+            return default
+        value = self.table[key]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            self.fail(f"must be {_kind_name(kind)}, got a boolean", key)
+        if not isinstance(value, kind):
+            self.fail(f"must be {_kind_name(kind)}, got {type(value).__name__} {value!r}", key)
+        if choices is not None and value not in choices:
+            self.fail(f"{value!r} is not one of {', '.join(map(str, choices))}", key)
+        return value
+
+    def unknown(self, allowed: set[str]) -> None:
+        extra = sorted(set(self.table) - allowed)
+        if extra:
+            known = ", ".join(sorted(allowed))
+            self.fail(f"unknown field(s) {', '.join(extra)} (allowed: {known})")
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def load_package(directory: str | Path) -> ModelPackage:
+    """Read and validate ``directory/model.toml``; raise PackageError naming what is wrong."""
+    root = Path(directory).resolve()
+    manifest = root / "model.toml"
+    if not root.is_dir():
+        raise PackageError(f"{root}: not a model package directory")
+    if not manifest.is_file():
+        raise PackageError(f"{root}: model.toml is missing")
+    try:
+        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PackageError(f"{manifest}: not valid TOML: {exc}") from exc
+
+    top = _Fields(manifest, "", data)
+    top.unknown(
+        {
+            "name",
+            "version",
+            "task",
+            "description",
+            "labels",
+            "inputs",
+            "outputs",
+            "preprocess",
+            "postprocess",
+            "serving",
+            "variant",
+            "golden",
+        }
+    )
+    name = top.get("name", str)
+    if not _NAME_RE.match(name):
+        top.fail("must be 1-64 letters, digits, '_', '-' or '.'", "name")
+    raw_version = top.get("version", (int, str))
+    version = str(raw_version)
+    if not _SEMVER_RE.match(version):
+        top.fail(f"{version!r} is not an integer or MAJOR.MINOR.PATCH", "version")
+    task = top.get("task", str, "classification", choices=TASKS)
+    description = top.get("description", str, "")
+
+    inputs = _tensors(manifest, "inputs", top.get("inputs", list))
+    outputs = _tensors(manifest, "outputs", top.get("outputs", list))
+    preprocess = _preprocess(manifest, top.get("preprocess", dict, None), inputs)
+    postprocess = _postprocess(manifest, top.get("postprocess", dict, {}))
+    serving = _serving(manifest, top.get("serving", dict, {}))
+
+    labels: tuple[str, ...] = ()
+    labels_name = top.get("labels", str, None)
+    if labels_name is not None:
+        labels_path = _inside(root, manifest, "labels", labels_name)
+        if not labels_path.is_file():
+            top.fail(f"file {labels_name!r} does not exist", "labels")
+        labels = tuple(
+            line.strip()
+            for line in labels_path.read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        )
+        classes = outputs[0].shape[-1]
+        if classes > 0 and len(labels) != classes:
+            top.fail(
+                f"{labels_name} has {len(labels)} labels but output {outputs[0].name!r} "
+                f"has {classes} classes",
+                "labels",
+            )
+
+    golden = None
+    golden_name = top.get("golden", str, None)
+    if golden_name is not None:
+        golden = _inside(root, manifest, "golden", golden_name)
+        if not golden.is_file():
+            top.fail(f"file {golden_name!r} does not exist", "golden")
+
+    raw_variants = top.get("variant", list)
+    if not raw_variants:
+        top.fail("at least one [[variant]] is required", "variant")
+    variants = tuple(
+        _variant(root, manifest, index, table) for index, table in enumerate(raw_variants)
+    )
+    seen: set[str] = set()
+    for variant in variants:
+        if variant.key in seen:
+            raise PackageError(f"{manifest}: variant: {variant.key} is declared twice")
+        seen.add(variant.key)
+
+    return ModelPackage(
+        root=root,
+        name=name,
+        version=version,
+        task=task,
+        description=description,
+        inputs=inputs,
+        outputs=outputs,
+        preprocess=preprocess,
+        postprocess=postprocess,
+        labels=labels,
+        variants=variants,
+        serving=serving,
+        golden=golden,
+    )
+
+
+def _inside(root: Path, manifest: Path, key: str, name: str) -> Path:
+    """Resolve a file named by the package and refuse anything that escapes the directory."""
+    path = (root / name).resolve()
+    if root not in path.parents:
+        raise PackageError(f"{manifest}: {key}: {name!r} points outside the package")
+    return path
+
+
+def _tensors(manifest: Path, key: str, tables: list) -> tuple[TensorSpec, ...]:
+    if not tables:
+        raise PackageError(f"{manifest}: {key}: at least one tensor is required")
+    specs = []
+    for index, table in enumerate(tables):
+        fields = _Fields(manifest, f"{key}[{index}]", table)
+        fields.unknown({"name", "dtype", "shape", "layout"})
+        shape = fields.get("shape", list)
+        if not shape or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            fields.fail("must be a non-empty list of integers (-1 for a variable size)", "shape")
+        if any(d == 0 or d < -1 for d in shape):
+            fields.fail("dimensions must be positive or -1", "shape")
+        specs.append(
+            TensorSpec(
+                name=fields.get("name", str),
+                dtype=fields.get("dtype", str, choices=DTYPES),
+                shape=tuple(shape),
+                layout=fields.get("layout", str, None, choices=LAYOUTS),
+            )
+        )
+    return tuple(specs)
+
+
+def _floats(fields: _Fields, key: str, default: tuple[float, ...]) -> tuple[float, ...]:
+    values = fields.get(key, list, list(default))
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        fields.fail("must be a list of numbers", key)
+    return tuple(float(v) for v in values)
+
+
+def _preprocess(
+    manifest: Path, table: dict | None, inputs: tuple[TensorSpec, ...]
+) -> Preprocess | None:
+    if table is None:
+        return None
+    fields = _Fields(manifest, "preprocess", table)
+    fields.unknown({"size", "resize", "layout", "color", "scale", "mean", "std"})
+    size = fields.get("size", list)
+    if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
+        fields.fail("must be [height, width] in pixels", "size")
+    color = fields.get("color", str, "RGB", choices=("RGB", "BGR", "L"))
+    channels = 1 if color == "L" else 3
+    mean = _floats(fields, "mean", (0.0,) * channels)
+    std = _floats(fields, "std", (1.0,) * channels)
+    if len(mean) != channels or len(std) != channels:
+        fields.fail(f"mean and std need {channels} values for color {color}", "mean")
+    if any(s == 0 for s in std):
+        fields.fail("must not contain 0", "std")
+    layout = fields.get("layout", str, inputs[0].layout or "NCHW", choices=LAYOUTS)
+    resize = fields.get("resize", int, None)
+    if resize is not None and resize < min(size):
+        fields.fail(f"{resize} is smaller than the crop size {size}", "resize")
+    return Preprocess(
+        size=(size[0], size[1]),
+        resize=resize,
+        layout=layout,
+        color=color,
+        scale=float(fields.get("scale", (int, float), 1.0 / 255.0)),
+        mean=mean,
+        std=std,
+    )
+
+
+def _postprocess(manifest: Path, table: dict) -> Postprocess:
+    fields = _Fields(manifest, "postprocess", table)
+    fields.unknown({"softmax", "top_k"})
+    top_k = fields.get("top_k", int, 5)
+    if top_k < 1:
+        fields.fail("must be at least 1", "top_k")
+    return Postprocess(softmax=fields.get("softmax", bool, True), top_k=top_k)
+
+
+def _serving(manifest: Path, table: dict) -> ServingHints:
+    fields = _Fields(manifest, "serving", table)
+    fields.unknown({"max_batch_size", "max_queue_delay_ms", "cache_size"})
+    hints = ServingHints(
+        max_batch_size=fields.get("max_batch_size", int, 8),
+        max_queue_delay_ms=float(fields.get("max_queue_delay_ms", (int, float), 2.0)),
+        cache_size=fields.get("cache_size", int, 0),
+    )
+    if hints.max_batch_size < 1:
+        fields.fail("must be at least 1", "max_batch_size")
+    if hints.max_queue_delay_ms < 0 or hints.cache_size < 0:
+        fields.fail("must not be negative", "max_queue_delay_ms")
+    return hints
+
+
+def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
+    fields = _Fields(manifest, f"variant[{index}]", table)
+    fields.unknown({"runtime", "precision", "files", "layout", "sha256"})
+    runtime = fields.get("runtime", str, choices=RUNTIMES)
+    precision = fields.get("precision", str, choices=PRECISIONS)
+    names = fields.get("files", list)
+    if not names or not all(isinstance(n, str) for n in names):
+        fields.fail("must be a non-empty list of file names", "files")
+    suffixes = RUNTIME_SUFFIXES[runtime]
+    files = []
+    for name in names:
+        path = _inside(root, manifest, f"variant[{index}].files", name)
+        if path.suffix not in suffixes:
+            fields.fail(f"{name!r} is not a {runtime} file ({' '.join(suffixes)})", "files")
+        if not path.is_file():
+            fields.fail(f"file {name!r} does not exist", "files")
+        if path.stat().st_size == 0:
+            fields.fail(f"file {name!r} is empty", "files")
+        files.append(path)
+    needs_weights = runtime == "openvino" and files[0].suffix == ".xml"
+    if needs_weights and not any(f.suffix == ".bin" for f in files):
+        fields.fail("an OpenVINO .xml needs its .bin weights listed too", "files")
+    sha256 = fields.get("sha256", dict, {})
+    for name, expected in sha256.items():
+        match = [f for f in files if f.name == name]
+        if not match:
+            fields.fail(f"names {name!r}, which is not among the variant's files", "sha256")
+        if _file_sha256(match[0]) != str(expected).lower():
+            fields.fail(f"{name} does not match its SHA-256 (corrupt or altered file)", "sha256")
+    return Variant(
+        runtime=runtime,
+        precision=precision,
+        files=tuple(files),
+        layout=fields.get("layout", str, None, choices=LAYOUTS),
+        sha256=dict(sha256),
+    )
