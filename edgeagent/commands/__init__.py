@@ -1,0 +1,1 @@
+"""Sub-commands of the edgeagent CLI that belong to no single area."""
