@@ -3,14 +3,83 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from edgeagent.settings import require
 
 
 @dataclass(frozen=True)
 class UpdateSettings:
     enabled: bool = False
+    # --- delivery (store, download, unpack, health gate) ---
+    group: str = "default"  # device group whose releases this device follows
+    device_class: str = ""  # matched against a release's targets.device_classes
+    keep_releases: int = 2  # previous releases kept per model for rollback, besides current
+    max_artifact_bytes: int = 512 * 1024 * 1024  # refuse bigger artifacts before downloading
+    max_unpacked_bytes: int = 1024 * 1024 * 1024  # total size of the files in one artifact
+    max_unpacked_files: int = 256  # files in one artifact
+    download_timeout_s: float = 900.0  # overall deadline for one artifact (all retries)
+    download_gap_s: float = 30.0  # longest silence between two reads before we give up on it
+    download_min_rate_bps: int = 1024  # slower than this on average (after 30 s) = slow-retrieval
+    download_retries: int = 5  # resumes after a dropped connection before giving up
+    free_space_margin_bytes: int = 64 * 1024 * 1024  # keep this much free after the download
+    health_timeout_s: float = 60.0  # load + warm + golden check must finish within this
+    ca_file: Path | None = None  # CA bundle for https artifact URLs; None = system store
+
+    def validate(self) -> None:
+        for key in ("max_artifact_bytes", "max_unpacked_bytes", "max_unpacked_files"):
+            require(getattr(self, key) > 0, "updates", key, "must be positive")
+        for key in ("download_timeout_s", "download_gap_s", "health_timeout_s"):
+            require(getattr(self, key) > 0, "updates", key, "must be positive")
+        require(self.keep_releases >= 1, "updates", "keep_releases", "must be at least 1")
+        require(self.download_retries >= 0, "updates", "download_retries", "must be >= 0")
+        require(
+            bool(self.group) and not any(c in self.group for c in "+#/"),
+            "updates",
+            "group",
+            "must be non-empty without '+', '#' or '/' (it is one MQTT topic level)",
+        )
 
 
 @dataclass(frozen=True)
 class MqttSettings:
+    """[mqtt]: the broker link. Persistent session + QoS 1 so releases survive being offline."""
+
     host: str = "127.0.0.1"
     port: int = 1883
+    topic_prefix: str = "edgeagent"
+    client_id: str = ""  # default: "edgeagent-<device id>"; must be stable for the session
+    username: str = ""
+    password: str = ""
+    tls: bool = False
+    ca_file: Path | None = None  # CA that signed the broker's certificate
+    cert_file: Path | None = None  # client certificate (mutual TLS)
+    key_file: Path | None = None
+    keepalive_s: int = 30
+    session_expiry_s: int = 7 * 24 * 3600  # how long the broker keeps our queued QoS 1 messages
+    reconnect_min_s: float = 1.0  # first back-off; doubles up to reconnect_max_s, with jitter
+    reconnect_max_s: float = 60.0
+    max_message_bytes: int = 64 * 1024  # bigger hints are dropped unread (a manifest is tiny)
+
+    def validate(self) -> None:
+        require(0 < self.port <= 65535, "mqtt", "port", "must be 1..65535")
+        require(
+            bool(self.topic_prefix) and not any(c in self.topic_prefix for c in "+#"),
+            "mqtt",
+            "topic_prefix",
+            "must be non-empty and contain no MQTT wildcards (+ #)",
+        )
+        require(
+            (self.cert_file is None) == (self.key_file is None),
+            "mqtt",
+            "cert_file",
+            "cert_file and key_file go together (client certificate and its key)",
+        )
+        require(self.keepalive_s >= 5, "mqtt", "keepalive_s", "must be at least 5")
+        require(
+            0 < self.reconnect_min_s <= self.reconnect_max_s,
+            "mqtt",
+            "reconnect_min_s",
+            "must be positive and not above reconnect_max_s",
+        )
+        require(self.max_message_bytes > 0, "mqtt", "max_message_bytes", "must be positive")
