@@ -44,8 +44,12 @@ class LoadRequest:
 
     ``device`` uses each runtime's own vocabulary: an onnxruntime execution provider
     (``CPUExecutionProvider``, ``CUDAExecutionProvider``, ``TensorrtExecutionProvider`` …), an
-    OpenVINO device (``CPU``, ``GPU``, ``NPU``, ``AUTO``), or for LiteRT ``CPU`` (XNNPACK) or
-    ``DELEGATE`` with ``options["delegate"]`` naming the external delegate library.
+    OpenVINO device (``CPU``, ``GPU``, ``NPU``, ``AUTO``), or for LiteRT ``CPU`` (XNNPACK),
+    ``EDGETPU``, or ``DELEGATE`` with ``options["delegate"]`` naming the delegate library.
+
+    ``input_names`` / ``output_names`` are the package's logical tensor names: a session renames
+    the file's own tensors (a TFLite file calls its input ``serving_default_args_0``) so that the
+    layers above see one vocabulary whatever the runtime.
     """
 
     files: tuple[Path, ...]
@@ -55,6 +59,8 @@ class LoadRequest:
     threads: int | None = None
     cache_dir: Path | None = None
     layout: str | None = None  # NHWC when the file wants channels-last but clients send NCHW
+    input_names: tuple[str, ...] | None = None
+    output_names: tuple[str, ...] | None = None
 
 
 class Session(ABC):
@@ -62,6 +68,7 @@ class Session(ABC):
 
     runtime: str
     device: str  # the device that actually runs it (may differ from what was asked, e.g. AUTO)
+    precision: str
 
     @property
     @abstractmethod
@@ -75,8 +82,8 @@ class Session(ABC):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch. Arrays carry the batch as their first dimension; any batch size works.
 
-        Thread-safe to call from one worker thread at a time; runtimes release the GIL while
-        computing, so the caller runs this off the event loop.
+        Call it from one worker thread at a time; runtimes release the GIL while computing, so
+        the caller runs this off the event loop.
         """
 
     def close(self) -> None:  # noqa: B027 - optional hook, most runtimes free on GC
@@ -100,6 +107,39 @@ class Runtime(ABC):
         """Load the files on ``request.device``; raise RuntimeLoadError with the runtime's text."""
 
 
+class TensorNames:
+    """Maps between a file's own tensor names and the package's logical names.
+
+    With no logical names given, the file's names are used as they are. A feed dict keyed by
+    other names of the right count is bound by position, which is what a single-input model
+    caller means.
+    """
+
+    def __init__(self, native: Sequence[str], logical: Sequence[str] | None, kind: str) -> None:
+        if logical is not None and len(logical) != len(native):
+            raise RuntimeLoadError(
+                f"the model file has {len(native)} {kind}(s) ({', '.join(native)}) but the "
+                f"package declares {len(logical)} ({', '.join(logical)})"
+            )
+        self.native = list(native)
+        self.logical = list(logical) if logical is not None else list(native)
+
+    def bind(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """Order the caller's feeds as the file's inputs."""
+        if set(feeds) == set(self.logical):
+            return [feeds[name] for name in self.logical]
+        if set(feeds) == set(self.native):
+            return [feeds[name] for name in self.native]
+        if len(feeds) == len(self.native):
+            return list(feeds.values())
+        raise InferenceError(
+            f"expected inputs {', '.join(self.logical)}, got {', '.join(feeds) or 'none'}"
+        )
+
+    def name_outputs(self, values: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self.logical, values, strict=True))
+
+
 def default_threads() -> int:
     """Intra-op threads when the profile says nothing: all cores the process may use."""
     try:
@@ -113,3 +153,11 @@ def to_layout(batch: np.ndarray, layout: str | None) -> np.ndarray:
     if layout == "NHWC" and batch.ndim == 4:
         return np.ascontiguousarray(batch.transpose(0, 2, 3, 1))
     return batch
+
+
+def logical_shape(shape: Sequence[int], layout: str | None) -> tuple[int, ...]:
+    """Report an NHWC file's input shape as the NCHW shape clients send."""
+    dims = tuple(int(d) for d in shape)
+    if layout == "NHWC" and len(dims) == 4:
+        return (dims[0], dims[3], dims[1], dims[2])
+    return dims

@@ -1,0 +1,165 @@
+"""onnxruntime plugin: any execution provider by name, proven rather than assumed.
+
+onnxruntime silently falls back to the CPU when a requested provider cannot start (a CUDA
+provider listed but no driver, TensorRT without its libraries). A session that does not really
+run on the requested provider is therefore refused here, with onnxruntime's own account of what
+it runs instead, so that probing above this layer never mistakes a CPU run for an accelerator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeagent.runtimes.base import (
+    InferenceError,
+    LoadRequest,
+    Runtime,
+    RuntimeLoadError,
+    RuntimeUnavailable,
+    Session,
+    TensorInfo,
+    TensorNames,
+    default_threads,
+    logical_shape,
+    to_layout,
+)
+
+try:
+    import onnxruntime as ort
+except ImportError as exc:  # pragma: no cover - onnxruntime is a base dependency
+    raise RuntimeUnavailable(f"onnxruntime is not installed: {exc}") from exc
+
+log = logging.getLogger(__name__)
+
+CPU = "CPUExecutionProvider"
+# ONNX element types → numpy dtype names, for metadata.
+_ONNX_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(bool)": "bool",
+}
+# Providers that keep engine/blob caches, and the option that points them at our cache dir.
+_CACHE_OPTIONS = {
+    "TensorrtExecutionProvider": ("trt_engine_cache_path", "trt_engine_cache_enable"),
+    "OpenVINOExecutionProvider": ("cache_dir", None),
+}
+
+
+def _shape(dims: Sequence[Any]) -> tuple[int, ...]:
+    return tuple(d if isinstance(d, int) and d > 0 else -1 for d in dims)
+
+
+class OnnxSession(Session):
+    runtime = "onnxruntime"
+
+    def __init__(self, session: ort.InferenceSession, request: LoadRequest) -> None:
+        self._session = session
+        self._layout = request.layout
+        self.device = session.get_providers()[0]
+        self.precision = request.precision
+        native_in = session.get_inputs()
+        native_out = session.get_outputs()
+        self._in = TensorNames([t.name for t in native_in], request.input_names, "input")
+        self._out = TensorNames([t.name for t in native_out], request.output_names, "output")
+        self._input_info = [
+            TensorInfo(name, _ONNX_TYPES.get(t.type, t.type), logical_shape(_shape(t.shape), None))
+            for name, t in zip(self._in.logical, native_in, strict=True)
+        ]
+        self._output_info = [
+            TensorInfo(name, _ONNX_TYPES.get(t.type, t.type), _shape(t.shape))
+            for name, t in zip(self._out.logical, native_out, strict=True)
+        ]
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return self._input_info
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return self._output_info
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = self._in.bind(feeds)
+        native = {
+            name: to_layout(array, self._layout)
+            for name, array in zip(self._in.native, arrays, strict=True)
+        }
+        try:
+            values = self._session.run(None, native)
+        except Exception as exc:  # onnxruntime raises its own pybind exception types
+            raise InferenceError(f"onnxruntime ({self.device}): {exc}") from exc
+        return self._out.name_outputs(values)
+
+    def close(self) -> None:
+        self._session = None  # type: ignore[assignment]
+
+
+class OnnxRuntime(Runtime):
+    name = "onnxruntime"
+
+    def version(self) -> str:
+        return str(ort.__version__)
+
+    def devices(self) -> list[str]:
+        # The Azure provider is a remote-inference shim, never a local accelerator.
+        return [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
+
+    def load(self, request: LoadRequest) -> OnnxSession:
+        model = next((f for f in request.files if f.suffix == ".onnx"), None)
+        if model is None:
+            raise RuntimeLoadError("onnxruntime needs an .onnx file")
+        provider = request.device if request.device != "CPU" else CPU
+        available = ort.get_available_providers()
+        if provider not in available:
+            raise RuntimeLoadError(
+                f"onnxruntime {ort.__version__} has no {provider} in this build "
+                f"(available: {', '.join(available)})"
+            )
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = request.threads or default_threads()
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # the fallback warning is reported by us, not printed
+        providers: list[Any] = [(provider, self._provider_options(provider, request))]
+        if provider != CPU:
+            providers.append(CPU)
+        try:
+            session = ort.InferenceSession(str(model), sess_options=options, providers=providers)
+        except Exception as exc:
+            raise RuntimeLoadError(f"onnxruntime could not load {model.name}: {exc}") from exc
+        actual = session.get_providers()[0]
+        if actual != provider:
+            raise RuntimeLoadError(
+                f"onnxruntime was asked for {provider} but runs {model.name} on {actual} "
+                f"(the provider failed to initialise; see onnxruntime's log)"
+            )
+        return OnnxSession(session, request)
+
+    @staticmethod
+    def _provider_options(provider: str, request: LoadRequest) -> dict[str, Any]:
+        """The profile's options, plus a cache location for providers that build engines."""
+        opts = {k: str(v) if isinstance(v, bool) else v for k, v in request.options.items()}
+        cache = _CACHE_OPTIONS.get(provider)
+        if cache and request.cache_dir is not None:
+            path_key, enable_key = cache
+            Path(request.cache_dir).mkdir(parents=True, exist_ok=True)
+            opts.setdefault(path_key, str(request.cache_dir))
+            if enable_key:
+                opts.setdefault(enable_key, "True")
+        return opts
+
+
+def create() -> OnnxRuntime:
+    return OnnxRuntime()
