@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 
 from edgeagent.runtimes.base import (
     InferenceError,
@@ -31,8 +32,8 @@ _loaded: dict[str, Runtime] = {}
 def disable_vendor_telemetry() -> None:
     """Stop onnxruntime and OpenVINO from writing telemetry into a (read-only) home directory."""
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    os.environ.setdefault("OPENVINO_TELEMETRY_OPT_OUT", "1")
-    os.environ.setdefault("OV_TELEMETRY_OPT_OUT", "1")
+    # OpenVINO has no environment switch: hiding its telemetry package selects the no-op stub.
+    sys.modules.setdefault("openvino_telemetry", None)  # type: ignore[arg-type]
 
 
 def get_runtime(name: str) -> Runtime:
