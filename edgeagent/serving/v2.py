@@ -1,0 +1,427 @@
+"""Open Inference Protocol (KServe v2) codec: JSON tensors and the binary tensor data extension.
+
+Pure functions from bytes to numpy and back, with no HTTP in them, so the server (http.py) and
+the CLI client (client.py) share one implementation and one set of rules. Every malformed message
+raises ``InvalidInput`` naming the tensor and what is wrong, because a 400 that says "bad request"
+is useless to the author of a client on the other side of a fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgeagent.models.package import TensorSpec
+from edgeagent.serving.errors import InvalidInput
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+# v2 datatype -> numpy dtype (little-endian on the wire). BF16 has no numpy type and BYTES no
+# model that could take it (package dtypes are numeric), so both are refused by name.
+_NUMPY = {
+    "BOOL": np.dtype("bool"),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+_UNSUPPORTED = {
+    "BF16": "numpy has no bfloat16; send FP16 or FP32",
+    "BYTES": "edgeagent models take numeric tensors only",
+}
+_NOT_JSON = ("FP16", "BF16")
+_BY_NAME = {dtype.name: v2 for v2, dtype in _NUMPY.items()}
+
+
+def datatype_of(dtype: np.dtype | str) -> str:
+    """The v2 datatype name for a numpy dtype or a package dtype name ('float32' -> 'FP32')."""
+    name = np.dtype(dtype).name
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise InvalidInput(f"numpy dtype {name} has no Open Inference Protocol datatype") from None
+
+
+def numpy_dtype(datatype: str, where: str) -> np.dtype:
+    """The numpy dtype for a v2 datatype; InvalidInput names the tensor when it has none."""
+    if datatype in _UNSUPPORTED:
+        raise InvalidInput(
+            f"{where}: datatype {datatype} is not supported: {_UNSUPPORTED[datatype]}"
+        )
+    try:
+        return _NUMPY[datatype]
+    except KeyError:
+        known = ", ".join(_NUMPY)
+        raise InvalidInput(f"{where}: unknown datatype {datatype!r} (known: {known})") from None
+
+
+@dataclass(frozen=True)
+class OutputRequest:
+    """One entry of a request's ``outputs``: which tensor, and whether it travels as binary."""
+
+    name: str
+    binary: bool | None  # None: follow the request-level binary_data_output
+
+
+@dataclass
+class InferRequest:
+    """A decoded infer request: tensors ready for the engine plus the client's wishes."""
+
+    inputs: dict[str, np.ndarray]
+    id: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: list[OutputRequest] | None = None  # None: every output
+    binary_output: bool = False  # request-level parameters.binary_data_output
+
+
+@dataclass
+class InferResponse:
+    """A decoded infer response (what the client gets back)."""
+
+    model_name: str
+    model_version: str
+    outputs: dict[str, np.ndarray]
+    id: str | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Message framing: JSON header + binary tail
+
+
+def header_length(value: str | None, body_length: int) -> int | None:
+    """Parse ``Inference-Header-Content-Length``; None when absent (the whole body is JSON)."""
+    if value is None:
+        return None
+    try:
+        length = int(value.strip())
+    except ValueError:
+        raise InvalidInput(f"{HEADER_LENGTH} must be an integer, got {value!r}") from None
+    if length < 0:
+        raise InvalidInput(f"{HEADER_LENGTH} must not be negative, got {length}")
+    if length > body_length:
+        raise InvalidInput(f"{HEADER_LENGTH} is {length} but the body has only {body_length} bytes")
+    return length
+
+
+def _split(body: bytes, length: int | None) -> tuple[dict[str, Any], memoryview]:
+    """Separate the JSON object from the binary tail and parse it."""
+    view = memoryview(body)
+    json_part = view if length is None else view[:length]
+    tail = view[len(view) :] if length is None else view[length:]
+    try:
+        message = json.loads(bytes(json_part))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return message, tail
+
+
+def _frame(message: dict[str, Any], blobs: Sequence[bytes]) -> tuple[bytes, int | None]:
+    """JSON header then the blobs; the header length is None when nothing binary follows."""
+    head = json.dumps(message, separators=(",", ":")).encode()
+    if not blobs:
+        return head, None
+    return b"".join([head, *blobs]), len(head)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors
+
+
+def _shape(value: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
+    ):
+        raise InvalidInput(f"{where}: shape must be a list of non-negative integers, got {value!r}")
+    return tuple(value)
+
+
+def _parameters(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{where}: parameters must be a JSON object, got {value!r}")
+    return value
+
+
+# What JSON numbers may fill a tensor of each numpy kind: ints into floats are fine (JSON has no
+# separate float literal for 1.0), floats into ints are not (they would be truncated silently).
+_JSON_KINDS = {"f": "iuf", "i": "iu", "u": "iu", "b": "b"}
+
+
+def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+    dtype = numpy_dtype(datatype, where)
+    if datatype in _NOT_JSON:
+        raise InvalidInput(
+            f"{where}: {datatype} cannot travel as JSON; send it with the binary tensor data "
+            f"extension (parameters.binary_data_size)"
+        )
+    if not isinstance(data, list):
+        data = [data]
+    try:
+        values = np.asarray(data)
+    except ValueError:
+        raise InvalidInput(f"{where}: data is a ragged nested list") from None
+    count = math.prod(shape)
+    if values.size != count:
+        raise InvalidInput(
+            f"{where}: data has {values.size} elements but shape {list(shape)} needs {count}"
+        )
+    if values.size and values.dtype.kind not in _JSON_KINDS[dtype.kind]:
+        raise InvalidInput(f"{where}: data must hold {datatype} values, got {values.dtype.kind!r}")
+    if dtype.kind in "iu" and values.size:
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise InvalidInput(f"{where}: a value is out of range for {datatype}")
+    return values.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
+
+
+def _from_binary(blob: memoryview, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+    dtype = numpy_dtype(datatype, where)
+    expected = math.prod(shape) * dtype.itemsize
+    if len(blob) != expected:
+        raise InvalidInput(
+            f"{where}: binary_data_size is {len(blob)} bytes but shape {list(shape)} of "
+            f"{datatype} needs {expected}"
+        )
+    return (
+        np.frombuffer(blob, dtype=dtype).astype(dtype.newbyteorder("="), copy=False).reshape(shape)
+    )
+
+
+def _to_bytes(array: np.ndarray) -> bytes:
+    wire = _NUMPY[datatype_of(array.dtype)]
+    return np.ascontiguousarray(array, dtype=wire).tobytes()
+
+
+def _binary_size(tensor: dict[str, Any], where: str) -> int | None:
+    params = _parameters(tensor.get("parameters"), where)
+    size = params.get("binary_data_size")
+    if size is None:
+        return None
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InvalidInput(f"{where}: binary_data_size must be a non-negative integer")
+    return size
+
+
+def _tensors(entries: Any, tail: memoryview, kind: str) -> dict[str, np.ndarray]:
+    """Decode a list of tensor objects (request inputs or response outputs)."""
+    if not isinstance(entries, list):
+        raise InvalidInput(f"'{kind}s' must be a list of tensors")
+    tensors: dict[str, np.ndarray] = {}
+    offset = 0
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"{kind}s[{index}] must be a JSON object")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{kind}s[{index}]: 'name' must be a non-empty string")
+        where = f"{kind} {name!r}"
+        if name in tensors:
+            raise InvalidInput(f"{where} appears twice")
+        datatype = entry.get("datatype")
+        if not isinstance(datatype, str):
+            raise InvalidInput(f"{where}: 'datatype' must be a string such as FP32")
+        shape = _shape(entry.get("shape"), where)
+        size = _binary_size(entry, where)
+        has_data = "data" in entry
+        if has_data == (size is not None):
+            raise InvalidInput(
+                f"{where}: give exactly one of 'data' and parameters.binary_data_size"
+            )
+        if size is None:
+            tensors[name] = _from_json(entry["data"], shape, datatype, where)
+            continue
+        if offset + size > len(tail):
+            raise InvalidInput(
+                f"{where}: binary_data_size {size} runs past the end of the body "
+                f"({len(tail) - offset} bytes left)"
+            )
+        tensors[name] = _from_binary(tail[offset : offset + size], shape, datatype, where)
+        offset += size
+    if offset != len(tail):
+        raise InvalidInput(
+            f"the body carries {len(tail)} bytes of binary data but the {kind}s declare {offset}"
+        )
+    return tensors
+
+
+def _output_requests(value: Any) -> list[OutputRequest] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise InvalidInput("'outputs' must be a list of {\"name\": ...} objects")
+    requests = []
+    for index, entry in enumerate(value):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InvalidInput(f"outputs[{index}] must be an object with a string 'name'")
+        binary = _parameters(entry.get("parameters"), f"output {entry['name']!r}").get(
+            "binary_data"
+        )
+        if binary is not None and not isinstance(binary, bool):
+            raise InvalidInput(f"output {entry['name']!r}: binary_data must be true or false")
+        requests.append(OutputRequest(entry["name"], binary))
+    return requests
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests (server decodes, client encodes)
+
+
+def decode_request(body: bytes, header: str | None) -> InferRequest:
+    """Decode an infer request body given its ``Inference-Header-Content-Length`` header value."""
+    message, tail = _split(body, header_length(header, len(body)))
+    parameters = _parameters(message.get("parameters"), "request")
+    request_id = message.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidInput(f"'id' must be a string, got {request_id!r}")
+    if "inputs" not in message:
+        raise InvalidInput("request has no 'inputs'")
+    binary_output = parameters.get("binary_data_output", False)
+    if not isinstance(binary_output, bool):
+        raise InvalidInput("parameters.binary_data_output must be true or false")
+    return InferRequest(
+        inputs=_tensors(message["inputs"], tail, "input"),
+        id=request_id,
+        parameters=parameters,
+        outputs=_output_requests(message.get("outputs")),
+        binary_output=binary_output,
+    )
+
+
+def decode_raw_request(body: bytes, spec: TensorSpec) -> InferRequest:
+    """Triton's ``Inference-Header-Content-Length: 0``: the body is one input's raw bytes, batch 1.
+
+    Only a model with a single input whose shape is fixed apart from the batch can be fed this
+    way, since nothing else in the request says what the bytes are.
+    """
+    shape = tuple(1 if index == 0 and dim == -1 else dim for index, dim in enumerate(spec.shape))
+    if any(dim < 0 for dim in shape):
+        raise InvalidInput(
+            f"input {spec.name!r} has variable dimensions {list(spec.shape)}; a raw body "
+            f"({HEADER_LENGTH}: 0) needs a fixed shape, send a JSON header instead"
+        )
+    datatype = datatype_of(spec.dtype)
+    array = _from_binary(memoryview(body), shape, datatype, f"input {spec.name!r}")
+    return InferRequest(inputs={spec.name: array}, binary_output=True)
+
+
+def encode_request(
+    inputs: Mapping[str, np.ndarray],
+    *,
+    binary: bool = True,
+    outputs: Sequence[str] | None = None,
+    request_id: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+) -> tuple[bytes, int | None]:
+    """Build an infer request body; returns (body, header length or None when all JSON)."""
+    entries: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name, array in inputs.items():
+        entry: dict[str, Any] = {
+            "name": name,
+            "shape": list(array.shape),
+            "datatype": datatype_of(array.dtype),
+        }
+        if binary or entry["datatype"] in _NOT_JSON:
+            blob = _to_bytes(array)
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = array.ravel().tolist()
+        entries.append(entry)
+    params = dict(parameters or {})
+    if binary:
+        params["binary_data_output"] = True
+    message: dict[str, Any] = {"inputs": entries}
+    if params:
+        message["parameters"] = params
+    if request_id is not None:
+        message["id"] = request_id
+    if outputs is not None:
+        message["outputs"] = [{"name": name} for name in outputs]
+    return _frame(message, blobs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses (server encodes, client decodes)
+
+
+def select_outputs(request: InferRequest, available: Sequence[str]) -> list[tuple[str, bool]]:
+    """Which outputs to send and whether each travels as binary; unknown names are refused.
+
+    Called before the model runs so a typo costs the client a 400, not an inference.
+    """
+    if request.outputs is None:
+        return [(name, request.binary_output) for name in available]
+    chosen = []
+    for wanted in request.outputs:
+        if wanted.name not in available:
+            raise InvalidInput(
+                f"unknown output {wanted.name!r} (the model has: {', '.join(available)})"
+            )
+        chosen.append(
+            (wanted.name, request.binary_output if wanted.binary is None else wanted.binary)
+        )
+    return chosen
+
+
+def encode_response(
+    *,
+    model_name: str,
+    model_version: str,
+    outputs: Sequence[tuple[str, np.ndarray, bool]],
+    request_id: str | None = None,
+) -> tuple[bytes, int | None]:
+    """Build an infer response from (name, array, binary) triples, in that order."""
+    entries: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name, array, binary in outputs:
+        datatype = datatype_of(array.dtype)
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+        if binary:
+            blob = _to_bytes(array)
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        elif datatype in _NOT_JSON:
+            raise InvalidInput(
+                f"output {name!r} is {datatype}, which cannot travel as JSON; request it with "
+                f"parameters.binary_data = true"
+            )
+        else:
+            entry["data"] = array.ravel().tolist()
+        entries.append(entry)
+    message: dict[str, Any] = {
+        "model_name": model_name,
+        "model_version": model_version,
+        "outputs": entries,
+    }
+    if request_id is not None:
+        message["id"] = request_id
+    return _frame(message, blobs)
+
+
+def decode_response(body: bytes, header: str | None) -> InferResponse:
+    """Decode an infer response body (the client side of ``encode_response``)."""
+    message, tail = _split(body, header_length(header, len(body)))
+    return InferResponse(
+        model_name=str(message.get("model_name", "")),
+        model_version=str(message.get("model_version", "")),
+        outputs=_tensors(message.get("outputs"), tail, "output"),
+        id=message.get("id"),
+        parameters=_parameters(message.get("parameters"), "response"),
+    )

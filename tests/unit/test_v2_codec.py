@@ -1,0 +1,246 @@
+"""The v2 codec on its own: round trips, and every malformed message refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgeagent.models.package import TensorSpec
+from edgeagent.serving import v2
+from edgeagent.serving.errors import InvalidInput
+
+
+def _body(message: dict, tail: bytes = b"") -> tuple[bytes, str | None]:
+    head = json.dumps(message).encode()
+    return head + tail, (str(len(head)) if tail else None)
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float64", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
+)
+def test_binary_request_round_trip_every_dtype(dtype: str) -> None:
+    array = (
+        (np.arange(24).reshape(2, 3, 4) % 2 == 0)
+        if dtype == "bool"
+        else (np.arange(24, dtype=dtype).reshape(2, 3, 4))
+    )
+    body, header = v2.encode_request({"x": array}, binary=True)
+    request = v2.decode_request(body, str(header))
+    assert request.binary_output is True
+    np.testing.assert_array_equal(request.inputs["x"], array)
+    assert request.inputs["x"].dtype == array.dtype
+
+
+def test_json_request_round_trip_and_nested_data() -> None:
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    body, header = v2.encode_request({"x": array}, binary=False, request_id="abc")
+    assert header is None
+    request = v2.decode_request(body, None)
+    assert request.id == "abc"
+    np.testing.assert_array_equal(request.inputs["x"], array)
+    nested, _ = _body(
+        {
+            "inputs": [
+                {"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [[0, 1, 2], [3, 4, 5]]}
+            ]
+        }
+    )
+    np.testing.assert_array_equal(v2.decode_request(nested, None).inputs["x"], array)
+
+
+def test_mixed_json_and_binary_inputs_keep_their_order() -> None:
+    a = np.array([1.5, 2.5], dtype=np.float32)
+    b = np.array([7, 8, 9], dtype=np.int64)
+    body, header = _body(
+        {
+            "inputs": [
+                {
+                    "name": "a",
+                    "shape": [2],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 8},
+                },
+                {"name": "j", "shape": [1], "datatype": "INT32", "data": [3]},
+                {
+                    "name": "b",
+                    "shape": [3],
+                    "datatype": "INT64",
+                    "parameters": {"binary_data_size": 24},
+                },
+            ],
+            "parameters": {"sequence_id": 4, "custom": "tolerated"},
+        },
+        a.tobytes() + b.tobytes(),
+    )
+    request = v2.decode_request(body, header)
+    np.testing.assert_array_equal(request.inputs["a"], a)
+    np.testing.assert_array_equal(request.inputs["b"], b)
+    assert request.inputs["j"].tolist() == [3]
+    assert request.parameters["custom"] == "tolerated"
+
+
+def test_zero_size_binary_tensor_is_legal() -> None:
+    body, _ = _body(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": [0, 3],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 0},
+                }
+            ]
+        },
+        b"",
+    )
+    request = v2.decode_request(body, str(len(body)))
+    assert request.inputs["x"].shape == (0, 3)
+
+
+BAD_MESSAGES = [
+    (
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2, 3]}]},
+        "3 elements",
+    ),
+    (
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "FP16", "data": [1, 2]}]},
+        "FP16 cannot travel as JSON",
+    ),
+    ({"inputs": [{"name": "x", "shape": [2], "datatype": "BF16", "data": [1, 2]}]}, "BF16"),
+    (
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "FP33", "data": [1, 2]}]},
+        "unknown datatype 'FP33'",
+    ),
+    ({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}, "BYTES"),
+    (
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "INT8", "data": [1, 300]}]},
+        "out of range for INT8",
+    ),
+    (
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "INT32", "data": [1, 2.5]}]},
+        "must hold INT32",
+    ),
+    (
+        {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": ["1", "2"]}]},
+        "must hold FP32",
+    ),
+    (
+        {"inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [[1, 2], [3]]}]},
+        "ragged",
+    ),
+    ({"inputs": [{"name": "x", "shape": [-1], "datatype": "FP32", "data": [1]}]}, "non-negative"),
+    ({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32"}]}, "exactly one of 'data'"),
+    ({"inputs": [{"shape": [1], "datatype": "FP32", "data": [1]}]}, "'name'"),
+    (
+        {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}] * 2},
+        "appears twice",
+    ),
+    ({"inputs": {"name": "x"}}, "must be a list"),
+    ({"outputs": []}, "no 'inputs'"),
+    ({"id": 5, "inputs": []}, "'id' must be a string"),
+    ({"inputs": [], "parameters": {"binary_data_output": "yes"}}, "binary_data_output"),
+    ({"inputs": [], "outputs": [{"name": "y", "parameters": {"binary_data": 1}}]}, "binary_data"),
+]
+
+
+@pytest.mark.parametrize(("message", "fragment"), BAD_MESSAGES)
+def test_malformed_request_is_refused_by_name(message: dict, fragment: str) -> None:
+    body, header = _body(message)
+    with pytest.raises(InvalidInput) as caught:
+        v2.decode_request(body, header)
+    assert fragment in str(caught.value)
+
+
+def test_not_json_and_not_an_object() -> None:
+    for body in (b"{not json", b"[1, 2]", b"\xff\xfe"):
+        with pytest.raises(InvalidInput, match="JSON"):
+            v2.decode_request(body, None)
+
+
+def test_binary_size_mismatches() -> None:
+    head = {
+        "inputs": [
+            {"name": "x", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": 8}}
+        ]
+    }
+    body, header = _body(head, b"\0" * 4)
+    with pytest.raises(InvalidInput, match="runs past the end"):
+        v2.decode_request(body, header)
+    body, header = _body(head, b"\0" * 12)
+    with pytest.raises(InvalidInput, match="12 bytes of binary data but the inputs declare 8"):
+        v2.decode_request(body, header)
+    wrong = {
+        "inputs": [
+            {"name": "x", "shape": [3], "datatype": "FP32", "parameters": {"binary_data_size": 8}}
+        ]
+    }
+    body, header = _body(wrong, b"\0" * 8)
+    with pytest.raises(InvalidInput, match="input 'x': binary_data_size is 8 bytes but shape"):
+        v2.decode_request(body, header)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"), [("99", "only"), ("-1", "negative"), ("x", "integer")]
+)
+def test_header_length_is_checked(value: str, fragment: str) -> None:
+    with pytest.raises(InvalidInput, match=fragment):
+        v2.decode_request(b'{"inputs": []}', value)
+
+
+def test_raw_body_is_the_single_input_with_batch_one() -> None:
+    spec = TensorSpec("pixels", "float32", (-1, 3, 2, 2))
+    data = np.arange(12, dtype=np.float32)
+    request = v2.decode_raw_request(data.tobytes(), spec)
+    assert request.inputs["pixels"].shape == (1, 3, 2, 2)
+    assert request.binary_output is True
+    with pytest.raises(InvalidInput, match="needs 48"):
+        v2.decode_raw_request(data.tobytes()[:-4], spec)
+    with pytest.raises(InvalidInput, match="variable dimensions"):
+        v2.decode_raw_request(b"", TensorSpec("x", "float32", (-1, -1)))
+
+
+def test_response_round_trip_with_per_output_binary_choice() -> None:
+    probs = np.random.default_rng(0).random((2, 5)).astype(np.float32)
+    top = np.array([[3], [1]], dtype=np.int64)
+    body, header = v2.encode_response(
+        model_name="m",
+        model_version="2",
+        request_id="r1",
+        outputs=[("probs", probs, True), ("top", top, False)],
+    )
+    assert header is not None
+    head = json.loads(body[:header])
+    assert head["outputs"][0]["parameters"] == {"binary_data_size": probs.nbytes}
+    assert head["outputs"][1]["data"] == [3, 1]
+    response = v2.decode_response(body, str(header))
+    assert (response.model_name, response.model_version, response.id) == ("m", "2", "r1")
+    np.testing.assert_array_equal(response.outputs["probs"], probs)
+    np.testing.assert_array_equal(response.outputs["top"], top)
+
+
+def test_fp16_output_as_json_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="binary_data = true"):
+        v2.encode_response(
+            model_name="m",
+            model_version="1",
+            outputs=[("y", np.zeros(2, np.float16), False)],
+        )
+
+
+def test_select_outputs_defaults_overrides_and_unknown() -> None:
+    request = v2.InferRequest(inputs={}, binary_output=True)
+    assert v2.select_outputs(request, ["a", "b"]) == [("a", True), ("b", True)]
+    request.outputs = [v2.OutputRequest("b", False), v2.OutputRequest("a", None)]
+    assert v2.select_outputs(request, ["a", "b"]) == [("b", False), ("a", True)]
+    request.outputs = [v2.OutputRequest("c", None)]
+    with pytest.raises(InvalidInput, match="unknown output 'c'"):
+        v2.select_outputs(request, ["a", "b"])
+
+
+def test_datatype_table() -> None:
+    assert v2.datatype_of("float32") == "FP32"
+    assert v2.datatype_of(np.dtype(">f4")) == "FP32"
+    assert v2.datatype_of(np.bool_) == "BOOL"
+    assert v2.numpy_dtype("UINT16", "x") == np.dtype("uint16")
