@@ -1,0 +1,93 @@
+"""Open one variant of a package on one device: the manual path (CLI flags, benchmarks).
+
+The daemon's automatic choice lives in edgeagent.hardware; this is for a person who names the
+runtime or precision, and for tools that must measure one variant in isolation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeagent.models.package import ModelPackage, Variant
+from edgeagent.runtimes import (
+    LoadRequest,
+    RuntimeLoadError,
+    RuntimeUnavailable,
+    Session,
+    get_runtime,
+)
+
+# Without any preference: quantized first (the point of the zoo), the base runtime first.
+DEFAULT_ORDER = (
+    ("onnxruntime", "int8"),
+    ("litert", "int8"),
+    ("openvino", "int8"),
+    ("onnxruntime", "fp32"),
+    ("openvino", "fp32"),
+    ("litert", "fp32"),
+)
+
+
+class VariantChoiceError(LookupError):
+    """No variant of the package matches the request or loads here; says what was tried."""
+
+
+def load_request(
+    package: ModelPackage,
+    variant: Variant,
+    device: str = "CPU",
+    threads: int | None = None,
+    cache_dir: Path | None = None,
+    options: dict | None = None,
+) -> LoadRequest:
+    """The LoadRequest for a variant, carrying the package's logical tensor names."""
+    return LoadRequest(
+        files=variant.files,
+        device=device,
+        precision=variant.precision,
+        options=options or {},
+        threads=threads,
+        cache_dir=cache_dir,
+        layout=variant.layout,
+        input_names=tuple(t.name for t in package.inputs),
+        output_names=tuple(t.name for t in package.outputs),
+    )
+
+
+def matching_variants(
+    package: ModelPackage, runtime: str | None, precision: str | None
+) -> list[Variant]:
+    """The package's variants that fit the flags, in DEFAULT_ORDER."""
+    rank = {key: i for i, key in enumerate(DEFAULT_ORDER)}
+    chosen = [
+        v
+        for v in package.variants
+        if (runtime is None or v.runtime == runtime)
+        and (precision is None or v.precision == precision)
+    ]
+    return sorted(chosen, key=lambda v: rank.get((v.runtime, v.precision), len(rank)))
+
+
+def open_variant(
+    package: ModelPackage,
+    runtime: str | None = None,
+    precision: str | None = None,
+    device: str | None = None,
+    threads: int | None = None,
+) -> Session:
+    """Load the first matching variant that works here; VariantChoiceError lists every failure."""
+    candidates = matching_variants(package, runtime, precision)
+    if not candidates:
+        have = ", ".join(v.key for v in package.variants)
+        raise VariantChoiceError(
+            f"{package.name} has no variant for runtime={runtime or 'any'} "
+            f"precision={precision or 'any'} (it has: {have})"
+        )
+    failures = []
+    for variant in candidates:
+        try:
+            plugin = get_runtime(variant.runtime)
+            return plugin.load(load_request(package, variant, device or "CPU", threads))
+        except (RuntimeLoadError, RuntimeUnavailable) as exc:
+            failures.append(f"{variant.key}: {exc}")
+    raise VariantChoiceError(f"no variant of {package.name} loads here: " + "; ".join(failures))
