@@ -79,7 +79,9 @@ def parse_config(text: str, source: str = "<config>") -> Config:
             f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
         )
     try:
-        sections = {name: load_section(cls, data.get(name), name) for name, cls in SECTIONS.items()}
+        sections: dict[str, object] = {
+            name: load_section(cls, data.get(name), name) for name, cls in SECTIONS.items()
+        }
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
     return Config(**sections)  # type: ignore[arg-type]

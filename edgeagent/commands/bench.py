@@ -93,7 +93,7 @@ def measure(
     feeds = {package.inputs[0].name: bench_inputs(package, batch)}
     for _ in range(warmup):
         session.run(feeds)
-    latencies = []
+    latencies: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(latencies) < 5:
         started = time.perf_counter()
@@ -218,7 +218,7 @@ def write_plot(path: Path, title: str, results: list[BenchResult]) -> None:
         return
     measured = [r for r in results if r.latencies_ms]
     figure, axis = plt.subplots(figsize=(8, 4))
-    axis.boxplot([r.latencies_ms for r in measured], showfliers=False)
+    axis.boxplot([r.latencies_ms or [] for r in measured], showfliers=False)
     axis.set_xticks(range(1, len(measured) + 1), [r.variant for r in measured], rotation=20)
     axis.set_ylabel("latency per batch (ms)")
     axis.set_title(f"{title}: latency by runtime and precision")

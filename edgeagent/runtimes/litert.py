@@ -34,7 +34,7 @@ try:
     _PACKAGE = "ai-edge-litert"
 except ImportError:
     try:
-        from tflite_runtime import interpreter as _interpreter  # type: ignore[no-redef]
+        from tflite_runtime import interpreter as _interpreter
 
         _PACKAGE = "tflite-runtime"
     except ImportError as exc:

@@ -102,7 +102,7 @@ class OnnxSession(Session):
         return self._out.name_outputs(values)
 
     def close(self) -> None:
-        self._session = None  # type: ignore[assignment]
+        del self._session
 
 
 class OnnxRuntime(Runtime):
