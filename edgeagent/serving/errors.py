@@ -68,6 +68,12 @@ class Throttled(ServingError):
         super().__init__(message, retry_after=retry_after)
 
 
+class LoadFailed(ServingError):
+    """A model (version) could not be opened or failed its warm-up; the old version serves on."""
+
+    status = 500
+
+
 class DeadlineExceeded(ServingError):
     """The request's deadline passed before its answer was ready."""
 

@@ -1,0 +1,384 @@
+"""The model registry: which model versions are loaded, which one takes traffic, hot swap.
+
+Loading is always "open → warm → route": a new version takes requests only after its session
+answered one inference, and the version it replaces keeps answering what it already queued
+before its session is closed (MLServer's registry does the same), so an update or a reload
+never fails a request. Sessions are opened by an ``opener`` (the hardware façade's
+``Accelerators.open``: probe, choose, fallback); the registry never picks a runtime itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.models.package import ModelPackage, PackageError, load_package, version_tuple
+from edgeagent.runtimes.base import Session
+from edgeagent.serving.batching import Batcher, BatchPolicy, DeviceGate, backend_of
+from edgeagent.serving.cache import ResultCache, cache_key
+from edgeagent.serving.errors import LoadFailed, ModelNotFound, NotReady
+from edgeagent.serving.settings import ServerSettings
+from edgeagent.telemetry import EngineMetrics, ModelStats
+
+log = logging.getLogger(__name__)
+
+READY = "READY"
+LOADING = "LOADING"
+UNLOADING = "UNLOADING"
+UNAVAILABLE = "UNAVAILABLE"
+
+Opener = Callable[[ModelPackage], Session]
+
+
+class LoadedModel:
+    """One model version on one backend, with its batcher, optional cache and statistics."""
+
+    def __init__(
+        self,
+        package: ModelPackage,
+        session: Session,
+        batcher: Batcher,
+        cache: ResultCache | None,
+        stats: ModelStats,
+        metrics: EngineMetrics,
+    ) -> None:
+        self.package = package
+        self.session = session
+        self.stats = stats
+        self.cache = cache
+        self._batcher = batcher
+        self._metrics = metrics
+        # Set when a newer version replaced this one: a request that looked this version up
+        # just before the swap is answered by the successor instead of failing.
+        self.successor: LoadedModel | None = None
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    @property
+    def version(self) -> str:
+        return self.package.version
+
+    @property
+    def backend(self) -> dict[str, str]:
+        runtime, device, precision = backend_of(self.session)
+        return {"runtime": runtime, "device": device, "precision": precision}
+
+    @property
+    def max_batch_size(self) -> int:
+        """The batch size clients may send (Triton's max_batch_size; 0 = no batch dimension)."""
+        return self._batcher.policy.max_batch_size if self._batcher.batching else 0
+
+    @property
+    def queued(self) -> int:
+        return self._batcher.queued
+
+    async def infer(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        priority: int = 0,
+        timeout_s: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Validate, answer from the cache or the batcher; raises ServingError subclasses."""
+        if self._batcher.closing and self.successor is not None:
+            return await self.successor.infer(feeds, priority=priority, timeout_s=timeout_s)
+        if self.cache is None:
+            return await self._batcher.submit(feeds, priority=priority, timeout_s=timeout_s)
+        started = asyncio.get_running_loop().time()
+        key = cache_key(self.version, feeds)
+        answer = self.cache.get(key)
+        elapsed = int((asyncio.get_running_loop().time() - started) * 1e9)
+        self.stats.record_cache(answer is not None, elapsed)
+        if answer is not None:
+            self._metrics.cache_hits.labels(self.name).inc()
+            return dict(answer)
+        self._metrics.cache_misses.labels(self.name).inc()
+        answer = await self._batcher.submit(feeds, priority=priority, timeout_s=timeout_s)
+        self.cache.put(key, answer)
+        return answer
+
+    async def close(self, drain_timeout_s: float) -> None:
+        """Answer what is queued (within the time-out), then release the session."""
+        await self._batcher.close(drain_timeout_s)
+        backend = self.backend
+        self._metrics.loaded.remove(
+            self.name, self.version, backend["runtime"], backend["device"], backend["precision"]
+        )
+        await asyncio.get_running_loop().run_in_executor(None, self.session.close)
+
+
+@dataclass
+class _Entry:
+    """Everything the registry knows about one model name."""
+
+    name: str
+    source: Path  # the package directory load(name) reads
+    state: str = UNAVAILABLE
+    reason: str = "not loaded"
+    active: LoadedModel | None = None
+    loaded: dict[str, LoadedModel] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ModelRegistry:
+    """Loaded models by name and version (see the module docstring)."""
+
+    def __init__(
+        self,
+        opener: Opener,
+        *,
+        settings: ServerSettings,
+        metrics: EngineMetrics,
+        executor: Executor,
+        limits_provider: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+    ) -> None:
+        self._opener = opener
+        self._settings = settings
+        self._metrics = metrics
+        self._executor = executor
+        self._limits = limits_provider
+        self._gate = DeviceGate()
+        self._entries: dict[str, _Entry] = {}
+
+    # ---- discovery -------------------------------------------------------------------------
+
+    def add(self, package_dir: Path) -> str:
+        """Make a package directory known under its name (not loaded yet); returns the name.
+
+        An invalid package is still listed, as UNAVAILABLE with the validation error as reason,
+        so that the repository index shows an operator what is wrong.
+        """
+        try:
+            name = load_package(package_dir).name
+            reason = "not loaded"
+        except PackageError as exc:
+            name, reason = Path(package_dir).name, f"invalid package: {exc}"
+        entry = self._entries.setdefault(name, _Entry(name, Path(package_dir)))
+        entry.source = Path(package_dir)
+        if entry.active is None:
+            entry.reason = reason
+        return name
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    # ---- lookup ----------------------------------------------------------------------------
+
+    def get(self, name: str, version: str | None = None) -> LoadedModel:
+        """The version that takes traffic (or the one asked for); 404 / 503 with the reason."""
+        entry = self._entries.get(name)
+        if entry is None:
+            known = ", ".join(self.names) or "none"
+            raise ModelNotFound(f"unknown model {name!r} (models: {known})")
+        if version is not None:
+            model = entry.loaded.get(version)
+            if model is None:
+                loaded = ", ".join(self.versions(name)) or "none"
+                raise ModelNotFound(f"model {name!r} has no version {version!r} (loaded: {loaded})")
+            return model
+        if entry.active is None:
+            raise NotReady(f"model {name!r} is {entry.state}: {entry.reason}")
+        return entry.active
+
+    def versions(self, name: str) -> list[str]:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ModelNotFound(f"unknown model {name!r}")
+        return sorted(entry.loaded, key=version_tuple)
+
+    def loaded_models(self) -> list[LoadedModel]:
+        """Every loaded version of every model (for statistics and status)."""
+        return [
+            entry.loaded[v] for n, entry in sorted(self._entries.items()) for v in self.versions(n)
+        ]
+
+    def index(self) -> list[dict[str, str]]:
+        """The v2 repository index: one row per loaded version, one per model not loaded."""
+        rows = []
+        for name, entry in sorted(self._entries.items()):
+            if entry.loaded and entry.state == READY:
+                rows += [
+                    {"name": name, "version": v, "state": READY, "reason": ""}
+                    for v in self.versions(name)
+                ]
+            else:
+                version = entry.active.version if entry.active else ""
+                rows.append(
+                    {"name": name, "version": version, "state": entry.state, "reason": entry.reason}
+                )
+        return rows
+
+    def status(self) -> dict:
+        """The "models" part of /v1/status."""
+        result = {}
+        for name, entry in sorted(self._entries.items()):
+            result[name] = {
+                "state": entry.state,
+                "reason": entry.reason,
+                "active_version": entry.active.version if entry.active else None,
+                "versions": {
+                    version: {
+                        **model.backend,
+                        "queued": model.queued,
+                        "session": _session_status(model.session),
+                    }
+                    for version, model in sorted(entry.loaded.items())
+                },
+            }
+        return result
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def load(self, name: str) -> LoadedModel:
+        """Load ``name`` from its package directory; no-op when it already serves."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ModelNotFound(f"unknown model {name!r} (models: {', '.join(self.names)})")
+        if entry.active is not None:
+            return entry.active
+        return await self.activate(entry.source)
+
+    async def activate(self, package_dir: Path, *, keep_previous: bool = False) -> LoadedModel:
+        """Hot swap: open and warm the package, route new requests to it, retire the old one.
+
+        The old version finishes what it queued before its session closes, and a request that
+        still reaches it is passed on to the new one, so no request fails. With
+        ``keep_previous`` the old version stays loaded, addressable by its version.
+        Raises LoadFailed (the old version keeps serving) when the package cannot be used.
+        """
+        try:
+            package = load_package(package_dir)
+        except PackageError as exc:
+            raise LoadFailed(f"cannot load {package_dir}: {exc}") from exc
+        entry = self._entries.setdefault(package.name, _Entry(package.name, Path(package_dir)))
+        async with entry.lock:
+            if entry.active is None:
+                entry.state, entry.reason = LOADING, f"loading version {package.version}"
+            try:
+                model = await self._open(package)
+            except Exception as exc:
+                if entry.active is None:
+                    entry.state, entry.reason = UNAVAILABLE, str(exc)
+                raise
+            entry.source = Path(package_dir)
+            retiring = [entry.loaded.get(model.version)]  # the same version, reloaded
+            if not keep_previous:
+                retiring.append(entry.active)
+            retiring = [m for m in dict.fromkeys(retiring) if m is not None and m is not model]
+            entry.loaded[model.version] = model
+            entry.active = model
+            entry.state, entry.reason = READY, ""
+            for previous in retiring:
+                previous.successor = model
+                if entry.loaded.get(previous.version) is previous:
+                    del entry.loaded[previous.version]
+            log.info("model %s: version %s serves on %s", model.name, model.version, model.backend)
+        for previous in retiring:
+            await previous.close(self._settings.drain_timeout_s)
+        return model
+
+    async def unload(self, name: str) -> None:
+        """Stop routing to ``name``, drain its versions, close their sessions; it stays listed."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ModelNotFound(f"unknown model {name!r} (models: {', '.join(self.names)})")
+        async with entry.lock:
+            models = list(entry.loaded.values())
+            entry.state, entry.reason = UNLOADING, "unloading"
+            entry.active = None
+            entry.loaded.clear()
+            await asyncio.gather(*(m.close(self._settings.drain_timeout_s) for m in models))
+            entry.state, entry.reason = UNAVAILABLE, "unloaded"
+
+    async def load_all(self) -> None:
+        """Load every known model; one that fails is UNAVAILABLE with its reason, not fatal."""
+        for name in self.names:
+            try:
+                await self.load(name)
+            except Exception as exc:
+                log.error("model %s is unavailable: %s", name, exc)
+
+    async def close(self) -> None:
+        """Drain and close every model (daemon shutdown)."""
+        await asyncio.gather(*(self.unload(name) for name in self.names))
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _policy(self, package: ModelPackage) -> BatchPolicy:
+        settings, hints = self._settings, package.serving
+        delay_ms = settings.max_queue_delay_ms
+        return BatchPolicy(
+            max_batch_size=settings.max_batch_size or hints.max_batch_size,
+            max_queue_delay_s=(hints.max_queue_delay_ms if delay_ms is None else delay_ms) / 1e3,
+            max_queue=settings.max_queue,
+            timeout_s=settings.request_timeout_s,
+            default_priority=settings.default_priority,
+        )
+
+    async def _open(self, package: ModelPackage) -> LoadedModel:
+        """Open a session (blocking: on a worker thread), warm it, wrap it for serving."""
+        loop = asyncio.get_running_loop()
+        try:
+            session = await loop.run_in_executor(self._executor, self._opener, package)
+        except Exception as exc:
+            raise LoadFailed(f"model {package.name!r} version {package.version}: {exc}") from exc
+        try:
+            if self._settings.warmup:
+                await loop.run_in_executor(self._executor, _warm, session, package)
+        except Exception as exc:
+            await loop.run_in_executor(self._executor, session.close)
+            raise LoadFailed(
+                f"model {package.name!r} version {package.version} failed its warm-up "
+                f"inference: {exc}"
+            ) from exc
+        stats = ModelStats()
+        batcher = Batcher(
+            package.name,
+            package.version,
+            session,
+            package.inputs,
+            package.outputs,
+            self._policy(package),
+            executor=self._executor,
+            gate=self._gate,
+            limits=self._limits,
+            metrics=self._metrics,
+            stats=stats,
+        )
+        size = self._settings.cache_size
+        size = package.serving.cache_size if size is None else size
+        cache = ResultCache(size) if size > 0 else None
+        model = LoadedModel(package, session, batcher, cache, stats, self._metrics)
+        backend = model.backend
+        self._metrics.loaded.labels(
+            package.name,
+            package.version,
+            backend["runtime"],
+            backend["device"],
+            backend["precision"],
+        ).set(1)
+        return model
+
+
+def _warm(session: Session, package: ModelPackage) -> None:
+    """One inference on zeros: first-run allocations and JIT happen before traffic arrives."""
+    feeds = {
+        spec.name: np.zeros([1 if d == -1 else d for d in spec.shape], dtype=spec.dtype)
+        for spec in package.inputs
+    }
+    session.run(feeds)
+
+
+def _session_status(session: Session) -> dict:
+    status = getattr(session, "status", None)
+    return status() if callable(status) else {}

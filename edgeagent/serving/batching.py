@@ -1,0 +1,487 @@
+"""Dynamic batching: concurrent requests to one model version are merged into batches.
+
+One ``Batcher`` per loaded model version owns a bounded, priority-ordered queue and one loop
+task. The loop takes the most urgent request, waits at most ``max_queue_delay`` for more rows of
+the same shape, runs the batch on a worker thread (runtimes release the GIL), splits the output
+rows back by each request's offset, and only then forms the next batch — a session is never run
+from two threads at once. Before every batch it reads the governor's ``ServingLimits`` (batch
+cap, concurrency, pacing, shedding, low-power mode), so a throttle takes effect within one batch.
+
+Every answer must belong to its own request (MLServer shipped batches answered with another
+request's rows): requests keep their own futures and row offsets, outputs whose first dimension
+does not equal the batch's row count fail the batch instead of being guessed at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgeagent.governor.limits import ServingLimits
+from edgeagent.models.package import TensorSpec
+from edgeagent.runtimes.base import Session
+from edgeagent.serving.errors import (
+    DeadlineExceeded,
+    InvalidInput,
+    NotReady,
+    QueueFull,
+    ServingError,
+    Throttled,
+)
+from edgeagent.telemetry import EngineMetrics, ModelStats
+
+log = logging.getLogger(__name__)
+
+LimitsProvider = Callable[[], ServingLimits]
+Answer = dict[str, np.ndarray]
+
+_ERROR_KINDS = {
+    InvalidInput: "invalid_input",
+    QueueFull: "queue_full",
+    Throttled: "throttled",
+    DeadlineExceeded: "deadline",
+    NotReady: "not_ready",
+}
+
+
+def error_kind(error: BaseException) -> str:
+    """The ``kind`` label of the errors metric for an exception."""
+    return _ERROR_KINDS.get(type(error), "failed")
+
+
+def backend_of(session: Session) -> tuple[str, str, str]:
+    """(runtime, device, precision) that runs now; a ResilientSession reports its candidate."""
+    source = getattr(session, "candidate", None) or session
+    return tuple(  # type: ignore[return-value]
+        str(getattr(source, key, "unknown")) for key in ("runtime", "device", "precision")
+    )
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """How one model version is batched; built from model.toml [serving] and [server]."""
+
+    max_batch_size: int  # rows merged into one batch; 1 = no merging
+    max_queue_delay_s: float  # longest a request waits for company
+    max_queue: int  # waiting requests before QueueFull
+    timeout_s: float  # deadline of a request that sets none
+    default_priority: int  # priority of a request that sets none (1 = most urgent)
+
+
+def can_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
+    """A model batches when every input and output has a variable first (batch) dimension."""
+    return all(spec.shape[0] == -1 for spec in (*inputs, *outputs))
+
+
+def validate_feeds(
+    model: str, specs: Sequence[TensorSpec], feeds: Mapping[str, np.ndarray], batching: bool
+) -> tuple[int, tuple]:
+    """Check the feeds against the package's inputs; return (rows, shape signature).
+
+    The signature is every input's non-batch shape: only requests with equal signatures can be
+    concatenated into one batch.
+    """
+    expected = [spec.name for spec in specs]
+    for name in feeds:
+        if name not in expected:
+            raise InvalidInput(
+                f"model {model!r} has no input {name!r} (inputs: {', '.join(expected)})"
+            )
+    rows: int | None = None
+    signature = []
+    for spec in specs:
+        if spec.name not in feeds:
+            raise InvalidInput(f"model {model!r}: input {spec.name!r} is missing")
+        array = feeds[spec.name]
+        where = f"model {model!r}: input {spec.name!r}"
+        if not isinstance(array, np.ndarray):
+            raise InvalidInput(f"{where}: expected an array, got {type(array).__name__}")
+        if array.dtype != np.dtype(spec.dtype):
+            raise InvalidInput(
+                f"{where}: datatype is {array.dtype}, the model expects {spec.dtype}"
+            )
+        if array.ndim != len(spec.shape):
+            raise InvalidInput(
+                f"{where}: shape {list(array.shape)} has {array.ndim} dimensions, "
+                f"the model expects {len(spec.shape)} ({list(spec.shape)})"
+            )
+        for axis, (got, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
+            if want != -1 and got != want:
+                raise InvalidInput(
+                    f"{where}: shape {list(array.shape)} does not fit {list(spec.shape)} "
+                    f"(dimension {axis} is {got}, expected {want})"
+                )
+        if array.size == 0:
+            raise InvalidInput(f"{where}: shape {list(array.shape)} holds no elements")
+        if batching:
+            if rows is not None and array.shape[0] != rows:
+                raise InvalidInput(
+                    f"{where}: batch dimension is {array.shape[0]}, other inputs have {rows}"
+                )
+            rows = array.shape[0]
+        signature.append(array.shape[1:] if batching else array.shape)
+    return (rows or 1), tuple(signature)
+
+
+class DeviceGate:
+    """Admits batches of all models to the device: the governor's concurrency cap and pacing.
+
+    Pacing reserves start slots ``min_batch_interval_s`` apart (a duty cycle); the wait happens
+    outside the lock, so one paced model does not stall another's bookkeeping.
+    """
+
+    def __init__(self) -> None:
+        self._running = 0
+        self._next_start = 0.0
+        self._changed: asyncio.Condition | None = None
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:  # created lazily: it belongs to the running loop
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    async def acquire(self, limits: LimitsProvider) -> None:
+        changed = self._condition()
+        async with changed:
+
+            def free() -> bool:
+                cap = limits().max_concurrency
+                return cap is None or self._running < max(1, cap)
+
+            await changed.wait_for(free)
+            self._running += 1
+            now = time.monotonic()
+            start = max(now, self._next_start)
+            self._next_start = start + limits().min_batch_interval_s
+        if start > now:
+            await asyncio.sleep(start - now)
+
+    async def release(self) -> None:
+        changed = self._condition()
+        async with changed:
+            self._running -= 1
+            changed.notify_all()
+
+
+@dataclass(eq=False)
+class _Request:
+    feeds: Mapping[str, np.ndarray]
+    rows: int
+    signature: tuple
+    priority: int
+    seq: int
+    enqueued: float
+    future: asyncio.Future = field(repr=False)
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.priority, self.seq)
+
+
+class Batcher:
+    """The queue and batch loop of one model version (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: str,
+        version: str,
+        session: Session,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        policy: BatchPolicy,
+        *,
+        executor: Executor,
+        gate: DeviceGate,
+        limits: LimitsProvider,
+        metrics: EngineMetrics,
+        stats: ModelStats,
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.session = session
+        self.inputs = tuple(inputs)
+        self.batching = can_batch(inputs, outputs) and policy.max_batch_size > 1
+        self.policy = policy
+        self._executor = executor
+        self._gate = gate
+        self._limits = limits
+        self._metrics = metrics
+        self._stats = stats
+        self._pending: list[_Request] = []
+        self._seq = itertools.count()
+        self._arrived = asyncio.Event()
+        self._closing = False
+        self._low_power = False
+        self._depth = metrics.queue_depth.labels(model)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batch:{model}")
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def queued(self) -> int:
+        return len(self._pending)
+
+    async def submit(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        priority: int = 0,
+        timeout_s: float | None = None,
+    ) -> Answer:
+        """Queue one request and wait for its own rows of the batch output."""
+        started = time.monotonic()
+        try:
+            return await self._submit(feeds, priority, timeout_s, started)
+        except ServingError as exc:
+            self._metrics.errors.labels(self.model, error_kind(exc)).inc()
+            self._stats.record_request(False, int((time.monotonic() - started) * 1e9))
+            raise
+
+    async def _submit(
+        self, feeds: Mapping[str, np.ndarray], priority: int, timeout_s: float | None, started
+    ) -> Answer:
+        if self._closing:
+            raise NotReady(f"model {self.model!r} version {self.version} is shutting down")
+        rows, signature = validate_feeds(self.model, self.inputs, feeds, self.batching)
+        if self.batching and rows > self.policy.max_batch_size:
+            raise InvalidInput(
+                f"model {self.model!r}: a batch of {rows} rows exceeds its max_batch_size "
+                f"{self.policy.max_batch_size}"
+            )
+        priority = priority if priority > 0 else self.policy.default_priority
+        limits = self._limits()
+        if _shed(limits, priority):
+            raise _throttled(self.model, limits)
+        if len(self._pending) >= self.policy.max_queue:
+            raise QueueFull(
+                f"model {self.model!r}: {len(self._pending)} requests are already waiting "
+                f"([server] max_queue = {self.policy.max_queue}); retry later"
+            )
+        request = _Request(
+            feeds=feeds,
+            rows=rows,
+            signature=signature,
+            priority=priority,
+            seq=next(self._seq),
+            enqueued=started,
+            future=asyncio.get_running_loop().create_future(),
+        )
+        bisect.insort(self._pending, request, key=lambda r: r.order)
+        self._depth.set(len(self._pending))
+        self._arrived.set()
+        timeout = self.policy.timeout_s if timeout_s is None else timeout_s
+        try:
+            return await asyncio.wait_for(request.future, timeout)
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(
+                f"model {self.model!r} did not answer within {timeout:g} s "
+                f"({len(self._pending)} requests waiting); the device is overloaded or throttled"
+            ) from None
+
+    async def close(self, drain_timeout_s: float) -> None:
+        """Stop taking requests, answer the queued ones within the time-out, fail the rest."""
+        self._closing = True
+        self._arrived.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), drain_timeout_s)
+        except asyncio.TimeoutError:
+            self._fail_pending(
+                NotReady(f"model {self.model!r}: shut down before this request could run")
+            )
+            await self._task  # the batch already on a worker thread always runs to its end
+
+    def _fail_pending(self, error: ServingError) -> None:
+        for request in self._pending:
+            if not request.future.done():
+                request.future.set_exception(error)
+        self._pending.clear()
+        self._depth.set(0)
+
+    async def _loop(self) -> None:
+        while True:
+            self._drop_abandoned()
+            if not self._pending:
+                if self._closing:
+                    return
+                self._arrived.clear()
+                await self._arrived.wait()
+                continue
+            limits = self._limits()
+            self._shed_queued(limits)
+            cap = self._cap(limits)
+            await self._fill(cap)
+            await self._set_power_mode(limits.prefer_low_power)
+            await self._gate.acquire(self._limits)
+            try:
+                batch = self._take(self._cap(self._limits()))
+                if batch:
+                    await self._execute(batch)
+            finally:
+                await self._gate.release()
+
+    def _cap(self, limits: ServingLimits) -> int:
+        if not self.batching:
+            return 1
+        cap = self.policy.max_batch_size
+        if limits.max_batch_size is not None:
+            cap = min(cap, limits.max_batch_size)
+        return max(1, cap)
+
+    def _drop_abandoned(self) -> None:
+        """Forget requests whose caller gave up (deadline, disconnect) before they ran."""
+        if any(r.future.done() for r in self._pending):
+            self._pending = [r for r in self._pending if not r.future.done()]
+            self._depth.set(len(self._pending))
+
+    def _shed_queued(self, limits: ServingLimits) -> None:
+        """Requests queued before the governor started shedding are shed now, not run."""
+        if limits.shed_priority_from is None:
+            return
+        for request in self._pending:
+            if _shed(limits, request.priority) and not request.future.done():
+                request.future.set_exception(_throttled(self.model, limits))
+        self._drop_abandoned()
+
+    def _ready_rows(self, signature: tuple) -> int:
+        return sum(r.rows for r in self._pending if r.signature == signature)
+
+    async def _fill(self, cap: int) -> None:
+        """Wait until the head's batch is full or its queue delay is spent."""
+        if not self._pending or self._closing:
+            return
+        head = self._pending[0]
+        until = head.enqueued + self.policy.max_queue_delay_s
+        while self._ready_rows(head.signature) < cap and not self._closing:
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                return
+
+    def _take(self, cap: int) -> list[_Request]:
+        """The head request plus following ones of its shape, up to ``cap`` rows in all."""
+        self._drop_abandoned()
+        if not self._pending:
+            return []
+        head = self._pending[0]
+        batch, rest, rows = [head], [], head.rows
+        for request in self._pending[1:]:
+            if request.signature == head.signature and rows + request.rows <= cap:
+                batch.append(request)
+                rows += request.rows
+            else:
+                rest.append(request)
+        self._pending = rest
+        self._depth.set(len(rest))
+        return batch
+
+    async def _set_power_mode(self, low: bool) -> None:
+        """Follow the governor's prefer_low_power on sessions that can switch (ResilientSession)."""
+        switch = getattr(self.session, "set_power_mode", None)
+        if low == self._low_power or switch is None:
+            return
+        self._low_power = low
+        mode = "low" if low else "high"
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, switch, mode)
+            log.info("model %s: power mode %s", self.model, mode)
+        except Exception:
+            log.exception("model %s: switching to power mode %s failed", self.model, mode)
+
+    async def _execute(self, batch: list[_Request]) -> None:
+        loop = asyncio.get_running_loop()
+        start = time.monotonic()
+        runtime, device, precision = backend_of(self.session)
+        backend = f"{runtime}:{device}:{precision}"
+        for request in batch:
+            self._metrics.queue_wait.labels(self.model).observe(start - request.enqueued)
+        try:
+            answers, (input_ns, infer_ns, output_ns) = await loop.run_in_executor(
+                self._executor, self._compute, batch
+            )
+        except Exception as exc:
+            log.warning("model %s: batch of %d failed: %s", self.model, len(batch), exc)
+            error = ServingError(f"model {self.model!r} failed to run: {exc}")
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_exception(error)
+            return
+        rows = sum(r.rows for r in batch)
+        self._stats.record_batch(rows, len(batch), input_ns, infer_ns, output_ns)
+        self._metrics.batch_size.labels(self.model, backend).observe(rows)
+        self._metrics.compute.labels(self.model, backend).observe(infer_ns / 1e9)
+        self._metrics.busy.labels(self.model, backend).inc((input_ns + infer_ns + output_ns) / 1e9)
+        end = time.monotonic()
+        requests = self._metrics.requests.labels(self.model, self.version, backend)
+        latency = self._metrics.latency.labels(self.model, self.version, backend)
+        for request, answer in zip(batch, answers, strict=True):
+            if request.future.done():  # the caller's deadline passed while it ran
+                continue
+            request.future.set_result(answer)
+            requests.inc()
+            latency.observe(end - request.enqueued)
+            self._stats.record_request(
+                True, int((end - request.enqueued) * 1e9), int((start - request.enqueued) * 1e9)
+            )
+
+    def _compute(self, batch: list[_Request]) -> tuple[list[Answer], tuple[int, int, int]]:
+        """Worker thread: concatenate, run, split by row offsets."""
+        t0 = time.perf_counter_ns()
+        if len(batch) == 1:
+            feeds = dict(batch[0].feeds)
+        else:
+            feeds = {
+                spec.name: np.concatenate([r.feeds[spec.name] for r in batch])
+                for spec in self.inputs
+            }
+        t1 = time.perf_counter_ns()
+        outputs = self.session.run(feeds)
+        t2 = time.perf_counter_ns()
+        if len(batch) == 1:
+            answers = [dict(outputs)]
+        else:
+            total = sum(r.rows for r in batch)
+            for name, array in outputs.items():
+                if array.ndim == 0 or array.shape[0] != total:
+                    raise RuntimeError(
+                        f"output {name!r} has shape {list(array.shape)} for a batch of {total} "
+                        "rows; its rows cannot be split between requests"
+                    )
+            offsets = list(itertools.accumulate((r.rows for r in batch), initial=0))
+            answers = [
+                {name: array[a:b] for name, array in outputs.items()}
+                for a, b in itertools.pairwise(offsets)
+            ]
+        t3 = time.perf_counter_ns()
+        return answers, (t1 - t0, t2 - t1, t3 - t2)
+
+
+def _shed(limits: ServingLimits, priority: int) -> bool:
+    return limits.shed_priority_from is not None and priority >= limits.shed_priority_from
+
+
+def _throttled(model: str, limits: ServingLimits) -> Throttled:
+    why = limits.reason or "the device is throttled"
+    return Throttled(
+        f"model {model!r}: request shed by the power/thermal governor ({why}); "
+        f"retry after {limits.retry_after_s} s",
+        retry_after=max(1, math.ceil(limits.retry_after_s)),
+    )

@@ -1,0 +1,265 @@
+"""The batcher: answers belong to their requests, validation, back-pressure, governor limits."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.models.package import load_package
+from edgeagent.models.session import open_variant
+from edgeagent.serving.batching import Batcher, BatchPolicy, DeviceGate
+from edgeagent.serving.errors import (
+    DeadlineExceeded,
+    InvalidInput,
+    NotReady,
+    QueueFull,
+    ServingError,
+    Throttled,
+)
+from edgeagent.telemetry import EngineMetrics, ModelStats
+from tests.helpers import write_tiny_package
+
+
+class Overlap:
+    """Counts sessions running at once (one per model, or shared across models)."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self.active -= 1
+
+
+class Recording:
+    """A real session wrapped to record batch sizes, overlap and power-mode calls."""
+
+    def __init__(self, session, fail_when_rows: int | None = None, overlap=None) -> None:
+        self.inner = session
+        self.runtime, self.device, self.precision = "onnxruntime", session.device, "fp32"
+        self.rows: list[int] = []
+        self.modes: list[str] = []
+        self.fail_when_rows = fail_when_rows
+        self.overlap = overlap or Overlap()
+
+    def run(self, feeds):
+        rows = next(iter(feeds.values())).shape[0]
+        with self.overlap:
+            self.rows.append(rows)
+            if rows == self.fail_when_rows:
+                raise RuntimeError("device lost")
+            time.sleep(0.002)
+            return self.inner.run(feeds)
+
+    def set_power_mode(self, mode: str) -> None:
+        self.modes.append(mode)
+
+
+@pytest.fixture
+def executor():
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
+
+
+@pytest.fixture
+def package(tmp_path: Path):
+    return load_package(write_tiny_package(tmp_path / "tiny"))
+
+
+def make_batcher(
+    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, **policy
+):
+    values = dict(
+        max_batch_size=8, max_queue_delay_s=0.02, max_queue=64, timeout_s=10.0, default_priority=2
+    )
+    values.update(policy)
+    session = session or open_variant(package)
+    return Batcher(
+        package.name,
+        package.version,
+        session,
+        package.inputs,
+        package.outputs,
+        BatchPolicy(**values),
+        executor=executor,
+        gate=gate or DeviceGate(),
+        limits=limits,
+        metrics=EngineMetrics(CollectorRegistry()),
+        stats=ModelStats(),
+    )
+
+
+def distinct_inputs(count: int) -> list[np.ndarray]:
+    """Inputs of 1 to 3 rows, every row different, so a mix-up cannot go unnoticed."""
+    rng = np.random.default_rng(42)
+    return [rng.standard_normal((1 + i % 3, 3, 8, 8)).astype(np.float32) for i in range(count)]
+
+
+async def test_each_answer_belongs_to_its_request(package, executor):
+    direct = open_variant(package)
+    session = Recording(open_variant(package))
+    batcher = make_batcher(package, executor, session=session)
+    inputs = distinct_inputs(60)
+    answers = await asyncio.gather(*(batcher.submit({"input": x}) for x in inputs))
+    for x, answer in zip(inputs, answers, strict=True):
+        expected = direct.run({"input": x})["logits"]
+        assert answer["logits"].shape == expected.shape
+        np.testing.assert_allclose(answer["logits"], expected, rtol=1e-5, atol=1e-6)
+    assert max(session.rows) > 3, "requests were never merged: the test proves nothing"
+    assert max(session.rows) <= 8 and sum(session.rows) == sum(len(x) for x in inputs)
+    assert session.overlap.max_active == 1  # one batch at a time per session
+    await batcher.close(1.0)
+
+
+@pytest.mark.parametrize(
+    ("feeds", "message"),
+    [
+        ({}, "input 'input' is missing"),
+        ({"input": np.zeros((1, 3, 8, 8), np.float32), "extra": np.zeros(1)}, "no input 'extra'"),
+        ({"input": np.zeros((1, 3, 8, 8), np.float64)}, "'input': datatype is float64"),
+        ({"input": np.zeros((1, 3, 8), np.float32)}, "'input': shape .* has 3 dimensions"),
+        ({"input": np.zeros((1, 3, 8, 9), np.float32)}, "dimension 3 is 9, expected 8"),
+        ({"input": np.zeros((0, 3, 8, 8), np.float32)}, "holds no elements"),
+        ({"input": np.zeros((9, 3, 8, 8), np.float32)}, "9 rows exceeds its max_batch_size 8"),
+        ({"input": [[1.0]]}, "expected an array"),
+    ],
+)
+async def test_invalid_input_names_the_tensor(package, executor, feeds, message):
+    batcher = make_batcher(package, executor)
+    with pytest.raises(InvalidInput, match=message) as caught:
+        await batcher.submit(feeds)
+    assert caught.value.status == 400
+    ok = await batcher.submit({"input": np.zeros((1, 3, 8, 8), np.float32)})
+    assert ok["logits"].shape == (1, 4)  # the bad request did not disturb the batcher
+    await batcher.close(1.0)
+
+
+async def test_queue_full_then_queued_requests_still_answered(package, executor):
+    batcher = make_batcher(package, executor, max_queue=2, max_queue_delay_s=0.3)
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    waiting = [asyncio.create_task(batcher.submit({"input": x})) for _ in range(2)]
+    await asyncio.sleep(0.01)
+    with pytest.raises(QueueFull, match="max_queue = 2") as caught:
+        await batcher.submit({"input": x})
+    assert caught.value.status == 429 and caught.value.retry_after
+    assert all(a["logits"].shape == (1, 4) for a in await asyncio.gather(*waiting))
+    await batcher.close(1.0)
+
+
+async def test_deadline_exceeded_is_504_and_batcher_recovers(package, executor):
+    batcher = make_batcher(package, executor, max_queue_delay_s=0.5)
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    with pytest.raises(DeadlineExceeded, match="within 0.05 s") as caught:
+        await batcher.submit({"input": x}, timeout_s=0.05)
+    assert caught.value.status == 504
+    assert (await batcher.submit({"input": x}, timeout_s=5))["logits"].shape == (1, 4)
+    await batcher.close(1.0)
+
+
+async def test_governor_sheds_low_priority_with_retry_after(package, executor):
+    limits = ServingLimits(shed_priority_from=2, retry_after_s=7, reason="hot: cpu 91 °C")
+    batcher = make_batcher(package, executor, limits=lambda: limits)
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    with pytest.raises(Throttled, match="hot: cpu 91 °C") as caught:
+        await batcher.submit({"input": x})  # no priority = default 2
+    assert (caught.value.status, caught.value.retry_after) == (503, 7)
+    assert (await batcher.submit({"input": x}, priority=1))["logits"].shape == (1, 4)
+    await batcher.close(1.0)
+
+
+async def test_governor_caps_batch_size_and_switches_power_mode(package, executor):
+    current = [ServingLimits(max_batch_size=2, prefer_low_power=True)]
+    session = Recording(open_variant(package))
+    batcher = make_batcher(package, executor, session=session, limits=lambda: current[0])
+    inputs = [x[:1] for x in distinct_inputs(12)]
+    await asyncio.gather(*(batcher.submit({"input": x}) for x in inputs))
+    assert max(session.rows) == 2 and session.modes == ["low"]
+    current[0] = UNTHROTTLED
+    await asyncio.gather(*(batcher.submit({"input": x}) for x in inputs))
+    assert session.modes == ["low", "high"] and max(session.rows) > 2
+    await batcher.close(1.0)
+
+
+async def test_pacing_and_concurrency_across_models(package, executor):
+    limits = ServingLimits(max_concurrency=1, min_batch_interval_s=0.03)
+    gate = DeviceGate()
+    overlap = Overlap()
+    sessions = [Recording(open_variant(package), overlap=overlap) for _ in range(2)]
+    batchers = [
+        make_batcher(
+            package, executor, session=s, gate=gate, limits=lambda: limits, max_batch_size=1
+        )
+        for s in sessions
+    ]
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    started = time.monotonic()
+    await asyncio.gather(*(b.submit({"input": x}) for b in batchers for _ in range(3)))
+    elapsed = time.monotonic() - started
+    assert elapsed >= 5 * 0.03 * 0.95  # six batches, at least 30 ms apart (a lower bound)
+    assert overlap.max_active == 1  # never two batches at once, across both models
+    assert gate.running == 0
+    for batcher in batchers:
+        await batcher.close(1.0)
+
+
+async def test_model_that_cannot_batch_runs_one_at_a_time(tmp_path: Path, executor):
+    root = write_tiny_package(tmp_path / "fixed")
+    toml = (root / "model.toml").read_text().replace("[-1, 3, 8, 8]", "[1, 3, 8, 8]")
+    (root / "model.toml").write_text(toml.replace("[-1, 4]", "[1, 4]"))
+    package = load_package(root)
+    session = Recording(open_variant(package))
+    batcher = make_batcher(package, executor, session=session)
+    assert not batcher.batching
+    inputs = [x[:1] for x in distinct_inputs(6)]
+    answers = await asyncio.gather(*(batcher.submit({"input": x}) for x in inputs))
+    assert session.rows == [1] * 6 and all(a["logits"].shape == (1, 4) for a in answers)
+    with pytest.raises(InvalidInput, match="dimension 0 is 2, expected 1"):
+        await batcher.submit({"input": distinct_inputs(2)[1]})
+    await batcher.close(1.0)
+
+
+async def test_failed_batch_fails_its_requests_only(package, executor):
+    session = Recording(open_variant(package), fail_when_rows=3)
+    batcher = make_batcher(package, executor, session=session, max_queue_delay_s=0)
+    with pytest.raises(ServingError, match="device lost") as caught:
+        await batcher.submit({"input": distinct_inputs(3)[2]})
+    assert caught.value.status == 500
+    assert (await batcher.submit({"input": distinct_inputs(1)[0]}))["logits"].shape == (1, 4)
+    await batcher.close(1.0)
+
+
+async def test_close_drains_queued_requests_and_refuses_new(package, executor):
+    batcher = make_batcher(package, executor, max_queue_delay_s=0.2)
+    inputs = distinct_inputs(10)
+    pending = [asyncio.create_task(batcher.submit({"input": x})) for x in inputs]
+    await asyncio.sleep(0.01)
+    await batcher.close(5.0)
+    assert all(task.done() and not task.exception() for task in pending)
+    with pytest.raises(NotReady, match="shutting down"):
+        await batcher.submit({"input": inputs[0]})
+
+
+async def test_close_time_out_fails_what_cannot_run(package, executor):
+    limits = ServingLimits(min_batch_interval_s=0.5)
+    batcher = make_batcher(package, executor, limits=lambda: limits, max_batch_size=1)
+    pending = [asyncio.create_task(batcher.submit({"input": x[:1]})) for x in distinct_inputs(4)]
+    await asyncio.sleep(0.01)
+    await batcher.close(0.1)
+    outcomes = await asyncio.gather(*pending, return_exceptions=True)
+    assert any(isinstance(o, NotReady) for o in outcomes)
+    assert all(isinstance(o, (dict, NotReady)) for o in outcomes)
