@@ -19,13 +19,21 @@ from tests.helpers import write_tiny_package
 
 
 class Opened:
-    """Records the sessions the registry opened, so tests can see which were closed."""
+    """Records the sessions the registry opened and closed."""
 
     def __init__(self) -> None:
         self.sessions: list = []
+        self.closed: list = []
 
     def __call__(self, package):
         session = open_variant(package)
+        release = session.close
+
+        def close() -> None:
+            self.closed.append(session)
+            release()
+
+        session.close = close
         self.sessions.append(session)
         return session
 
@@ -101,7 +109,7 @@ async def test_unload_then_load_again(tmp_path: Path, executor):
     registry.add(write_tiny_package(tmp_path / "t"))
     await registry.load("tiny")
     await registry.unload("tiny")
-    assert opened.sessions[0]._session is None  # the onnxruntime session was released
+    assert opened.closed == [opened.sessions[0]]
     assert registry.index() == [
         {"name": "tiny", "version": "", "state": "UNAVAILABLE", "reason": "unloaded"}
     ]
@@ -141,7 +149,7 @@ async def test_hot_swap_under_load_fails_no_request(tmp_path: Path, executor):
     assert new.version == "2" and registry.get("tiny") is new
     assert registry.versions("tiny") == ["2"]
     assert "1" in answered and "2" in answered
-    assert opened.sessions[0]._session is None  # the old session closed after draining
+    assert opened.closed == [opened.sessions[0]]  # the old session closed after draining
     # the new version really answers with its own weights
     direct = opened.sessions[1].run({"input": inputs[0]})["logits"]
     np.testing.assert_allclose((await new.infer({"input": inputs[0]}))["logits"], direct)
