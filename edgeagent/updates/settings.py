@@ -25,8 +25,17 @@ class UpdateSettings:
     free_space_margin_bytes: int = 64 * 1024 * 1024  # keep this much free after the download
     health_timeout_s: float = 60.0  # load + warm + golden check must finish within this
     ca_file: Path | None = None  # CA bundle for https artifact URLs; None = system store
+    # --- trust (signatures, trust store, manifests) ---
+    trust_file: Path = Path("/etc/edgeagent/trust.json")  # provisioned seed; rotations go to
+    # <state_dir>/trust/trust.json, which this seeds on first start or when its version is higher
+    max_manifest_bytes: int = 64 * 1024  # envelopes (manifests, trust files) refused unread above
+    clock_skew_s: float = 300.0  # a release issued this far in the device's future is accepted
 
     def validate(self) -> None:
+        require(self.max_manifest_bytes > 0, "updates", "max_manifest_bytes", "must be positive")
+        require(
+            0 <= self.clock_skew_s <= 86400, "updates", "clock_skew_s", "must be 0..86400 seconds"
+        )
         for key in ("max_artifact_bytes", "max_unpacked_bytes", "max_unpacked_files"):
             require(getattr(self, key) > 0, "updates", key, "must be positive")
         for key in ("download_timeout_s", "download_gap_s", "health_timeout_s"):

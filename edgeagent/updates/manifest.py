@@ -1,0 +1,309 @@
+"""Release manifests: what one signed release promises, and whether this device may take it.
+
+A manifest pins the artifact by URL, exact size and SHA-256 (so the download can be capped at
+the signed length and checked before unpacking) and says which devices it is for, when it was
+issued, when it expires and which agent it needs. It is parsed only after ``TrustStore.verify``
+has checked its signatures, and then refused for policy reasons — expiry, target, version floor
+— *before* anything is downloaded: the MQTT message is only a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from edgeagent import __version__
+from edgeagent.models.package import version_tuple
+from edgeagent.updates.signing import (
+    Refused,
+    VerificationError,
+    format_time,
+    loads_strict,
+    parse_time,
+)
+from edgeagent.updates.trust import TrustStore
+
+__all__ = [
+    "Artifact",
+    "DeviceIdentity",
+    "ManifestError",
+    "Refused",
+    "ReleaseHistory",
+    "ReleaseManifest",
+    "Targets",
+    "check_release",
+    "parse_manifest",
+    "verify_release",
+]
+
+DEFAULT_CLOCK_SKEW_S = 300.0
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_VERSION_RE = re.compile(r"^\d+(\.\d+){0,2}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_DEPLOYMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_FIELDS = {
+    "type",
+    "model",
+    "version",
+    "artifact",
+    "targets",
+    "issued_at",
+    "expires",
+    "deployment_id",
+    "min_agent_version",
+}
+_TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
+
+
+class ManifestError(VerificationError):
+    """A correctly signed payload that is not a valid release manifest (code ``malformed``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("malformed", message)
+
+
+@dataclass(frozen=True)
+class Artifact:
+    url: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Who may install the release; an empty list means "any" for that criterion."""
+
+    profiles: tuple[str, ...] = ()
+    device_classes: tuple[str, ...] = ()
+    device_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    device_id: str
+    profile: str
+    device_class: str
+    agent_version: str = __version__
+
+
+@dataclass(frozen=True)
+class ReleaseManifest:
+    model: str
+    version: str
+    artifact: Artifact
+    issued_at: datetime
+    expires: datetime
+    deployment_id: str
+    targets: Targets = field(default_factory=Targets)
+    min_agent_version: str = "0.0.0"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "release",
+            "model": self.model,
+            "version": self.version,
+            "artifact": {
+                "url": self.artifact.url,
+                "size": self.artifact.size,
+                "sha256": self.artifact.sha256,
+            },
+            "targets": {name: list(getattr(self.targets, name)) for name in _TARGET_FIELDS},
+            "issued_at": format_time(self.issued_at),
+            "expires": format_time(self.expires),
+            "deployment_id": self.deployment_id,
+            "min_agent_version": self.min_agent_version,
+        }
+
+    def to_payload(self) -> bytes:
+        """The canonical bytes the hub signs (sorted keys, no spaces)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def _string(document: dict[str, Any], key: str, pattern: re.Pattern[str], rule: str) -> str:
+    value = document[key]
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ManifestError(f"manifest {key}: {value!r} is not {rule}")
+    return value
+
+
+def _artifact(value: Any) -> Artifact:
+    if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"}:
+        raise ManifestError("manifest artifact: must be an object with url, size and sha256")
+    url = value["url"]
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ManifestError(f"manifest artifact.url: {url!r} is not an http(s) URL")
+    size = value["size"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ManifestError(f"manifest artifact.size: {size!r} is not a positive integer")
+    sha256 = _string(value, "sha256", _SHA256_RE, "64 lowercase hex digits")
+    return Artifact(url=url, size=size, sha256=sha256)
+
+
+def _targets(value: Any) -> Targets:
+    if not isinstance(value, dict):
+        raise ManifestError("manifest targets: must be an object")
+    unknown = sorted(set(value) - set(_TARGET_FIELDS))
+    if unknown:
+        raise ManifestError(
+            f"manifest targets: unknown criterion {', '.join(unknown)} (cannot be checked here)"
+        )
+    lists = {}
+    for name in _TARGET_FIELDS:
+        items = value.get(name, [])
+        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+            raise ManifestError(f"manifest targets.{name}: must be a list of non-empty strings")
+        lists[name] = tuple(items)
+    return Targets(**lists)
+
+
+def parse_manifest(payload: bytes) -> ReleaseManifest:
+    """Validate every field of a release payload; call only on signature-checked bytes."""
+    try:
+        document = loads_strict(payload, "manifest")
+    except VerificationError as exc:
+        raise ManifestError(exc.message) from exc
+    if not isinstance(document, dict):
+        raise ManifestError("manifest: must be a JSON object")
+    missing = sorted(_FIELDS - set(document))
+    extra = sorted(set(document) - _FIELDS)
+    if missing or extra:
+        raise ManifestError(
+            f"manifest: missing field(s) {', '.join(missing) or '-'}; "
+            f"unknown field(s) {', '.join(extra) or '-'}"
+        )
+    if document["type"] != "release":
+        raise ManifestError(f"manifest type: must be 'release', got {document['type']!r}")
+    try:
+        issued_at = parse_time(document["issued_at"], "manifest issued_at")
+        expires = parse_time(document["expires"], "manifest expires")
+    except VerificationError as exc:
+        raise ManifestError(exc.message) from exc
+    if expires <= issued_at:
+        raise ManifestError("manifest expires: must be later than issued_at")
+    return ReleaseManifest(
+        model=_string(document, "model", _NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
+        version=_string(document, "version", _VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
+        artifact=_artifact(document["artifact"]),
+        targets=_targets(document["targets"]),
+        issued_at=issued_at,
+        expires=expires,
+        deployment_id=_string(
+            document, "deployment_id", _DEPLOYMENT_RE, "1-128 letters, digits, '_', '.', ':', '-'"
+        ),
+        min_agent_version=_string(
+            document, "min_agent_version", _VERSION_RE, "an integer or MAJOR.MINOR.PATCH"
+        ),
+    )
+
+
+def _target_mismatch(targets: Targets, device: DeviceIdentity) -> str | None:
+    for name, mine in (
+        ("profiles", device.profile),
+        ("device_classes", device.device_class),
+        ("device_ids", device.device_id),
+    ):
+        allowed = getattr(targets, name)
+        if allowed and mine not in allowed:
+            return f"targets.{name} is {list(allowed)}; this device has {mine!r}"
+    return None
+
+
+def check_release(
+    manifest: ReleaseManifest,
+    *,
+    now: datetime,
+    device: DeviceIdentity,
+    floor: str | None,
+    bad_versions: Collection[str],
+    max_artifact_bytes: int,
+    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
+) -> None:
+    """Raise ``Refused`` unless this device may install ``manifest`` at ``now``.
+
+    ``now`` is fixed by the caller once per check (and already raised to the verified time);
+    ``floor`` is the model's committed version, ``bad_versions`` those that failed a health
+    gate. ``clock_skew_s`` tolerates a device clock slightly behind the hub's.
+    """
+    name = f"{manifest.model} {manifest.version}"
+    if manifest.expires <= now:
+        raise Refused("expired", f"{name}: expired at {format_time(manifest.expires)}")
+    if manifest.issued_at > now + timedelta(seconds=clock_skew_s):
+        raise Refused(
+            "not_yet_valid",
+            f"{name}: issued at {format_time(manifest.issued_at)}, after this device's time "
+            f"{format_time(now)} (check the device clock)",
+        )
+    mismatch = _target_mismatch(manifest.targets, device)
+    if mismatch:
+        raise Refused("wrong_target", f"{name}: {mismatch}")
+    if version_tuple(device.agent_version) < version_tuple(manifest.min_agent_version):
+        raise Refused(
+            "agent_too_old",
+            f"{name}: needs agent {manifest.min_agent_version}, this is {device.agent_version}",
+        )
+    version = version_tuple(manifest.version)
+    if any(version_tuple(bad) == version for bad in bad_versions):
+        raise Refused("known_bad", f"{name}: failed its health check here before")
+    if floor is not None:
+        if version < version_tuple(floor):
+            raise Refused("rollback", f"{name}: older than the installed version {floor}")
+        if version == version_tuple(floor):
+            raise Refused("same_version", f"{name}: version {floor} is already installed")
+    if manifest.artifact.size > max_artifact_bytes:
+        raise Refused(
+            "too_large",
+            f"{name}: artifact is {manifest.artifact.size} bytes, over the limit of "
+            f"{max_artifact_bytes} ([updates] max_artifact_bytes)",
+        )
+
+
+class ReleaseHistory(Protocol):
+    """What the store remembers per model (``ModelStore`` provides it)."""
+
+    def floor(self, model: str) -> str | None: ...
+
+    def bad_versions(self, model: str) -> set[str]: ...
+
+
+def verify_release(
+    envelope: bytes,
+    trust: TrustStore,
+    *,
+    device: DeviceIdentity,
+    history: ReleaseHistory,
+    max_artifact_bytes: int,
+    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
+    now: datetime | None = None,
+) -> ReleaseManifest:
+    """The whole pre-download check: signatures, then parse, then policy; then trust the time.
+
+    Raises ``VerificationError`` / ``ManifestError`` / ``Refused`` (all ``TrustError``, with a
+    ``code``) and changes nothing on disk when it does. On success the verified time moves up
+    to the manifest's ``issued_at``.
+    """
+    moment = trust.effective_now(now)
+    payload = trust.verify(envelope, "release")
+    manifest = parse_manifest(payload)
+    if trust.expires <= moment:
+        raise Refused(
+            "expired",
+            f"trust file v{trust.version} expired at {format_time(trust.expires)}; "
+            "the hub must rotate it",
+        )
+    check_release(
+        manifest,
+        now=moment,
+        device=device,
+        floor=history.floor(manifest.model),
+        bad_versions=history.bad_versions(manifest.model),
+        max_artifact_bytes=max_artifact_bytes,
+        clock_skew_s=clock_skew_s,
+    )
+    trust.record_verified(manifest.issued_at)
+    return manifest

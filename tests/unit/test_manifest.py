@@ -1,0 +1,173 @@
+"""Release manifests: strict parsing, and the policy checks made before anything is downloaded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from edgeagent.updates.manifest import (
+    ManifestError,
+    Refused,
+    check_release,
+    parse_manifest,
+)
+from edgeagent.updates.signing import format_time
+from tests.unit.test_trust_sim import DEVICE, NOW, Simulator, dumps
+
+
+@pytest.fixture
+def sim() -> Simulator:
+    return Simulator()
+
+
+def test_parse_reads_every_field(sim: Simulator) -> None:
+    manifest = parse_manifest(dumps(sim.release_doc(targets={"profiles": ["rpi5"]})))
+    assert (manifest.model, manifest.version, manifest.deployment_id) == ("digits", "2", "dep-1")
+    assert manifest.artifact.size == 4096
+    assert manifest.artifact.url == "http://hub.local/digits-2.tar.gz"
+    assert manifest.targets.profiles == ("rpi5",)
+    assert manifest.targets.device_ids == ()
+    assert manifest.expires == NOW + timedelta(days=7)
+
+
+def test_to_payload_round_trips(sim: Simulator) -> None:
+    manifest = parse_manifest(dumps(sim.release_doc()))
+    assert parse_manifest(manifest.to_payload()) == manifest
+    assert json.loads(manifest.to_payload()) == sim.release_doc()
+
+
+def _set(path: str, value):
+    def change(doc: dict) -> None:
+        *parents, last = path.split(".")
+        target = doc
+        for key in parents:
+            target = target[key]
+        if value is _DELETE:
+            del target[last]
+        else:
+            target[last] = value
+
+    return change
+
+
+_DELETE = object()
+MALFORMED = {
+    "type trust": _set("type", "trust"),
+    "missing model": _set("model", _DELETE),
+    "unknown field": _set("channel", "beta"),
+    "model with slash": _set("model", "../etc"),
+    "version word": _set("version", "latest"),
+    "version int": _set("version", 2),
+    "version four parts": _set("version", "1.2.3.4"),
+    "sha256 short": _set("artifact.sha256", "abc"),
+    "sha256 upper": _set("artifact.sha256", "AB" * 32),
+    "size zero": _set("artifact.size", 0),
+    "size negative": _set("artifact.size", -5),
+    "size bool": _set("artifact.size", True),
+    "size string": _set("artifact.size", "4096"),
+    "url ftp": _set("artifact.url", "ftp://hub/x.tar.gz"),
+    "url relative": _set("artifact.url", "/x.tar.gz"),
+    "url missing": _set("artifact.url", _DELETE),
+    "artifact extra": _set("artifact.mirror", "http://x"),
+    "targets unknown criterion": _set("targets.regions", ["eu"]),
+    "targets not list": _set("targets.profiles", "rpi5"),
+    "targets empty string": _set("targets.device_ids", [""]),
+    "issued naive": _set("issued_at", "2026-06-01T12:00:00"),
+    "expires garbage": _set("expires", "soon"),
+    "expires before issued": _set("expires", format_time(NOW - timedelta(days=1))),
+    "deployment id empty": _set("deployment_id", ""),
+    "deployment id wildcard": _set("deployment_id", "a/+/#"),
+    "min agent version word": _set("min_agent_version", "new"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_manifests_name_the_field(sim: Simulator, case: str) -> None:
+    doc = sim.release_doc()
+    MALFORMED[case](doc)
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(dumps(doc))
+    assert info.value.code == "malformed"
+    assert info.value.message.startswith("manifest")
+
+
+@pytest.mark.parametrize("payload", [b"", b"[]", b"nul", b"\xff\xfe", b'{"type": "release"}'])
+def test_non_manifest_payloads(payload: bytes) -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(payload)
+    assert info.value.code == "malformed"
+
+
+def check(sim: Simulator, *, now=NOW, device=DEVICE, floor=None, bad=(), limit=1 << 20, **doc):
+    manifest = parse_manifest(dumps(sim.release_doc(**doc)))
+    check_release(
+        manifest,
+        now=now,
+        device=device,
+        floor=floor,
+        bad_versions=set(bad),
+        max_artifact_bytes=limit,
+    )
+
+
+def refused(code: str, sim: Simulator, **kwargs) -> Refused:
+    with pytest.raises(Refused) as info:
+        check(sim, **kwargs)
+    assert info.value.code == code, info.value
+    return info.value
+
+
+def test_a_fresh_newer_release_for_this_device_passes(sim: Simulator) -> None:
+    check(sim, floor="1")
+    check(sim, floor=None)
+    check(sim, version="1.10.0", floor="1.9.5")  # numeric, not string, order
+
+
+def test_expired(sim: Simulator) -> None:
+    error = refused("expired", sim, now=NOW + timedelta(days=8))
+    assert "digits 2" in error.message
+
+
+def test_not_yet_valid_beyond_the_clock_skew(sim: Simulator) -> None:
+    refused("not_yet_valid", sim, issued_at=format_time(NOW + timedelta(minutes=10)))
+    check(sim, issued_at=format_time(NOW + timedelta(minutes=4)))  # within 5 min skew
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [{"profiles": ["rpi5"]}, {"device_classes": ["jetson"]}, {"device_ids": ["dev-002"]}],
+)
+def test_wrong_target(sim: Simulator, targets: dict) -> None:
+    error = refused("wrong_target", sim, targets=targets)
+    assert next(iter(targets)) in error.message
+
+
+def test_every_target_criterion_must_match(sim: Simulator) -> None:
+    ok = {"profiles": ["generic_x86_64"], "device_classes": ["x86", "arm"], "device_ids": []}
+    check(sim, targets=ok)
+    refused("wrong_target", sim, targets={**ok, "device_ids": ["other"]})
+
+
+def test_agent_too_old(sim: Simulator) -> None:
+    refused("agent_too_old", sim, min_agent_version="0.2.0")
+    check(sim, device=replace(DEVICE, agent_version="0.10.0"), min_agent_version="0.9")
+
+
+def test_known_bad_version(sim: Simulator) -> None:
+    refused("known_bad", sim, bad={"2.0.0"})  # "2" and "2.0.0" are the same version
+
+
+def test_rollback_and_same_version(sim: Simulator) -> None:
+    refused("rollback", sim, floor="3")
+    refused("rollback", sim, version="1.9.0", floor="1.10.0")
+    error = refused("same_version", sim, floor="2.0")
+    assert "already installed" in error.message
+
+
+def test_artifact_too_large(sim: Simulator) -> None:
+    error = refused("too_large", sim, limit=4095)
+    assert "max_artifact_bytes" in error.message
+    check(sim, limit=4096)
