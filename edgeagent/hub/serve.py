@@ -1,0 +1,89 @@
+"""``edgeagent hub serve DIR``: the artifact HTTP server devices download releases from.
+
+Artifacts are immutable files named by the hub (``<model>-<version>.tar.gz``), so the server
+is deliberately plain: one flat directory, no listing, no paths with ``/`` or ``..``. aiohttp's
+FileResponse gives most of what resumable downloads need — ``Range`` (206 with
+``Content-Range``), a strong ``ETag``, ``sendfile`` — but it evaluates ``If-Range`` only as a
+date, so an entity-tag ``If-Range`` is checked here: when it does not match the file, the
+``Range`` is dropped and the whole file is sent (RFC 9110 §13.1.5), so a client never splices
+bytes of two different files. Integrity does not depend on
+this server: devices check the signed length and SHA-256, so a plain-HTTP mirror or CDN is fine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from pathlib import Path
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,200}$")
+
+
+def entity_tag(path: Path) -> str:
+    """The strong ETag aiohttp's FileResponse sends for ``path`` (modification time and size)."""
+    stat = path.stat()
+    return f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
+
+
+async def artifact_response(request: web.Request, path: Path) -> web.FileResponse:
+    """Serve ``path`` with Range support, honouring an entity-tag ``If-Range`` too.
+
+    The response is prepared here, against the (possibly Range-less) clone of the request,
+    because aiohttp would otherwise prepare it against the original request.
+    """
+    if_range = request.headers.get("If-Range", "")
+    if if_range.startswith(('"', "W/")) and if_range != entity_tag(path):
+        headers = request.headers.copy()
+        del headers["If-Range"]
+        headers.pop("Range", None)
+        request = request.clone(headers=headers)
+    response = web.FileResponse(path, headers={"Cache-Control": "no-transform"})
+    await response.prepare(request)
+    return response
+
+
+def create_artifact_app(directory: Path) -> web.Application:
+    """An aiohttp app serving the regular files directly inside ``directory`` (GET and HEAD)."""
+    root = Path(directory).resolve()
+
+    async def artifact(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        path = root / name
+        if not _FILE_RE.match(name) or path.is_symlink() or not path.is_file():
+            raise web.HTTPNotFound(text=f"no artifact named {name!r}\n")
+        return await artifact_response(request, path)
+
+    app = web.Application()
+    app.router.add_get("/{name}", artifact)
+    return app
+
+
+async def start_artifact_server(
+    directory: Path, host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, str]:
+    """Start serving ``directory``; return the runner (to clean up) and the base URL."""
+    runner = web.AppRunner(create_artifact_app(directory), access_log=log)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = site._server
+    bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"http://{shown}:{bound}"
+
+
+async def serve_forever(directory: Path, host: str, port: int) -> None:
+    """Run until interrupted, printing the base URL releases should point at."""
+    runner, url = await start_artifact_server(directory, host, port)
+    print(f"serving {Path(directory).resolve()} at {url}/", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await runner.cleanup()

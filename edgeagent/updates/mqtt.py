@@ -1,0 +1,240 @@
+"""The device's MQTT link to the hub: persistent session, QoS 1, Last Will, retained state.
+
+Topic scheme (``<p>`` is ``[mqtt] topic_prefix``, default ``edgeagent``)::
+
+    <p>/group/<group>/release       hub → devices  signed release envelope   QoS 1, retained
+    <p>/group/<group>/trust         hub → devices  signed trust file (N+1)   QoS 1, retained
+    <p>/device/<id>/release         hub → device   release for one device    QoS 1 (rollout waves)
+    <p>/device/<id>/availability    device → hub   "online" / "offline"      QoS 1, retained;
+                                                   "offline" is the Last Will
+    <p>/device/<id>/state           device → hub   JSON state report         QoS 1, retained
+    <p>/device/<id>/events          device → hub   JSON progress / outcome   QoS 1
+
+An MQTT message is only a *hint*: everything received is verified by the updater before it
+is believed. The session is persistent (MQTT 5 ``clean_start=False`` with a session expiry,
+the client id stable per device), so a release published to a device while it is offline is
+queued by the broker and delivered when it reconnects; the group release is also retained so
+a device that joins later still finds it. Reconnects back off exponentially with jitter, so
+a fleet does not reconnect in lock-step after a broker restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import ssl
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from edgeagent.updates.settings import MqttSettings
+
+log = logging.getLogger(__name__)
+
+MessageHandler = Callable[[str, bytes], Awaitable[None]]
+_MAX_QUEUED_EVENTS = 256  # events kept while offline; the oldest are dropped first
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Every topic one device uses, derived from the prefix, its group and its id."""
+
+    prefix: str
+    group: str
+    device_id: str
+
+    @property
+    def group_release(self) -> str:
+        return f"{self.prefix}/group/{self.group}/release"
+
+    @property
+    def group_trust(self) -> str:
+        return f"{self.prefix}/group/{self.group}/trust"
+
+    @property
+    def device_release(self) -> str:
+        return f"{self.prefix}/device/{self.device_id}/release"
+
+    @property
+    def availability(self) -> str:
+        return f"{self.prefix}/device/{self.device_id}/availability"
+
+    @property
+    def state(self) -> str:
+        return f"{self.prefix}/device/{self.device_id}/state"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}/device/{self.device_id}/events"
+
+    @property
+    def subscriptions(self) -> tuple[str, ...]:
+        return (self.group_release, self.group_trust, self.device_release)
+
+
+def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
+    """A verifying client context: the broker's CA, plus our certificate for mutual TLS."""
+    if not settings.tls:
+        return None
+    context = ssl.create_default_context(cafile=str(settings.ca_file) if settings.ca_file else None)
+    if settings.cert_file and settings.key_file:
+        context.load_cert_chain(str(settings.cert_file), str(settings.key_file))
+    return context
+
+
+def client_options(settings: MqttSettings, client_id: str) -> dict[str, Any]:
+    """The aiomqtt.Client keywords shared by the device link and the hub tools."""
+    return {
+        "hostname": settings.host,
+        "port": settings.port,
+        "identifier": client_id,
+        "username": settings.username or None,
+        "password": settings.password or None,
+        "protocol": aiomqtt.ProtocolVersion.V5,
+        "keepalive": settings.keepalive_s,
+        "tls_context": tls_context(settings),
+        "timeout": 10.0,
+    }
+
+
+def backoff_delays(minimum: float, maximum: float) -> Any:
+    """Exponential back-off with "equal jitter": half fixed, half random, capped at maximum."""
+    attempt = 0
+    while True:
+        ceiling = min(maximum, minimum * 2**attempt)
+        yield ceiling / 2 + random.uniform(0, ceiling / 2)
+        attempt += 1
+
+
+class MqttLink:
+    """Keeps one persistent session to the broker and hands received hints to ``handler``.
+
+    ``publish_state`` and ``publish_event`` never block on the network: the latest state is
+    re-published (retained) after every reconnect, and events wait in a bounded queue while the
+    broker is unreachable.
+    """
+
+    def __init__(self, settings: MqttSettings, topics: Topics, handler: MessageHandler) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.handler = handler
+        self.client_id = settings.client_id or f"edgeagent-{topics.device_id}"
+        self.connected = asyncio.Event()
+        self.connections = 0  # successful connects so far (status and tests)
+        self.last_error = ""
+        self._client: aiomqtt.Client | None = None
+        self._state: dict[str, Any] | None = None
+        self._events: deque[dict[str, Any]] = deque(maxlen=_MAX_QUEUED_EVENTS)
+        self._wake = asyncio.Event()
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "broker": f"{self.settings.host}:{self.settings.port}",
+            "connected": self.connected.is_set(),
+            "connections": self.connections,
+            "last_error": self.last_error,
+            "topics": {"state": self.topics.state, "subscribed": list(self.topics.subscriptions)},
+        }
+
+    def publish_state(self, state: dict[str, Any]) -> None:
+        self._state = state
+        self._wake.set()
+
+    def publish_event(self, event: dict[str, Any]) -> None:
+        self._events.append(event)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect forever (until cancelled)."""
+        delays = backoff_delays(self.settings.reconnect_min_s, self.settings.reconnect_max_s)
+        while True:
+            before = self.connections
+            try:
+                await self._session()
+            except aiomqtt.MqttError as exc:
+                self.last_error = str(exc)
+                log.warning("MQTT %s: %s", self.status()["broker"], exc)
+            finally:
+                self.connected.clear()
+                self._client = None
+            if self.connections > before:  # it was up for a while: start the back-off afresh
+                delays = backoff_delays(
+                    self.settings.reconnect_min_s, self.settings.reconnect_max_s
+                )
+            await asyncio.sleep(next(delays))
+
+    async def _session(self) -> None:
+        connect_properties = Properties(PacketTypes.CONNECT)
+        connect_properties.SessionExpiryInterval = self.settings.session_expiry_s
+        will = aiomqtt.Will(self.topics.availability, b"offline", qos=1, retain=True)
+        client = aiomqtt.Client(
+            **client_options(self.settings, self.client_id),
+            will=will,
+            clean_start=False,
+            properties=connect_properties,
+        )
+        async with client:
+            self._client = client
+            self.connections += 1
+            self.last_error = ""
+            await client.publish(self.topics.availability, b"online", qos=1, retain=True)
+            for topic in self.topics.subscriptions:
+                await client.subscribe(topic, qos=1)
+            self.connected.set()
+            log.info("MQTT connected to %s as %s", self.status()["broker"], self.client_id)
+            sender = asyncio.create_task(self._send_loop(client))
+            try:
+                async for message in client.messages:
+                    await self._dispatch(message)
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sender
+
+    async def _dispatch(self, message: aiomqtt.Message) -> None:
+        payload = message.payload
+        if not isinstance(payload, (bytes, bytearray)):
+            payload = str(payload or "").encode()
+        if len(payload) > self.settings.max_message_bytes:
+            log.warning(
+                "dropped a %d-byte message on %s ([mqtt] max_message_bytes is %d)",
+                len(payload),
+                message.topic.value,
+                self.settings.max_message_bytes,
+            )
+            return
+        if not payload:
+            return  # a cleared retained message
+        try:
+            await self.handler(message.topic.value, bytes(payload))
+        except Exception:  # a handler bug must not take the link down
+            log.exception("handling the message on %s failed", message.topic.value)
+
+    async def _send_loop(self, client: aiomqtt.Client) -> None:
+        """Publish the latest state (retained) and queued events whenever there is news."""
+        self._wake.set()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._state is not None:
+                await client.publish(self.topics.state, json.dumps(self._state), qos=1, retain=True)
+            while self._events:
+                await client.publish(self.topics.events, json.dumps(self._events[0]), qos=1)
+                self._events.popleft()
+
+    async def close(self) -> None:
+        """Say "offline" cleanly (a graceful stop does not fire the Last Will)."""
+        client = self._client
+        if client is not None and self.connected.is_set():
+            with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    client.publish(self.topics.availability, b"offline", qos=1, retain=True), 5
+                )

@@ -1,0 +1,199 @@
+"""Artifact download against real local HTTP servers that drop, lie, overrun and stall."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from edgeagent.hub.serve import artifact_response, create_artifact_app, entity_tag
+from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
+
+DATA = os.urandom(300_000)
+SHA = hashlib.sha256(DATA).hexdigest()
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Callable[[Handler | None], Awaitable[str]]]:
+    """Start a server on an ephemeral port: the hub's artifact app, or one custom handler."""
+    runners: list[web.AppRunner] = []
+    files = tmp_path / "artifacts"
+    files.mkdir()
+    (files / "a.tar.gz").write_bytes(DATA)
+
+    async def start(handler: Handler | None = None) -> str:
+        app = create_artifact_app(files)
+        if handler is not None:
+            app = web.Application()
+            app.router.add_get("/a.tar.gz", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}/a.tar.gz"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def _fetch(url: str, staging: Path, **kw) -> ArtifactDownload:
+    limits = kw.pop("limits", DownloadLimits(retries=2, gap_s=2.0, free_space_margin_bytes=0))
+    staging.mkdir(exist_ok=True)
+    async with aiohttp.ClientSession() as http:
+        job = ArtifactDownload(
+            http,
+            url,
+            size=kw.pop("size", len(DATA)),
+            sha256=kw.pop("sha256", SHA),
+            staging=staging,
+            limits=limits,
+            **kw,
+        )
+        job.result = await job.run()  # type: ignore[attr-defined]
+        return job
+
+
+async def test_plain_download_lands_verified_under_its_hash(serve, tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    job = await _fetch(await serve(None), tmp_path / "s", progress=lambda a, b: seen.append((a, b)))
+    assert job.result == tmp_path / "s" / f"{SHA}.tar.gz"
+    assert job.result.read_bytes() == DATA
+    assert seen[-1] == (len(DATA), len(DATA))
+    assert not (tmp_path / "s" / f"{SHA}.part").exists()
+
+
+def _dropping(path_data: bytes, etag: str | None, files: Path) -> Handler:
+    hits = {"n": 0}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        hits["n"] += 1
+        if hits["n"] == 1:
+            headers = {"Content-Length": str(len(path_data))}
+            if etag:
+                headers["ETag"] = etag
+            response = web.StreamResponse(headers=headers)
+            await response.prepare(request)
+            await response.write(path_data[:100_000])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        return await artifact_response(request, files / "a.tar.gz")
+
+    return handler
+
+
+async def test_a_dropped_connection_resumes_with_range(serve, tmp_path: Path) -> None:
+    url = await serve(_dropping(DATA, None, tmp_path / "artifacts"))
+    job = await _fetch(url, tmp_path / "s")
+    assert job.result.read_bytes() == DATA
+    assert job.resumed_from and job.resumed_from[0] >= 100_000 - 65536
+
+
+async def test_if_range_with_the_same_file_resumes(serve, tmp_path: Path) -> None:
+    etag = entity_tag(tmp_path / "artifacts" / "a.tar.gz")
+    url = await serve(_dropping(DATA, etag, tmp_path / "artifacts"))
+    job = await _fetch(url, tmp_path / "s")
+    assert job.result.read_bytes() == DATA
+    assert len(job.resumed_from) == 1
+
+
+async def test_if_range_with_a_changed_file_restarts_from_zero(serve, tmp_path: Path) -> None:
+    url = await serve(_dropping(DATA, '"an-older-file"', tmp_path / "artifacts"))
+    job = await _fetch(url, tmp_path / "s")
+    assert job.result.read_bytes() == DATA
+    assert job.resumed_from == []  # the server answered 200: the partial file was discarded
+
+
+async def test_a_206_starting_elsewhere_is_not_spliced(serve, tmp_path: Path) -> None:
+    staging = tmp_path / "s"
+    staging.mkdir()
+    (staging / f"{SHA}.part").write_bytes(DATA[:1000])
+
+    async def lying(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Range"):
+            return web.Response(
+                status=206,
+                body=DATA[:5000],
+                headers={"Content-Range": f"bytes 0-4999/{len(DATA)}"},
+            )
+        return web.Response(body=DATA)
+
+    job = await _fetch(await serve(lying), staging)
+    assert job.result.read_bytes() == DATA
+
+
+async def test_more_than_the_signed_length_is_refused(serve, tmp_path: Path) -> None:
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for _ in range(10):
+            await response.write(DATA)
+        return response
+
+    with pytest.raises(DownloadError) as info:
+        await _fetch(await serve(endless), tmp_path / "s")
+    assert info.value.code == "too_large"
+    assert list((tmp_path / "s").iterdir()) == []
+
+
+async def test_a_shorter_artifact_is_reported_truncated(serve, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as info:
+        await _fetch(await serve(None), tmp_path / "s", size=len(DATA) + 10)
+    assert info.value.code == "truncated"
+
+
+async def test_a_substituted_artifact_fails_the_hash_and_is_deleted(serve, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as info:
+        await _fetch(await serve(None), tmp_path / "s", sha256="0" * 64)
+    assert info.value.code == "hash_mismatch"
+    assert list((tmp_path / "s").iterdir()) == []
+
+
+async def test_a_stalled_server_hits_the_gap_timeout(serve, tmp_path: Path) -> None:
+    async def stall(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": str(len(DATA))})
+        await response.prepare(request)
+        await response.write(DATA[:1000])
+        await asyncio.sleep(2)
+        return response
+
+    limits = DownloadLimits(retries=0, gap_s=0.3, free_space_margin_bytes=0)
+    with pytest.raises(DownloadError, match="no data for") as info:
+        await _fetch(await serve(stall), tmp_path / "s", limits=limits)
+    assert info.value.code == "download_failed"
+
+
+async def test_not_enough_free_space_is_refused_before_connecting(tmp_path: Path) -> None:
+    limits = DownloadLimits(free_space_margin_bytes=1 << 62)
+    with pytest.raises(DownloadError, match="free_space_margin_bytes") as info:
+        await _fetch("http://127.0.0.1:9/a.tar.gz", tmp_path / "s", limits=limits)
+    assert info.value.code == "no_space"
+
+
+async def test_a_paused_download_waits_for_the_governor(serve, tmp_path: Path) -> None:
+    state = {"paused": True}
+    url = await serve(None)
+    task = asyncio.create_task(_fetch(url, tmp_path / "s", paused=lambda: state["paused"]))
+    await asyncio.sleep(0.8)
+    assert not task.done() and not (tmp_path / "s" / f"{SHA}.part").exists()
+    state["paused"] = False
+    job = await asyncio.wait_for(task, 10)
+    assert job.result.read_bytes() == DATA
+
+
+async def test_http_errors_name_the_status(serve, tmp_path: Path) -> None:
+    async def missing(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPNotFound()
+
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        await _fetch(await serve(missing), tmp_path / "s")
