@@ -1,0 +1,87 @@
+"""A real agent HTTP server for tests: registry + app on a Unix socket and a TCP port.
+
+It runs its own event loop in a thread so that synchronous clients (tritonclient, the CLI's
+client) and asyncio tests can both talk to it over real sockets, exactly as separate processes
+would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from edgeagent.models.registry import ModelRegistry
+from edgeagent.models.session import open_variant
+from edgeagent.serving.http import create_app
+from edgeagent.serving.settings import ServerSettings
+from edgeagent.telemetry import EngineMetrics
+
+
+class AgentServer:
+    """Serve ``packages`` until ``stop()``; ``socket`` and ``url`` say where."""
+
+    def __init__(self, tmp_path: Path, packages: list[Path], **settings: Any) -> None:
+        self.socket = tmp_path / "agent.sock"
+        defaults: dict[str, Any] = {"unix_socket": self.socket, "tcp_port": 0}
+        self.settings = dataclasses.replace(ServerSettings(), **{**defaults, **settings})
+        self.packages = packages
+        self.metrics = CollectorRegistry()
+        self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._executor = ThreadPoolExecutor(2)
+        self._runner: web.AppRunner | None = None
+
+    def run(self, factory: Callable[[], Coroutine[Any, Any, Any]], timeout: float = 60) -> Any:
+        """Run a coroutine on the server's loop (e.g. a registry call) and return its result."""
+        return asyncio.run_coroutine_threadsafe(factory(), self._loop).result(timeout)
+
+    def start(self) -> AgentServer:
+        self._thread.start()
+        self.run(self._start)
+        return self
+
+    def stop(self) -> None:
+        self.run(self._stop)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+        self._executor.shutdown()
+
+    async def _start(self) -> None:
+        self.registry = ModelRegistry(
+            lambda package: open_variant(package, threads=1),
+            settings=self.settings,
+            metrics=EngineMetrics(self.metrics),
+            executor=self._executor,
+        )
+        for package in self.packages:
+            self.registry.add(package)
+        await self.registry.load_all()
+        app = create_app(
+            self.registry,
+            settings=self.settings,
+            metrics=self.metrics,
+            status=lambda: {**self.status_extra, "models": self.registry.status()},
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.UnixSite(self._runner, str(self.socket)).start()
+        tcp = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await tcp.start()
+        port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.registry.close()

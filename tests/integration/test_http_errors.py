@@ -1,0 +1,229 @@
+"""Bad input over real sockets: each gets its status and a JSON error, and the server carries on."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import aiohttp
+import numpy as np
+import pytest
+
+from edgeagent.serving import v2
+from tests.helpers import write_tiny_package
+from tests.integration.http_agent import AgentServer
+
+H = v2.HEADER_LENGTH
+LIMIT = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    root = tmp_path_factory.mktemp("errors")
+    server = AgentServer(root, [write_tiny_package(root / "tiny")], max_body_bytes=LIMIT).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def http(agent: AgentServer) -> AsyncIterator[aiohttp.ClientSession]:
+    connector = aiohttp.UnixConnector(path=str(agent.socket))
+    async with aiohttp.ClientSession("http://agent", connector=connector) as session:
+        yield session
+
+
+def _json_input(shape: list[int], datatype: str = "FP32", data=None) -> bytes:
+    count = int(np.prod(shape))
+    values = data if data is not None else [0.5] * count
+    return json.dumps(
+        {"inputs": [{"name": "input", "shape": shape, "datatype": datatype, "data": values}]}
+    ).encode()
+
+
+def _binary(shape: list[int], size: int, tail: int) -> tuple[bytes, dict[str, str]]:
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": shape,
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": size},
+                }
+            ]
+        }
+    ).encode()
+    return head + b"\0" * tail, {H: str(len(head))}
+
+
+def _bad_requests() -> list[tuple[str, str, bytes, dict[str, str], int, str]]:
+    """(case, path, body, headers, status, fragment of the error)."""
+    infer = "/v2/models/tiny/infer"
+    right = 3 * 8 * 8 * 4
+    body, _ = _binary([1, 3, 8, 8], right, right)
+    return [
+        ("malformed json", infer, b'{"inputs": [', {}, 400, "not valid JSON"),
+        ("wrong shape", infer, _json_input([1, 3, 4, 4]), {}, 400, "dimension 2 is 4, expected 8"),
+        ("wrong rank", infer, _json_input([3, 8, 8]), {}, 400, "has 3 dimensions"),
+        ("wrong dtype", infer, _json_input([1, 3, 8, 8], "FP64"), {}, 400, "expects float32"),
+        ("element count", infer, _json_input([1, 3, 8, 8], data=[1.0] * 5), {}, 400, "5 elements"),
+        ("fp16 as json", infer, _json_input([1, 3, 8, 8], "FP16"), {}, 400, "FP16 cannot travel"),
+        ("binary size", infer, *_binary([1, 3, 8, 8], right - 4, right - 4), 400, "needs 768"),
+        ("binary tail", infer, *_binary([1, 3, 8, 8], right, right + 8), 400, "declare 768"),
+        ("header > body", infer, body, {H: str(len(body) + 1)}, 400, "body has only"),
+        (
+            "unknown input",
+            infer,
+            _json_input([1, 3, 8, 8]).replace(b'"input"', b'"x"'),
+            {},
+            400,
+            "no input 'x'",
+        ),
+        (
+            "unknown output",
+            infer,
+            json.dumps(
+                {**json.loads(_json_input([1, 3, 8, 8])), "outputs": [{"name": "y"}]}
+            ).encode(),
+            {},
+            400,
+            "unknown output 'y'",
+        ),
+        (
+            "unknown model",
+            "/v2/models/ghost/infer",
+            _json_input([1, 3, 8, 8]),
+            {},
+            404,
+            "unknown model 'ghost'",
+        ),
+        (
+            "unknown version",
+            "/v2/models/tiny/versions/9/infer",
+            _json_input([1, 3, 8, 8]),
+            {},
+            404,
+            "no version '9'",
+        ),
+        ("not an image", "/v1/models/tiny/classify", b"GIF89a....", {}, 400, "not a JPEG or PNG"),
+        ("empty image", "/v1/models/tiny/classify", b"", {}, 400, "empty body"),
+        ("top_k", "/v1/models/tiny/classify?top_k=99", b"x", {}, 400, "between 1 and 4"),
+        ("huge body", infer, b" " * (LIMIT + 1), {}, 413, "max_body_bytes"),
+        (
+            "bad gzip",
+            infer,
+            b"not gzip at all",
+            {"Content-Encoding": "gzip"},
+            400,
+            "could not be read",
+        ),
+        (
+            "bad priority",
+            infer,
+            json.dumps(
+                {**json.loads(_json_input([1, 3, 8, 8])), "parameters": {"priority": "hi"}}
+            ).encode(),
+            {},
+            400,
+            "priority",
+        ),
+    ]
+
+
+BAD = _bad_requests()
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "headers", "status", "fragment"),
+    [case[1:] for case in BAD],
+    ids=[case[0] for case in BAD],
+)
+async def test_bad_request_gets_its_status_and_a_json_error(
+    http: aiohttp.ClientSession, path: str, body: bytes, headers: dict, status: int, fragment: str
+) -> None:
+    async with http.post(path, data=body, headers=headers) as response:
+        assert response.status == status
+        assert response.content_type == "application/json"
+        error = (await response.json())["error"]
+    assert fragment in error
+
+
+async def test_streamed_body_over_the_limit_is_refused(http: aiohttp.ClientSession) -> None:
+    """No Content-Length (chunked): the limit is enforced on what actually arrives."""
+
+    async def chunks():
+        for _ in range(LIMIT // 4096 + 2):
+            yield b"\0" * 4096
+
+    async with http.post("/v2/models/tiny/infer", data=chunks()) as response:
+        assert response.status == 413
+
+
+async def test_gzip_bomb_is_stopped_at_the_limit(http: aiohttp.ClientSession) -> None:
+    bomb = gzip.compress(b"\0" * (LIMIT * 50))
+    assert len(bomb) < LIMIT
+    headers = {"Content-Encoding": "gzip"}
+    async with http.post("/v2/models/tiny/infer", data=bomb, headers=headers) as response:
+        assert response.status == 413
+
+
+async def test_unknown_route_and_wrong_method_are_json(http: aiohttp.ClientSession) -> None:
+    async with http.get("/v3/nothing") as response:
+        assert response.status == 404
+        assert "error" in await response.json()
+    async with http.get("/v2/models/tiny/infer") as response:
+        assert response.status == 405
+        assert "POST" in response.headers["Allow"]
+        assert "error" in await response.json()
+
+
+async def test_bad_requests_do_not_disturb_good_ones(http: aiohttp.ClientSession) -> None:
+    """Good and bad requests at once: every good one is answered right, every bad one refused."""
+    rng = np.random.default_rng(1)
+    good = [rng.random((1, 3, 8, 8), dtype=np.float32) for _ in range(12)]
+
+    async def good_call(batch: np.ndarray) -> np.ndarray:
+        body, length = v2.encode_request({"input": batch})
+        async with http.post("/v2/models/tiny/infer", data=body, headers={H: str(length)}) as r:
+            assert r.status == 200
+            return v2.decode_response(await r.read(), r.headers[H]).outputs["logits"]
+
+    async def bad_call(case) -> int:
+        async with http.post(case[1], data=case[2], headers=case[3]) as response:
+            return response.status
+
+    results = await asyncio.gather(*(good_call(b) for b in good), *(bad_call(case) for case in BAD))
+    served, refused = results[: len(good)], results[len(good) :]
+    assert refused == [case[4] for case in BAD]
+    singles = [await good_call(b) for b in good]
+    for together, alone in zip(served, singles, strict=True):
+        np.testing.assert_allclose(together, alone, rtol=1e-5)
+
+
+@pytest.fixture
+def slow_agent(tmp_path) -> Iterator[AgentServer]:
+    """A model that waits long for batch company and queues at most one request."""
+    server = AgentServer(
+        tmp_path, [write_tiny_package(tmp_path / "tiny")], max_queue=1, max_queue_delay_ms=400.0
+    ).start()
+    yield server
+    server.stop()
+
+
+async def test_queue_full_is_429_with_retry_after(slow_agent: AgentServer) -> None:
+    body = _json_input([1, 3, 8, 8])
+    connector = aiohttp.UnixConnector(path=str(slow_agent.socket))
+    async with aiohttp.ClientSession("http://agent", connector=connector) as http:
+
+        async def call() -> tuple[int, str | None]:
+            async with http.post("/v2/models/tiny/infer", data=body) as response:
+                await response.read()
+                return response.status, response.headers.get("Retry-After")
+
+        answers = await asyncio.gather(*(call() for _ in range(4)))
+    statuses = sorted(status for status, _ in answers)
+    assert statuses[0] == 200
+    assert 429 in statuses
+    assert all(retry is not None for status, retry in answers if status == 429)
