@@ -19,6 +19,7 @@ from edgeagent import __version__
 COMMAND_MODULES = (
     "edgeagent.commands.infer",
     "edgeagent.commands.bench",
+    "edgeagent.commands.run",
 )
 
 
