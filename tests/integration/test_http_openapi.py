@@ -1,0 +1,68 @@
+"""The OpenAPI document in the repo is valid, served as JSON, and lists exactly the app's routes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import aiohttp
+import pytest
+import yaml
+from openapi_spec_validator import validate
+from prometheus_client import CollectorRegistry
+
+from edgeagent.serving.http import create_app, openapi_document
+from edgeagent.serving.settings import ServerSettings
+from tests.helpers import REPO, write_tiny_package
+from tests.integration.http_agent import AgentServer
+
+SOURCE = REPO / "edgeagent" / "serving" / "openapi.yaml"
+METHODS = {"get", "post", "put", "delete", "patch"}
+
+
+def _app_routes() -> set[tuple[str, str]]:
+    app = create_app(object(), settings=ServerSettings(), metrics=CollectorRegistry(), status=dict)
+    return {
+        (route.method.lower(), resource.canonical)
+        for resource in app.router.resources()
+        for route in resource
+        if route.method != "HEAD"  # aiohttp adds HEAD to every GET by itself
+    }
+
+
+def _documented_routes(document: dict) -> set[tuple[str, str]]:
+    return {
+        (method, path)
+        for path, item in document["paths"].items()
+        for method in item
+        if method in METHODS
+    }
+
+
+def test_the_document_is_valid_openapi() -> None:
+    validate(yaml.safe_load(SOURCE.read_text()))
+
+
+def test_every_route_is_documented_and_every_documented_route_exists() -> None:
+    routes, documented = _app_routes(), _documented_routes(openapi_document())
+    assert routes - documented == set(), "routes missing from openapi.yaml"
+    assert documented - routes == set(), "openapi.yaml documents routes the app lacks"
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    root = tmp_path_factory.mktemp("openapi")
+    server = AgentServer(root, [write_tiny_package(root / "tiny")]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def http(agent: AgentServer) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(agent.url) as session:
+        yield session
+
+
+async def test_served_json_is_the_yaml_source(http: aiohttp.ClientSession) -> None:
+    async with http.get("/openapi.json") as response:
+        assert response.status == 200
+        assert await response.json() == yaml.safe_load(SOURCE.read_text())
