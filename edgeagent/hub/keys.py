@@ -1,0 +1,280 @@
+"""Hub keys and trust files: ``hub keygen`` and ``hub rotate``.
+
+Two roles, as on the device: *root* keys sign trust files (keep them offline), *release* keys
+sign release manifests (the day-to-day key). Private keys are PEM (PKCS#8, optionally encrypted
+with a passphrase) created with mode 0600 and never overwritten; public keys are PEM too. Every
+trust file this module writes is first checked with the device's own ``TrustStore`` code, so
+the hub cannot hand out a trust file or rotation that devices would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from edgeagent.updates.signing import (
+    TrustError,
+    format_time,
+    keyid_of,
+    raw_public_bytes,
+    sign_envelope,
+)
+from edgeagent.updates.trust import TrustStore, parse_trust, write_file_atomic
+
+DEFAULT_TRUST_LIFETIME = timedelta(days=365)
+
+
+class HubError(Exception):
+    """A hub command that cannot go on; the message names the file and what to do about it."""
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    name: str
+    key_path: Path
+    pub_path: Path
+    keyid: str
+
+
+@dataclass(frozen=True)
+class KeygenResult:
+    keys: tuple[KeyPair, ...]
+    trust_path: Path
+    version: int
+    expires: datetime
+
+
+def generate_key(directory: str | Path, name: str, *, passphrase: bytes | None = None) -> KeyPair:
+    """Create ``<name>.key`` (PEM, mode 0600) and ``<name>.pub``; refuse to overwrite either."""
+    directory = Path(directory)
+    if not name or "/" in name or name.startswith("."):
+        raise HubError(f"key name {name!r} must be a plain file name")
+    key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
+    for path in (key_path, pub_path):
+        if path.exists():
+            raise HubError(f"{path} already exists; refusing to overwrite a key (pick a new name)")
+    directory.mkdir(parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase)
+        if passphrase
+        else serialization.NoEncryption()
+    )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption
+    )
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+        handle.flush()
+        os.fsync(handle.fileno())
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    write_file_atomic(pub_path, public)
+    return KeyPair(name, key_path, pub_path, keyid_of(key.public_key()))
+
+
+def load_private_key(path: str | Path, passphrase: bytes | None = None) -> Ed25519PrivateKey:
+    """Read a ``.key`` file; refuse one that others can read, is not Ed25519 or is locked."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+        data = path.read_bytes()
+    except OSError as exc:
+        raise HubError(f"{path}: cannot read private key ({exc.strerror})") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise HubError(f"{path}: private key is readable by others; run chmod 600 {path}")
+    try:
+        key = serialization.load_pem_private_key(data, password=passphrase)
+    except TypeError as exc:
+        hint = "it is encrypted: give its passphrase" if passphrase is None else "it has none"
+        raise HubError(f"{path}: {hint}") from exc
+    except ValueError as exc:
+        raise HubError(f"{path}: not a readable PEM private key or wrong passphrase") from exc
+    return _ed25519(key, Ed25519PrivateKey, path)
+
+
+def load_public_key(path: str | Path) -> Ed25519PublicKey:
+    """Read a ``.pub`` file (PEM SubjectPublicKeyInfo) holding an Ed25519 key."""
+    path = Path(path)
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except OSError as exc:
+        raise HubError(f"{path}: cannot read public key ({exc.strerror})") from exc
+    except ValueError as exc:
+        raise HubError(f"{path}: not a PEM public key") from exc
+    return _ed25519(key, Ed25519PublicKey, path)
+
+
+def _ed25519(key: object, kind: Any, path: Path) -> Any:
+    """Only Ed25519 is accepted: devices verify nothing else (no algorithm agility to abuse)."""
+    if not isinstance(key, kind):
+        raise HubError(f"{path}: is a {type(key).__name__}, an Ed25519 key is needed")
+    return key
+
+
+def trust_payload(
+    *,
+    version: int,
+    expires: datetime,
+    root: Sequence[Ed25519PublicKey],
+    release: Sequence[Ed25519PublicKey],
+    root_threshold: int = 1,
+    release_threshold: int = 1,
+) -> bytes:
+    """The canonical bytes of a trust file's payload (validated with the device's parser)."""
+    keys = {keyid_of(k): {"ed25519": raw_public_bytes(k).hex()} for k in (*root, *release)}
+    document = {
+        "type": "trust",
+        "version": version,
+        "expires": format_time(expires),
+        "keys": dict(sorted(keys.items())),
+        "roles": {
+            "root": {"keyids": sorted({keyid_of(k) for k in root}), "threshold": root_threshold},
+            "release": {
+                "keyids": sorted({keyid_of(k) for k in release}),
+                "threshold": release_threshold,
+            },
+        },
+    }
+    payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    try:
+        parse_trust(payload)
+    except TrustError as exc:
+        raise HubError(f"cannot build trust v{version}: {exc.message}") from exc
+    return payload
+
+
+def _names(role: str, count: int) -> list[str]:
+    return [role] if count == 1 else [f"{role}-{i}" for i in range(1, count + 1)]
+
+
+def keygen(
+    directory: str | Path,
+    *,
+    root_keys: int = 1,
+    release_keys: int = 1,
+    root_threshold: int = 1,
+    release_threshold: int = 1,
+    expires_in: timedelta = DEFAULT_TRUST_LIFETIME,
+    passphrase: bytes | None = None,
+    now: datetime | None = None,
+) -> KeygenResult:
+    """Create root and release key pairs in ``directory`` and the initial ``trust.json`` (v1).
+
+    ``trust.json`` is what devices are provisioned with ([updates] trust_file).
+    """
+    directory = Path(directory)
+    trust_path = directory / "trust.json"
+    if trust_path.exists():
+        raise HubError(f"{trust_path} already exists; use 'hub rotate' to change the trust")
+    for count, role in ((root_keys, "root"), (release_keys, "release")):
+        if count < 1:
+            raise HubError(f"at least one {role} key is needed")
+    expires = (now or datetime.now(timezone.utc)) + expires_in
+    root_names, release_names = _names("root", root_keys), _names("release", release_keys)
+    for name in (*root_names, *release_names):
+        for suffix in (".key", ".pub"):
+            if (directory / f"{name}{suffix}").exists():
+                raise HubError(
+                    f"{directory / (name + suffix)} already exists; refusing to overwrite"
+                )
+    pairs = [
+        generate_key(directory, n, passphrase=passphrase) for n in (*root_names, *release_names)
+    ]
+    private = [load_private_key(p.key_path, passphrase) for p in pairs]
+    root, release = private[:root_keys], private[root_keys:]
+    payload = trust_payload(
+        version=1,
+        expires=expires,
+        root=[k.public_key() for k in root],
+        release=[k.public_key() for k in release],
+        root_threshold=root_threshold,
+        release_threshold=release_threshold,
+    )
+    envelope = sign_envelope(payload, root)
+    _device_check(envelope)
+    write_file_atomic(trust_path, envelope)
+    return KeygenResult(tuple(pairs), trust_path, 1, expires)
+
+
+def rotate(
+    trust_path: str | Path,
+    *,
+    old_root_keys: Sequence[str | Path],
+    new_root_keys: Sequence[str | Path] = (),
+    release_pubs: Sequence[str | Path] = (),
+    root_threshold: int | None = None,
+    release_threshold: int | None = None,
+    expires_in: timedelta = DEFAULT_TRUST_LIFETIME,
+    out_path: str | Path | None = None,
+    passphrase: bytes | None = None,
+    now: datetime | None = None,
+) -> Path:
+    """Write trust N+1 (default: over ``trust_path``) signed by the old *and* new root keys.
+
+    ``new_root_keys`` (private, they must sign) replace the root role and ``release_pubs``
+    the release role; either left empty keeps the current keys of that role. Thresholds default
+    to the current ones. The result is checked by rotating a scratch copy of trust N with the
+    device's code, so a rotation the fleet would refuse is never written.
+    """
+    trust_path = Path(trust_path)
+    try:
+        current = TrustStore.load(trust_path)
+    except TrustError as exc:
+        raise HubError(f"current trust: {exc.message}") from exc
+    old = [load_private_key(p, passphrase) for p in old_root_keys]
+    if not old:
+        raise HubError("rotation needs the current root key(s) (--root-key)")
+    new_private = [load_private_key(p, passphrase) for p in new_root_keys]
+    old_root_ids = current.root.roles["root"].keyids
+    root = (
+        [k.public_key() for k in new_private]
+        if new_private
+        else [current.root.keys[k] for k in sorted(old_root_ids)]
+    )
+    release = (
+        [load_public_key(p) for p in release_pubs]
+        if release_pubs
+        else [current.root.keys[k] for k in sorted(current.root.roles["release"].keyids)]
+    )
+    moment = now or datetime.now(timezone.utc)
+    version = current.version + 1
+    payload = trust_payload(
+        version=version,
+        expires=moment + expires_in,
+        root=root,
+        release=release,
+        root_threshold=root_threshold or current.root.roles["root"].threshold,
+        release_threshold=release_threshold or current.root.roles["release"].threshold,
+    )
+    envelope = sign_envelope(payload, [*old, *new_private])
+    _device_check(trust_path.read_bytes(), lambda store: store.rotate(envelope, now=moment))
+    target = Path(out_path) if out_path is not None else trust_path
+    write_file_atomic(target, envelope)
+    return target
+
+
+def _device_check(trust: bytes, then: Callable[[TrustStore], object] | None = None) -> None:
+    """Load ``trust`` as a device would (scratch copy), then run ``then`` on it; TrustError →
+    HubError, so the hub never writes a trust file the fleet would refuse."""
+    with tempfile.TemporaryDirectory(prefix="edgeagent-hub-") as scratch:
+        path = Path(scratch) / "trust.json"
+        path.write_bytes(trust)
+        try:
+            store = TrustStore.load(path)
+            if then is not None:
+                then(store)
+        except TrustError as exc:
+            raise HubError(f"devices would refuse this trust file: {exc}") from exc

@@ -1,0 +1,138 @@
+"""``hub sign``: turn a model package directory into a release artifact and its signed manifest.
+
+The artifact is a reproducible ``.tar.gz`` — entries sorted, mtime 0, owner 0/root-less, modes
+normalised, gzip header without name or time — so signing the same package twice gives the same
+SHA-256 and anyone can rebuild and compare it. Entries are relative to the package root
+(``model.toml``, ``labels.txt`` …, no leading directory); only regular files and directories
+go in, so an archive from this hub never carries a link.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import secrets
+import tarfile
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from edgeagent.hub.keys import HubError, load_private_key
+from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.updates.manifest import (
+    Artifact,
+    ManifestError,
+    ReleaseManifest,
+    Targets,
+    parse_manifest,
+)
+from edgeagent.updates.signing import TrustError, sign_envelope
+from edgeagent.updates.trust import TrustStore, write_file_atomic
+
+DEFAULT_RELEASE_LIFETIME = timedelta(days=30)
+
+
+def _entries(root: Path) -> list[Path]:
+    """Every file and directory below ``root`` in sorted order; anything else is refused."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = Path(directory) / name
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise HubError(f"{path}: links and special files cannot go into a release")
+            found.append(path)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _tarinfo(path: Path, root: Path) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(path.relative_to(root).as_posix())
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if path.is_dir():
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+    else:
+        info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, path.stat().st_size
+    return info
+
+
+def build_artifact(package_dir: str | Path, out_dir: str | Path) -> tuple[Path, ModelPackage]:
+    """Validate the package and write ``<out_dir>/<name>-<version>.tar.gz`` reproducibly."""
+    try:
+        package = load_package(package_dir)
+    except PackageError as exc:
+        raise HubError(f"not a valid model package: {exc}") from exc
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        for path in _entries(package.root):
+            info = _tarinfo(path, package.root)
+            if info.isdir():
+                archive.addfile(info)
+            else:
+                with path.open("rb") as handle:
+                    archive.addfile(info, handle)
+    artifact = Path(out_dir) / f"{package.name}-{package.version}.tar.gz"
+    write_file_atomic(artifact, buffer.getvalue())
+    return artifact, package
+
+
+def sign_package(
+    package_dir: str | Path,
+    *,
+    key_paths: Sequence[str | Path],
+    base_url: str,
+    out_dir: str | Path = ".",
+    targets: Targets | None = None,
+    expires_in: timedelta = DEFAULT_RELEASE_LIFETIME,
+    deployment_id: str | None = None,
+    min_agent_version: str = "0.0.0",
+    passphrase: bytes | None = None,
+    trust_path: str | Path | None = None,
+    now: datetime | None = None,
+) -> tuple[Path, Path]:
+    """Build the artifact and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
+
+    ``key_paths`` are release keys (a threshold of them when the role needs more than one);
+    ``base_url`` is where ``hub serve`` will publish ``out_dir``. With ``trust_path`` the
+    envelope is verified against that trust file first, so a release signed by a key the fleet
+    does not trust is caught here rather than on every device. Returns (artifact, envelope).
+    """
+    keys = [load_private_key(p, passphrase) for p in key_paths]
+    if not keys:
+        raise HubError("signing needs at least one release key (--key)")
+    artifact, package = build_artifact(package_dir, out_dir)
+    issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    manifest = ReleaseManifest(
+        model=package.name,
+        version=package.version,
+        artifact=Artifact(
+            url=f"{base_url.rstrip('/')}/{artifact.name}",
+            size=artifact.stat().st_size,
+            sha256=hashlib.sha256(artifact.read_bytes()).hexdigest(),
+        ),
+        issued_at=issued,
+        expires=issued + expires_in,
+        deployment_id=deployment_id or f"{package.name}-{package.version}-{secrets.token_hex(4)}",
+        targets=targets or Targets(),
+        min_agent_version=min_agent_version,
+    )
+    payload = manifest.to_payload()
+    try:
+        parse_manifest(payload)
+    except ManifestError as exc:
+        raise HubError(f"cannot sign this release: {exc.message}") from exc
+    envelope = sign_envelope(payload, keys)
+    if trust_path is not None:
+        try:
+            TrustStore.load(trust_path).verify(envelope, "release")
+        except TrustError as exc:
+            raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
+    envelope_path = Path(out_dir) / f"{package.name}-{package.version}.release.json"
+    write_file_atomic(envelope_path, envelope)
+    return artifact, envelope_path

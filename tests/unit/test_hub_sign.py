@@ -1,0 +1,243 @@
+"""Hub keygen, rotate and sign, checked through what a device does with their output."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tarfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+from edgeagent.hub.keys import (
+    HubError,
+    generate_key,
+    keygen,
+    load_private_key,
+    load_public_key,
+    rotate,
+)
+from edgeagent.hub.sign import build_artifact, sign_package
+from edgeagent.updates.manifest import Targets, verify_release
+from edgeagent.updates.signing import TrustError, keyid_of
+from edgeagent.updates.trust import TrustStore
+from tests.unit.test_trust_sim import DEVICE, History
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Path:
+    keygen(tmp_path / "hub", now=NOW)
+    return tmp_path / "hub"
+
+
+def device_trust(hub: Path, tmp_path: Path) -> TrustStore:
+    """A device provisioned with the hub's trust.json, as the agent opens it."""
+    return TrustStore.load(tmp_path / "device" / "trust.json", seed=hub / "trust.json")
+
+
+def test_keygen_writes_private_keys_0600_and_a_trust_file(hub: Path) -> None:
+    names = sorted(p.name for p in hub.iterdir())
+    assert names == ["release.key", "release.pub", "root.key", "root.pub", "trust.json"]
+    for key in ("root.key", "release.key"):
+        assert stat.S_IMODE((hub / key).stat().st_mode) == 0o600
+    trust = TrustStore.load(hub / "trust.json")
+    root_id = keyid_of(load_public_key(hub / "root.pub"))
+    assert trust.version == 1
+    assert trust.root.roles["root"].keyids == {root_id}
+    assert trust.expires == NOW + timedelta(days=365)
+
+
+def test_keygen_never_overwrites(hub: Path) -> None:
+    before = (hub / "root.key").read_bytes()
+    with pytest.raises(HubError, match="already exists"):
+        keygen(hub)
+    with pytest.raises(HubError, match="refusing to overwrite"):
+        generate_key(hub, "root")
+    assert (hub / "root.key").read_bytes() == before
+
+
+def test_keygen_with_thresholds_and_a_passphrase(tmp_path: Path) -> None:
+    result = keygen(
+        tmp_path, root_keys=3, root_threshold=2, release_keys=2, passphrase=b"s3cret", now=NOW
+    )
+    assert [k.name for k in result.keys] == ["root-1", "root-2", "root-3", "release-1", "release-2"]
+    trust = TrustStore.load(result.trust_path)
+    assert trust.root.roles["root"].threshold == 2
+    with pytest.raises(HubError, match="encrypted"):
+        load_private_key(tmp_path / "root-1.key")
+    with pytest.raises(HubError, match="wrong passphrase"):
+        load_private_key(tmp_path / "root-1.key", b"nope")
+    assert load_private_key(tmp_path / "root-1.key", b"s3cret")
+
+
+def test_impossible_threshold_is_refused_before_writing(tmp_path: Path) -> None:
+    with pytest.raises(HubError, match="threshold"):
+        keygen(tmp_path, release_threshold=2)
+    assert not (tmp_path / "trust.json").exists()
+
+
+def test_private_key_checks(hub: Path, tmp_path: Path) -> None:
+    os.chmod(hub / "root.key", 0o644)
+    with pytest.raises(HubError, match="chmod 600"):
+        load_private_key(hub / "root.key")
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+    path = tmp_path / "rsa.key"
+    path.write_bytes(
+        rsa_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+    with pytest.raises(HubError, match="Ed25519 key is needed"):
+        load_private_key(path)
+    with pytest.raises(HubError, match="cannot read"):
+        load_private_key(tmp_path / "missing.key")
+    with pytest.raises(HubError, match="not a PEM public key"):
+        load_public_key(hub / "trust.json")
+
+
+# --- sign ---------------------------------------------------------------------------------
+
+
+def test_signed_release_is_accepted_by_a_device(hub: Path, tiny_package: Path, tmp_path) -> None:
+    artifact, envelope_path = sign_package(
+        tiny_package,
+        key_paths=[hub / "release.key"],
+        base_url="http://hub.local:8000/releases/",
+        out_dir=tmp_path / "out",
+        targets=Targets(device_classes=("x86",)),
+        deployment_id="dep-42",
+        trust_path=hub / "trust.json",
+        now=NOW,
+    )
+    assert artifact.name == "tiny-1.tar.gz"
+    assert envelope_path.name == "tiny-1.release.json"
+    manifest = verify_release(
+        envelope_path.read_bytes(),
+        device_trust(hub, tmp_path),
+        device=DEVICE,
+        history=History(),
+        max_artifact_bytes=1 << 20,
+        now=NOW,
+    )
+    assert manifest.artifact.url == "http://hub.local:8000/releases/tiny-1.tar.gz"
+    assert manifest.artifact.size == artifact.stat().st_size
+    assert manifest.artifact.sha256 == hashlib.sha256(artifact.read_bytes()).hexdigest()
+    assert manifest.deployment_id == "dep-42"
+    assert manifest.targets.device_classes == ("x86",)
+    assert manifest.expires == NOW + timedelta(days=30)
+
+
+def test_artifact_is_reproducible_and_clean(tiny_package: Path, tmp_path: Path) -> None:
+    first, _ = build_artifact(tiny_package, tmp_path / "a")
+    os.utime(tiny_package / "labels.txt", (1, 1))  # touching files changes nothing
+    second, _ = build_artifact(tiny_package, tmp_path / "b")
+    assert first.read_bytes() == second.read_bytes()
+    with tarfile.open(first) as archive:
+        members = archive.getmembers()
+    names = [m.name for m in members]
+    assert names == sorted(names)
+    assert "model.toml" in names and not any(n.startswith(("/", "..", "tiny/")) for n in names)
+    for member in members:
+        assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (
+            0,
+            0,
+            0,
+            "",
+            "",
+        )
+        assert member.isfile() or member.isdir()
+
+
+def test_links_in_a_package_are_refused(tiny_package: Path, tmp_path: Path) -> None:
+    (tiny_package / "extra").symlink_to("/etc/passwd")
+    with pytest.raises(HubError, match="links and special files"):
+        build_artifact(tiny_package, tmp_path)
+    assert not list(tmp_path.glob("*.tar.gz"))
+
+
+def test_invalid_package_is_refused_with_its_reason(tiny_package: Path, tmp_path: Path) -> None:
+    (tiny_package / "labels.txt").unlink()
+    with pytest.raises(HubError, match="labels"):
+        build_artifact(tiny_package, tmp_path / "out")
+
+
+def test_signing_with_a_key_the_fleet_does_not_trust(hub, tiny_package, tmp_path) -> None:
+    generate_key(tmp_path / "other", "stray")
+    with pytest.raises(HubError, match="unknown_key"):
+        sign_package(
+            tiny_package,
+            key_paths=[tmp_path / "other" / "stray.key"],
+            base_url="http://hub.local",
+            out_dir=tmp_path / "out",
+            trust_path=hub / "trust.json",
+        )
+    assert not (tmp_path / "out" / "tiny-1.release.json").exists()
+
+
+def test_bad_release_fields_are_refused_at_signing(hub, tiny_package, tmp_path) -> None:
+    with pytest.raises(HubError, match="artifact.url"):
+        sign_package(
+            tiny_package, key_paths=[hub / "release.key"], base_url="ftp://x", out_dir=tmp_path
+        )
+    with pytest.raises(HubError, match="deployment_id"):
+        sign_package(
+            tiny_package,
+            key_paths=[hub / "release.key"],
+            base_url="http://x",
+            out_dir=tmp_path,
+            deployment_id="has space",
+        )
+
+
+# --- rotate -------------------------------------------------------------------------------
+
+
+def test_rotate_release_key_then_root_key(hub: Path, tiny_package: Path, tmp_path: Path) -> None:
+    device = device_trust(hub, tmp_path)
+    generate_key(hub, "release2")
+    v2 = rotate(
+        hub / "trust.json", old_root_keys=[hub / "root.key"], release_pubs=[hub / "release2.pub"]
+    )
+    device = device.rotate(v2.read_bytes())
+    assert device.version == 2
+    generate_key(hub, "root2")
+    rotate(hub / "trust.json", old_root_keys=[hub / "root.key"], new_root_keys=[hub / "root2.key"])
+    device = device.rotate((hub / "trust.json").read_bytes())
+    assert device.root.roles["root"].keyids == {keyid_of(load_public_key(hub / "root2.pub"))}
+    assert TrustStore.load(tmp_path / "device" / "trust.json").version == 3
+
+    _, old_release = sign_package(
+        tiny_package, key_paths=[hub / "release.key"], base_url="http://h", out_dir=tmp_path / "o"
+    )
+    with pytest.raises(TrustError) as info:
+        device.verify(old_release.read_bytes())
+    assert info.value.code == "unknown_key"
+
+
+def test_rotate_with_a_key_that_is_not_root_writes_nothing(hub: Path) -> None:
+    before = (hub / "trust.json").read_bytes()
+    with pytest.raises(HubError, match="devices would refuse"):
+        rotate(hub / "trust.json", old_root_keys=[hub / "release.key"])
+    assert (hub / "trust.json").read_bytes() == before
+
+
+def test_rotate_to_a_separate_file(hub: Path, tmp_path: Path) -> None:
+    out = rotate(
+        hub / "trust.json",
+        old_root_keys=[hub / "root.key"],
+        out_path=tmp_path / "trust-v2.json",
+        expires_in=timedelta(days=10),
+        now=NOW,
+    )
+    assert TrustStore.load(out).version == 2
+    assert TrustStore.load(out).expires == NOW + timedelta(days=10)
+    assert TrustStore.load(hub / "trust.json").version == 1
