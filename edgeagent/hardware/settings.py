@@ -1,10 +1,12 @@
-"""[hardware]: where board facts are read from and how a variant is chosen."""
+"""[hardware]: where board facts are read from and how a variant is chosen and kept working."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from edgeagent.settings import require
 
 
 @dataclass(frozen=True)
@@ -13,3 +15,26 @@ class HardwareSettings:
     profiles_dir: Path | None = None  # default: the device_profiles shipped with the agent
     profile: str = ""  # force a profile by name instead of detecting
     choice: Literal["ranked", "fastest"] = "ranked"
+    threads: int = 0  # intra-op threads; 0 = the profile's [threads], else every core
+    fastest_top_k: int = 3  # `fastest`: how many working candidates are timed
+    fastest_seconds: float = 2.0  # `fastest`: timing budget per candidate
+    probe_timeout_s: float = 300.0  # one load + first inference (TensorRT engine builds are slow)
+    probe_failure_ttl_s: float = 86400.0  # a cached failed probe is retried after this long
+    failure_threshold: int = 3  # consecutive run errors that demote a candidate
+    reprobe_backoff_s: float = 30.0  # first re-probe of a demoted candidate after this long
+    reprobe_backoff_max_s: float = 3600.0  # back-off doubles up to this
+
+    def validate(self) -> None:
+        require(self.threads >= 0, "hardware", "threads", "must be 0 (automatic) or more")
+        require(self.fastest_top_k >= 1, "hardware", "fastest_top_k", "must be at least 1")
+        require(self.fastest_seconds > 0, "hardware", "fastest_seconds", "must be positive")
+        require(self.probe_timeout_s > 0, "hardware", "probe_timeout_s", "must be positive")
+        require(self.probe_failure_ttl_s >= 0, "hardware", "probe_failure_ttl_s", "must be >= 0")
+        require(self.failure_threshold >= 1, "hardware", "failure_threshold", "must be >= 1")
+        require(self.reprobe_backoff_s > 0, "hardware", "reprobe_backoff_s", "must be positive")
+        require(
+            self.reprobe_backoff_max_s >= self.reprobe_backoff_s,
+            "hardware",
+            "reprobe_backoff_max_s",
+            "must be at least reprobe_backoff_s",
+        )
