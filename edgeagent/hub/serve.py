@@ -31,20 +31,28 @@ def entity_tag(path: Path) -> str:
     return f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"'
 
 
-async def artifact_response(request: web.Request, path: Path) -> web.FileResponse:
-    """Serve ``path`` with Range support, honouring an entity-tag ``If-Range`` too.
-
-    The response is prepared here, against the (possibly Range-less) clone of the request,
-    because aiohttp would otherwise prepare it against the original request.
-    """
+async def artifact_response(request: web.Request, path: Path) -> web.StreamResponse:
+    """Serve ``path`` with Range support, honouring an entity-tag ``If-Range`` too."""
     if_range = request.headers.get("If-Range", "")
     if if_range.startswith(('"', "W/")) and if_range != entity_tag(path):
-        headers = request.headers.copy()
-        del headers["If-Range"]
-        headers.pop("Range", None)
-        request = request.clone(headers=headers)
-    response = web.FileResponse(path, headers={"Cache-Control": "no-transform"})
+        return await _whole_file(request, path)
+    return web.FileResponse(path, headers={"Cache-Control": "no-transform"})
+
+
+async def _whole_file(request: web.Request, path: Path) -> web.StreamResponse:
+    """A plain 200 with the entire file, ignoring ``Range`` (the client's copy is stale)."""
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(path.stat().st_size),
+            "ETag": entity_tag(path),
+        }
+    )
     await response.prepare(request)
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            await response.write(chunk)
+    await response.write_eof()
     return response
 
 

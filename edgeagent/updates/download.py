@@ -250,6 +250,10 @@ class ArtifactDownload:
         self.part.unlink(missing_ok=True)
         self.meta.unlink(missing_ok=True)
 
+    def discard(self) -> None:
+        """Forget the partial file (after a final failure; a crash keeps it for resuming)."""
+        self._restart()
+
     def _validator(self) -> str | None:
         try:
             return json.loads(self.meta.read_text(encoding="utf-8")).get("validator")

@@ -1,0 +1,436 @@
+"""The install state machine: hint → verify → download → unpack → install → activate → commit.
+
+Each received release envelope runs through these steps, one release at a time::
+
+    verify      signatures, then manifest, expiry, target, floor, bad list (the trust
+                engineer's ``verify_release``); a refusal changes nothing and is reported
+    download    into staging/<sha256>.part, capped at the signed length, resumable, hashed
+    unpack      into staging, refusing traversal, links, devices and oversize archives; the
+                package's own model.toml must name the signed model and version
+    install     one rename into store/<model>/<version>
+    activate    ``current`` → new; the registry loads and warms it and swaps traffic over
+    health      the golden inputs must give the golden top-1 (or, without a golden file, a
+                finite answer) within ``health_timeout_s``
+    commit      raise the floor, clear the pending record, GC old releases
+
+Before each step the step name is written to ``pending.json``, so a crash anywhere is finished
+or undone by ``ModelStore.recover()`` at the next start. Any failure after ``verify`` rolls
+back: ``current`` returns to the previous release, the registry swaps back to it, the new
+directory is deleted, and a release that failed to load or failed its health check is marked
+bad so it is never tried again.
+
+Testing hook: ``EDGEAGENT_UPDATE_KILL_AT=<checkpoint>`` makes the process SIGKILL itself at that
+checkpoint (``verified``, ``downloaded``, ``unpacked``, ``installed``, ``activating``,
+``activated``, ``committing``, ``committed``), which is how the crash-safety tests stop the
+agent at an exact point rather than at a random moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import numpy as np
+
+from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
+from edgeagent.updates.manifest import (
+    DeviceIdentity,
+    ReleaseManifest,
+    parse_manifest,
+    verify_release,
+)
+from edgeagent.updates.report import UpdateReporter
+from edgeagent.updates.settings import UpdateSettings
+from edgeagent.updates.signing import Refused, TrustError
+from edgeagent.updates.store import STEPS, ModelStore, PendingInstall, write_json_atomic
+from edgeagent.updates.trust import TrustStore
+from edgeagent.updates.unpack import UnpackError, unpack_archive
+
+log = logging.getLogger(__name__)
+
+KILL_ENV = "EDGEAGENT_UPDATE_KILL_AT"
+_REMEMBERED = 64  # envelopes remembered as handled, so a re-delivered one is ignored quietly
+_QUEUE = 16  # releases waiting behind the one being installed
+
+
+class Served(Protocol):
+    """What the registry's LoadedModel offers the health check."""
+
+    package: ModelPackage
+
+    async def infer(
+        self, feeds: dict[str, np.ndarray], *, priority: int = 0, timeout_s: float | None = None
+    ) -> dict[str, np.ndarray]: ...
+
+
+class Activator(Protocol):
+    """The part of ModelRegistry the updater drives (hot swap in, hot swap back, unload)."""
+
+    async def activate(self, package_dir: Path) -> Served: ...
+
+    async def unload(self, name: str) -> None: ...
+
+
+class InstallFailed(Exception):
+    """A step after verification failed; ``code`` is reported, ``bad`` marks the release bad."""
+
+    def __init__(self, code: str, message: str, *, bad: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.bad = bad
+
+
+def checkpoint(name: str) -> None:
+    """The crash-test hook (see the module docstring); a no-op unless the env var names it."""
+    if os.environ.get(KILL_ENV) == name:
+        log.warning("%s=%s: killing this process now", KILL_ENV, name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def health_check(model: Served, timeout_s: float) -> None:
+    """Run the package's golden inputs and compare top-1; without them, demand finite output."""
+    package = model.package
+    expected = None
+    if package.golden is not None:
+        with np.load(package.golden) as golden:
+            data = {key: golden[key] for key in golden.files}
+        if "inputs" in data and len(package.inputs) == 1:
+            data[package.inputs[0].name] = data.pop("inputs")
+        missing = [s.name for s in package.inputs if s.name not in data]
+        if missing or "top1" not in data:
+            raise InstallFailed(
+                "health_check_failed",
+                f"{package.golden.name} lacks {', '.join([*missing, 'top1'][:3])}",
+                bad=True,
+            )
+        feeds = {s.name: data[s.name].astype(s.dtype) for s in package.inputs}
+        expected = data["top1"].reshape(-1)
+    else:
+        feeds = {
+            s.name: np.zeros([1 if d == -1 else d for d in s.shape], dtype=s.dtype)
+            for s in package.inputs
+        }
+    try:
+        outputs = await model.infer(feeds, priority=0, timeout_s=timeout_s)
+    except Exception as exc:
+        message = f"golden inference failed: {exc}"
+        raise InstallFailed("health_check_failed", message, bad=True) from exc
+    scores = np.asarray(outputs[package.outputs[0].name])
+    if not np.all(np.isfinite(scores)):
+        raise InstallFailed("health_check_failed", "the model answers NaN or infinity", bad=True)
+    if expected is not None:
+        top1 = scores.reshape(len(expected), -1).argmax(axis=-1)
+        wrong = int(np.sum(top1 != expected))
+        if wrong:
+            raise InstallFailed(
+                "health_check_failed",
+                f"{wrong} of {len(expected)} golden inputs got the wrong top-1 class",
+                bad=True,
+            )
+
+
+class Updater:
+    """Installs verified releases into the store and the running registry (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        settings: UpdateSettings,
+        store: ModelStore,
+        trust: TrustStore,
+        registry: Activator,
+        device: DeviceIdentity,
+        reporter: UpdateReporter,
+        limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+        max_manifest_bytes: int = 64 * 1024,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.trust = trust
+        self.registry = registry
+        self.device = device
+        self.reporter = reporter
+        self.limits = limits
+        self.max_manifest_bytes = max_manifest_bytes
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue(_QUEUE)
+        self._handled_path = store.root / "handled.json"
+        self._handled: list[str] = self._load_handled()
+
+    # --- entry points --------------------------------------------------------------------
+    async def on_message(self, topic: str, payload: bytes) -> None:
+        """The MQTT handler: trust rotations apply at once, releases queue for the worker."""
+        if topic.endswith("/trust"):
+            self.rotate_trust(payload)
+            return
+        try:
+            self._queue.put_nowait(payload)
+        except asyncio.QueueFull:
+            log.warning("dropped a release hint: %d releases already wait", _QUEUE)
+
+    async def run(self) -> None:
+        """Install queued releases one after the other, until cancelled."""
+        while True:
+            envelope = await self._queue.get()
+            try:
+                await self.apply(envelope)
+            except Exception:  # a bug in one install must not stop later ones
+                log.exception("the update worker failed on a release")
+
+    def rotate_trust(self, envelope: bytes) -> None:
+        digest = hashlib.sha256(envelope).hexdigest()
+        if digest in self._handled:
+            return
+        release = {"model": "trust", "version": "", "deployment_id": f"trust-{digest[:12]}"}
+        try:
+            self.trust = self.trust.rotate(envelope)
+        except TrustError as exc:
+            if exc.code != "same_version":
+                self.reporter.outcome(release, "refused", exc.code, exc.message)
+        else:
+            release["version"] = str(self.trust.version)
+            self.reporter.outcome(release, "succeeded", "rotated", "trust file rotated")
+        self._remember(digest)
+
+    async def apply(self, envelope: bytes) -> dict[str, Any] | None:
+        """Run one release through every step; return the outcome record (None if a repeat)."""
+        digest = hashlib.sha256(envelope).hexdigest()
+        if digest in self._handled:
+            log.debug("release envelope %s already handled", digest[:12])
+            return None
+        try:
+            manifest = verify_release(
+                envelope,
+                self.trust,
+                device=self.device,
+                history=self.store,
+                max_artifact_bytes=self.settings.max_artifact_bytes,
+            )
+        except TrustError as exc:
+            self._remember(digest)
+            self.reporter.outcome(self._describe(envelope, exc), "refused", exc.code, exc.message)
+            return self.reporter.last
+        await self._install(manifest)
+        self._remember(digest)  # only now: a crash midway must let the re-delivery retry
+        return self.reporter.last
+
+    def _describe(self, envelope: bytes, exc: TrustError) -> dict[str, str]:
+        """Model, version and deployment of a refused release, when its signature was good."""
+        release = {"model": "", "version": "", "deployment_id": ""}
+        if isinstance(exc, Refused):
+            manifest = parse_manifest(self.trust.verify(envelope, "release"))
+            release.update(
+                model=manifest.model,
+                version=manifest.version,
+                deployment_id=manifest.deployment_id,
+            )
+        return release
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.reporter.status(),
+            "queued": self._queue.qsize(),
+            "trust_version": self.trust.version,
+            "floors": {m: self.store.floor(m) for m in self.store.models()},
+            "current": {m: self.store.current(m) for m in self.store.models()},
+        }
+
+    # --- the steps -----------------------------------------------------------------------
+    async def _install(self, manifest: ReleaseManifest) -> None:
+        release = {
+            "model": manifest.model,
+            "version": manifest.version,
+            "deployment_id": manifest.deployment_id,
+        }
+        pending = PendingInstall(
+            model=manifest.model,
+            version=manifest.version,
+            previous=self.store.current(manifest.model),
+            deployment_id=manifest.deployment_id,
+        )
+        self.store.begin(pending)
+        self.reporter.progress(release, "verified")
+        checkpoint("verified")
+        activated = False
+        try:
+            artifact = await self._download(manifest, release)
+            self.store.advance(pending, "downloaded")
+            checkpoint("downloaded")
+
+            unpacked = await self._unpack(manifest, artifact)
+            self.store.advance(pending, "unpacked")
+            self.reporter.progress(release, "unpacked")
+            checkpoint("unpacked")
+
+            installed = await asyncio.to_thread(
+                self.store.install, manifest.model, manifest.version, unpacked
+            )
+            artifact.unlink(missing_ok=True)
+            self.store.advance(pending, "installed")
+            self.reporter.progress(release, "installed")
+            checkpoint("installed")
+
+            self.store.advance(pending, "activating")
+            self.store.set_current(manifest.model, manifest.version)
+            checkpoint("activating")
+            model = await self._activate(installed)
+            activated = True
+            self.reporter.progress(release, "activated")
+            checkpoint("activated")
+            await asyncio.wait_for(
+                health_check(model, self.settings.health_timeout_s),
+                self.settings.health_timeout_s,
+            )
+
+            self.store.advance(pending, "committing")
+            checkpoint("committing")
+            self.store.raise_floor(manifest.model, manifest.version)
+            self.store.clear_pending()
+            checkpoint("committed")
+        except asyncio.TimeoutError:
+            await self._roll_back(
+                pending,
+                release,
+                activated,
+                "health_check_failed",
+                f"health check took over {self.settings.health_timeout_s} s",
+                bad=True,
+            )
+            return
+        except InstallFailed as exc:
+            await self._roll_back(pending, release, activated, exc.code, str(exc), bad=exc.bad)
+            return
+        removed = self.store.gc(manifest.model, self.settings.keep_releases)
+        detail = f"now serving {manifest.model} {manifest.version}"
+        if removed:
+            detail += f"; removed old release(s) {', '.join(removed)}"
+        self.reporter.outcome(release, "succeeded", "committed", detail)
+
+    async def _download(self, manifest: ReleaseManifest, release: dict[str, str]) -> Path:
+        settings = self.settings
+        limits = DownloadLimits(
+            timeout_s=settings.download_timeout_s,
+            gap_s=settings.download_gap_s,
+            min_rate_bps=settings.download_min_rate_bps,
+            retries=settings.download_retries,
+            free_space_margin_bytes=settings.free_space_margin_bytes,
+        )
+        context = ssl.create_default_context(
+            cafile=str(settings.ca_file) if settings.ca_file else None
+        )
+        connector = aiohttp.TCPConnector(ssl=context)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.download_gap_s)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+            job = ArtifactDownload(
+                http,
+                manifest.artifact.url,
+                size=manifest.artifact.size,
+                sha256=manifest.artifact.sha256,
+                staging=self.store.staging,
+                limits=limits,
+                paused=lambda: self.limits().pause_downloads,
+                progress=lambda have, total: self.reporter.progress(
+                    release, "downloading", bytes=have, total=total
+                ),
+            )
+            try:
+                return await job.run()
+            except DownloadError as exc:
+                job.discard()
+                raise InstallFailed(exc.code, str(exc)) from exc
+
+    async def _unpack(self, manifest: ReleaseManifest, artifact: Path) -> Path:
+        destination = self.store.staging / f"unpack-{manifest.artifact.sha256}"
+        shutil.rmtree(destination, ignore_errors=True)
+        try:
+            root = await asyncio.to_thread(
+                unpack_archive,
+                artifact,
+                destination,
+                max_bytes=self.settings.max_unpacked_bytes,
+                max_files=self.settings.max_unpacked_files,
+            )
+            package = await asyncio.to_thread(load_package, root)
+        except UnpackError as exc:
+            artifact.unlink(missing_ok=True)
+            raise InstallFailed("unsafe_archive", str(exc)) from exc
+        except PackageError as exc:
+            shutil.rmtree(destination, ignore_errors=True)
+            raise InstallFailed("bad_package", str(exc), bad=True) from exc
+        if (package.name, package.version) != (manifest.model, manifest.version):
+            shutil.rmtree(destination, ignore_errors=True)
+            raise InstallFailed(
+                "bad_package",
+                f"the artifact holds {package.name} {package.version}, but the signed "
+                f"manifest says {manifest.model} {manifest.version}",
+                bad=True,
+            )
+        return root
+
+    async def _activate(self, installed: Path) -> Served:
+        try:
+            return await asyncio.wait_for(
+                self.registry.activate(installed), self.settings.health_timeout_s
+            )
+        except asyncio.TimeoutError as exc:
+            raise InstallFailed(
+                "load_failed", f"loading took over {self.settings.health_timeout_s} s", bad=True
+            ) from exc
+        except Exception as exc:
+            raise InstallFailed("load_failed", str(exc), bad=True) from exc
+
+    async def _roll_back(
+        self,
+        pending: PendingInstall,
+        release: dict[str, str],
+        activated: bool,
+        code: str,
+        message: str,
+        *,
+        bad: bool,
+    ) -> None:
+        """Return to the previous release in the store and in the registry; report why."""
+        model, previous = pending.model, pending.previous
+        self.store.set_current(model, previous if previous in self.store.versions(model) else None)
+        if activated:
+            previous_dir = self.store.current_dir(model)
+            try:
+                if previous_dir is not None:
+                    await self.registry.activate(previous_dir)
+                else:
+                    await self.registry.unload(model)
+            except Exception as exc:
+                message += f"; swapping back failed too: {exc}"
+        if pending.version != previous:
+            self.store.remove(model, pending.version)
+        if bad:
+            self.store.mark_bad(model, pending.version)
+        installed = STEPS.index(pending.step) >= STEPS.index("installed")
+        self.store.clear_pending()
+        if installed:
+            self.reporter.outcome(release, "failed", code, f"rolled back: {message}")
+        else:  # nothing had been installed: the release was refused, the store is as it was
+            self.reporter.outcome(release, "refused", code, message)
+
+    # --- handled envelopes ---------------------------------------------------------------
+    def _load_handled(self) -> list[str]:
+        try:
+            data = json.loads(self._handled_path.read_text(encoding="utf-8"))
+            return [str(d) for d in data][-_REMEMBERED:]
+        except (OSError, ValueError, TypeError):
+            return []
+
+    def _remember(self, digest: str) -> None:
+        self._handled = [*self._handled, digest][-_REMEMBERED:]
+        write_json_atomic(self._handled_path, self._handled)

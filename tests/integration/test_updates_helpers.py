@@ -1,0 +1,217 @@
+"""A hub and a device in one process for update tests: real keys, real signing, real HTTP
+artifact server, real store, real registry with onnxruntime sessions.
+
+Like python-tuf's repository simulator, ``Hub.release`` signs on demand and each test changes
+one thing (version, key, expiry, target, artifact bytes) and then checks the reported code
+*and* that the store on disk did not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import io
+import re
+import tarfile
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from prometheus_client import CollectorRegistry
+
+from edgeagent.hub.keys import keygen, load_private_key
+from edgeagent.hub.serve import start_artifact_server
+from edgeagent.hub.sign import sign_package
+from edgeagent.models.registry import ModelRegistry
+from edgeagent.models.session import open_variant
+from edgeagent.serving.settings import ServerSettings
+from edgeagent.telemetry import EngineMetrics
+from edgeagent.updates.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
+from edgeagent.updates.report import UpdateReporter
+from edgeagent.updates.settings import UpdateSettings
+from edgeagent.updates.signing import sign_envelope
+from edgeagent.updates.store import ModelStore
+from edgeagent.updates.trust import open_trust_store
+from edgeagent.updates.updater import Updater
+from tests.helpers import write_tiny_package
+
+DEVICE = DeviceIdentity(device_id="dev-1", profile="generic_x86_64", device_class="test-box")
+
+
+def add_golden(package: Path, *, wrong: bool = False, count: int = 4) -> Path:
+    """Give a package golden inputs with their true top-1 (or deliberately wrong ones)."""
+    model_file = next(package.glob("*.onnx"))
+    inputs = np.random.default_rng(7).standard_normal((count, 3, 8, 8)).astype(np.float32)
+    session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
+    top1 = session.run(None, {"input": inputs})[0].argmax(axis=-1)
+    if wrong:
+        top1 = (top1 + 1) % 4
+    np.savez(package / "golden.npz", inputs=inputs, top1=top1)
+    toml = package / "model.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            'labels = "labels.txt"', 'labels = "labels.txt"\ngolden = "golden.npz"'
+        )
+    )
+    return package
+
+
+def break_model(package: Path) -> Path:
+    """A package that validates (the sha256 matches) but no runtime can load."""
+    model_file = next(package.glob("*.onnx"))
+    model_file.write_bytes(b"this is not an onnx model" * 10)
+    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    toml = package / "model.toml"
+    toml.write_text(re.sub(r'= "[0-9a-f]{64}"', f'= "{digest}"', toml.read_text()))
+    return package
+
+
+@dataclasses.dataclass
+class Hub:
+    """Keys, packages, artifacts and the HTTP server that serves them."""
+
+    root: Path
+    url: str = ""
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    def package(self, version: str, *, seed: int = 0, name: str = "tiny") -> Path:
+        return write_tiny_package(
+            self.root / "packages" / f"{name}-{version}", name, version, seed=seed
+        )
+
+    def sign(self, package: Path, **options: Any) -> bytes:
+        options.setdefault("key_paths", [self.keys / "release.key"])
+        _artifact, envelope = sign_package(
+            package, base_url=self.url, out_dir=self.artifacts, **options
+        )
+        return envelope.read_bytes()
+
+    def release(self, version: str, **options: Any) -> bytes:
+        return self.sign(
+            add_golden(self.package(version, seed=int(version.split(".")[0]))), **options
+        )
+
+    def raw_release(self, artifact_bytes: bytes, model: str = "tiny", version: str = "9") -> bytes:
+        """Sign a manifest for arbitrary artifact bytes (a hostile archive)."""
+        name = f"{model}-{version}-raw.tar.gz"
+        (self.artifacts / name).write_bytes(artifact_bytes)
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        manifest = ReleaseManifest(
+            model=model,
+            version=version,
+            artifact=Artifact(
+                url=f"{self.url}/{name}",
+                size=len(artifact_bytes),
+                sha256=hashlib.sha256(artifact_bytes).hexdigest(),
+            ),
+            issued_at=now,
+            expires=now + timedelta(days=1),
+            deployment_id=f"raw-{version}",
+            targets=Targets(),
+        )
+        return sign_envelope(manifest.to_payload(), [load_private_key(self.keys / "release.key")])
+
+
+def hostile_archive(entries: list[tuple[str, bytes] | tarfile.TarInfo]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for entry in entries:
+            if isinstance(entry, tarfile.TarInfo):
+                tar.addfile(entry)
+            else:
+                info = tarfile.TarInfo(entry[0])
+                info.size = len(entry[1])
+                tar.addfile(info, io.BytesIO(entry[1]))
+    return buffer.getvalue()
+
+
+@dataclasses.dataclass
+class Device:
+    """One device's update stack: store, trust, registry, reporter, updater."""
+
+    state_dir: Path
+    store: ModelStore
+    registry: ModelRegistry
+    updater: Updater
+    events: list[dict[str, Any]]
+
+    def serving(self, name: str = "tiny") -> str:
+        return self.registry.get(name).version
+
+    async def apply(self, envelope: bytes) -> dict[str, Any]:
+        outcome = await self.updater.apply(envelope)
+        assert outcome is not None
+        return outcome
+
+
+def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) -> Device:
+    update_settings = UpdateSettings(
+        enabled=True,
+        device_class=DEVICE.device_class,
+        free_space_margin_bytes=0,
+        download_retries=1,
+        download_gap_s=5.0,
+        health_timeout_s=30.0,
+        **settings,
+    )
+    store = ModelStore(state_dir)
+    store.recover()
+    registry = ModelRegistry(
+        open_variant,
+        settings=ServerSettings(unix_socket=None, tcp_port=0),
+        metrics=EngineMetrics(CollectorRegistry()),
+        executor=executor,
+    )
+    events: list[dict[str, Any]] = []
+    reporter = UpdateReporter(DEVICE.device_id, "default", metrics=CollectorRegistry())
+    reporter.connect(lambda state: None, events.append)
+    updater = Updater(
+        settings=update_settings,
+        store=store,
+        trust=open_trust_store(state_dir, seed=trust_seed, max_bytes=64 * 1024),
+        registry=registry,
+        device=DEVICE,
+        reporter=reporter,
+    )
+    return Device(state_dir, store, registry, updater, events)
+
+
+@pytest.fixture(name="hub")
+async def hub_fixture(tmp_path: Path) -> AsyncIterator[Hub]:
+    hub = Hub(tmp_path / "hub")
+    hub.artifacts.mkdir(parents=True)
+    hub.keys.mkdir(parents=True)
+    keygen(hub.keys)
+    runner, hub.url = await start_artifact_server(hub.artifacts)
+    yield hub
+    await runner.cleanup()
+
+
+@pytest.fixture(name="device")
+async def device_fixture(tmp_path: Path, hub: Hub) -> AsyncIterator[Device]:
+    with ThreadPoolExecutor(2) as executor:
+        device = make_device(tmp_path / "device", hub.keys / "trust.json", executor)
+        yield device
+        await device.registry.close()
+
+
+async def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> None:
+    """Poll ``predicate`` until true; fail with a clear message on time-out."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        await asyncio.sleep(interval)
