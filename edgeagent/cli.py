@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "edgeagent.commands.infer",
     "edgeagent.commands.bench",
     "edgeagent.commands.run",
+    "edgeagent.commands.status",
 )
 
 

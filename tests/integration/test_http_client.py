@@ -1,0 +1,108 @@
+"""edgeagent.client and ``edgeagent status`` against a real agent over its socket and TCP."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from edgeagent.cli import main
+from edgeagent.client import AgentClient, AgentError, AgentUnreachable
+from edgeagent.models.package import load_package
+from edgeagent.models.session import open_variant
+from tests.helpers import REPO, write_tiny_package
+from tests.integration.http_agent import AgentServer
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    root = tmp_path_factory.mktemp("client")
+    server = AgentServer(root, [write_tiny_package(root / "tiny")]).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(agent: AgentServer) -> AgentClient:
+    return AgentClient(socket_path=agent.socket, timeout=10)
+
+
+def test_status_models_and_classify(client: AgentClient) -> None:
+    assert client.status()["models"]["tiny"]["active_version"] == "1"
+    assert client.models()[0]["state"] == "READY"
+    buffer = io.BytesIO()
+    Image.new("RGB", (16, 16), (10, 200, 10)).save(buffer, format="PNG")
+    answer = client.classify("tiny", buffer.getvalue(), top_k=2)
+    assert len(answer["labels"]) == 2 and answer["backend"] == "onnxruntime"
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_matches_a_direct_run(agent: AgentServer, client: AgentClient, binary: bool) -> None:
+    batch = np.random.default_rng(2).random((2, 3, 8, 8), dtype=np.float32)
+    answer = client.infer("tiny", {"input": batch}, version="1", binary=binary)
+    session = open_variant(load_package(agent.packages[0]), threads=1)
+    try:
+        expected = session.run({"input": batch})["logits"]
+    finally:
+        session.close()
+    np.testing.assert_allclose(answer.outputs["logits"], expected, rtol=1e-5)
+    assert answer.model_version == "1"
+
+
+def test_errors_carry_status_and_message(client: AgentClient, tmp_path) -> None:
+    with pytest.raises(AgentError) as caught:
+        client.infer("ghost", {"input": np.zeros((1, 3, 8, 8), np.float32)})
+    assert caught.value.status == 404 and "unknown model 'ghost'" in caught.value.message
+    with pytest.raises(AgentError, match="400") as caught:
+        client.classify("tiny", b"not an image")
+    with pytest.raises(AgentUnreachable, match="cannot reach the agent"):
+        AgentClient(socket_path=tmp_path / "none.sock").status()
+
+
+def test_client_over_tcp_with_a_token(tmp_path) -> None:
+    server = AgentServer(
+        tmp_path, [write_tiny_package(tmp_path / "tiny")], tcp_host="0.0.0.0", token="t0k"
+    ).start()
+    try:
+        with pytest.raises(AgentError) as caught:
+            AgentClient(url=server.url).status()
+        assert caught.value.status == 401
+        assert "models" in AgentClient(url=server.url, token="t0k").status()
+    finally:
+        server.stop()
+
+
+def test_status_command_json_and_text(agent: AgentServer, capsys) -> None:
+    assert main(["status", "--socket", str(agent.socket), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["models"]["tiny"]["state"] == "READY"
+    assert main(["status", "--url", agent.url]) == 0
+    text = capsys.readouterr().out
+    first, rest = text.split("\n", 1)
+    assert first == f"edgeagent at {agent.url}"
+    assert yaml.safe_load(rest)["profile"] == {"name": "test"}
+
+
+def test_status_command_reports_an_absent_agent(tmp_path, capsys) -> None:
+    assert main(["status", "--socket", str(tmp_path / "absent.sock")]) == 1
+    assert "cannot reach the agent at" in capsys.readouterr().err
+    assert main(["status", "--url", "ftp://x"]) == 2
+
+
+def test_status_command_as_a_process(agent: AgentServer) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeagent.cli", "status", "--socket", str(agent.socket), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["models"]["tiny"]["active_version"] == "1"
