@@ -224,6 +224,8 @@ def rotate(
 ) -> Path:
     """Write trust N+1 (default: over ``trust_path``) signed by the old *and* new root keys.
 
+    A copy is kept as ``trust.v<N+1>.json`` beside the output, for ``trust_chain``.
+
     ``new_root_keys`` (private, they must sign) replace the root role and ``release_pubs``
     the release role; either left empty keeps the current keys of that role. Thresholds default
     to the current ones. The result is checked by rotating a scratch copy of trust N with the
@@ -262,8 +264,25 @@ def rotate(
     envelope = sign_envelope(payload, [*old, *new_private])
     _device_check(trust_path.read_bytes(), lambda store: store.rotate(envelope, now=moment))
     target = Path(out_path) if out_path is not None else trust_path
+    write_file_atomic(target.with_name(f"trust.v{version}.json"), envelope)
     write_file_atomic(target, envelope)
     return target
+
+
+def trust_chain(trust_path: str | Path, *, after: int = 1) -> bytes:
+    """Every rotation archived next to ``trust_path`` (``trust.v<N>.json``, N > ``after``) as one
+    message, oldest first: what ``TrustStore.update`` on a device walks one version at a time,
+    so a device that slept through several rotations still catches up from one retained message.
+    """
+    directory = Path(trust_path).parent
+    versions = []
+    for path in directory.glob("trust.v*.json"):
+        number = path.name[len("trust.v") : -len(".json")]
+        if number.isdigit() and int(number) > after:
+            versions.append((int(number), json.loads(path.read_bytes())))
+    if not versions:
+        raise HubError(f"{directory}: no rotated trust files (trust.v<N>.json) after v{after}")
+    return json.dumps([document for _, document in sorted(versions, key=lambda v: v[0])]).encode()
 
 
 def _device_check(trust: bytes, then: Callable[[TrustStore], object] | None = None) -> None:

@@ -41,6 +41,7 @@ from edgeagent.updates.signing import (
 
 ROLES = ("root", "release")
 DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024
+MAX_CHAIN = 32  # trust versions one message may carry (a device offline across many rotations)
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,36 @@ class TrustStore:
         write_file_atomic(self.path, new_trust_envelope)
         return TrustStore(self.path, new, max_bytes=self.max_bytes)
 
+    def update(self, message: bytes, *, now: datetime | None = None) -> TrustStore:
+        """Apply a trust message: one trust envelope, or a chain (JSON list of envelopes).
+
+        A device that was offline across several rotations needs every version in between, so
+        the hub may publish the whole chain; entries not newer than the current version are
+        skipped and the rest rotated one version at a time (each step verified and persisted;
+        a refused step stops the walk and is raised). Nothing newer: ``same_version``.
+        """
+        if len(message) > self.max_bytes * MAX_CHAIN:
+            raise VerificationError(
+                "too_large", f"trust message: {len(message)} bytes is over the chain limit"
+            )
+        claimed = [(_claimed_version(e), e) for e in _split_chain(message)]
+        newer = sorted(
+            ((v or 0, e) for v, e in claimed if v is None or v > self.version),
+            key=lambda pair: pair[0],
+        )
+        if not newer:
+            raise Refused("same_version", f"trust message has nothing newer than v{self.version}")
+        if newer[0][0] > self.version + 1:  # a claim, so only ever grounds to refuse
+            raise Refused(
+                "version_gap",
+                f"trust message starts at v{newer[0][0]} but this device has v{self.version}; "
+                "publish the whole chain (hub trust_chain)",
+            )
+        store = self
+        for _, envelope in newer:
+            store = store.rotate(envelope, now=now)
+        return store
+
     # --- verified time --------------------------------------------------------------------
 
     @property
@@ -298,6 +329,29 @@ def _read(path: Path, max_bytes: int) -> bytes:
             return handle.read(max_bytes + 1)
     except OSError as exc:
         raise TrustError("no_trust", f"{path}: cannot read trust file ({exc.strerror})") from exc
+
+
+def _split_chain(message: bytes) -> list[bytes]:
+    """One envelope stays as it is (its bytes); a JSON list yields each element re-encoded."""
+    if not message.lstrip().startswith(b"["):
+        return [message]
+    items = loads_strict(message, "trust chain")
+    if not items or len(items) > MAX_CHAIN or not all(isinstance(i, dict) for i in items):
+        raise VerificationError(
+            "malformed", f"trust chain: must be a list of 1-{MAX_CHAIN} trust envelopes"
+        )
+    return [json.dumps(item).encode("utf-8") for item in items]
+
+
+def _claimed_version(envelope: bytes) -> int | None:
+    """The version a trust envelope *claims*, read unverified and used only to skip old
+    entries of a chain; every entry that is applied is fully verified by ``rotate``."""
+    try:
+        document = json.loads(decode_envelope(envelope, max_bytes=1 << 20).payload)
+    except (TrustError, ValueError):
+        return None
+    version = document.get("version") if isinstance(document, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def trust_state_path(state_dir: Path) -> Path:

@@ -20,6 +20,7 @@ from edgeagent.hub.keys import (
     load_private_key,
     load_public_key,
     rotate,
+    trust_chain,
 )
 from edgeagent.hub.sign import build_artifact, sign_package
 from edgeagent.updates.manifest import Targets, verify_release
@@ -241,3 +242,17 @@ def test_rotate_to_a_separate_file(hub: Path, tmp_path: Path) -> None:
     assert TrustStore.load(out).version == 2
     assert TrustStore.load(out).expires == NOW + timedelta(days=10)
     assert TrustStore.load(hub / "trust.json").version == 1
+
+
+def test_trust_chain_lets_a_sleeping_device_catch_up(hub: Path, tmp_path: Path) -> None:
+    device = device_trust(hub, tmp_path)
+    with pytest.raises(HubError, match="no rotated trust files"):
+        trust_chain(hub / "trust.json")
+    for name in ("root2", "root3"):
+        generate_key(hub, name)
+    rotate(hub / "trust.json", old_root_keys=[hub / "root.key"], new_root_keys=[hub / "root2.key"])
+    rotate(hub / "trust.json", old_root_keys=[hub / "root2.key"], new_root_keys=[hub / "root3.key"])
+    assert sorted(p.name for p in hub.glob("trust.v*.json")) == ["trust.v2.json", "trust.v3.json"]
+    device = device.update(trust_chain(hub / "trust.json"))
+    assert device.version == 3
+    assert TrustStore.load(tmp_path / "device" / "trust.json").version == 3
