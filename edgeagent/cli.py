@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "edgeagent.commands.bench",
     "edgeagent.commands.run",
     "edgeagent.commands.status",
+    "edgeagent.hardware.cli",
 )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from edgeagent._toml import tomllib
 from edgeagent.models.package import PRECISIONS, RUNTIMES
@@ -134,7 +134,7 @@ class _Table:
             self.error("", f"must be a table, got {type(value).__name__}")
         self.data: dict[str, Any] = value
 
-    def error(self, key: str, problem: str) -> ProfileError:
+    def error(self, key: str, problem: str) -> NoReturn:
         name = ".".join(p for p in (self.where, key) if p) or "(top level)"
         raise ProfileError(f"{self.source}: {name}: {problem}")
 

@@ -98,15 +98,15 @@ class FlakyOnnx(OnnxRuntime):
         return FlakySession(session._session, request, self)
 
 
-@pytest.fixture
-def flaky_onnx(monkeypatch: pytest.MonkeyPatch) -> FlakyOnnx:
+def install_flaky(monkeypatch: pytest.MonkeyPatch) -> FlakyOnnx:
     """Install the flaky plugin as "onnxruntime" in the plugin registry for one test."""
     plugin = FlakyOnnx()
     monkeypatch.setitem(runtimes._loaded, "onnxruntime", plugin)
     return plugin
 
 
-def test_flaky_plugin_fails_with_onnxruntimes_own_error(tmp_path: Path, flaky_onnx) -> None:
+def test_flaky_plugin_fails_with_onnxruntimes_own_error(tmp_path: Path, monkeypatch) -> None:
+    flaky_onnx = install_flaky(monkeypatch)
     package = load_package(write_tiny_package(tmp_path / "p"))
     flaky_onnx.good_calls = 1
     session = runtimes.get_runtime("onnxruntime").load(

@@ -1,0 +1,206 @@
+"""``edgeagent profile``: what board this is, what works on it, and what each model runs on.
+
+A diagnostic, so it probes every candidate (not only until the first works) and times the
+chosen one: an operator asking "why is my model on the CPU?" gets the runtime's own answer for
+each accelerator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from edgeagent.config import load_config
+from edgeagent.hardware.choose import Choice, time_session, why_not
+from edgeagent.hardware.probe import probe_feeds
+from edgeagent.hardware.profile import ProfileError
+from edgeagent.hardware.service import Accelerators
+from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.runtimes import runtime_status
+from edgeagent.settings import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "profile",
+        help="show the detected board, every accelerator candidate and the choice per model",
+        description=(
+            "Detect the board from its files (device tree, /etc/nv_tegra_release, cpuinfo, device "
+            "nodes), show which device profile matched and why, probe every candidate of that "
+            "profile for every model package (a real load and one inference; the runtime's own "
+            "error when it fails), and show the chosen candidate per model with its measured "
+            "batch-1 latency. Exit status 1 when a model has no working candidate."
+        ),
+    )
+    parser.add_argument("--config", type=Path, help="agent config file (default: system file)")
+    parser.add_argument("--root", type=Path, help="read board files below DIR (default: /)")
+    parser.add_argument(
+        "--models-dir", type=Path, help="directory of model packages (default: [agent] models_dir)"
+    )
+    parser.add_argument("--profiles-dir", type=Path, help="device profiles (default: shipped)")
+    parser.add_argument("--profile", help="use this profile instead of detecting one")
+    parser.add_argument(
+        "--choice", choices=("ranked", "fastest"), help="choice mode (default: [hardware] choice)"
+    )
+    parser.add_argument("--state-dir", type=Path, help="where the probe cache lives")
+    parser.add_argument(
+        "--reprobe", action="store_true", help="ignore cached probe results and decisions"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=1.0, help="time the chosen candidate this long (1.0)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.set_defaults(handler=run)
+
+
+def _packages(models_dir: Path) -> list[tuple[Path, ModelPackage | str]]:
+    if not models_dir.is_dir():
+        return []
+    found: list[tuple[Path, ModelPackage | str]] = []
+    for path in sorted(p for p in models_dir.iterdir() if (p / "model.toml").is_file()):
+        try:
+            found.append((path, load_package(path)))
+        except PackageError as exc:
+            found.append((path, str(exc)))
+    return found
+
+
+def _explain(acc: Accelerators, package: ModelPackage, args: argparse.Namespace) -> dict:
+    choice = acc.choose(package, use_cache=not args.reprobe)
+    _probe_rest(acc, package, choice, use_cache=not args.reprobe)
+    latency = None
+    if choice.session is not None:
+        latency = round(time_session(choice.session, probe_feeds(package), args.seconds), 3)
+        choice.session.close()
+    candidates = []
+    for option in choice.options:
+        result = choice.results.get(option.key)
+        chosen = choice.chosen is not None and option.key == choice.chosen.key
+        if chosen:
+            state = "chosen"
+        elif option.dropped or (result is not None and not result.ok):
+            state = "dropped"
+        else:
+            state = "kept"
+        candidates.append(
+            {
+                "candidate": option.key,
+                "rank": option.rank + 1,
+                "power": option.candidate.power,
+                "state": state,
+                "why": "" if chosen else why_not(choice, option),
+                "probe": result.to_dict() if result is not None else None,
+                "latency_ms": choice.latency_ms.get(option.key),
+            }
+        )
+    return {
+        "model": package.name,
+        "version": package.version,
+        "path": str(package.root),
+        "mode": choice.mode,
+        "chosen": choice.chosen.key if choice.chosen else None,
+        "reason": choice.reason,
+        "median_latency_ms": latency,
+        "candidates": candidates,
+    }
+
+
+def _probe_rest(
+    acc: Accelerators, package: ModelPackage, choice: Choice, *, use_cache: bool
+) -> None:
+    """Probe the candidates the choice did not need, so each one gets a real verdict."""
+    model_hash = package.content_hash()
+    for option in choice.options:
+        if option.dropped or option.key in choice.results or option.variant is None:
+            continue
+        session, result = acc.prober.load(
+            package, option.candidate, option.variant, model_hash=model_hash, use_cache=use_cache
+        )
+        choice.results[option.key] = result
+        if session is not None:
+            session.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.config)
+        hardware = config.hardware
+        overrides = {
+            "root": args.root,
+            "profiles_dir": args.profiles_dir,
+            "profile": args.profile,
+            "choice": args.choice,
+        }
+        hardware = replace(hardware, **{k: v for k, v in overrides.items() if v is not None})
+        state_dir = args.state_dir or config.agent.state_dir
+        acc = Accelerators(hardware, state_dir)
+    except (ConfigError, ProfileError) as exc:
+        print(f"edgeagent profile: {exc}", file=sys.stderr)
+        return 2
+    models_dir = args.models_dir or config.agent.seed_models_dir
+    models: list[dict] = []
+    for path, package in _packages(models_dir):
+        if isinstance(package, str):
+            models.append({"model": path.name, "path": str(path), "error": package})
+        else:
+            models.append(_explain(acc, package, args))
+    document = {
+        **acc.detection.report(),
+        "runtimes": runtime_status(),
+        "models_dir": str(models_dir),
+        "models": models,
+    }
+    print(json.dumps(document, indent=2) if args.json else render(document))
+    return 0 if all(m.get("chosen") for m in models) else 1
+
+
+def render(doc: dict) -> str:
+    """The report as text for a terminal."""
+    board = doc["board"]
+    lines = [
+        f"board      {board['arch']}  model: {board['model'] or '-'}",
+        f"           compatible: {', '.join(board['compatible']) or '-'}",
+    ]
+    if board["tegra_release"]:
+        lines.append(f"           L4T {board['tegra_release']}  module: {board['module'] or '-'}")
+    lines.append(f"           int8-relevant CPU flags: {', '.join(board['cpu_flags']) or '-'}")
+    lines.append(f"           thermal zones: {', '.join(board['thermal_zones']) or '-'}")
+    lines.extend(f"           note: {note}" for note in board["notes"])
+    lines += [
+        f"profile    {doc['profile']}: {doc['description']}",
+        f"           why: {doc['reason']}",
+    ]
+    for entry in doc["profiles"]:
+        if entry["name"] != doc["profile"]:
+            verdict = "matches" if entry["matched"] else "no"
+            lines.append(f"           {entry['name']}: {verdict} ({'; '.join(entry['evidence'])})")
+    lines.extend(f"accessory  {text}" for text in doc["accessories"])
+    for name, info in doc["runtimes"].items():
+        if info.get("available"):
+            devices = ", ".join(map(str, info.get("devices", [])))
+            lines.append(f"runtime    {name} {info['version']} (lists: {devices})")
+        else:
+            lines.append(f"runtime    {name}: unavailable: {info.get('reason')}")
+    if not doc["models"]:
+        lines.append(f"models     none in {doc['models_dir']} (use --models-dir DIR)")
+    for model in doc["models"]:
+        lines.append("")
+        if "error" in model:
+            lines.append(f"model {model['model']}: invalid package: {model['error']}")
+            continue
+        latency = model["median_latency_ms"]
+        timing = f", median {latency:.2f} ms batch-1" if latency is not None else ""
+        lines.append(
+            f"model {model['model']} v{model['version']}: "
+            f"{model['chosen'] or 'NO WORKING CANDIDATE'}{timing}"
+        )
+        lines.append(f"  why: {model['reason']}")
+        marks = {"chosen": "*", "kept": "+", "dropped": "-"}
+        for cand in model["candidates"]:
+            why = f"  {cand['why']}" if cand["why"] else ""
+            lines.append(f"  {marks[cand['state']]} {cand['rank']:>2} {cand['candidate']}{why}")
+    return "\n".join(lines)

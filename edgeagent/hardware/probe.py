@@ -1,0 +1,276 @@
+"""Proving a candidate works: a real session load and one real inference, with a time limit.
+
+A provider list says what a runtime was *built* with, not what the board can run (onnxruntime
+lists CUDA and then quietly runs on the CPU). So a candidate counts only when the runtime plugin
+loads the variant on the requested device and one inference returns finite outputs. Results are
+cached under the state directory, keyed by the model's content hash, the candidate and the
+runtime version, so a restart does not repeat a slow TensorRT build just to learn it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeagent.hardware.profile import Candidate
+from edgeagent.models.package import ModelPackage, Variant
+from edgeagent.models.session import load_request
+from edgeagent.runtimes import LoadRequest, RuntimeUnavailable, Session, get_runtime
+
+log = logging.getLogger(__name__)
+
+CACHE_FILE = "probe-cache.json"
+_CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """The outcome of loading one candidate and running it once."""
+
+    candidate: str  # Candidate.key
+    ok: bool
+    error: str = ""  # the runtime's own text when it failed
+    load_ms: float = 0.0
+    run_ms: float = 0.0  # the first inference (includes lazy initialisation)
+    runtime_version: str = ""
+    at: float = 0.0  # wall-clock time of the probe
+    cached: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def probe_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
+    """One batch-1 input per tensor the package declares, with plausible values.
+
+    Random normal values rather than zeros, because some delegates special-case all-zero input.
+    """
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in package.inputs:
+        shape = tuple(1 if d == -1 else d for d in spec.shape)
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[spec.name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def check_outputs(package: ModelPackage, outputs: Mapping[str, np.ndarray]) -> str:
+    """Why an inference result is unusable, or "" when it is fine."""
+    for spec in package.outputs:
+        if spec.name not in outputs:
+            return f"output {spec.name!r} is missing (got {', '.join(outputs) or 'none'})"
+        value = np.asarray(outputs[spec.name])
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            return f"output {spec.name!r} holds NaN or infinity"
+    return ""
+
+
+class ProbeCache:
+    """``<state_dir>/probe-cache.json``: probe results and `fastest` decisions, written atomically.
+
+    A missing or corrupt file is an empty cache (logged), never a start-up failure: the cache
+    only saves time.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._probes: dict[str, dict[str, Any]] = {}
+        self._decisions: dict[str, dict[str, Any]] = {}
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.warning("%s: unusable probe cache ignored (%s)", self.path, exc)
+            return
+        if not isinstance(data, dict) or data.get("format") != _CACHE_FORMAT:
+            log.warning("%s: probe cache of another format ignored", self.path)
+            return
+        probes, decisions = data.get("probes"), data.get("decisions")
+        self._probes = probes if isinstance(probes, dict) else {}
+        self._decisions = decisions if isinstance(decisions, dict) else {}
+
+    def _write(self) -> None:
+        payload = {"format": _CACHE_FORMAT, "probes": self._probes, "decisions": self._decisions}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probe-cache.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(payload, handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("%s: cannot write probe cache (%s)", self.path, exc)
+            Path(tmp).unlink(missing_ok=True)
+
+    @staticmethod
+    def probe_key(model_hash: str, candidate: Candidate, version: str) -> str:
+        return f"{model_hash}|{candidate.key}|{candidate.runtime}@{version}"
+
+    def get_probe(self, key: str) -> ProbeResult | None:
+        with self._lock:
+            entry = self._probes.get(key)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return ProbeResult(**{**entry, "cached": True})
+        except TypeError:
+            return None
+
+    def put_probe(self, key: str, result: ProbeResult) -> None:
+        with self._lock:
+            self._probes[key] = {**result.to_dict(), "cached": False}
+            self._write()
+
+    def get_decision(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._decisions.get(key)
+        return entry if isinstance(entry, dict) else None
+
+    def put_decision(self, key: str, decision: dict[str, Any]) -> None:
+        with self._lock:
+            self._decisions[key] = decision
+            self._write()
+
+
+def runtime_version(name: str) -> str:
+    """The installed version of a runtime; RuntimeUnavailable when it cannot be imported."""
+    return get_runtime(name).version()
+
+
+class Prober:
+    """Loads candidates through the runtime plugins, proves them with one inference, caches."""
+
+    def __init__(
+        self,
+        cache: ProbeCache,
+        *,
+        threads: int | None,
+        compiled_dir: Path,
+        timeout_s: float,
+        failure_ttl_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cache = cache
+        self.threads = threads
+        self.compiled_dir = compiled_dir
+        self.timeout_s = timeout_s
+        self.failure_ttl_s = failure_ttl_s
+        self.clock = clock
+
+    def request(self, package: ModelPackage, candidate: Candidate, variant: Variant) -> LoadRequest:
+        return load_request(
+            package,
+            variant,
+            device=candidate.device,
+            threads=self.threads,
+            cache_dir=self.compiled_dir / candidate.runtime,
+            options=dict(candidate.options),
+        )
+
+    def load(
+        self,
+        package: ModelPackage,
+        candidate: Candidate,
+        variant: Variant,
+        *,
+        model_hash: str,
+        use_cache: bool = True,
+    ) -> tuple[Session | None, ProbeResult]:
+        """Load and run once; a fresh cached failure is returned without loading again."""
+        try:
+            version = runtime_version(candidate.runtime)
+        except RuntimeUnavailable as exc:
+            return None, ProbeResult(candidate.key, False, str(exc), at=self.clock())
+        key = ProbeCache.probe_key(model_hash, candidate, version)
+        if use_cache:
+            cached = self.cache.get_probe(key)
+            if cached and not cached.ok and self.clock() - cached.at < self.failure_ttl_s:
+                return None, cached
+        session, result = self._load_with_timeout(package, candidate, variant, version)
+        self.cache.put_probe(key, result)
+        if result.ok:
+            log.info("probe %s for %s: works (%.0f ms load)", candidate.key, package.name,
+                     result.load_ms)  # fmt: skip
+        else:
+            log.warning("probe %s for %s: %s", candidate.key, package.name, result.error)
+        return session, result
+
+    def _load_with_timeout(
+        self, package: ModelPackage, candidate: Candidate, variant: Variant, version: str
+    ) -> tuple[Session | None, ProbeResult]:
+        """Run the probe in a thread so a hung driver cannot hang the agent.
+
+        A thread that overruns is abandoned (Python cannot kill it); if it ever finishes, it
+        closes what it loaded.
+        """
+        outcome: dict[str, Any] = {}
+        abandoned = threading.Event()
+        request = self.request(package, candidate, variant)
+
+        def work() -> None:
+            started = time.perf_counter()
+            try:
+                session = get_runtime(candidate.runtime).load(request)
+            except Exception as exc:  # the plugin's RuntimeLoadError, or a driver's own error
+                outcome["error"] = _describe(exc)
+                return
+            loaded = time.perf_counter()
+            try:
+                problem = check_outputs(package, session.run(probe_feeds(package)))
+            except Exception as exc:
+                problem = f"loads, but inference fails: {_describe(exc)}"
+            finished = time.perf_counter()
+            if problem or abandoned.is_set():
+                session.close()
+                outcome["error"] = problem
+                return
+            outcome.update(
+                session=session,
+                load_ms=(loaded - started) * 1000,
+                run_ms=(finished - loaded) * 1000,
+            )
+
+        thread = threading.Thread(target=work, name=f"probe-{candidate.key}", daemon=True)
+        thread.start()
+        thread.join(self.timeout_s)
+        at = self.clock()
+        if thread.is_alive():
+            abandoned.set()
+            error = f"no answer within probe_timeout_s = {self.timeout_s:g} s (abandoned)"
+            return None, ProbeResult(candidate.key, False, error, runtime_version=version, at=at)
+        if "session" not in outcome:
+            error = outcome.get("error") or "failed without a message"
+            return None, ProbeResult(candidate.key, False, error, runtime_version=version, at=at)
+        result = ProbeResult(
+            candidate.key,
+            True,
+            load_ms=round(outcome["load_ms"], 3),
+            run_ms=round(outcome["run_ms"], 3),
+            runtime_version=version,
+            at=at,
+        )
+        return outcome["session"], result
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 600 else text[:600] + " …"

@@ -1,0 +1,113 @@
+"""The hardware façade the daemon uses: detect once, then open a resilient session per model."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from edgeagent.hardware.choose import Choice, Chooser, PowerReader, why_not
+from edgeagent.hardware.detect import Detection, detect, read_facts
+from edgeagent.hardware.fallback import ResilientSession
+from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
+from edgeagent.hardware.profile import Profile, load_profiles
+from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.models.package import ModelPackage
+from edgeagent.runtimes import RuntimeLoadError, runtime_status
+
+log = logging.getLogger(__name__)
+
+
+class Accelerators:
+    """Board profile + probing + choice + fallback, behind three calls: open, report, profile.
+
+    ``power_reader`` (watts averaged since its previous call, or None) lets `fastest` mode keep
+    to the profile's power budget; the governor's sensors provide it where the board has them.
+    """
+
+    def __init__(
+        self,
+        settings: HardwareSettings,
+        state_dir: Path,
+        *,
+        power_reader: PowerReader | None = None,
+    ) -> None:
+        self.settings = settings
+        self.state_dir = Path(state_dir)
+        profiles = load_profiles(settings.profiles_dir)
+        self.detection: Detection = detect(profiles, read_facts(settings.root), settings.profile)
+        self.profile: Profile = self.detection.profile
+        threads = settings.threads or self.profile.threads
+        self.prober = Prober(
+            ProbeCache(self.state_dir / CACHE_FILE),
+            threads=threads,
+            compiled_dir=self.state_dir / "compiled",
+            timeout_s=settings.probe_timeout_s,
+            failure_ttl_s=settings.probe_failure_ttl_s,
+        )
+        self.chooser = Chooser(
+            self.prober,
+            mode=settings.choice,
+            top_k=settings.fastest_top_k,
+            seconds=settings.fastest_seconds,
+            power_budget_w=self.profile.power_budget_w,
+            power_w=power_reader,
+        )
+        self._lock = threading.Lock()
+        self._sessions: dict[str, ResilientSession] = {}
+        self._choices: dict[str, Choice] = {}
+
+    def choose(self, package: ModelPackage, *, use_cache: bool = True) -> Choice:
+        """Probe and choose without wrapping: what ``edgeagent profile`` reports."""
+        return self.chooser.choose(self.profile, package, use_cache=use_cache)
+
+    def open(self, package: ModelPackage) -> ResilientSession:
+        """Choose a candidate for ``package`` and return a session that falls back on failure.
+
+        Blocking (it loads and runs models): call it in a worker thread. RuntimeLoadError lists
+        every candidate's reason when none works.
+        """
+        choice = self.choose(package)
+        if choice.session is None or choice.chosen is None:
+            reasons = "; ".join(f"{o.key}: {why_not(choice, o)}" for o in choice.options)
+            raise RuntimeLoadError(
+                f"no candidate of profile {self.profile.name} runs {package.name}: {reasons}"
+            )
+        session = ResilientSession(
+            package,
+            choice.fallback_order(),
+            self.prober,
+            self.settings,
+            model_hash=package.content_hash(),
+            initial=(choice.chosen, choice.session),
+            results=choice.results,
+        )
+        with self._lock:
+            self._sessions[f"{package.name}:{package.version}"] = session
+            self._choices[f"{package.name}:{package.version}"] = choice
+        return session
+
+    def forget(self, package: ModelPackage) -> None:
+        """Drop a closed version from the report (the registry calls it after unloading)."""
+        with self._lock:
+            self._sessions.pop(f"{package.name}:{package.version}", None)
+            self._choices.pop(f"{package.name}:{package.version}", None)
+
+    def report(self) -> dict[str, Any]:
+        """JSON-able state for /v1/status: board, profile, runtimes and each model's accelerator."""
+        with self._lock:
+            sessions = dict(self._sessions)
+            choices = dict(self._choices)
+        models = {}
+        for key, session in sessions.items():
+            status = session.status()
+            status["choice"] = {"mode": choices[key].mode, "reason": choices[key].reason}
+            status["latency_ms"] = choices[key].latency_ms
+            models[key] = status
+        return {
+            **self.detection.report(),
+            "choice_mode": self.settings.choice,
+            "runtimes": runtime_status(),
+            "models": models,
+        }
