@@ -35,6 +35,7 @@ __all__ = [
     "Refused",
     "ReleaseHistory",
     "ReleaseManifest",
+    "ReleaseRefused",
     "Targets",
     "check_release",
     "parse_manifest",
@@ -263,6 +264,15 @@ def check_release(
         )
 
 
+class ReleaseRefused(Refused):
+    """A ``Refused`` for an authentic manifest: carries it, so the refusal can be reported with
+    its model, version and deployment id without verifying the envelope again."""
+
+    def __init__(self, refused: Refused, manifest: ReleaseManifest) -> None:
+        super().__init__(refused.code, refused.message)
+        self.manifest = manifest
+
+
 class ReleaseHistory(Protocol):
     """What the store remembers per model (``ModelStore`` provides it)."""
 
@@ -283,27 +293,30 @@ def verify_release(
 ) -> ReleaseManifest:
     """The whole pre-download check: signatures, then parse, then policy; then trust the time.
 
-    Raises ``VerificationError`` / ``ManifestError`` / ``Refused`` (all ``TrustError``, with a
-    ``code``) and changes nothing on disk when it does. On success the verified time moves up
-    to the manifest's ``issued_at``.
+    Raises ``VerificationError`` / ``ManifestError`` / ``ReleaseRefused`` (all ``TrustError``,
+    with a ``code``) and changes nothing on disk when it does. On success the verified time
+    moves up to the manifest's ``issued_at``.
     """
     moment = trust.effective_now(now)
     payload = trust.verify(envelope, "release")
     manifest = parse_manifest(payload)
-    if trust.expires <= moment:
-        raise Refused(
-            "expired",
-            f"trust file v{trust.version} expired at {format_time(trust.expires)}; "
-            "the hub must rotate it",
+    try:
+        if trust.expires <= moment:
+            raise Refused(
+                "expired",
+                f"trust file v{trust.version} expired at {format_time(trust.expires)}; "
+                "the hub must rotate it",
+            )
+        check_release(
+            manifest,
+            now=moment,
+            device=device,
+            floor=history.floor(manifest.model),
+            bad_versions=history.bad_versions(manifest.model),
+            max_artifact_bytes=max_artifact_bytes,
+            clock_skew_s=clock_skew_s,
         )
-    check_release(
-        manifest,
-        now=moment,
-        device=device,
-        floor=history.floor(manifest.model),
-        bad_versions=history.bad_versions(manifest.model),
-        max_artifact_bytes=max_artifact_bytes,
-        clock_skew_s=clock_skew_s,
-    )
+    except Refused as exc:
+        raise ReleaseRefused(exc, manifest) from exc
     trust.record_verified(manifest.issued_at)
     return manifest

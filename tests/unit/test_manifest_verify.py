@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.updates.manifest import ReleaseManifest, verify_release
-from edgeagent.updates.signing import TrustError, format_time
+from edgeagent.updates.manifest import ReleaseManifest, ReleaseRefused, verify_release
+from edgeagent.updates.signing import Refused, TrustError, format_time
 from edgeagent.updates.trust import TrustStore
 from tests.unit.test_trust_sim import DEVICE, NOW, History, Simulator, snapshot
 
@@ -96,6 +96,9 @@ def test_attacks_are_refused_and_change_nothing(sim, trust, tmp_path: Path, atta
         verify(trust, build(sim))
     assert info.value.code == code, info.value
     assert snapshot(tmp_path) == before
+    if isinstance(info.value, Refused):  # authentic: reported with what it was
+        assert isinstance(info.value, ReleaseRefused)
+        assert info.value.manifest.deployment_id == "dep-1"
 
 
 def test_good_release_verifies_and_moves_the_verified_time(sim, trust) -> None:
