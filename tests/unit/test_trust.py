@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeagent.config import parse_config
+from edgeagent.settings import ConfigError
 from edgeagent.updates.signing import Refused, TrustError, VerificationError
 from edgeagent.updates.trust import TrustStore, open_trust_store, trust_state_path
 from tests.unit.test_trust_sim import NOW, Simulator, snapshot
@@ -300,3 +302,20 @@ def test_corrupt_verified_time_is_reported(store: TrustStore) -> None:
 def test_refusals_are_typed(sim: Simulator, store) -> None:
     with pytest.raises(Refused):
         store.rotate(sim.sign(rotation_doc(sim, 3), "root", "root2"), now=NOW)
+
+
+# --- config -------------------------------------------------------------------------------
+
+
+def test_trust_settings_are_config_keys_with_defaults() -> None:
+    updates = parse_config("").updates
+    assert updates.trust_file == Path("/etc/edgeagent/trust.json")
+    assert (updates.max_manifest_bytes, updates.clock_skew_s) == (65536, 300.0)
+    custom = parse_config('[updates]\ntrust_file = "/x/t.json"\nclock_skew_s = 0\n').updates
+    assert (custom.trust_file, custom.clock_skew_s) == (Path("/x/t.json"), 0.0)
+    for bad, key in (
+        ("max_manifest_bytes = 0", "max_manifest_bytes"),
+        ("clock_skew_s = -1", "clock_skew_s"),
+    ):
+        with pytest.raises(ConfigError, match=rf"\[updates\] {key}"):
+            parse_config(f"[updates]\n{bad}\n")
