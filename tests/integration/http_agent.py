@@ -10,19 +10,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from edgeagent.governor.limits import UNTHROTTLED
+from edgeagent.models.package import load_package
 from edgeagent.models.registry import ModelRegistry
 from edgeagent.models.session import open_variant
 from edgeagent.serving.http import create_app
 from edgeagent.serving.settings import ServerSettings
 from edgeagent.telemetry import EngineMetrics
+from tests.helpers import write_tiny_package
 
 
 class AgentServer:
@@ -35,6 +41,7 @@ class AgentServer:
         self.packages = packages
         self.metrics = CollectorRegistry()
         self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
+        self.limits = UNTHROTTLED  # what the governor would ask of the engine; tests change it
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -63,6 +70,7 @@ class AgentServer:
             settings=self.settings,
             metrics=EngineMetrics(self.metrics),
             executor=self._executor,
+            limits_provider=lambda: self.limits,
         )
         for package in self.packages:
             self.registry.add(package)
@@ -85,3 +93,31 @@ class AgentServer:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.registry.close()
+
+
+@contextmanager
+def tiny_agent(root: Path, **settings: Any) -> Iterator[AgentServer]:
+    """An agent serving the tiny test package from ``root``, stopped on exit."""
+    server = AgentServer(root, [write_tiny_package(root / "tiny")], **settings).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@asynccontextmanager
+async def unix_session(server: AgentServer) -> AsyncIterator[aiohttp.ClientSession]:
+    """An aiohttp client session over the agent's Unix socket."""
+    connector = aiohttp.UnixConnector(path=str(server.socket))
+    async with aiohttp.ClientSession("http://agent", connector=connector) as session:
+        yield session
+
+
+@contextmanager
+def direct_run(package_dir: Path) -> Iterator[Callable[[np.ndarray], np.ndarray]]:
+    """The tiny model run in-process, without the agent: the reference for served answers."""
+    session = open_variant(load_package(package_dir), threads=1)
+    try:
+        yield lambda batch: session.run({"input": batch})["logits"]
+    finally:
+        session.close()

@@ -13,36 +13,28 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgeagent.models.package import load_package
-from edgeagent.models.session import open_variant
 from edgeagent.serving import v2
-from tests.helpers import write_tiny_package
-from tests.integration.http_agent import AgentServer
+from tests.integration.http_agent import AgentServer, direct_run, tiny_agent, unix_session
 
 H = v2.HEADER_LENGTH
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("api")
-    server = AgentServer(root, [write_tiny_package(root / "tiny")]).start()
-    yield server
-    server.stop()
+    with tiny_agent(tmp_path_factory.mktemp("api")) as server:
+        yield server
 
 
 @pytest.fixture
 async def http(agent: AgentServer) -> AsyncIterator[aiohttp.ClientSession]:
-    """A client over the Unix socket."""
-    connector = aiohttp.UnixConnector(path=str(agent.socket))
-    async with aiohttp.ClientSession("http://agent", connector=connector) as session:
+    async with unix_session(agent) as session:
         yield session
 
 
 @pytest.fixture(scope="module")
 def reference(agent: AgentServer) -> Iterator:
-    session = open_variant(load_package(agent.packages[0]), threads=1)
-    yield lambda batch: session.run({"input": batch})["logits"]
-    session.close()
+    with direct_run(agent.packages[0]) as run:
+        yield run
 
 
 def _batch(rows: int = 1, seed: int = 0) -> np.ndarray:

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from tests.helpers import write_tiny_package
-from tests.integration.http_agent import AgentServer
+from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
 
 TOKEN = "s3cret-token"
 
@@ -18,12 +17,8 @@ TOKEN = "s3cret-token"
 @pytest.fixture(scope="module")
 def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
     """Configured for a wildcard listener: every TCP connection needs the token."""
-    root = tmp_path_factory.mktemp("auth")
-    server = AgentServer(
-        root, [write_tiny_package(root / "tiny")], tcp_host="0.0.0.0", token=TOKEN
-    ).start()
-    yield server
-    server.stop()
+    with tiny_agent(tmp_path_factory.mktemp("auth"), tcp_host="0.0.0.0", token=TOKEN) as server:
+        yield server
 
 
 @pytest.mark.parametrize(
@@ -51,11 +46,7 @@ async def test_tcp_needs_the_token(
 
 
 async def test_unix_socket_needs_no_token(exposed: AgentServer) -> None:
-    connector = aiohttp.UnixConnector(path=str(exposed.socket))
-    async with (
-        aiohttp.ClientSession("http://agent", connector=connector) as http,
-        http.get("/v2/models/tiny") as response,
-    ):
+    async with unix_session(exposed) as http, http.get("/v2/models/tiny") as response:
         assert response.status == 200
 
 
@@ -71,24 +62,17 @@ async def test_refused_requests_are_counted(exposed: AgentServer) -> None:
 
 def test_non_loopback_without_a_configured_token_refuses_everyone(tmp_path) -> None:
     """A config that slipped past validation still fails closed."""
-    server = AgentServer(tmp_path, [write_tiny_package(tmp_path / "tiny")], tcp_host="0.0.0.0")
-    server.start()
-    try:
+    with tiny_agent(tmp_path, tcp_host="0.0.0.0") as server:
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(server.url + "/v2/health/live", timeout=10)
         assert caught.value.code == 401
         assert b"no [server] token is configured" in caught.value.read()
-    finally:
-        server.stop()
 
 
 async def test_loopback_listener_needs_no_token(tmp_path) -> None:
-    server = AgentServer(tmp_path, [write_tiny_package(tmp_path / "tiny")], token=TOKEN).start()
-    try:
+    with tiny_agent(tmp_path, token=TOKEN) as server:
         async with (
             aiohttp.ClientSession(server.url) as http,
             http.get("/v2/health/live") as response,
         ):
             assert response.status == 200
-    finally:
-        server.stop()

@@ -15,18 +15,14 @@ from PIL import Image
 
 from edgeagent.cli import main
 from edgeagent.client import AgentClient, AgentError, AgentUnreachable
-from edgeagent.models.package import load_package
-from edgeagent.models.session import open_variant
-from tests.helpers import REPO, write_tiny_package
-from tests.integration.http_agent import AgentServer
+from tests.helpers import REPO
+from tests.integration.http_agent import AgentServer, direct_run, tiny_agent
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("client")
-    server = AgentServer(root, [write_tiny_package(root / "tiny")]).start()
-    yield server
-    server.stop()
+    with tiny_agent(tmp_path_factory.mktemp("client")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +43,8 @@ def test_status_models_and_classify(client: AgentClient) -> None:
 def test_infer_matches_a_direct_run(agent: AgentServer, client: AgentClient, binary: bool) -> None:
     batch = np.random.default_rng(2).random((2, 3, 8, 8), dtype=np.float32)
     answer = client.infer("tiny", {"input": batch}, version="1", binary=binary)
-    session = open_variant(load_package(agent.packages[0]), threads=1)
-    try:
-        expected = session.run({"input": batch})["logits"]
-    finally:
-        session.close()
-    np.testing.assert_allclose(answer.outputs["logits"], expected, rtol=1e-5)
+    with direct_run(agent.packages[0]) as run:
+        np.testing.assert_allclose(answer.outputs["logits"], run(batch), rtol=1e-5)
     assert answer.model_version == "1"
 
 
@@ -67,16 +59,11 @@ def test_errors_carry_status_and_message(client: AgentClient, tmp_path) -> None:
 
 
 def test_client_over_tcp_with_a_token(tmp_path) -> None:
-    server = AgentServer(
-        tmp_path, [write_tiny_package(tmp_path / "tiny")], tcp_host="0.0.0.0", token="t0k"
-    ).start()
-    try:
+    with tiny_agent(tmp_path, tcp_host="0.0.0.0", token="t0k") as server:
         with pytest.raises(AgentError) as caught:
             AgentClient(url=server.url).status()
         assert caught.value.status == 401
         assert "models" in AgentClient(url=server.url, token="t0k").status()
-    finally:
-        server.stop()
 
 
 def test_status_command_json_and_text(agent: AgentServer, capsys) -> None:

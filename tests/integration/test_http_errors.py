@@ -11,9 +11,9 @@ import aiohttp
 import numpy as np
 import pytest
 
+from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
 from edgeagent.serving import v2
-from tests.helpers import write_tiny_package
-from tests.integration.http_agent import AgentServer
+from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
 
 H = v2.HEADER_LENGTH
 LIMIT = 64 * 1024
@@ -21,16 +21,13 @@ LIMIT = 64 * 1024
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("errors")
-    server = AgentServer(root, [write_tiny_package(root / "tiny")], max_body_bytes=LIMIT).start()
-    yield server
-    server.stop()
+    with tiny_agent(tmp_path_factory.mktemp("errors"), max_body_bytes=LIMIT) as server:
+        yield server
 
 
 @pytest.fixture
 async def http(agent: AgentServer) -> AsyncIterator[aiohttp.ClientSession]:
-    connector = aiohttp.UnixConnector(path=str(agent.socket))
-    async with aiohttp.ClientSession("http://agent", connector=connector) as session:
+    async with unix_session(agent) as session:
         yield session
 
 
@@ -205,17 +202,13 @@ async def test_bad_requests_do_not_disturb_good_ones(http: aiohttp.ClientSession
 @pytest.fixture
 def slow_agent(tmp_path) -> Iterator[AgentServer]:
     """A model that waits long for batch company and queues at most one request."""
-    server = AgentServer(
-        tmp_path, [write_tiny_package(tmp_path / "tiny")], max_queue=1, max_queue_delay_ms=400.0
-    ).start()
-    yield server
-    server.stop()
+    with tiny_agent(tmp_path, max_queue=1, max_queue_delay_ms=400.0) as server:
+        yield server
 
 
 async def test_queue_full_is_429_with_retry_after(slow_agent: AgentServer) -> None:
     body = _json_input([1, 3, 8, 8])
-    connector = aiohttp.UnixConnector(path=str(slow_agent.socket))
-    async with aiohttp.ClientSession("http://agent", connector=connector) as http:
+    async with unix_session(slow_agent) as http:
 
         async def call() -> tuple[int, str | None]:
             async with http.post("/v2/models/tiny/infer", data=body) as response:
@@ -227,3 +220,45 @@ async def test_queue_full_is_429_with_retry_after(slow_agent: AgentServer) -> No
     assert statuses[0] == 200
     assert 429 in statuses
     assert all(retry is not None for status, retry in answers if status == 429)
+
+
+async def test_deadline_from_the_timeout_parameter_is_504(slow_agent: AgentServer) -> None:
+    message = json.loads(_json_input([1, 3, 8, 8]))
+    message["parameters"] = {"timeout": 50_000}  # µs: shorter than the 400 ms batch wait
+    async with (
+        unix_session(slow_agent) as http,
+        http.post("/v2/models/tiny/infer", json=message) as response,
+    ):
+        assert response.status == 504
+        assert "error" in await response.json()
+
+
+async def test_throttled_requests_get_503_and_retry_after(agent: AgentServer) -> None:
+    agent.limits = ServingLimits(shed_priority_from=2, retry_after_s=7, reason="hot: test")
+    try:
+        urgent = json.loads(_json_input([1, 3, 8, 8]))
+        urgent["parameters"] = {"priority": 1}
+        async with unix_session(agent) as http:
+            async with http.post("/v2/models/tiny/infer", data=_json_input([1, 3, 8, 8])) as r:
+                assert r.status == 503
+                assert r.headers["Retry-After"] == "7"
+                assert "hot: test" in (await r.json())["error"]
+            async with http.post("/v2/models/tiny/infer", json=urgent) as response:
+                assert response.status == 200
+    finally:
+        agent.limits = UNTHROTTLED
+
+
+async def test_unloaded_model_is_503_until_loaded_again(agent: AgentServer) -> None:
+    async with unix_session(agent) as http:
+        async with http.post("/v2/repository/models/tiny/unload", data=b"") as response:
+            assert response.status == 200
+        async with http.post("/v2/models/tiny/infer", data=_json_input([1, 3, 8, 8])) as r:
+            assert r.status == 503
+            assert "unloaded" in (await r.json())["error"]
+        async with http.get("/v2/models/tiny/ready") as response:
+            assert response.status == 400
+        async with http.post("/v2/repository/models/tiny/load") as response:
+            assert response.status == 200
+        async with http.post("/v2/models/tiny/infer", data=_json_input([1, 3, 8, 8])) as r:
+            assert r.status == 200

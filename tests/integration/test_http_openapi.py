@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import aiohttp
-import pytest
 import yaml
 from openapi_spec_validator import validate
 from prometheus_client import CollectorRegistry
 
 from edgeagent.serving.http import create_app, openapi_document
 from edgeagent.serving.settings import ServerSettings
-from tests.helpers import REPO, write_tiny_package
-from tests.integration.http_agent import AgentServer
+from tests.helpers import REPO
+from tests.integration.http_agent import tiny_agent
 
 SOURCE = REPO / "edgeagent" / "serving" / "openapi.yaml"
 METHODS = {"get", "post", "put", "delete", "patch"}
@@ -48,21 +45,11 @@ def test_every_route_is_documented_and_every_documented_route_exists() -> None:
     assert documented - routes == set(), "openapi.yaml documents routes the app lacks"
 
 
-@pytest.fixture(scope="module")
-def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("openapi")
-    server = AgentServer(root, [write_tiny_package(root / "tiny")]).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def http(agent: AgentServer) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(agent.url) as session:
-        yield session
-
-
-async def test_served_json_is_the_yaml_source(http: aiohttp.ClientSession) -> None:
-    async with http.get("/openapi.json") as response:
-        assert response.status == 200
-        assert await response.json() == yaml.safe_load(SOURCE.read_text())
+async def test_served_json_is_the_yaml_source(tmp_path) -> None:
+    with tiny_agent(tmp_path) as agent:
+        async with (
+            aiohttp.ClientSession(agent.url) as http,
+            http.get("/openapi.json") as response,
+        ):
+            assert response.status == 200
+            assert await response.json() == yaml.safe_load(SOURCE.read_text())

@@ -9,18 +9,13 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from edgeagent.models.package import load_package
-from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
-from tests.integration.http_agent import AgentServer
+from tests.integration.http_agent import AgentServer, direct_run, tiny_agent
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("triton")
-    server = AgentServer(root, [write_tiny_package(root / "tiny")]).start()
-    yield server
-    server.stop()
+    with tiny_agent(tmp_path_factory.mktemp("triton")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +27,8 @@ def client(agent: AgentServer) -> Iterator[triton.InferenceServerClient]:
 
 @pytest.fixture(scope="module")
 def reference(agent: AgentServer) -> Iterator:
-    """The same model run directly, for comparing every served answer."""
-    session = open_variant(load_package(agent.packages[0]), threads=1)
-    yield lambda batch: session.run({"input": batch})["logits"]
-    session.close()
+    with direct_run(agent.packages[0]) as run:
+        yield run
 
 
 def _batch(rows: int, seed: int) -> np.ndarray:
