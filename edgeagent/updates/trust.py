@@ -252,8 +252,19 @@ class TrustStore:
             )
         if new.expires <= moment:
             raise Refused("expired", f"trust v{new.version} expired at {format_time(new.expires)}")
+        self._check_not_stale()
         write_file_atomic(self.path, new_trust_envelope)
         return TrustStore(self.path, new, max_bytes=self.max_bytes)
+
+    def _check_not_stale(self) -> None:
+        """Refuse to write from an outdated object (another rotation already replaced the file),
+        so two holders of the same file can never both turn v{N} into two different v{N+1}."""
+        on_disk = _self_verified(_read(self.path, self.max_bytes), self.path, self.max_bytes)
+        if on_disk.version != self.version:
+            raise TrustError(
+                "stale_store",
+                f"{self.path} is at v{on_disk.version}, this copy at v{self.version}; reload it",
+            )
 
     def update(self, message: bytes, *, now: datetime | None = None) -> TrustStore:
         """Apply a trust message: one trust envelope, or a chain (JSON list of envelopes).

@@ -319,3 +319,9 @@ def test_trust_settings_are_config_keys_with_defaults() -> None:
     ):
         with pytest.raises(ConfigError, match=rf"\[updates\] {key}"):
             parse_config(f"[updates]\n{bad}\n")
+
+
+def test_a_stale_store_object_cannot_rotate_twice(sim: Simulator, store, state: Path) -> None:
+    store.rotate(sim.sign(rotation_doc(sim), "root", "root2"), now=NOW)
+    other_v2 = sim.sign(rotation_doc(sim, release=("release3",)), "root", "root2")
+    refused(state, "stale_store", lambda: store.rotate(other_v2, now=NOW))
