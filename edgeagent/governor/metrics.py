@@ -1,0 +1,97 @@
+"""The governor's Prometheus metrics, registered on the daemon's shared registry."""
+
+from __future__ import annotations
+
+import math
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import Enum as EnumMetric
+
+from edgeagent.governor.actions import ACTIONS
+from edgeagent.governor.limits import ServingLimits
+from edgeagent.governor.policy import State
+from edgeagent.governor.sensors import Readings
+
+
+class GovernorMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(name, doc, labels, registry=registry)
+
+        self.temperature = gauge(
+            "edgeagent_governor_temperature_celsius",
+            "Temperature per sensor (NaN while offline)",
+            ("sensor",),
+        )
+        self.sensor_up = gauge(
+            "edgeagent_governor_sensor_up", "1 when the sensor answered its last read", ("sensor",)
+        )
+        self.power = gauge(
+            "edgeagent_governor_power_watts", "Power per sensor (NaN while offline)", ("sensor",)
+        )
+        self.power_total = gauge(
+            "edgeagent_governor_power_total_watts", "Board power (NaN when unknown)"
+        )
+        self.battery = gauge(
+            "edgeagent_governor_battery_percent", "Battery charge (NaN when unknown)"
+        )
+        self.on_ac = gauge("edgeagent_governor_on_ac_power", "1 on mains, 0 on battery")
+        self.state = EnumMetric(
+            "edgeagent_governor_state",
+            "Thermal state",
+            states=[s.label for s in State],
+            registry=registry,
+        )
+        self.action = gauge(
+            "edgeagent_governor_action_active", "1 while the action is in force", ("action",)
+        )
+        self.duty = gauge(
+            "edgeagent_governor_duty_cycle", "Share of time inference may keep the device busy"
+        )
+        self.batch_cap = gauge(
+            "edgeagent_governor_max_batch_size", "Batch size cap in force (0 = none)"
+        )
+        self.throttled = Counter(
+            "edgeagent_governor_throttled_seconds",
+            "Time spent with any throttling action in force",
+            registry=registry,
+        )
+        self.transitions = Counter(
+            "edgeagent_governor_transitions",
+            "State changes, by the state entered",
+            ("to",),
+            registry=registry,
+        )
+        for action in ACTIONS:
+            self.action.labels(action).set(0)
+        self.duty.set(1.0)
+
+    def observe(
+        self,
+        readings: Readings,
+        state: State,
+        limits: ServingLimits,
+        duty: float,
+        actions: list[str],
+        throttled_s: float,
+    ) -> None:
+        for zone in readings.zones:
+            online = zone.celsius is not None
+            self.temperature.labels(zone.key).set(zone.celsius if online else math.nan)
+            self.sensor_up.labels(zone.key).set(1 if online else 0)
+        for key, watts in readings.power_w.items():
+            self.power.labels(key).set(math.nan if watts is None else watts)
+            self.sensor_up.labels(key).set(0 if watts is None else 1)
+        total = readings.total_power_w
+        self.power_total.set(math.nan if total is None else total)
+        supply = readings.supply
+        if supply is not None:
+            self.battery.set(math.nan if supply.percent is None else supply.percent)
+            self.on_ac.set(math.nan if supply.on_ac is None else float(supply.on_ac))
+        self.state.state(state.label)
+        for action in ACTIONS:
+            self.action.labels(action).set(1 if action in actions else 0)
+        self.duty.set(duty)
+        self.batch_cap.set(limits.max_batch_size or 0)
+        if throttled_s > 0:
+            self.throttled.inc(throttled_s)

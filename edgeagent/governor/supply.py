@@ -1,0 +1,70 @@
+"""Battery and mains state from ``/sys/class/power_supply``: the input to power-save mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from edgeagent.governor.sysfs import SensorOffline, below, read_int, read_text
+
+CHARGER_STATES = ("Charging", "Full", "Not charging")
+
+
+class BatterySpecLike(Protocol):
+    """The fields of hardware.profile.BatterySpec the governor reads."""
+
+    supply: str
+    ac: str
+    low_percent: float
+
+
+@dataclass(frozen=True)
+class SupplyState:
+    on_ac: bool | None  # None: neither the AC supply nor the battery status could be read
+    percent: float | None
+    status: str | None  # the battery's own status: Charging, Discharging, Full …
+    low: bool  # on battery and below the threshold: power-save
+    errors: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "on_ac": self.on_ac,
+            "percent": self.percent,
+            "status": self.status,
+            "low": self.low,
+            "errors": list(self.errors),
+        }
+
+
+class SupplyMonitor:
+    """Reads the profile's battery and AC supplies; an unreadable file leaves its field None."""
+
+    def __init__(self, root: Path, spec: BatterySpecLike, low_percent: float) -> None:
+        self.base = below(root, "/sys/class/power_supply")
+        self.spec = spec
+        self.low_percent = low_percent
+
+    def read(self) -> SupplyState:
+        errors: list[str] = []
+
+        def attempt(read, path: Path):  # type: ignore[no-untyped-def]
+            try:
+                return read(path)
+            except SensorOffline as exc:
+                errors.append(str(exc))
+                return None
+
+        battery = self.base / self.spec.supply
+        percent_raw = attempt(read_int, battery / "capacity")
+        status = attempt(read_text, battery / "status")
+        online = attempt(read_int, self.base / self.spec.ac / "online") if self.spec.ac else None
+        if online is not None:
+            on_ac: bool | None = online == 1
+        elif status is not None:
+            on_ac = status in CHARGER_STATES
+        else:
+            on_ac = None
+        percent = None if percent_raw is None else float(percent_raw)
+        low = on_ac is False and percent is not None and percent < self.low_percent
+        return SupplyState(on_ac, percent, status, low, tuple(errors))

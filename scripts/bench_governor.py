@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Benchmark the thermal governor's closed loop against a simulated chip under real inference.
+
+The real serving engine (ModelRegistry + batcher) runs a real onnxruntime model; the governor
+reads a simulated thermal zone whose temperature follows the engine's measured busy fraction
+(first-order model, limit 70 °C). Requests arrive open-loop at twice the rate the chip could
+sustain forever. Reported:
+
+* the peak temperature, overall and after the first transient (target: ≤ limit + 1 °C);
+* delivered throughput against the best constant rate that stays under the limit, computed
+  from the model: u* = (limit − ambient) / heat at the per-inference time measured in this run
+  (target: ≥ 85 %).
+
+Machine speed drifts on a shared host, so every rate is relative to the service time measured
+in the same run. ``--plot out.png`` draws temperature and throughput over time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from edgeagent.governor.engine_load import EngineLoad
+from edgeagent.governor.service import GovernorService
+from edgeagent.governor.settings import GovernorSettings
+from edgeagent.models.registry import ModelRegistry
+from edgeagent.models.session import open_variant
+from edgeagent.serving.errors import ServingError
+from edgeagent.serving.settings import ServerSettings
+from edgeagent.telemetry import EngineMetrics
+
+LIMIT_C = 70.0
+
+
+@dataclass
+class NoProfile:
+    """The governor runs on the simulated zone only; nothing of a board profile is needed."""
+
+    name: str = "simulated"
+    thermal: tuple = ()
+    power_budget_w: float | None = None
+    power_sensors: tuple = ()
+    throttle_command: str | None = None
+    battery: None = None
+
+
+@dataclass
+class Trace:
+    t: list[float] = field(default_factory=list)
+    temp: list[float] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)
+    state: list[str] = field(default_factory=list)
+
+
+def write_conv_package(root: Path, size: int, channels: int) -> Path:
+    """A small convolutional classifier package (real onnxruntime work, ~ms per image)."""
+    import hashlib
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32) * 0.1
+    w2 = rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * 0.1
+    fc = rng.standard_normal((channels, 10)).astype(np.float32)
+    tensors = [
+        helper.make_tensor(name, TensorProto.FLOAT, w.shape, w.flatten())
+        for name, w in (("w1", w1), ("w2", w2), ("fc", fc))
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["input", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+            helper.make_node("Relu", ["c2"], ["r2"]),
+            helper.make_node("GlobalAveragePool", ["r2"], ["pool"]),
+            helper.make_node("Flatten", ["pool"], ["flat"]),
+            helper.make_node("MatMul", ["flat", "fc"], ["logits"]),
+        ],
+        "benchconv",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        tensors,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "benchconv.fp32.onnx"
+    onnx.save(model, str(path))
+    (root / "labels.txt").write_text("".join(f"c{i}\n" for i in range(10)))
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    (root / "model.toml").write_text(
+        f"""name = "benchconv"
+version = "1"
+task = "classification"
+labels = "labels.txt"
+[[inputs]]
+name = "input"
+dtype = "float32"
+shape = [-1, 3, {size}, {size}]
+layout = "NCHW"
+[[outputs]]
+name = "logits"
+dtype = "float32"
+shape = [-1, 10]
+[preprocess]
+size = [{size}, {size}]
+[serving]
+max_batch_size = 1
+[[variant]]
+runtime = "onnxruntime"
+precision = "fp32"
+files = ["{path.name}"]
+sha256 = {{ "{path.name}" = "{digest}" }}
+"""
+    )
+    return root
+
+
+class Load:
+    """Open-loop arrivals at ``rate`` requests/s (the client does not wait for answers)."""
+
+    def __init__(self, model, inputs: list[np.ndarray]) -> None:  # type: ignore[no-untyped-def]
+        self.model = model
+        self.inputs = inputs
+        self.done = 0
+        self.refused = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def _one(self, index: int) -> None:
+        try:
+            await self.model.infer({"input": self.inputs[index % len(self.inputs)]})
+            self.done += 1
+        except ServingError:
+            self.refused += 1
+
+    async def offer(self, rate: float, seconds: float) -> None:
+        start = time.monotonic()
+        sent = 0
+        while (elapsed := time.monotonic() - start) < seconds:
+            due = int(elapsed * rate) + 1
+            while sent < due:
+                task = asyncio.create_task(self._one(sent))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                sent += 1
+            await asyncio.sleep(0.002)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="bench-governor-"))
+    package = write_conv_package(work / "pkg", args.size, args.channels)
+    metrics = CollectorRegistry()
+    settings = GovernorSettings(
+        simulate=True,
+        sim_root=work / "sim",
+        interval_s=args.interval,
+        sim_ambient_c=args.ambient,
+        sim_heat_c=args.heat,
+        sim_tau_s=args.tau,
+        sim_noise_c=args.noise,
+        sim_warm_c=LIMIT_C - 10,
+        sim_hot_c=LIMIT_C,
+        sim_critical_c=LIMIT_C + 10,
+    )
+    governor = GovernorService(settings, NoProfile(), Path("/"), metrics)
+    executor = ThreadPoolExecutor(2)
+    registry = ModelRegistry(
+        lambda p: open_variant(p, threads=args.threads),
+        settings=ServerSettings(unix_socket=None, tcp_port=0, cache_size=0, max_queue=64),
+        metrics=EngineMetrics(metrics),
+        executor=executor,
+        limits_provider=governor.limits,
+    )
+    registry.add(package)
+    await registry.load_all()
+    model = registry.get("benchconv")
+    rng = np.random.default_rng(1)
+    inputs = [
+        rng.standard_normal((1, 3, args.size, args.size)).astype(np.float32) for _ in range(32)
+    ]
+    sim = governor.simulator
+    assert sim is not None
+
+    # Calibrate: the per-inference time with the device flat out, governor not yet running.
+    probe = EngineLoad(metrics)
+    calib = Load(model, inputs)
+    await calib.offer(rate=args.calibrate_rate, seconds=args.calibrate)
+    await asyncio.sleep(0.5)
+    probe.sample()
+    service_s = probe.batch_seconds or 0.0
+    if service_s <= 0:
+        raise SystemExit("calibration ran no batches; the machine is too loaded to measure")
+    u_star = sim.sustainable_utilisation(LIMIT_C)
+    best_rate = u_star / service_s
+    offered = args.offer * best_rate
+    if not args.json:
+        print(
+            f"per-inference time {service_s * 1e3:.2f} ms; sustainable utilisation {u_star:.2f} "
+            f"→ best constant rate {best_rate:.1f}/s; offering {offered:.1f}/s "
+            f"for {args.duration:.0f} s",
+            flush=True,
+        )
+
+    await governor.start()
+    load = Load(model, inputs)
+    trace = Trace()
+    start = time.monotonic()
+
+    async def record() -> None:
+        while True:
+            trace.t.append(time.monotonic() - start)
+            trace.temp.append(sim.temperature_c)
+            trace.done.append(load.done)
+            trace.busy.append(governor.utilisation)
+            trace.state.append(governor.policy.state.label)
+            await asyncio.sleep(0.25)
+
+    recorder = asyncio.create_task(record())
+    await load.offer(rate=offered, seconds=args.duration)
+    recorder.cancel()
+    await governor.stop()
+    await registry.close()
+    executor.shutdown()
+
+    # Measured over the same window: the service time may drift on a shared machine.
+    crossed = next((t for t, c in zip(trace.t, trace.temp, strict=True) if c >= LIMIT_C - 3), None)
+    settle = (crossed or 0.0) + 3 * args.tau
+    idx = [i for i, t in enumerate(trace.t) if t >= settle]
+    if len(idx) < 8:
+        raise SystemExit(f"run too short to settle (limit approached at {crossed} s)")
+    first, last = idx[0], idx[-1]
+    delivered = (trace.done[last] - trace.done[first]) / (trace.t[last] - trace.t[first])
+    busy_mean = statistics.fmean(trace.busy[first : last + 1])
+    result = {
+        "limit_c": LIMIT_C,
+        "ambient_c": args.ambient,
+        "heat_c": args.heat,
+        "tau_s": args.tau,
+        "offered_per_s": round(offered, 2),
+        "service_ms": round(service_s * 1e3, 3),
+        "best_constant_per_s": round(best_rate, 2),
+        "delivered_per_s": round(delivered, 2),
+        "throughput_ratio": round(delivered / best_rate, 3),
+        "utilisation_ratio": round(busy_mean / u_star, 3),
+        "peak_c": round(max(trace.temp), 2),
+        "peak_after_transient_c": round(max(trace.temp[first:]), 2),
+        "settled_from_s": round(settle, 1),
+        "refused": load.refused,
+        "final_state": trace.state[-1],
+    }
+    if args.plot:
+        plot(trace, args.plot, settle)
+        result["plot"] = str(args.plot)
+    return result
+
+
+def plot(trace: Trace, path: Path, settle: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rates = [0.0] + [
+        (trace.done[i] - trace.done[i - 4]) / (trace.t[i] - trace.t[i - 4])
+        for i in range(4, len(trace.t))
+    ]
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6))
+    top.plot(trace.t, trace.temp, label="simulated temperature")
+    top.axhline(LIMIT_C, color="red", linestyle="--", label=f"limit {LIMIT_C:.0f} °C")
+    top.axvline(settle, color="grey", linestyle=":", label="settled")
+    top.set_ylabel("°C")
+    top.legend(loc="lower right")
+    bottom.plot(trace.t[3:], rates[: len(trace.t) - 3], label="delivered inferences/s")
+    bottom.set_ylabel("inferences/s")
+    bottom.set_xlabel("seconds")
+    bottom.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=80.0, help="seconds under load")
+    parser.add_argument("--offer", type=float, default=2.0, help="offered load / sustainable")
+    parser.add_argument("--ambient", type=float, default=40.0)
+    parser.add_argument("--heat", type=float, default=60.0, help="°C above ambient at full load")
+    parser.add_argument("--tau", type=float, default=10.0, help="thermal time constant, s")
+    parser.add_argument("--noise", type=float, default=0.2, help="sensor noise σ, °C")
+    parser.add_argument("--interval", type=float, default=0.5, help="governor period, s")
+    parser.add_argument("--size", type=int, default=64, help="input image size")
+    parser.add_argument("--channels", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    parser.add_argument("--calibrate", type=float, default=4.0, help="calibration seconds")
+    parser.add_argument("--calibrate-rate", type=float, default=2000.0)
+    parser.add_argument("--plot", type=Path, help="write temperature/throughput PNG here")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"peak {result['peak_c']} °C overall, {result['peak_after_transient_c']} °C after "
+            f"the first transient (limit {LIMIT_C:.0f} °C, target ≤ {LIMIT_C + 1:.0f})"
+        )
+        print(
+            f"delivered {result['delivered_per_s']}/s vs best constant "
+            f"{result['best_constant_per_s']}/s = {result['throughput_ratio']:.1%} "
+            f"(target ≥ 85%); measured utilisation {result['utilisation_ratio']:.1%} of sustainable"
+        )
+    ok = result["peak_after_transient_c"] <= LIMIT_C + 1 and result["throughput_ratio"] >= 0.85
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
