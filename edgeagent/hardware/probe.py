@@ -78,6 +78,33 @@ def check_outputs(package: ModelPackage, outputs: Mapping[str, np.ndarray]) -> s
     return ""
 
 
+def golden_problem(package: ModelPackage, session: Session, min_agreement: float) -> str:
+    """Why the session gives wrong answers on the package's golden inputs, or "".
+
+    A delegate can load, run and still compute garbage (a broken fp16 kernel, a DLA layer it
+    mis-handles). Quantized variants legitimately differ from the fp32 reference on a few
+    inputs, hence an agreement threshold rather than equality.
+    """
+    if package.golden is None or min_agreement <= 0 or len(package.inputs) != 1:
+        return ""
+    try:
+        with np.load(package.golden) as golden:
+            inputs, expected = golden["inputs"], golden["top1"].reshape(-1)
+    except (OSError, KeyError, ValueError) as exc:
+        log.warning("%s: golden file unusable for probing (%s)", package.golden, exc)
+        return ""
+    spec = package.inputs[0]
+    outputs = session.run({spec.name: inputs.astype(spec.dtype)})
+    scores = np.asarray(outputs[package.outputs[0].name]).reshape(len(expected), -1)
+    agree = int(np.sum(scores.argmax(axis=-1) == expected))
+    if agree < min_agreement * len(expected):
+        return (
+            f"wrong answers: top-1 matches {package.golden.name} on {agree} of {len(expected)} "
+            f"inputs (probe_golden_agreement = {min_agreement:g})"
+        )
+    return ""
+
+
 class ProbeCache:
     """``<state_dir>/probe-cache.json``: probe results and `fastest` decisions, written atomically.
 
@@ -167,6 +194,7 @@ class Prober:
         compiled_dir: Path,
         timeout_s: float,
         failure_ttl_s: float,
+        golden_agreement: float = 0.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache = cache
@@ -174,6 +202,7 @@ class Prober:
         self.compiled_dir = compiled_dir
         self.timeout_s = timeout_s
         self.failure_ttl_s = failure_ttl_s
+        self.golden_agreement = golden_agreement
         self.clock = clock
 
     def request(self, package: ModelPackage, candidate: Candidate, variant: Variant) -> LoadRequest:
@@ -236,6 +265,7 @@ class Prober:
             loaded = time.perf_counter()
             try:
                 problem = check_outputs(package, session.run(probe_feeds(package)))
+                problem = problem or golden_problem(package, session, self.golden_agreement)
             except Exception as exc:
                 problem = f"loads, but inference fails: {_describe(exc)}"
             finished = time.perf_counter()

@@ -45,6 +45,7 @@ class Accelerators:
             compiled_dir=self.state_dir / "compiled",
             timeout_s=settings.probe_timeout_s,
             failure_ttl_s=settings.probe_failure_ttl_s,
+            golden_agreement=settings.probe_golden_agreement,
         )
         self.chooser = Chooser(
             self.prober,

@@ -20,6 +20,7 @@ class HardwareSettings:
     fastest_seconds: float = 2.0  # `fastest`: timing budget per candidate
     probe_timeout_s: float = 300.0  # one load + first inference (TensorRT engine builds are slow)
     probe_failure_ttl_s: float = 86400.0  # a cached failed probe is retried after this long
+    probe_golden_agreement: float = 0.6  # share of golden top-1 a probe must match; 0 = off
     failure_threshold: int = 3  # consecutive run errors that demote a candidate
     reprobe_backoff_s: float = 30.0  # first re-probe of a demoted candidate after this long
     reprobe_backoff_max_s: float = 3600.0  # back-off doubles up to this
@@ -30,6 +31,12 @@ class HardwareSettings:
         require(self.fastest_seconds > 0, "hardware", "fastest_seconds", "must be positive")
         require(self.probe_timeout_s > 0, "hardware", "probe_timeout_s", "must be positive")
         require(self.probe_failure_ttl_s >= 0, "hardware", "probe_failure_ttl_s", "must be >= 0")
+        require(
+            0 <= self.probe_golden_agreement <= 1,
+            "hardware",
+            "probe_golden_agreement",
+            "must be between 0 and 1",
+        )
         require(self.failure_threshold >= 1, "hardware", "failure_threshold", "must be >= 1")
         require(self.reprobe_backoff_s > 0, "hardware", "reprobe_backoff_s", "must be positive")
         require(

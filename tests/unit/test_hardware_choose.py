@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgeagent.hardware.choose import Chooser, options_for, why_not
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
 from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
+from edgeagent.runtimes import LoadRequest, get_runtime
+from tests.helpers import write_tiny_onnx
 from tests.unit.test_hardware_support import write_multi_package, write_profile
 
 CPU = "onnxruntime:CPUExecutionProvider"
@@ -178,3 +181,26 @@ def test_no_working_candidate(tmp_path: Path, package) -> None:
     assert choice.chosen is None and choice.session is None
     assert choice.reason == "no candidate works"
     assert choice.fallback_order() == [choice.options[0]]
+
+
+def test_a_candidate_giving_wrong_answers_is_dropped(tmp_path: Path, package) -> None:
+    """The golden inputs catch a device that runs but computes garbage."""
+    rng = np.random.default_rng(5)
+    inputs = rng.standard_normal((16, 3, 8, 8)).astype(np.float32) + rng.standard_normal(
+        (16, 3, 1, 1)
+    ).astype(np.float32)
+    reference = get_runtime("onnxruntime").load(
+        LoadRequest(files=(package.root / "tiny.fp32.onnx",))
+    )
+    top1 = reference.run({"input": inputs})["logits"].argmax(1)
+    np.savez(package.root / "golden.npz", inputs=inputs, top1=top1)
+    write_tiny_onnx(package.root / "tiny.openvino.fp32.onnx", seed=7)  # other weights: garbage
+    toml = package.root / "model.toml"
+    toml.write_text('golden = "golden.npz"\n' + toml.read_text())
+    golden_package = load_package(package.root)
+    profile = load_profile(write_profile(tmp_path, "p", ["openvino:CPU:fp32", f"{CPU}:fp32"]))
+    prober = _prober(tmp_path / "s", golden_agreement=0.9)
+    choice = Chooser(prober).choose(profile, golden_package)
+    assert choice.chosen.key == f"{CPU}:fp32"
+    assert "wrong answers: top-1 matches golden.npz on" in choice.results["openvino:CPU:fp32"].error
+    choice.session.close()
