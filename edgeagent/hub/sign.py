@@ -59,8 +59,8 @@ def _tarinfo(path: Path, root: Path) -> tarfile.TarInfo:
     return info
 
 
-def build_artifact(package_dir: str | Path, out_dir: str | Path) -> tuple[Path, ModelPackage]:
-    """Validate the package and write ``<out_dir>/<name>-<version>.tar.gz`` reproducibly."""
+def archive_package(package_dir: str | Path) -> tuple[bytes, ModelPackage]:
+    """Validate the package and return its reproducible ``.tar.gz`` bytes."""
     try:
         package = load_package(package_dir)
     except PackageError as exc:
@@ -77,9 +77,29 @@ def build_artifact(package_dir: str | Path, out_dir: str | Path) -> tuple[Path, 
             else:
                 with path.open("rb") as handle:
                     archive.addfile(info, handle)
-    artifact = Path(out_dir) / f"{package.name}-{package.version}.tar.gz"
-    write_file_atomic(artifact, buffer.getvalue())
-    return artifact, package
+    return buffer.getvalue(), package
+
+
+def _artifact_path(out_dir: str | Path, package: ModelPackage) -> Path:
+    return Path(out_dir) / f"{package.name}-{package.version}.tar.gz"
+
+
+def _write_artifact(path: Path, data: bytes) -> None:
+    """A published artifact never changes: devices holding its manifest expect these bytes."""
+    if path.exists() and path.read_bytes() != data:
+        raise HubError(
+            f"{path} already exists with other content; a released version never changes, "
+            "so raise the version in model.toml"
+        )
+    write_file_atomic(path, data)
+
+
+def build_artifact(package_dir: str | Path, out_dir: str | Path) -> tuple[Path, ModelPackage]:
+    """Write ``<out_dir>/<name>-<version>.tar.gz`` (see ``archive_package``)."""
+    data, package = archive_package(package_dir)
+    path = _artifact_path(out_dir, package)
+    _write_artifact(path, data)
+    return path, package
 
 
 def sign_package(
@@ -101,20 +121,22 @@ def sign_package(
     ``key_paths`` are release keys (a threshold of them when the role needs more than one);
     ``base_url`` is where ``hub serve`` will publish ``out_dir``. With ``trust_path`` the
     envelope is verified against that trust file first, so a release signed by a key the fleet
-    does not trust is caught here rather than on every device. Returns (artifact, envelope).
+    does not trust is caught here rather than on every device. Nothing is written unless
+    every check passed. Returns (artifact path, envelope path).
     """
     keys = [load_private_key(p, passphrase) for p in key_paths]
     if not keys:
         raise HubError("signing needs at least one release key (--key)")
-    artifact, package = build_artifact(package_dir, out_dir)
+    data, package = archive_package(package_dir)
+    artifact = _artifact_path(out_dir, package)
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     manifest = ReleaseManifest(
         model=package.name,
         version=package.version,
         artifact=Artifact(
             url=f"{base_url.rstrip('/')}/{artifact.name}",
-            size=artifact.stat().st_size,
-            sha256=hashlib.sha256(artifact.read_bytes()).hexdigest(),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
         ),
         issued_at=issued,
         expires=issued + expires_in,
@@ -134,5 +156,6 @@ def sign_package(
         except TrustError as exc:
             raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
     envelope_path = Path(out_dir) / f"{package.name}-{package.version}.release.json"
+    _write_artifact(artifact, data)
     write_file_atomic(envelope_path, envelope)
     return artifact, envelope_path

@@ -181,7 +181,19 @@ def test_signing_with_a_key_the_fleet_does_not_trust(hub, tiny_package, tmp_path
             out_dir=tmp_path / "out",
             trust_path=hub / "trust.json",
         )
-    assert not (tmp_path / "out" / "tiny-1.release.json").exists()
+    assert not (tmp_path / "out").exists()  # neither artifact nor envelope
+
+
+def test_a_released_artifact_is_never_replaced(hub, tiny_package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sign = dict(key_paths=[hub / "release.key"], base_url="http://h", out_dir=out)
+    artifact, _ = sign_package(tiny_package, **sign)
+    sign_package(tiny_package, **sign)  # same bytes again: fine (reproducible)
+    before = artifact.read_bytes()
+    (tiny_package / "labels.txt").write_text("".join(f"other_{i}\n" for i in range(4)))
+    with pytest.raises(HubError, match="raise the version"):
+        sign_package(tiny_package, **sign)
+    assert artifact.read_bytes() == before
 
 
 def test_bad_release_fields_are_refused_at_signing(hub, tiny_package, tmp_path) -> None:
