@@ -274,8 +274,21 @@ def test_rotation_that_cannot_be_written_leaves_the_old_file(
     monkeypatch.setattr("edgeagent.updates.trust.os.replace", fail)
     with pytest.raises(OSError):
         store.rotate(sim.sign(rotation_doc(sim), "root", "root2"), now=NOW)
-    after = {k: v for k, v in snapshot(state).items() if not k.startswith(".")}
-    assert after == before
+    assert snapshot(state) == before  # no temporary file left either
+
+
+def test_verified_time_that_cannot_be_synced_is_not_half_written(store, state, monkeypatch):
+    store.record_verified(NOW)
+    before = snapshot(state)
+
+    def fail(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("edgeagent.updates.trust.os.fsync", fail)
+    with pytest.raises(OSError):
+        store.record_verified(NOW + timedelta(hours=1))
+    assert snapshot(state) == before
+    assert store.last_verified() == NOW
 
 
 # --- verified time ------------------------------------------------------------------------
