@@ -162,7 +162,10 @@ class ResilientSession(Session):
 
     # -- power mode -----------------------------------------------------------------------
     def set_power_mode(self, mode: str) -> None:
-        """Move to the best working ``low``-power candidate, or back to the best of all."""
+        """Move to the best working ``low``-power candidate, or back to the best of all.
+
+        The new session loads while the current one keeps serving; only the swap takes the lock.
+        """
         if mode not in ("high", "low"):
             raise ValueError(f"power mode must be 'high' or 'low', got {mode!r}")
         with self._lock:
@@ -171,7 +174,13 @@ class ResilientSession(Session):
             self._mode = mode
             log.info("%s: power mode %s", self.package.name, mode)
             best = next(iter(self._eligible()), None)
-            if best is not None and (self._lease is None or best.key != self._lease.option.key):
+            if best is None or (self._lease is not None and best.key == self._lease.option.key):
+                return
+        session = self._load(best)
+        with self._lock:
+            if session is not None:
+                self._promote(best, session)
+            elif self._lease is None:
                 self._activate_locked()
 
     # -- status ---------------------------------------------------------------------------
@@ -327,6 +336,7 @@ class ResilientSession(Session):
         timer.start()
 
     def _load(self, option: Option, *, use_cache: bool = True) -> Session | None:
+        """Load and prove one candidate; callers need not hold the lock (a load can be slow)."""
         assert option.variant is not None
         session, result = self._prober.load(
             self.package,
@@ -335,51 +345,52 @@ class ResilientSession(Session):
             model_hash=self._hash,
             use_cache=use_cache,
         )
-        self._health[option.key].probe = result
-        if session is None and result.cached:  # a known failure on this device: not retried
-            self._health[option.key].unavailable = True
-            self._health[option.key].reason = f"probe failed: {result.error}"
-        elif session is None:
-            self._demote_locked(option.key, f"load failed: {result.error}", load_failure=True)
+        with self._lock:
+            health = self._health[option.key]
+            health.probe = result
+            if session is None and result.cached:  # a known failure on this device: not retried
+                health.unavailable = True
+                health.reason = f"probe failed: {result.error}"
+            elif session is None:
+                self._demote_locked(option.key, f"load failed: {result.error}", load_failure=True)
         return session
 
+    def _promote(self, option: Option, session: Session) -> bool:
+        """Swap ``session`` in when ``option`` is now the best eligible candidate, else close it."""
+        eligible = self._eligible()
+        if self._closed or not eligible or eligible[0].key != option.key:
+            session.close()
+            return False
+        previous = self._lease
+        self._lease = _Lease(option, session)
+        if previous is not None:
+            previous.retire()
+        log.warning("%s now runs on %s", self.package.name, option.key)
+        return True
+
     def _activate_locked(self) -> _Lease | None:
-        """Make the best eligible candidate active, loading it; the old lease retires."""
+        """With the lock held and nothing else to serve with: load the best eligible candidate."""
         for option in self._eligible():
             if self._lease is not None and self._lease.option.key == option.key:
                 return self._lease
             session = self._load(option)
-            if session is None:
-                continue
-            previous = self._lease
-            self._lease = _Lease(option, session)
-            if previous is not None:
-                previous.retire()
-            log.warning("%s now runs on %s", self.package.name, option.key)
-            return self._lease
+            if session is not None and self._promote(option, session):
+                return self._lease
         return self._lease
 
     def _reprobe(self, key: str) -> None:
-        """Timer callback: try a demoted candidate again; promote it when it ranks higher."""
+        """Timer callback: try a demoted candidate again, outside the lock so serving goes on."""
         with self._lock:
             if self._closed:
                 return
             option = next(o for o in self._order if o.key == key)
+            self._health[key].timer = None
+        session = self._load(option, use_cache=False)  # a failure demotes it again, longer
+        if session is None:
+            return
+        with self._lock:
             health = self._health[key]
-            health.timer = None
-            session = self._load(option, use_cache=False)
-            if session is None:
-                return
             health.retry_at = None
             health.reason = ""
             log.warning("%s: %s works again", self.package.name, key)
-            order = [o.key for o in self._eligible()]
-            current = self._lease.option.key if self._lease else None
-            if current is None or order.index(key) < order.index(current):
-                previous = self._lease
-                self._lease = _Lease(option, session)
-                if previous is not None:
-                    previous.retire()
-                log.warning("%s now runs on %s", self.package.name, key)
-            else:
-                session.close()  # proven working; stays a standby
+            self._promote(option, session)  # a standby when it ranks below the active one

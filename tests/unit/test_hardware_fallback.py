@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -168,4 +169,17 @@ def test_retired_session_closes_only_when_idle(tmp_path, package, flaky_onnx) ->
     session._release(lease)
     with pytest.raises(Exception):  # noqa: B017 - closed once idle: any use now fails
         lease.session.run({"input": BATCH})
+    session.close()
+
+
+def test_concurrent_requests_all_succeed_across_a_failover(tmp_path, package, flaky_onnx):
+    flaky_onnx.good_calls = 20
+    session = _accelerators(tmp_path, [ORT, OV]).open(package)
+    expected = session.run({"input": BATCH})["logits"]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: session.run({"input": BATCH})["logits"], range(80)))
+    for result in results:
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+    assert session.candidate.key == OV
+    assert len(session.status()["demotions"]) == 1
     session.close()
