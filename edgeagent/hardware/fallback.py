@@ -21,8 +21,9 @@ import numpy as np
 
 from edgeagent.hardware.choose import Option
 from edgeagent.hardware.probe import Prober, ProbeResult, check_outputs, probe_feeds
+from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.settings import HardwareSettings
-from edgeagent.models.package import ModelPackage
+from edgeagent.models.package import ModelPackage, TensorSpec
 from edgeagent.runtimes import InferenceError, Session, TensorInfo
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,10 @@ class _Health:
     unavailable: bool = False  # failed its first probe: not retried until the cache expires
     probe: ProbeResult | None = None
     timer: threading.Timer | None = field(default=None, repr=False)
+
+
+def _declared(specs: Sequence[TensorSpec]) -> list[TensorInfo]:
+    return [TensorInfo(t.name, t.dtype, t.shape) for t in specs]
 
 
 class ResilientSession(Session):
@@ -111,24 +116,21 @@ class ResilientSession(Session):
         return self.candidate.precision if self.candidate else ""
 
     @property
-    def candidate(self):
+    def candidate(self) -> Candidate | None:
         """The active profile Candidate, or None while no candidate works."""
         lease = self._lease
         return lease.option.candidate if lease else None
 
     @property
     def inputs(self) -> Sequence[TensorInfo]:
+        """The active session's view; the package's declaration while none works."""
         lease = self._lease
-        if lease is not None:
-            return lease.session.inputs
-        return [TensorInfo(t.name, t.dtype, t.shape) for t in self.package.inputs]
+        return lease.session.inputs if lease else _declared(self.package.inputs)
 
     @property
     def outputs(self) -> Sequence[TensorInfo]:
         lease = self._lease
-        if lease is not None:
-            return lease.session.outputs
-        return [TensorInfo(t.name, t.dtype, t.shape) for t in self.package.outputs]
+        return lease.session.outputs if lease else _declared(self.package.outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         lease = self._acquire()
