@@ -107,6 +107,19 @@ class Daemon:
             "models": self.registry.status,
         }
         self.services: list[Service] = []  # started in order after the models, stopped reversed
+        self.updates = None
+        if config.updates.enabled:  # recovers a half-done install before any model loads
+            from edgeagent.updates.updater import UpdateService
+
+            self.updates = UpdateService(
+                config,
+                registry=self.registry,
+                metrics=self.metrics,
+                limits=lambda: self.limits_provider(),
+                sources=self.status_providers,
+            )
+            self.services.append(self.updates)
+            self.status_providers["updates"] = self.updates.status
         self.listening: list[str] = []  # where clients reach us, for the operator
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
@@ -141,6 +154,8 @@ class Daemon:
         self.notifier.status("loading models")
         for directory in package_dirs(self.config):
             self.registry.add(directory)
+        for directory in self.updates.package_dirs() if self.updates else []:
+            self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
         app = create_app(
             self.registry, settings=self.config.server, metrics=self.metrics, status=self.status

@@ -101,9 +101,11 @@ class UpdateReporter:
             "agent_version": __version__,
             "online": True,
             "updated_at": time.time(),
-            "update": self.status(),
+            "updates": self.status(),
         }
         for key, source in self.sources.items():
+            if key in report:  # sources add to the report, never replace its own fields
+                continue
             try:
                 report[key] = source()
             except Exception as exc:  # a broken source must not stop the report

@@ -298,9 +298,10 @@ class ModelStore:
 
         A release whose floor was already raised had passed its health gate, so the install is
         finished. Anything earlier is undone: ``current`` goes back to the previous release and
-        the new one is deleted. A crash while the new model was being loaded or checked may
-        have been caused by that model, so it is also marked bad instead of being retried
-        forever; a crash while downloading or unpacking says nothing about the release.
+        the new one is deleted. A crash while the new model was being loaded or checked
+        (step ``activating``) may have been caused by that model, so it is also marked bad
+        instead of being retried forever; a crash at any other step says nothing about the
+        release, and its re-delivery installs it again.
         """
         self._sweep_staging()
         pending = self.pending()
@@ -320,7 +321,7 @@ class ModelStore:
         if pending.version != pending.previous:
             self.remove(pending.model, pending.version)
         reason = f"interrupted at step {pending.step!r}"
-        if pending.step in ("activating", "committing"):
+        if pending.step == "activating":
             self.mark_bad(pending.model, pending.version)
             reason += "; marked bad (the crash happened while the new model was loading)"
         self.clear_pending()

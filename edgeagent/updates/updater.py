@@ -34,16 +34,20 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 import numpy as np
+from prometheus_client import CollectorRegistry
 
+from edgeagent.config import Config
 from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
 from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.settings import ConfigError
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
 from edgeagent.updates.manifest import (
     DeviceIdentity,
@@ -51,11 +55,12 @@ from edgeagent.updates.manifest import (
     parse_manifest,
     verify_release,
 )
+from edgeagent.updates.mqtt import MqttLink, Topics
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.signing import Refused, TrustError
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall, write_json_atomic
-from edgeagent.updates.trust import TrustStore
+from edgeagent.updates.trust import TrustStore, open_trust_store
 from edgeagent.updates.unpack import UnpackError, unpack_archive
 
 log = logging.getLogger(__name__)
@@ -434,3 +439,79 @@ class Updater:
     def _remember(self, digest: str) -> None:
         self._handled = [*self._handled, digest][-_REMEMBERED:]
         write_json_atomic(self._handled_path, self._handled)
+
+
+class UpdateService:
+    """The updater as one of the daemon's services: recovery, MQTT link, install worker.
+
+    Built before the registry loads anything, because ``recover()`` must settle a half-done
+    install first; ``package_dirs()`` then tells the daemon which store releases to serve
+    (they take precedence over the seed packages of the same name).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        registry: Activator,
+        metrics: CollectorRegistry,
+        limits: Callable[[], ServingLimits],
+        sources: Mapping[str, Callable[[], dict[str, Any]]],
+        profile: str = "",
+    ) -> None:
+        settings = config.updates
+        self.store = ModelStore(config.agent.state_dir)
+        self.recovery = self.store.recover()
+        try:
+            trust = open_trust_store(
+                config.agent.state_dir,
+                seed=settings.trust_file,
+                max_bytes=settings.max_manifest_bytes,
+            )
+        except TrustError as exc:
+            raise ConfigError(f"[updates] trust_file: {exc.message}") from exc
+        device_id = config.agent.device_id or socket.gethostname()
+        self.reporter = UpdateReporter(device_id, settings.group, sources=sources, metrics=metrics)
+        self.updater = Updater(
+            settings=settings,
+            store=self.store,
+            trust=trust,
+            registry=registry,
+            device=DeviceIdentity(device_id, profile, settings.device_class),
+            reporter=self.reporter,
+            limits=limits,
+        )
+        topics = Topics(config.mqtt.topic_prefix, settings.group, device_id)
+        self.link = MqttLink(config.mqtt, topics, self.updater.on_message)
+        self._tasks: list[asyncio.Task] = []
+
+    def package_dirs(self) -> list[Path]:
+        """The current release of every model in the store (served instead of its seed)."""
+        return list(self.store.current_dirs().values())
+
+    async def start(self) -> None:
+        self.reporter.connect(self.link.publish_state, self.link.publish_event)
+        if self.recovery is not None:
+            pending = self.recovery.pending
+            release = {
+                "model": pending.model,
+                "version": pending.version,
+                "deployment_id": pending.deployment_id,
+            }
+            result = "succeeded" if self.recovery.outcome == "committed" else "failed"
+            self.reporter.outcome(
+                release, result, f"recovered_{self.recovery.outcome}", self.recovery.reason
+            )
+        self._tasks = [
+            asyncio.create_task(self.link.run(), name="mqtt-link"),
+            asyncio.create_task(self.updater.run(), name="update-worker"),
+        ]
+
+    async def stop(self) -> None:
+        await self.link.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def status(self) -> dict[str, Any]:
+        return {**self.updater.status(), "mqtt": self.link.status()}

@@ -1,0 +1,387 @@
+"""``edgeagent hub …``: the fleet manager's commands, one sub-command per job.
+
+    keygen DIR           root + release keys and the initial trust file devices are given
+    sign PACKAGE_DIR     build the reproducible artifact and its signed release manifest
+    serve DIR            serve artifacts over HTTP with Range / If-Range (resumable downloads)
+    publish RELEASE      put a signed release on the broker for a group and/or devices
+    rollout RELEASE      staged deployment (5 % → 25 % → 100 %) with an abort threshold
+    status               the fleet table from the devices' retained MQTT reports
+    rotate TRUST         trust file N+1 signed by the old and the new root keys
+
+Every command exits 0 on success, 1 when the work failed (broker unreachable, rollout
+aborted), 2 on a usage or input error, and prints a one-line reason on standard error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from edgeagent.hub.keys import HubError
+from edgeagent.updates.manifest import Targets
+from edgeagent.updates.settings import MqttSettings
+from edgeagent.updates.signing import TrustError
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "hub",
+        help="fleet manager: keys, signing, publishing, artifact server, rollouts, fleet status",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="hub_command", metavar="HUB_COMMAND")
+    _keygen(commands)
+    _sign(commands)
+    _serve(commands)
+    _publish(commands)
+    _rollout(commands)
+    _status(commands)
+    _rotate(commands)
+    parser.set_defaults(handler=lambda args: _usage(parser))
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace, work) -> int:
+    """Run one command body; turn the hub's and the trust code's errors into exit statuses."""
+    try:
+        result = work(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except (HubError, TrustError) as exc:
+        print(f"edgeagent hub {args.hub_command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, TrustError) else EXIT_FAILED
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
+
+
+# ---- broker options shared by publish, rollout and status ----------------------------------
+
+
+def _broker_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("broker")
+    group.add_argument("--broker", default="127.0.0.1:1883", metavar="HOST:PORT")
+    group.add_argument("--prefix", default="edgeagent", help="topic prefix (default edgeagent)")
+    group.add_argument("--username", default="")
+    group.add_argument(
+        "--password-file", type=Path, help="file holding the broker password (not on argv)"
+    )
+    group.add_argument("--ca", type=Path, help="CA certificate of the broker: enables TLS")
+    group.add_argument("--cert", type=Path, help="client certificate for mutual TLS")
+    group.add_argument("--key", dest="cert_key", type=Path, help="client certificate's key")
+
+
+def mqtt_settings(args: argparse.Namespace) -> MqttSettings:
+    host, _, port = args.broker.rpartition(":")
+    if not host or not port.isdigit():
+        raise HubError(f"--broker {args.broker!r}: expected HOST:PORT")
+    password = ""
+    if args.password_file is not None:
+        try:
+            password = args.password_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise HubError(f"--password-file {args.password_file}: {exc.strerror}") from exc
+    settings = MqttSettings(
+        host=host.strip("[]"),
+        port=int(port),
+        topic_prefix=args.prefix,
+        username=args.username,
+        password=password,
+        tls=args.ca is not None,
+        ca_file=args.ca,
+        cert_file=args.cert,
+        key_file=args.cert_key,
+    )
+    try:
+        settings.validate()
+    except ValueError as exc:
+        raise HubError(str(exc).replace("[mqtt] ", "--")) from exc
+    return settings
+
+
+# ---- keygen / sign / rotate: the trust engineer's functions -----------------------------
+
+
+def _keygen(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "keygen",
+        help="create root and release keys and the initial trust file",
+        description="Create root and release Ed25519 key pairs (PEM, private keys mode 0600) "
+        "and DIR/trust.json, the trust file devices are provisioned with ([updates] trust_file). "
+        "Keep the root keys offline; the release key signs day-to-day releases.",
+    )
+    parser.add_argument("directory", type=Path, metavar="DIR")
+    parser.add_argument("--root-keys", type=int, default=1)
+    parser.add_argument("--release-keys", type=int, default=1)
+    parser.add_argument("--root-threshold", type=int, default=1)
+    parser.add_argument("--release-threshold", type=int, default=1)
+    parser.add_argument("--expires-days", type=int, default=365)
+    parser.add_argument("--json", action="store_true")
+
+    def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.keys import keygen
+
+        args.directory.mkdir(parents=True, exist_ok=True)
+        result = keygen(
+            args.directory,
+            root_keys=args.root_keys,
+            release_keys=args.release_keys,
+            root_threshold=args.root_threshold,
+            release_threshold=args.release_threshold,
+            expires_in=timedelta(days=args.expires_days),
+        )
+        keys = [{"name": k.name, "key": str(k.key_path), "keyid": k.keyid} for k in result.keys]
+        lines = [f"{k['name']:<12} {k['keyid'][:16]}…  {k['key']}" for k in keys]
+        lines.append(f"trust file v{result.version}: {result.trust_path}")
+        _emit(args, {"keys": keys, "trust": str(result.trust_path)}, "\n".join(lines))
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _sign(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "sign",
+        help="build a package's artifact and signed release manifest",
+        description="Pack PACKAGE_DIR into a reproducible .tar.gz and write "
+        "<name>-<version>.release.json, the manifest signed with the release key(s). "
+        "--base-url is where 'hub serve' publishes --out.",
+    )
+    parser.add_argument("package", type=Path, metavar="PACKAGE_DIR")
+    parser.add_argument("--key", action="append", type=Path, required=True, dest="keys")
+    parser.add_argument("--base-url", required=True, help="e.g. http://hub.example:8000")
+    parser.add_argument("--out", type=Path, default=Path("."), help="artifact directory")
+    parser.add_argument("--trust", type=Path, help="check the result against this trust file")
+    parser.add_argument("--expires-days", type=float, default=30.0)
+    parser.add_argument("--deployment-id")
+    parser.add_argument("--profile", action="append", default=[], help="target profile")
+    parser.add_argument("--device-class", action="append", default=[], help="target class")
+    parser.add_argument("--device-id", action="append", default=[], help="target device")
+    parser.add_argument("--min-agent-version", default="0.0.0")
+    parser.add_argument("--json", action="store_true")
+
+    def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.sign import sign_package
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        artifact, envelope = sign_package(
+            args.package,
+            key_paths=args.keys,
+            base_url=args.base_url,
+            out_dir=args.out,
+            targets=Targets(
+                profiles=tuple(args.profile),
+                device_classes=tuple(args.device_class),
+                device_ids=tuple(args.device_id),
+            ),
+            expires_in=timedelta(days=args.expires_days),
+            deployment_id=args.deployment_id,
+            min_agent_version=args.min_agent_version,
+            trust_path=args.trust,
+        )
+        data = {"artifact": str(artifact), "release": str(envelope)}
+        _emit(args, data, f"artifact {artifact}\nrelease  {envelope}")
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _rotate(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "rotate",
+        help="write trust file N+1, signed by the old and the new root keys",
+        description="Write the next trust file version over TRUST (or --out). Devices accept "
+        "it only when a threshold of the current root keys and of the new ones signed it; "
+        "publish it to a group with 'hub publish --trust-file'.",
+    )
+    parser.add_argument("trust", type=Path, metavar="TRUST")
+    parser.add_argument("--root-key", action="append", type=Path, required=True, dest="old")
+    parser.add_argument("--new-root-key", action="append", type=Path, default=[], dest="new")
+    parser.add_argument("--release-pub", action="append", type=Path, default=[])
+    parser.add_argument("--root-threshold", type=int)
+    parser.add_argument("--release-threshold", type=int)
+    parser.add_argument("--expires-days", type=int, default=365)
+    parser.add_argument("--out", type=Path)
+
+    def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.keys import rotate
+
+        path = rotate(
+            args.trust,
+            old_root_keys=args.old,
+            new_root_keys=args.new,
+            release_pubs=args.release_pub,
+            root_threshold=args.root_threshold,
+            release_threshold=args.release_threshold,
+            expires_in=timedelta(days=args.expires_days),
+            out_path=args.out,
+        )
+        print(f"wrote {path}")
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+# ---- serve / publish / rollout / status -------------------------------------------------
+
+
+def _serve(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="serve artifacts over HTTP (Range, If-Range) for devices to download",
+        description="Serve the files directly inside DIR until interrupted. Devices verify "
+        "length and SHA-256 from the signed manifest, so any plain HTTP mirror would do too.",
+    )
+    parser.add_argument("directory", type=Path, metavar="DIR")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.serve import serve_forever
+
+        if not args.directory.is_dir():
+            raise HubError(f"{args.directory}: not a directory")
+        try:
+            await serve_forever(args.directory, args.host, args.port)
+        except OSError as exc:
+            raise HubError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _publish(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "publish",
+        help="publish a signed release to a device group (and/or single devices)",
+        description="Publish RELEASE (a *.release.json from 'hub sign') with QoS 1: retained on "
+        "<prefix>/group/<GROUP>/release, and on <prefix>/device/<ID>/release for each --device. "
+        "With --trust the release is verified first. --trust-file publishes a rotated trust "
+        "file to the group instead. --clear removes the group's retained release.",
+    )
+    parser.add_argument("release", type=Path, metavar="RELEASE", nargs="?")
+    parser.add_argument("--group", help="device group ([updates] group on the devices)")
+    parser.add_argument("--device", action="append", default=[], help="a device id")
+    parser.add_argument("--trust", type=Path, help="verify against this trust file first")
+    parser.add_argument("--trust-file", type=Path, help="publish this rotated trust file")
+    parser.add_argument("--clear", action="store_true", help="delete the retained release")
+    parser.add_argument("--json", action="store_true")
+    _broker_arguments(parser)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.publish import clear_release, publish, read_release, release_topics
+
+        settings = mqtt_settings(args)
+        prefix = settings.topic_prefix
+        if args.clear:
+            if not args.group:
+                raise HubError("--clear needs --group")
+            await clear_release(settings, prefix, args.group)
+            print(f"cleared the retained release of group {args.group}")
+            return 0
+        if args.trust_file is not None:
+            if not args.group:
+                raise HubError("--trust-file needs --group")
+            topic = f"{prefix}/group/{args.group}/trust"
+            await publish(settings, [topic], args.trust_file.read_bytes())
+            print(f"published {args.trust_file} to {topic}")
+            return 0
+        if args.release is None:
+            raise HubError("say which RELEASE to publish (a *.release.json from 'hub sign')")
+        envelope, manifest = read_release(args.release, args.trust)
+        topics = release_topics(prefix, args.group, args.device)
+        await publish(settings, topics, envelope)
+        data = {"deployment_id": manifest.deployment_id, "topics": topics}
+        text = (
+            f"published {manifest.model} {manifest.version} "
+            f"(deployment {manifest.deployment_id}) to {', '.join(topics)}"
+        )
+        _emit(args, data, text)
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _rollout(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "rollout",
+        help="staged rollout (5%% → 25%% → 100%%) with an abort threshold on failures",
+        description="Send RELEASE to a growing share of GROUP's devices (those with a retained "
+        "state report, or --device), waiting for each stage's outcomes. Stops when at least "
+        "--min-executed devices finished and --abort-threshold percent of them failed. "
+        "Exit status 1 when the rollout was aborted.",
+    )
+    parser.add_argument("release", type=Path, metavar="RELEASE")
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--device", action="append", help="roll out to these devices only")
+    parser.add_argument("--stages", default="5,25,100", help="cumulative percentages")
+    parser.add_argument("--abort-threshold", type=float, default=20.0, help="percent failed")
+    parser.add_argument("--min-executed", type=int, default=1)
+    parser.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per stage")
+    parser.add_argument("--trust", type=Path, help="verify against this trust file first")
+    parser.add_argument("--json", action="store_true")
+    _broker_arguments(parser)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.publish import read_release
+        from edgeagent.hub.rollout import RolloutPlan, rollout
+
+        try:
+            stages = tuple(float(p) for p in args.stages.split(","))
+        except ValueError as exc:
+            raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
+        plan = RolloutPlan(stages, args.abort_threshold, args.min_executed, args.stage_timeout)
+        envelope, manifest = read_release(args.release, args.trust)
+        say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+        report = await rollout(
+            mqtt_settings(args),
+            envelope,
+            manifest,
+            group=args.group,
+            plan=plan,
+            devices=args.device,
+            progress=say,
+        )
+        data = report.to_dict()
+        verdict = f"ABORTED: {report.reason}" if report.aborted else "completed"
+        _emit(args, data, f"rollout {report.deployment_id} {verdict}")
+        return EXIT_FAILED if report.aborted else 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _status(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "status",
+        help="fleet table: online, models and versions, last update outcome per device",
+        description="Read every device's retained state and availability from the broker "
+        "(for --wait seconds) and print one line per device; --json for scripts.",
+    )
+    parser.add_argument("--group", help="only this group's devices")
+    parser.add_argument("--wait", type=float, default=1.0, help="seconds to collect reports")
+    parser.add_argument("--json", action="store_true")
+    _broker_arguments(parser)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.status import collect_fleet, format_table
+
+        rows = await collect_fleet(mqtt_settings(args), group=args.group, wait_s=args.wait)
+        _emit(args, rows, format_table(rows))
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))

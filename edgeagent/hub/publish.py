@@ -1,0 +1,75 @@
+"""``edgeagent hub publish``: put a signed release (or trust file) on the broker for devices.
+
+The envelope is checked before it leaves the hub — it must decode, and with ``--trust`` it
+must verify against the fleet's trust file — because a release that every device refuses is
+better caught once here. Group releases are published retained (QoS 1), so devices that are
+offline or join later still receive them; single-device releases (rollout waves) are not
+retained and reach an offline device through its persistent session.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+import aiomqtt
+
+from edgeagent.hub.keys import HubError
+from edgeagent.updates.manifest import ReleaseManifest, parse_manifest
+from edgeagent.updates.mqtt import client_options
+from edgeagent.updates.settings import MqttSettings
+from edgeagent.updates.signing import TrustError, decode_envelope
+from edgeagent.updates.trust import TrustStore
+
+MAX_ENVELOPE_BYTES = 64 * 1024
+
+
+def hub_client(settings: MqttSettings, role: str) -> aiomqtt.Client:
+    """A short-lived, clean-session client for one hub command."""
+    return aiomqtt.Client(
+        **client_options(settings, f"edgeagent-hub-{role}-{secrets.token_hex(4)}"),
+        clean_start=True,
+    )
+
+
+def read_release(path: Path, trust: Path | None = None) -> tuple[bytes, ReleaseManifest]:
+    """Load a ``*.release.json`` envelope and its manifest; verify it when ``trust`` is given."""
+    try:
+        envelope = path.read_bytes()
+    except OSError as exc:
+        raise HubError(f"{path}: cannot read the release ({exc.strerror})") from exc
+    try:
+        payload = (
+            TrustStore.load(trust).verify(envelope, "release")
+            if trust is not None
+            else decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
+        )
+        return envelope, parse_manifest(payload)
+    except TrustError as exc:
+        raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
+
+
+def release_topics(prefix: str, group: str | None, devices: Sequence[str]) -> list[str]:
+    topics = [f"{prefix}/device/{device}/release" for device in devices]
+    if group:
+        topics.insert(0, f"{prefix}/group/{group}/release")
+    if not topics:
+        raise HubError("say where to publish: --group GROUP and/or --device ID")
+    return topics
+
+
+async def publish(settings: MqttSettings, topics: Sequence[str], envelope: bytes) -> None:
+    """Publish with QoS 1 and wait for the broker's acknowledgement of each message."""
+    try:
+        async with hub_client(settings, "publish") as client:
+            for topic in topics:
+                retain = "/group/" in topic
+                await client.publish(topic, envelope, qos=1, retain=retain)
+    except aiomqtt.MqttError as exc:
+        raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
+
+
+async def clear_release(settings: MqttSettings, prefix: str, group: str) -> None:
+    """Remove a group's retained release (an empty retained message deletes it)."""
+    await publish(settings, [f"{prefix}/group/{group}/release"], b"")

@@ -1,0 +1,178 @@
+"""``edgeagent hub rollout``: a staged deployment with an abort criterion (AWS IoT Jobs' terms).
+
+The signed release goes to a growing share of the group's devices — by default 5 % → 25 % →
+100 % (each stage cumulative, at least one device) — through each device's own release topic
+(QoS 1, persistent session, so an offline device gets it when it returns). After each stage the
+hub waits until every device of the stage reported an outcome for this ``deployment_id``, or
+the stage's *in-progress time-out* expires (a silent device counts as ``timed_out``). Then the
+*abort criteria*: once at least ``min_executed`` devices finished, if the failed share (failed,
+refused for any reason but "already at this version", timed out) reaches
+``abort_threshold_pct``, the rollout stops and no further device receives the release. Devices
+that fail roll themselves back, so an aborted rollout leaves the fleet on the old version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiomqtt
+
+from edgeagent.hub.keys import HubError
+from edgeagent.hub.publish import hub_client
+from edgeagent.hub.status import collect_fleet
+from edgeagent.updates.manifest import ReleaseManifest
+from edgeagent.updates.settings import MqttSettings
+
+# A refusal that means the device already has what we are rolling out: a success.
+ALREADY_DONE = {"same_version"}
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    stages_pct: tuple[float, ...] = (5.0, 25.0, 100.0)
+    abort_threshold_pct: float = 20.0  # failed share of finished devices that stops the rollout
+    min_executed: int = 1  # finished devices needed before the abort criterion applies
+    stage_timeout_s: float = 600.0  # in-progress time-out per stage
+
+    def validate(self) -> None:
+        stages = self.stages_pct
+        if not stages or any(not 0 < p <= 100 for p in stages) or list(stages) != sorted(stages):
+            raise HubError("--stages must be increasing percentages in (0, 100], e.g. 5,25,100")
+        if stages[-1] != 100:
+            raise HubError("the last stage must be 100 (every device), e.g. 5,25,100")
+        if not 0 < self.abort_threshold_pct <= 100:
+            raise HubError("--abort-threshold must be a percentage in (0, 100]")
+
+
+@dataclass
+class RolloutReport:
+    deployment_id: str
+    devices: list[str]
+    outcomes: dict[str, str] = field(default_factory=dict)  # device → succeeded/failed/…
+    codes: dict[str, str] = field(default_factory=dict)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    aborted: bool = False
+    reason: str = ""
+
+    @property
+    def failed(self) -> list[str]:
+        return [d for d, o in self.outcomes.items() if o != "succeeded"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "deployment_id": self.deployment_id,
+            "devices": self.devices,
+            "outcomes": self.outcomes,
+            "codes": self.codes,
+            "stages": self.stages,
+            "aborted": self.aborted,
+            "reason": self.reason,
+            "succeeded": len(self.outcomes) - len(self.failed),
+            "failed": len(self.failed),
+        }
+
+
+def stage_sizes(total: int, stages_pct: Sequence[float]) -> list[int]:
+    """Cumulative device counts per stage: at least one device, never more than the fleet."""
+    sizes = []
+    for pct in stages_pct:
+        size = min(total, max(1, math.ceil(total * pct / 100)))
+        if not sizes or size > sizes[-1]:
+            sizes.append(size)
+    return sizes
+
+
+def classify(event: dict[str, Any]) -> str:
+    result = event.get("result", "")
+    if result == "refused" and event.get("code") in ALREADY_DONE:
+        return "succeeded"
+    return "succeeded" if result == "succeeded" else "failed"
+
+
+async def rollout(
+    settings: MqttSettings,
+    envelope: bytes,
+    manifest: ReleaseManifest,
+    *,
+    group: str,
+    plan: RolloutPlan,
+    devices: Sequence[str] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> RolloutReport:
+    """Run the staged rollout to the devices of ``group`` (or the given ones)."""
+    plan.validate()
+    if devices is None:
+        devices = [row["device_id"] for row in await collect_fleet(settings, group=group)]
+    if not devices:
+        raise HubError(f"no devices in group {group!r} have reported yet; nothing to roll out to")
+    report = RolloutReport(manifest.deployment_id, sorted(devices))
+    prefix = settings.topic_prefix
+    try:
+        async with hub_client(settings, "rollout") as client:
+            await client.subscribe(f"{prefix}/device/+/events", qos=1)
+            done = 0
+            for number, size in enumerate(stage_sizes(len(report.devices), plan.stages_pct), 1):
+                wave = report.devices[done:size]
+                done = size
+                progress(f"stage {number}: {len(wave)} device(s) → {size}/{len(report.devices)}")
+                for device in wave:
+                    await client.publish(f"{prefix}/device/{device}/release", envelope, qos=1)
+                await _await_outcomes(client, report, wave, plan.stage_timeout_s)
+                finished = len(report.outcomes)
+                failed = len(report.failed)
+                share = 100.0 * failed / finished if finished else 0.0
+                report.stages.append(
+                    {"stage": number, "devices": wave, "failed": failed, "failed_pct": share}
+                )
+                progress(f"stage {number}: {finished - failed} succeeded, {failed} failed")
+                if finished >= plan.min_executed and failed and share >= plan.abort_threshold_pct:
+                    report.aborted = True
+                    report.reason = (
+                        f"{failed} of {finished} devices failed ({share:.0f} % ≥ abort threshold "
+                        f"{plan.abort_threshold_pct:g} %); {len(report.devices) - done} device(s) "
+                        "did not receive the release"
+                    )
+                    break
+    except aiomqtt.MqttError as exc:
+        raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
+    return report
+
+
+async def _await_outcomes(
+    client: aiomqtt.Client,
+    report: RolloutReport,
+    wave: Sequence[str],
+    timeout_s: float,
+) -> None:
+    waiting = set(wave)
+    messages = aiter(client.messages)
+    deadline = time.monotonic() + timeout_s
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        try:
+            message = await asyncio.wait_for(anext(messages), left)
+        except asyncio.TimeoutError:
+            break
+        parts = message.topic.value.split("/")
+        device = parts[-2] if len(parts) >= 2 else ""
+        try:
+            event = json.loads(message.payload)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if (
+            device in waiting
+            and isinstance(event, dict)
+            and event.get("deployment_id") == report.deployment_id
+            and event.get("step") == "done"
+        ):
+            waiting.discard(device)
+            report.outcomes[device] = classify(event)
+            report.codes[device] = str(event.get("code", ""))
+    for device in waiting:
+        report.outcomes[device] = "timed_out"
+        report.codes[device] = "timed_out"
