@@ -323,6 +323,7 @@ class ModelRegistry:
             max_queue=settings.max_queue,
             timeout_s=settings.request_timeout_s,
             default_priority=settings.default_priority,
+            adaptive=settings.adaptive_batching,
         )
 
     async def _open(self, package: ModelPackage) -> LoadedModel:

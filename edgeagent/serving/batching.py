@@ -2,7 +2,9 @@
 
 One ``Batcher`` per loaded model version owns a bounded, priority-ordered queue and one loop
 task. The loop takes the most urgent request, waits at most ``max_queue_delay`` for more rows of
-the same shape, runs the batch on a worker thread (runtimes release the GIL), splits the output
+the same shape (with ``adaptive``, only after a batch that served several requests, so a lone
+client is never delayed), runs
+the batch on a worker thread (runtimes release the GIL), splits the output
 rows back by each request's offset, and only then forms the next batch — a session is never run
 from two threads at once. Before every batch it reads the governor's ``ServingLimits`` (batch
 cap, concurrency, pacing, shedding, low-power mode), so a throttle takes effect within one batch.
@@ -75,6 +77,7 @@ class BatchPolicy:
     max_queue: int  # waiting requests before QueueFull
     timeout_s: float  # deadline of a request that sets none
     default_priority: int  # priority of a request that sets none (1 = most urgent)
+    adaptive: bool = True  # wait for company only after a batch that served several requests
 
 
 def can_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
@@ -225,6 +228,7 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._closing = False
         self._low_power = False
+        self._last_batch_requests = 0
         self._depth = metrics.queue_depth.labels(model)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batch:{model}")
 
@@ -361,8 +365,14 @@ class Batcher:
         return sum(r.rows for r in self._pending if r.signature == signature)
 
     async def _fill(self, cap: int) -> None:
-        """Wait until the head's batch is full or its queue delay is spent."""
+        """Wait until the head's batch is full or its queue delay is spent.
+
+        Only under concurrency: when the last batch served a single request, company is not
+        expected, and waiting would add the whole delay to every request of a lone client.
+        """
         if not self._pending or self._closing:
+            return
+        if self.policy.adaptive and self._last_batch_requests < 2:
             return
         head = self._pending[0]
         until = head.enqueued + self.policy.max_queue_delay_s
@@ -424,6 +434,7 @@ class Batcher:
                 if not request.future.done():
                     request.future.set_exception(error)
             return
+        self._last_batch_requests = len(batch)
         rows = sum(r.rows for r in batch)
         self._stats.record_batch(rows, len(batch), input_ns, infer_ns, output_ns)
         self._metrics.batch_size.labels(self.model, backend).observe(rows)

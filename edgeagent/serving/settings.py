@@ -44,6 +44,9 @@ class ServerSettings:
     # --- serving engine; None = the model package's [serving] value ---
     max_batch_size: int | None = None  # rows merged into one batch
     max_queue_delay_ms: float | None = None  # longest wait for a batch to fill
+    # Wait for a batch to fill only after a batch that served several requests (a lone client
+    # is never delayed); false = always wait max_queue_delay_ms, like Triton.
+    adaptive_batching: bool = True
     cache_size: int | None = None  # result-cache entries per model (0 disables)
     worker_threads: int = 4  # inference threads shared by all models (one batch per model)
     default_priority: int = 2  # priority of requests that give none (1 = most urgent)

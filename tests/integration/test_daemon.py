@@ -57,19 +57,13 @@ def start_daemon(tmp_path: Path, models: Path, sock: Path, manager: Manager) -> 
         "PYTHONPATH": str(REPO),
     }
     env.pop("WATCHDOG_PID", None)
+    config = tmp_path / "agent.toml"
+    # Always wait the full queue delay, so the requests are queued when SIGTERM comes.
+    config.write_text("[server]\nadaptive_batching = false\ndrain_timeout_s = 30\n")
+    command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
+    command += ["--models-dir", str(models), "--socket", str(sock), "--port", "0"]
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edgeagent.cli",
-            "run",
-            "--models-dir",
-            str(models),
-            "--socket",
-            str(sock),
-            "--port",
-            "0",
-        ],
+        command,
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,

@@ -126,6 +126,20 @@ async def test_each_answer_belongs_to_its_request(package, executor):
     await batcher.close(1.0)
 
 
+async def test_adaptive_wait_spares_a_lone_client(package, executor):
+    """With a long queue delay, a lone request runs at once; a crowd still gets merged."""
+    session = Recording(open_variant(package))
+    batcher = make_batcher(package, executor, session=session, max_queue_delay_s=2.0)
+    x = distinct_inputs(1)[0]
+    started = time.monotonic()
+    for _ in range(3):
+        await batcher.submit({"input": x})
+    assert time.monotonic() - started < 2.0  # not one full queue delay for three requests
+    await asyncio.gather(*(batcher.submit({"input": x}) for _ in range(12)))
+    assert session.rows[:3] == [1, 1, 1] and max(session.rows) > 1
+    await batcher.close(1.0)
+
+
 @pytest.mark.parametrize(
     ("feeds", "message"),
     [
@@ -150,7 +164,7 @@ async def test_invalid_input_names_the_tensor(package, executor, feeds, message)
 
 
 async def test_queue_full_then_queued_requests_still_answered(package, executor):
-    batcher = make_batcher(package, executor, max_queue=2, max_queue_delay_s=0.3)
+    batcher = make_batcher(package, executor, max_queue=2, max_queue_delay_s=0.3, adaptive=False)
     x = np.zeros((1, 3, 8, 8), np.float32)
     waiting = [asyncio.create_task(batcher.submit({"input": x})) for _ in range(2)]
     await asyncio.sleep(0.01)
@@ -162,7 +176,7 @@ async def test_queue_full_then_queued_requests_still_answered(package, executor)
 
 
 async def test_deadline_exceeded_is_504_and_batcher_recovers(package, executor):
-    batcher = make_batcher(package, executor, max_queue_delay_s=0.5)
+    batcher = make_batcher(package, executor, max_queue_delay_s=0.5, adaptive=False)
     x = np.zeros((1, 3, 8, 8), np.float32)
     with pytest.raises(DeadlineExceeded, match="within 0.05 s") as caught:
         await batcher.submit({"input": x}, timeout_s=0.05)

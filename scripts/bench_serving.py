@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Serving overhead benchmark: raw in-process onnxruntime vs the daemon over its Unix socket.
+
+One run, one model, the same thread settings on both sides: the baseline is a batch-1 loop on
+an in-process session of the very variant the daemon serves; the daemon is a real
+``edgeagent run`` process, driven over its Unix socket with v2 binary, v2 JSON and
+/v1/classify (JPEG) at several concurrencies. Reports throughput, p50/p99 latency and the
+daemon's RSS (idle after load, and the peak under load), as a markdown table or --json.
+
+Both sides share this machine's cores (the client is this process), so served figures include
+the cost of the client too; compare ratios from one run, never absolute numbers across runs.
+
+    python scripts/bench_serving.py                       # zoo/mobilenet_v2, 5 s per cell
+    python scripts/bench_serving.py --model DIR --duration 3 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from edgeagent.models.package import load_package  # noqa: E402
+from edgeagent.models.session import open_variant  # noqa: E402
+from edgeagent.serving.v2 import HEADER_LENGTH, encode_request  # noqa: E402
+
+TARGET_IDLE_RSS_MB = 120
+TARGET_OVERHEAD_MS = 1.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.array(values), q)) if values else float("nan")
+
+
+def summarize(name: str, concurrency: int, latencies: list[float], elapsed: float, errors: int):
+    return {
+        "mode": name,
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "errors": errors,
+        "throughput": len(latencies) / elapsed if elapsed else 0.0,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
+    }
+
+
+def raw_loop(package, precision: str, frame: np.ndarray, duration: float) -> dict:
+    """The baseline: one in-process session, batch 1, back to back."""
+    session = open_variant(package, runtime="onnxruntime", precision=precision)
+    feeds = {package.inputs[0].name: frame}
+    for _ in range(5):
+        session.run(feeds)
+    latencies = []
+    start = time.perf_counter()
+    while time.perf_counter() - start < duration:
+        t0 = time.perf_counter()
+        session.run(feeds)
+        latencies.append(time.perf_counter() - t0)
+    result = summarize("raw in-process", 1, latencies, time.perf_counter() - start, 0)
+    session.close()
+    return result
+
+
+def requests_for(package, frame: np.ndarray) -> dict[str, tuple[str, bytes, dict[str, str]]]:
+    """Pre-encoded bodies (the client's encoding cost stays out of the daemon's figures)."""
+    from PIL import Image
+
+    name = package.name
+    infer = f"http://agent/v2/models/{name}/infer"
+    spec = package.inputs[0]
+    binary, length = encode_request({spec.name: frame}, binary=True)
+    as_json, _ = encode_request({spec.name: frame}, binary=False)
+    bodies = {
+        "v2 binary": (infer, binary, {HEADER_LENGTH: str(length)}),
+        "v2 JSON": (infer, as_json, {"Content-Type": "application/json"}),
+    }
+    if package.preprocess is not None:
+        rng = np.random.default_rng(0)
+        height, width = package.preprocess.size
+        pixels = rng.integers(0, 255, (height + 32, width + 32, 3), dtype=np.uint8)
+        jpeg = io.BytesIO()
+        Image.fromarray(pixels).save(jpeg, format="JPEG", quality=90)
+        bodies["classify JPEG"] = (
+            f"http://agent/v1/models/{name}/classify",
+            jpeg.getvalue(),
+            {"Content-Type": "image/jpeg"},
+        )
+    return bodies
+
+
+async def drive(sock: Path, url: str, body: bytes, headers, concurrency: int, duration: float):
+    """``concurrency`` clients posting back to back for ``duration`` seconds."""
+    latencies: list[float] = []
+    errors = 0
+    connector = aiohttp.UnixConnector(path=str(sock), limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as client:
+        for _ in range(3):  # warm the connections and the path
+            async with client.post(url, data=body, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    raise SystemExit(f"{url}: HTTP {response.status}: {await response.text()}")
+        stop = time.perf_counter() + duration
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                async with client.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    if response.status == 200:
+                        latencies.append(time.perf_counter() - t0)
+                    else:
+                        errors += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return latencies, elapsed, errors
+
+
+class PeakRss:
+    """Samples a process's RSS in a thread; ``peak`` is the highest seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self.process.memory_info().rss)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"the daemon exited with {process.returncode}")
+        try:
+            connector = aiohttp.UnixConnector(path=str(sock))
+            async with (
+                aiohttp.ClientSession(connector=connector) as client,
+                client.get("http://agent/v2/health/ready") as response,
+            ):
+                if response.status == 200:
+                    async with client.get("http://agent/v1/status") as status:
+                        return await status.json()
+        except (aiohttp.ClientError, OSError):
+            pass
+        await asyncio.sleep(0.2)
+    raise SystemExit("the daemon did not become ready")
+
+
+def start_daemon(package_dir: Path, work: Path) -> tuple[subprocess.Popen, Path]:
+    models = work / "models"
+    models.mkdir()
+    (models / package_dir.name).symlink_to(package_dir.resolve())
+    sock = work / "agent.sock"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(work / "state")}
+    command = [sys.executable, "-m", "edgeagent.cli", "run", "--models-dir", str(models)]
+    command += ["--socket", str(sock), "--port", "0"]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=work
+    )
+    return process, sock
+
+
+def markdown(report: dict) -> str:
+    raw = report["raw"]
+    lines = [
+        f"Model {report['model']} ({report['backend']}), {report['cpus']} CPUs, "
+        f"{report['duration_s']:g} s per cell",
+        "",
+        "| path | concurrency | req/s | × raw | p50 ms | p99 ms | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in [raw, *report["served"]]:
+        ratio = row["throughput"] / raw["throughput"] if raw["throughput"] else float("nan")
+        lines.append(
+            f"| {row['mode']} | {row['concurrency']} | {row['throughput']:.1f} | {ratio:.2f} | "
+            f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['errors']} |"
+        )
+    lines += [
+        "",
+        f"Daemon RSS idle (model loaded): {report['rss_idle_mb']:.0f} MB "
+        f"(target ≤ {TARGET_IDLE_RSS_MB}); peak under load: {report['rss_loaded_mb']:.0f} MB",
+        f"p50 overhead at c=1, v2 binary vs raw: {report['overhead_c1_ms']:.2f} ms "
+        f"(target ≤ {TARGET_OVERHEAD_MS})",
+        f"v2 binary c=16 throughput / raw batch-1: {report['c16_ratio']:.2f} (target ≥ 1)",
+    ]
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    package = load_package(args.model)
+    spec = package.inputs[0]
+    shape = [1 if d == -1 else d for d in spec.shape]
+    frame = np.random.default_rng(1).standard_normal(shape).astype(spec.dtype)
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+        process, sock = start_daemon(Path(args.model), Path(tmp))
+        try:
+            status = await wait_ready(sock, process)
+            versions = status["models"][package.name]["versions"]
+            backend = next(iter(versions.values()))
+            await asyncio.sleep(1.0)
+            rss_idle = psutil.Process(process.pid).memory_info().rss
+            progress(f"daemon ready: {backend}; idle RSS {rss_idle / 2**20:.0f} MB")
+            raw = raw_loop(package, backend["precision"], frame, args.duration)
+            progress(f"raw: {raw['throughput']:.1f}/s p50 {raw['p50_ms']:.2f} ms")
+            served = []
+            with PeakRss(process.pid) as peak:
+                for mode, (url, body, headers) in requests_for(package, frame).items():
+                    if mode not in args.modes:
+                        continue
+                    for concurrency in args.concurrency:
+                        latencies, elapsed, errors = await drive(
+                            sock, url, body, headers, concurrency, args.duration
+                        )
+                        row = summarize(mode, concurrency, latencies, elapsed, errors)
+                        served.append(row)
+                        progress(
+                            f"{mode} c={concurrency}: {row['throughput']:.1f}/s "
+                            f"p50 {row['p50_ms']:.2f} ms"
+                        )
+        finally:
+            process.terminate()
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    binary = {r["concurrency"]: r for r in served if r["mode"] == "v2 binary"}
+    return {
+        "model": package.name,
+        "backend": f"{backend['runtime']} {backend['device']} {backend['precision']}",
+        "cpus": len(os.sched_getaffinity(0)),
+        "duration_s": args.duration,
+        "raw": raw,
+        "served": served,
+        "rss_idle_mb": rss_idle / 2**20,
+        "rss_loaded_mb": peak.peak / 2**20,
+        "overhead_c1_ms": binary[1]["p50_ms"] - raw["p50_ms"] if 1 in binary else float("nan"),
+        "c16_ratio": binary[16]["throughput"] / raw["throughput"] if 16 in binary else float("nan"),
+        "exit_code": process.returncode,
+    }
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
+    parser.add_argument(
+        "--concurrency", type=lambda s: [int(c) for c in s.split(",")], default=[1, 4, 16]
+    )
+    parser.add_argument(
+        "--modes",
+        type=lambda s: s.split(","),
+        default=["v2 binary", "v2 JSON", "classify JPEG"],
+        help="comma-separated subset of: v2 binary, v2 JSON, classify JPEG",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args()
+    report = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
