@@ -188,12 +188,13 @@ async def test_below_threshold_is_refused(tmp_path) -> None:
 
 async def test_a_model_that_fails_to_load_is_rolled_back_and_marked_bad(hub, device) -> None:
     before = await _serving_v1(hub, device)
-    outcome = await device.apply(hub.sign(break_model(hub.package("2"))))
+    broken = break_model(hub.package("2"))
+    outcome = await device.apply(hub.sign(broken))
     assert (outcome["result"], outcome["code"]) == ("failed", "load_failed"), outcome
     assert device.serving() == "1" and device.store.current("tiny") == "1"
     assert device.store.bad_versions("tiny") == {"2"}
     assert device.store.versions("tiny") == before["versions"]["tiny"]
-    again = await device.apply(hub.release("2", deployment_id="tiny-2-retry"))
+    again = await device.apply(hub.sign(broken, deployment_id="tiny-2-retry"))
     assert again["code"] == "known_bad"
 
 
