@@ -50,13 +50,14 @@ class TemperatureSensor(ABC):
         return f"{self.kind}:{self.name}"
 
     def read(self) -> float:
-        if self._path is None:
-            self._path = self.locate()
-        try:
-            return millicelsius(self._path)
-        except SensorOffline:
-            self._path = None  # look it up again next time: the index may have changed
-            raise
+        if self._path is not None:
+            try:
+                return millicelsius(self._path)
+            except SensorOffline:
+                if self._path.exists():
+                    raise  # the file is there: the sensor itself is offline
+        self._path = self.locate()  # first read, or the device was renumbered
+        return millicelsius(self._path)
 
     @abstractmethod
     def locate(self) -> Path:
