@@ -84,9 +84,10 @@ def _artifact_path(out_dir: str | Path, package: ModelPackage) -> Path:
     return Path(out_dir) / f"{package.name}-{package.version}.tar.gz"
 
 
-def _write_artifact(path: Path, data: bytes) -> None:
-    """A published artifact never changes: devices holding its manifest expect these bytes."""
-    if path.exists() and path.read_bytes() != data:
+def _write_artifact(path: Path, data: bytes, *, replace: bool) -> None:
+    """Unless ``replace``, a published artifact never changes: devices holding its manifest
+    expect exactly these bytes, and would fail the hash check on new ones."""
+    if not replace and path.exists() and path.read_bytes() != data:
         raise HubError(
             f"{path} already exists with other content; a released version never changes, "
             "so raise the version in model.toml"
@@ -94,11 +95,13 @@ def _write_artifact(path: Path, data: bytes) -> None:
     write_file_atomic(path, data)
 
 
-def build_artifact(package_dir: str | Path, out_dir: str | Path) -> tuple[Path, ModelPackage]:
+def build_artifact(
+    package_dir: str | Path, out_dir: str | Path, *, replace: bool = True
+) -> tuple[Path, ModelPackage]:
     """Write ``<out_dir>/<name>-<version>.tar.gz`` (see ``archive_package``)."""
     data, package = archive_package(package_dir)
     path = _artifact_path(out_dir, package)
-    _write_artifact(path, data)
+    _write_artifact(path, data, replace=replace)
     return path, package
 
 
@@ -114,6 +117,7 @@ def sign_package(
     min_agent_version: str = "0.0.0",
     passphrase: bytes | None = None,
     trust_path: str | Path | None = None,
+    replace_artifact: bool = True,
     now: datetime | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifact and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
@@ -121,8 +125,10 @@ def sign_package(
     ``key_paths`` are release keys (a threshold of them when the role needs more than one);
     ``base_url`` is where ``hub serve`` will publish ``out_dir``. With ``trust_path`` the
     envelope is verified against that trust file first, so a release signed by a key the fleet
-    does not trust is caught here rather than on every device. Nothing is written unless
-    every check passed. Returns (artifact path, envelope path).
+    does not trust is caught here rather than on every device. With ``replace_artifact=False``
+    (what an operator wants unless forcing) an existing artifact of the same name and version
+    with other bytes is refused. Nothing is written unless every check passed. Returns
+    (artifact path, envelope path).
     """
     keys = [load_private_key(p, passphrase) for p in key_paths]
     if not keys:
@@ -156,6 +162,6 @@ def sign_package(
         except TrustError as exc:
             raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
     envelope_path = Path(out_dir) / f"{package.name}-{package.version}.release.json"
-    _write_artifact(artifact, data)
+    _write_artifact(artifact, data, replace=replace_artifact)
     write_file_atomic(envelope_path, envelope)
     return artifact, envelope_path

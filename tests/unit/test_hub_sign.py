@@ -186,7 +186,9 @@ def test_signing_with_a_key_the_fleet_does_not_trust(hub, tiny_package, tmp_path
 
 def test_a_released_artifact_is_never_replaced(hub, tiny_package: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    sign = dict(key_paths=[hub / "release.key"], base_url="http://h", out_dir=out)
+    sign = dict(
+        key_paths=[hub / "release.key"], base_url="http://h", out_dir=out, replace_artifact=False
+    )
     artifact, _ = sign_package(tiny_package, **sign)
     sign_package(tiny_package, **sign)  # same bytes again: fine (reproducible)
     before = artifact.read_bytes()
@@ -194,6 +196,8 @@ def test_a_released_artifact_is_never_replaced(hub, tiny_package: Path, tmp_path
     with pytest.raises(HubError, match="raise the version"):
         sign_package(tiny_package, **sign)
     assert artifact.read_bytes() == before
+    sign_package(tiny_package, **{**sign, "replace_artifact": True})  # forced
+    assert artifact.read_bytes() != before
 
 
 def test_bad_release_fields_are_refused_at_signing(hub, tiny_package, tmp_path) -> None:
