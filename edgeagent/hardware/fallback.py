@@ -152,6 +152,10 @@ class ResilientSession(Session):
             return outputs
         raise AssertionError("unreachable")  # pragma: no cover
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

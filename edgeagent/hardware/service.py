@@ -89,15 +89,11 @@ class Accelerators:
             self._choices[f"{package.name}:{package.version}"] = choice
         return session
 
-    def forget(self, package: ModelPackage) -> None:
-        """Drop a closed version from the report (the registry calls it after unloading)."""
-        with self._lock:
-            self._sessions.pop(f"{package.name}:{package.version}", None)
-            self._choices.pop(f"{package.name}:{package.version}", None)
-
     def report(self) -> dict[str, Any]:
         """JSON-able state for /v1/status: board, profile, runtimes and each model's accelerator."""
-        with self._lock:
+        with self._lock:  # a version the registry closed is gone from the report
+            for key in [k for k, session in self._sessions.items() if session.closed]:
+                del self._sessions[key], self._choices[key]
             sessions = dict(self._sessions)
             choices = dict(self._choices)
         models = {}

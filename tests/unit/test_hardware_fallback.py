@@ -77,6 +77,7 @@ def test_broken_device_is_demoted_and_requests_keep_succeeding(tmp_path, package
     assert ort_entry["state"] == "demoted" and ort_entry["reprobe_in_s"] > 0
     assert acc.report()["models"]["tiny:1"]["active"]["candidate"] == OV
     session.close()
+    assert acc.report()["models"] == {}  # a closed version leaves the report
 
 
 def test_consecutive_errors_demote_even_when_the_probe_input_passes(tmp_path, package, flaky_onnx):
