@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from edgeagent import runtimes
 from edgeagent.hardware.choose import Chooser, options_for, why_not
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
 from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import LoadRequest, get_runtime
+from edgeagent.runtimes.onnx import OnnxRuntime
 from tests.helpers import write_tiny_onnx
 from tests.unit.test_hardware_support import write_multi_package, write_profile
 
@@ -203,4 +206,26 @@ def test_a_candidate_giving_wrong_answers_is_dropped(tmp_path: Path, package) ->
     choice = Chooser(prober).choose(profile, golden_package)
     assert choice.chosen.key == f"{CPU}:fp32"
     assert "wrong answers: top-1 matches golden.npz on" in choice.results["openvino:CPU:fp32"].error
+    choice.session.close()
+
+
+class _HungOnnx(OnnxRuntime):
+    """A plugin whose load never returns until released: a driver stuck in an ioctl."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def load(self, request):
+        self.release.wait(30)
+        return super().load(request)
+
+
+def test_a_hung_load_is_abandoned_after_the_probe_timeout(tmp_path, package, monkeypatch):
+    hung = _HungOnnx()
+    monkeypatch.setitem(runtimes._loaded, "onnxruntime", hung)
+    profile = load_profile(write_profile(tmp_path, "p", [f"{CPU}:fp32", "openvino:CPU:fp32"]))
+    choice = Chooser(_prober(tmp_path / "s", timeout_s=0.3)).choose(profile, package)
+    assert choice.chosen.key == "openvino:CPU:fp32"
+    assert "no answer within probe_timeout_s = 0.3 s" in choice.results[f"{CPU}:fp32"].error
+    hung.release.set()  # the abandoned thread finishes and closes what it loaded
     choice.session.close()
