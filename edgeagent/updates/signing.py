@@ -32,7 +32,12 @@ _PUBLIC_KEY_BYTES = 32
 
 
 class TrustError(Exception):
-    """Base of every refused update or trust change: ``code`` is machine-readable, stable."""
+    """Base of every refused update or trust change: ``code`` is machine-readable, stable.
+
+    Raised as the base class itself for the trust store's own state: ``no_trust`` (nothing
+    provisioned), ``corrupt_state`` (verified-time file unreadable), ``stale_store`` (an
+    outdated TrustStore object tried to rotate).
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(f"{code}: {message}")
