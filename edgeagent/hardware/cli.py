@@ -19,6 +19,7 @@ from edgeagent.hardware.choose import Choice, time_session, why_not
 from edgeagent.hardware.probe import probe_feeds
 from edgeagent.hardware.profile import ProfileError
 from edgeagent.hardware.service import Accelerators
+from edgeagent.models.locate import default_models_dir
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.runtimes import runtime_status
 from edgeagent.settings import ConfigError
@@ -36,22 +37,37 @@ def register(subparsers: Any) -> None:
             "batch-1 latency. Exit status 1 when a model has no working candidate."
         ),
     )
-    parser.add_argument("--config", type=Path, help="agent config file (default: system file)")
-    parser.add_argument("--root", type=Path, help="read board files below DIR (default: /)")
     parser.add_argument(
-        "--models-dir", type=Path, help="directory of model packages (default: [agent] models_dir)"
+        "--config", type=Path, metavar="PATH", help="agent config file (default: system file)"
     )
-    parser.add_argument("--profiles-dir", type=Path, help="device profiles (default: shipped)")
-    parser.add_argument("--profile", help="use this profile instead of detecting one")
+    parser.add_argument(
+        "--root", type=Path, metavar="DIR", help="read board files below DIR (default: /)"
+    )
+    parser.add_argument(
+        "--models-dir",
+        type=Path,
+        metavar="DIR",
+        help="model packages (default: [agent] models_dir, $EDGEAGENT_MODELS_DIR, ./zoo)",
+    )
+    parser.add_argument(
+        "--profiles-dir", type=Path, metavar="DIR", help="device profiles (default: shipped)"
+    )
+    parser.add_argument(
+        "--profile", metavar="NAME", help="use this profile instead of detecting one"
+    )
     parser.add_argument(
         "--choice", choices=("ranked", "fastest"), help="choice mode (default: [hardware] choice)"
     )
-    parser.add_argument("--state-dir", type=Path, help="where the probe cache lives")
+    parser.add_argument("--state-dir", type=Path, metavar="DIR", help="where the probe cache lives")
     parser.add_argument(
         "--reprobe", action="store_true", help="ignore cached probe results and decisions"
     )
     parser.add_argument(
-        "--seconds", type=float, default=1.0, help="time the chosen candidate this long (1.0)"
+        "--seconds",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="time the chosen candidate this long (1.0)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(handler=run)
@@ -141,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, ProfileError) as exc:
         print(f"edgeagent profile: {exc}", file=sys.stderr)
         return 2
-    models_dir = args.models_dir or config.agent.seed_models_dir
+    models_dir = args.models_dir or config.agent.models_dir or default_models_dir()
     models: list[dict] = []
     for path, package in _packages(models_dir):
         if isinstance(package, str):
