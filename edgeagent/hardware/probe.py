@@ -112,8 +112,9 @@ class ProbeCache:
     only saves time.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_entries: int = 1000) -> None:
         self.path = path
+        self.max_entries = max_entries
         self._lock = threading.Lock()
         self._probes: dict[str, dict[str, Any]] = {}
         self._decisions: dict[str, dict[str, Any]] = {}
@@ -134,7 +135,19 @@ class ProbeCache:
         self._probes = probes if isinstance(probes, dict) else {}
         self._decisions = decisions if isinstance(decisions, dict) else {}
 
+    def _prune(self, table: dict[str, dict[str, Any]]) -> None:
+        """Drop the oldest entries beyond ``max_entries``: old model versions pile up otherwise."""
+        excess = len(table) - self.max_entries
+        if excess > 0:
+            oldest = sorted(
+                table, key=lambda k: table[k].get("at", 0) if isinstance(table[k], dict) else 0
+            )
+            for key in oldest[:excess]:
+                del table[key]
+
     def _write(self) -> None:
+        self._prune(self._probes)
+        self._prune(self._decisions)
         payload = {"format": _CACHE_FORMAT, "probes": self._probes, "decisions": self._decisions}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probe-cache.")

@@ -40,7 +40,7 @@ class Accelerators:
         self.profile: Profile = self.detection.profile
         threads = settings.threads or self.profile.threads
         self.prober = Prober(
-            ProbeCache(self.state_dir / CACHE_FILE),
+            ProbeCache(self.state_dir / CACHE_FILE, settings.probe_cache_entries),
             threads=threads,
             compiled_dir=self.state_dir / "compiled",
             timeout_s=settings.probe_timeout_s,

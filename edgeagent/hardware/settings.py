@@ -21,6 +21,7 @@ class HardwareSettings:
     probe_timeout_s: float = 300.0  # one load + first inference (TensorRT engine builds are slow)
     probe_failure_ttl_s: float = 86400.0  # a cached failed probe is retried after this long
     probe_golden_agreement: float = 0.6  # share of golden top-1 a probe must match; 0 = off
+    probe_cache_entries: int = 1000  # probe results and decisions kept; the oldest go first
     failure_threshold: int = 3  # consecutive run errors that demote a candidate
     reprobe_backoff_s: float = 30.0  # first re-probe of a demoted candidate after this long
     reprobe_backoff_max_s: float = 3600.0  # back-off doubles up to this
@@ -37,6 +38,7 @@ class HardwareSettings:
             "probe_golden_agreement",
             "must be between 0 and 1",
         )
+        require(self.probe_cache_entries >= 1, "hardware", "probe_cache_entries", "must be >= 1")
         require(self.failure_threshold >= 1, "hardware", "failure_threshold", "must be >= 1")
         require(self.reprobe_backoff_s > 0, "hardware", "reprobe_backoff_s", "must be positive")
         require(

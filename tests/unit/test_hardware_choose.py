@@ -11,7 +11,7 @@ import pytest
 
 from edgeagent import runtimes
 from edgeagent.hardware.choose import Chooser, options_for, why_not
-from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
+from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober, ProbeResult
 from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import LoadRequest, get_runtime
@@ -229,3 +229,17 @@ def test_a_hung_load_is_abandoned_after_the_probe_timeout(tmp_path, package, mon
     assert "no answer within probe_timeout_s = 0.3 s" in choice.results[f"{CPU}:fp32"].error
     hung.release.set()  # the abandoned thread finishes and closes what it loaded
     choice.session.close()
+
+
+def test_probe_cache_keeps_only_the_newest_entries(tmp_path: Path) -> None:
+    cache = ProbeCache(tmp_path / CACHE_FILE, max_entries=3)
+    for i in range(5):
+        cache.put_probe(f"k{i}", ProbeResult(f"c{i}", False, "no", at=float(i)))
+    reread = ProbeCache(tmp_path / CACHE_FILE, max_entries=3)
+    assert [reread.get_probe(f"k{i}") is not None for i in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
