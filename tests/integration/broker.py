@@ -1,0 +1,233 @@
+"""A real Mosquitto for tests: our own process, config, ports, certificates and persistence.
+
+Two listeners on ephemeral loopback ports:
+
+- plain MQTT, anonymous (most tests);
+- TLS with a CA, a server and a client certificate generated here with ``cryptography``;
+  it requires the client certificate *and* a username/password (from a password file made with
+  ``mosquitto_passwd``), so one test proves all three of the device's broker options.
+
+Persistence is on, so ``restart()`` keeps retained messages and persistent sessions (with
+their queued QoS 1 messages) exactly as a production broker restart would.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from edgeagent.updates.settings import MqttSettings
+
+USERNAME = "device"
+PASSWORD = "s3cret-for-tests"
+
+
+def mosquitto_binary() -> str | None:
+    return shutil.which("mosquitto") or (
+        "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _write_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    key = ec.generate_private_key(ec.SECP256R1())
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+    return key
+
+
+def _certificate(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool, san=None):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def make_pki(directory: Path) -> Pki:
+    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _write_key(directory / "ca.key")
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgeagent test CA")])
+    ca_cert = _certificate("edgeagent test CA", ca_key, ca_name, ca_key, ca=True)
+    pki = Pki(
+        ca=directory / "ca.crt",
+        server_cert=directory / "server.crt",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.crt",
+        client_key=directory / "client.key",
+    )
+    pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    for subject, cert_path, key_path, names in (
+        ("localhost", pki.server_cert, pki.server_key, san),
+        ("dev-tls", pki.client_cert, pki.client_key, None),
+    ):
+        key = _write_key(key_path)
+        cert = _certificate(subject, key, ca_name, ca_key, ca=False, san=names)
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return pki
+
+
+class Broker:
+    """One mosquitto process; ``stop()``/``start()``/``restart()`` keep ports and state."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = mosquitto_binary()
+        if binary is None:
+            pytest.fail(
+                "mosquitto is not installed: run scripts/setup.sh (apt-get install mosquitto)"
+            )
+        self.binary = binary
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.tls_port = free_port()
+        self.pki = make_pki(workdir / "pki")
+        self.log = workdir / "mosquitto.log"
+        self.process: subprocess.Popen | None = None
+        passwords = workdir / "passwords"
+        passwords.write_text("")
+        passwords.chmod(0o600)
+        subprocess.run(
+            ["mosquitto_passwd", "-b", str(passwords), USERNAME, PASSWORD],
+            check=True,
+            capture_output=True,
+        )
+        self.config = workdir / "mosquitto.conf"
+        # As root, mosquitto would switch to the "mosquitto" user, who cannot read tmp_path.
+        user = "user root\n" if os.geteuid() == 0 else ""
+        self.config.write_text(
+            f"""{user}per_listener_settings true
+persistence true
+persistence_location {workdir}/
+autosave_interval 1
+log_dest file {self.log}
+log_type error
+log_type warning
+log_type notice
+log_type information
+max_queued_messages 1000
+
+listener {self.port} 127.0.0.1
+allow_anonymous true
+
+listener {self.tls_port} 127.0.0.1
+allow_anonymous false
+password_file {passwords}
+cafile {self.pki.ca}
+certfile {self.pki.server_cert}
+keyfile {self.pki.server_key}
+require_certificate true
+"""
+        )
+
+    def settings(self, **overrides) -> MqttSettings:
+        """Plain-listener settings with fast reconnects for tests."""
+        values = {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "reconnect_min_s": 0.2,
+            "reconnect_max_s": 1.0,
+            "keepalive_s": 5,
+            **overrides,
+        }
+        return MqttSettings(**values)
+
+    def tls_settings(self, **overrides) -> MqttSettings:
+        values = {
+            "port": self.tls_port,
+            "tls": True,
+            "ca_file": self.pki.ca,
+            "cert_file": self.pki.client_cert,
+            "key_file": self.pki.client_key,
+            "username": USERNAME,
+            "password": PASSWORD,
+            **overrides,
+        }
+        return self.settings(**values)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [self.binary, "-c", str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                error = self.process.stderr.read().decode() if self.process.stderr else ""
+                log = self.log.read_text() if self.log.exists() else ""
+                raise RuntimeError(f"mosquitto exited: {error}\n{log}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("mosquitto did not start listening within 10 s")
+
+    def stop(self) -> None:
+        """SIGTERM, like a service stop: mosquitto saves its persistence file first."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture(name="broker")
+def broker_fixture(tmp_path: Path) -> Iterator[Broker]:
+    instance = Broker(tmp_path / "broker")
+    instance.start()
+    yield instance
+    instance.stop()

@@ -1,0 +1,197 @@
+"""The device's MQTT link against a real Mosquitto: TLS + client cert + password, persistent
+session across disconnects and broker restarts, retained state, and the Last Will."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from edgeagent.hub.publish import hub_client, publish
+from edgeagent.hub.status import collect_fleet
+from edgeagent.updates.mqtt import MqttLink, Topics
+from edgeagent.updates.settings import MqttSettings
+from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.broker
+
+
+class Device:
+    """An MqttLink running in this loop, recording what it receives."""
+
+    def __init__(self, settings: MqttSettings, device_id: str = "dev-1") -> None:
+        self.received: list[tuple[str, bytes]] = []
+        self.topics = Topics(settings.topic_prefix, "lab", device_id)
+        self.link = MqttLink(settings, self.topics, self._handle)
+        self.task: asyncio.Task | None = None
+
+    async def _handle(self, topic: str, payload: bytes) -> None:
+        self.received.append((topic, payload))
+
+    async def start(self) -> Device:
+        self.task = asyncio.create_task(self.link.run())
+        return self
+
+    async def stop(self) -> None:
+        await self.link.close()
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+
+
+async def until(predicate, timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def retained(settings: MqttSettings, topic: str) -> bytes:
+    async with hub_client(settings, "test") as client:
+        await client.subscribe(topic, qos=1)
+        async for message in client.messages:
+            return bytes(message.payload)  # type: ignore[arg-type]
+    raise AssertionError("no message")
+
+
+@pytest.fixture
+async def devices() -> AsyncIterator[list[Device]]:
+    started: list[Device] = []
+    yield started
+    for device in started:
+        await device.stop()
+
+
+async def test_tls_with_client_certificate_and_password(broker: Broker, devices) -> None:
+    settings = broker.tls_settings()
+    device = await Device(settings).start()
+    devices.append(device)
+    await asyncio.wait_for(device.link.connected.wait(), 15)
+    device.link.publish_state({"device_id": "dev-1", "group": "lab", "models": {}})
+    state = json.loads(await asyncio.wait_for(retained(settings, device.topics.state), 10))
+    assert state["device_id"] == "dev-1"
+    online = await asyncio.wait_for(retained(settings, device.topics.availability), 10)
+    assert online == b"online"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"cert_file": None, "key_file": None}, {"password": "wrong"}],
+    ids=["no-client-cert", "wrong-password"],
+)
+async def test_tls_listener_refuses_incomplete_credentials(broker: Broker, devices, change) -> None:
+    device = await Device(broker.tls_settings(**change)).start()
+    devices.append(device)
+    await until(lambda: device.link.last_error != "", timeout=10)
+    assert not device.link.connected.is_set() and device.link.connections == 0
+
+
+async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker, devices) -> None:
+    settings = broker.settings()
+    device = await Device(settings).start()
+    await asyncio.wait_for(device.link.connected.wait(), 10)
+    await device.stop()  # the broker keeps the persistent session
+
+    await publish(settings, [device.topics.device_release], b"release-for-dev-1")
+    await publish(settings, [device.topics.group_release], b"group-release")
+
+    device = await Device(settings).start()
+    devices.append(device)
+    await until(lambda: len(device.received) >= 2)
+    assert (device.topics.device_release, b"release-for-dev-1") in device.received
+    assert (device.topics.group_release, b"group-release") in device.received
+
+
+async def test_the_link_survives_a_broker_restart(broker: Broker, devices) -> None:
+    settings = broker.settings()
+    device = await Device(settings).start()
+    devices.append(device)
+    await asyncio.wait_for(device.link.connected.wait(), 10)
+    device.link.publish_state({"device_id": "dev-1", "group": "lab", "n": 1})
+
+    await asyncio.to_thread(broker.restart)
+    await until(lambda: device.link.connections >= 2 and device.link.connected.is_set())
+    device.link.publish_event({"step": "after-restart"})
+    await publish(settings, [device.topics.device_release], b"after-restart")
+    await until(lambda: (device.topics.device_release, b"after-restart") in device.received)
+    rows = await collect_fleet(settings, group="lab", wait_s=0.5)
+    assert [r["device_id"] for r in rows] == ["dev-1"] and rows[0]["online"]
+
+
+async def test_oversized_messages_are_dropped_unread(broker: Broker, devices) -> None:
+    settings = broker.settings(max_message_bytes=100)
+    device = await Device(settings).start()
+    devices.append(device)
+    await asyncio.wait_for(device.link.connected.wait(), 10)
+    await publish(settings, [device.topics.device_release], b"x" * 101)
+    await publish(settings, [device.topics.device_release], b"small")
+    await until(lambda: device.received)
+    assert device.received == [(device.topics.device_release, b"small")]
+
+
+LINK_SCRIPT = """
+import asyncio, sys
+from edgeagent.updates.mqtt import MqttLink, Topics
+from edgeagent.updates.settings import MqttSettings
+
+async def main():
+    settings = MqttSettings(host="127.0.0.1", port=int(sys.argv[1]), keepalive_s=5)
+    async def ignore(topic, payload):
+        pass
+    link = MqttLink(settings, Topics("edgeagent", "lab", "dev-will"), ignore)
+    task = asyncio.create_task(link.run())
+    await link.connected.wait()
+    print("connected", flush=True)
+    await task
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_device_is_reported_offline_by_its_last_will(broker: Broker) -> None:
+    settings = broker.settings()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        LINK_SCRIPT,
+        str(broker.port),
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert process.stdout is not None
+    assert await asyncio.wait_for(process.stdout.readline(), 30) == b"connected\n"
+    topic = "edgeagent/device/dev-will/availability"
+    assert await asyncio.wait_for(retained(settings, topic), 10) == b"online"
+    process.kill()
+    await process.wait()
+    async with hub_client(settings, "will") as client:
+        await client.subscribe(topic, qos=1)
+        async with asyncio.timeout(15):
+            async for message in client.messages:
+                if message.payload == b"offline":
+                    break
+
+
+def test_settings_refuse_a_client_cert_without_its_key() -> None:
+    with pytest.raises(ValueError, match="cert_file"):
+        MqttSettings(cert_file=Path("/x")).validate()
+
+
+def test_topics_are_one_scheme() -> None:
+    topics = Topics("edgeagent", "lab", "dev-1")
+    assert topics.subscriptions == (
+        "edgeagent/group/lab/release",
+        "edgeagent/group/lab/trust",
+        "edgeagent/device/dev-1/release",
+    )
+    assert topics.state == "edgeagent/device/dev-1/state"
+    assert aiomqtt.Topic(topics.events).value == "edgeagent/device/dev-1/events"
