@@ -62,7 +62,9 @@ class StatePolicy:
 
     def _target(self, zones: Sequence[ZoneTemperature]) -> State:
         online = [z for z in zones if z.celsius is not None]
-        raw = max((level(z) for z in online), default=State.NORMAL)
+        if not online:
+            return self.state  # blind: no evidence it cooled, so hold (never read as 0 °C)
+        raw = max(level(z) for z in online)
         if raw >= self.state:
             return raw
         target = self.state
@@ -99,6 +101,6 @@ class StatePolicy:
             return f"{self.state.label}: {floor_reason}"
         online = [z for z in zones if z.celsius is not None]
         if not online:
-            return self.state.label
+            return f"{self.state.label}: held, no thermal sensor online"
         hottest = max(online, key=lambda z: (level(z), z.celsius or 0.0))
         return f"{self.state.label}: {hottest.key} {hottest.celsius:.1f} °C"

@@ -183,7 +183,9 @@ def parse_pmic(text: str) -> dict[str, float]:
 
 
 class PmicPower(PowerSensor):
-    """Raspberry Pi 5 PMIC: one rail by name, or with an empty name the sum of all rails."""
+    """Raspberry Pi 5 PMIC: one rail by name, or (name "" or "all") the sum of all rails."""
+
+    ALL = ("", "all")
 
     kind = "vcgencmd_pmic"
 
@@ -196,7 +198,7 @@ class PmicPower(PowerSensor):
         rails = parse_pmic(run_command(self.command, self.timeout_s))
         if not rails:
             raise SensorOffline(f"{self.command!r}: no rail readings in its output")
-        if not self.name:
+        if self.name in self.ALL:
             return sum(rails.values())
         if self.name not in rails:
             raise SensorOffline(f"{self.command!r}: no rail {self.name!r}")
