@@ -194,6 +194,9 @@ def render(doc: dict) -> str:
         if entry["name"] != doc["profile"]:
             verdict = "matches" if entry["matched"] else "no"
             lines.append(f"           {entry['name']}: {verdict} ({'; '.join(entry['evidence'])})")
+    if doc["thermal"]:
+        sensors = [f"{t['name']} {'ok' if t['present'] else 'MISSING'}" for t in doc["thermal"]]
+        lines.append(f"           thermal sensors: {', '.join(sensors)}")
     lines.extend(f"accessory  {text}" for text in doc["accessories"])
     for name, info in doc["runtimes"].items():
         if info.get("available"):

@@ -232,6 +232,19 @@ class Detection:
     results: tuple[MatchResult, ...] = field(default=())
     accessories: tuple[str, ...] = ()  # "Hailo-8L …: needs HailoRT …" for accessories present
 
+    def thermal_presence(self) -> list[dict[str, object]]:
+        """Which of the profile's thermal sensors the board really has (the governor reads them)."""
+        present = []
+        for limit in self.profile.thermal:
+            if limit.sensor == "zone":
+                found = limit.name in self.facts.thermal_zones
+            elif limit.sensor == "hwmon":
+                found = limit.name in self.facts.hwmon
+            else:
+                found = (self.facts.root / "sys/class/apex" / limit.name / "temp").is_file()
+            present.append({"sensor": limit.sensor, "name": limit.name, "present": found})
+        return present
+
     def report(self) -> dict[str, object]:
         return {
             "profile": self.profile.name,
@@ -243,6 +256,7 @@ class Detection:
                 for r in self.results
             ],
             "accessories": list(self.accessories),
+            "thermal": self.thermal_presence(),
         }
 
 

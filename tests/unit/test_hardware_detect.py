@@ -54,6 +54,7 @@ def test_jetson_facts_and_reason(profiles) -> None:
     detection = detect(profiles, facts)
     assert "files: etc/nv_tegra_release" in detection.reason
     assert "compatible: nvidia,tegra234" in detection.reason
+    assert {"sensor": "zone", "name": "tj-thermal", "present": True} in detection.thermal_presence()
     xavier = next(r for r in detection.results if r.profile == "jetson-xavier")
     assert not xavier.matched and "compatible: none of nvidia,tegra194" in xavier.evidence
 
@@ -65,7 +66,19 @@ def test_intel_npu_is_found_by_its_driver_link(profiles) -> None:
     assert not facts.has_device("driver:accel:rocket")
     assert facts.has_device("pci:8086:7d1d")
     assert "coretemp" in facts.hwmon
-    assert "driver:accel:intel_vpu" in detect(profiles, facts).reason
+    detection = detect(profiles, facts)
+    assert "driver:accel:intel_vpu" in detection.reason
+    assert [t["present"] for t in detection.thermal_presence()] == [True, True]
+
+
+def test_missing_thermal_sensors_are_visible(profiles) -> None:
+    detection = detect(profiles, read_facts(FIXTURES / "coral-pcie"))
+    assert detection.thermal_presence() == [{"sensor": "apex", "name": "apex_0", "present": True}]
+    generic = detect(profiles, read_facts(FIXTURES / "generic-x86_64"))
+    assert {t["name"]: t["present"] for t in generic.thermal_presence()} == {
+        "coretemp": False,
+        "k10temp": True,
+    }
 
 
 def test_accessories_present_are_reported(profiles) -> None:
