@@ -21,7 +21,6 @@ from edgeagent.hardware.profile import ProfileError
 from edgeagent.hardware.service import Accelerators
 from edgeagent.models.locate import default_models_dir
 from edgeagent.models.package import ModelPackage, PackageError, load_package
-from edgeagent.runtimes import runtime_status
 from edgeagent.settings import ConfigError
 
 
@@ -166,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
             models.append(_explain(acc, package, args))
     document = {
         **acc.detection.report(),
-        "runtimes": runtime_status(),
+        "runtimes": acc.runtimes,
         "models_dir": str(models_dir),
         "models": models,
     }

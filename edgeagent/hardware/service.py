@@ -55,6 +55,7 @@ class Accelerators:
             power_budget_w=self.profile.power_budget_w,
             power_w=power_reader,
         )
+        self.runtimes = runtime_status()  # once: importing a missing runtime again is slow
         self._lock = threading.Lock()
         self._sessions: dict[str, ResilientSession] = {}
         self._choices: dict[str, Choice] = {}
@@ -105,6 +106,6 @@ class Accelerators:
         return {
             **self.detection.report(),
             "choice_mode": self.settings.choice,
-            "runtimes": runtime_status(),
+            "runtimes": self.runtimes,
             "models": models,
         }
