@@ -128,7 +128,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         if exc.status < 400:
             raise
         headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
-        return error_json(exc.reason, exc.status, headers)
+        return error_json(f"{exc.reason}: {request.method} {request.path}", exc.status, headers)
     except Exception as exc:
         log.exception("internal error on %s %s", request.method, request.path)
         return error_json(f"internal error: {type(exc).__name__}: {exc}", 500)
