@@ -1,0 +1,245 @@
+"""The governor seen from outside: every action through the real HTTP API over a real socket,
+and the closed loop holding a simulated chip under its limit while real inference runs."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+
+from edgeagent.governor.service import GovernorService
+from edgeagent.governor.settings import GovernorSettings
+from edgeagent.hardware.profile import load_profiles
+from tests.fixtures.thermal.trees import board, write
+from tests.helpers import write_tiny_package
+from tests.integration.http_agent import AgentServer, unix_session
+
+TJ = "sys/class/thermal/thermal_zone4/temp"
+
+
+class GovernedAgent(AgentServer):
+    """The test agent with a real GovernorService as its limits and status provider."""
+
+    def __init__(
+        self, tmp_path: Path, packages: list[Path], settings: GovernorSettings, root: Path
+    ):
+        super().__init__(tmp_path, packages, max_queue_delay_ms=5.0)
+        orin = {p.name: p for p in load_profiles()}["jetson-orin"]
+        self.governor = GovernorService(settings, orin, root, self.metrics)
+
+    @property  # type: ignore[override]
+    def limits(self):  # type: ignore[no-untyped-def]
+        return self.governor.limits()
+
+    @limits.setter
+    def limits(self, value: Any) -> None:
+        """The governor decides; the base class's initial assignment is ignored."""
+
+    @property  # type: ignore[override]
+    def status_extra(self) -> dict:
+        return {"governor": self.governor.snapshot()}
+
+    @status_extra.setter
+    def status_extra(self, value: Any) -> None:
+        """Status comes from the governor."""
+
+    def start(self) -> GovernedAgent:
+        super().start()
+        self.run(self.governor.start)
+        return self
+
+    def stop(self) -> None:
+        self.run(self.governor.stop)
+        super().stop()
+
+
+def infer_body(priority: int | None = None, rows: int = 1) -> dict:
+    data = np.random.default_rng(rows).random((rows, 3, 8, 8), dtype=np.float32)
+    body: dict = {
+        "inputs": [
+            {"name": "input", "shape": list(data.shape), "datatype": "FP32", "data": data.tolist()}
+        ]
+    }
+    if priority is not None:
+        body["parameters"] = {"priority": priority}
+    return body
+
+
+async def wait_for_state(http: aiohttp.ClientSession, state: str, timeout: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        async with http.get("/v1/status") as response:
+            governor = (await response.json())["governor"]
+        if governor["state"] == state or time.monotonic() > deadline:
+            return governor
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def orin_agent(tmp_path: Path) -> Iterator[tuple[GovernedAgent, Path]]:
+    root = board("jetson_orin", tmp_path)
+    settings = GovernorSettings(interval_s=0.05, min_dwell_s=0.3)
+    agent = GovernedAgent(tmp_path, [write_tiny_package(tmp_path / "tiny")], settings, root)
+    agent.start()
+    try:
+        yield agent, root
+    finally:
+        agent.stop()
+
+
+async def test_every_action_is_visible_through_the_http_api(orin_agent) -> None:  # type: ignore[no-untyped-def]
+    agent, root = orin_agent
+    async with unix_session(agent) as http:
+        governor = await wait_for_state(http, "normal")
+        assert governor["actions"] == [] and governor["temperatures"][0]["celsius"] == 50.25
+        async with http.post("/v2/models/tiny/infer", json=infer_body(priority=3)) as response:
+            assert response.status == 200  # a low-priority request runs while cool
+
+        write(root, TJ, 91000)  # hot
+        governor = await wait_for_state(http, "hot")
+        assert governor["state"] == "hot", governor
+        assert {"shedding", "batch_cap", "downloads_paused", "low_power"} <= set(
+            governor["actions"]
+        )
+        # shed: low priority gets 503 with Retry-After and the reason
+        async with http.post("/v2/models/tiny/infer", json=infer_body(priority=3)) as response:
+            assert response.status == 503
+            assert response.headers["Retry-After"] == "10"
+            error = (await response.json())["error"]
+            assert "governor" in error and "tj-thermal 91.0 °C" in error
+        # default priority still runs, and batches are capped at 1 row
+        answers = await asyncio.gather(
+            *(http.post("/v2/models/tiny/infer", json=infer_body()) for _ in range(8))
+        )
+        assert [a.status for a in answers] == [200] * 8
+        async with http.get("/metrics") as response:
+            text = await response.text()
+        assert 'edgeagent_governor_state{edgeagent_governor_state="hot"} 1.0' in text
+        assert "edgeagent_governor_max_batch_size 1.0" in text
+        assert 'edgeagent_governor_action_active{action="shedding"} 1.0' in text
+        assert 'edgeagent_governor_temperature_celsius{sensor="zone:tj-thermal"} 91.0' in text
+        assert _batches_over(text, 1) == 0  # the engine honoured the cap
+
+        write(root, TJ, 98000)  # critical: everything is shed
+        await wait_for_state(http, "critical")
+        async with http.post("/v2/models/tiny/infer", json=infer_body(priority=1)) as response:
+            assert response.status == 503 and "Retry-After" in response.headers
+
+        write(root, TJ, 45000)  # cool again: after the dwell, back to normal and serving
+        governor = await wait_for_state(http, "normal")
+        assert governor["state"] == "normal" and governor["throttled_seconds"] > 0
+        async with http.post("/v2/models/tiny/infer", json=infer_body(priority=3)) as response:
+            assert response.status == 200
+
+
+def _batches_over(metrics_text: str, rows: int) -> float:
+    """Batches larger than ``rows`` in the engine's batch-size histogram."""
+    total = below = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith("edgeagent_batch_size_count"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("edgeagent_batch_size_bucket") and f'le="{float(rows)}"' in line:
+            below += float(line.rsplit(" ", 1)[1])
+    return total - below
+
+
+def write_busy_package(root: Path, layers: int = 24, width: int = 1024) -> Path:
+    """The tiny package's interface around a compute-heavy network (a few ms per inference:
+    one square weight matrix applied ``layers`` times), so serving it keeps the device busy."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    package = write_tiny_package(root, name="busy")
+    model_file = package / "busy.fp32.onnx"
+    old_digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    rng = np.random.default_rng(0)
+    weights = {
+        "w_in": rng.standard_normal((192, width)) / 14,
+        "w": rng.standard_normal((width, width)) / np.sqrt(width),
+        "w_out": rng.standard_normal((width, 4)),
+    }
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w_in"], ["h0"]),
+    ]
+    for i in range(layers):
+        nodes.append(helper.make_node("MatMul", [f"h{i}", "w"], [f"m{i}"]))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"h{i + 1}"]))
+    nodes.append(helper.make_node("MatMul", [f"h{layers}", "w_out"], ["logits"]))
+    graph = helper.make_graph(
+        nodes,
+        "busy",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])],
+        [
+            helper.make_tensor(name, TensorProto.FLOAT, w.shape, w.astype(np.float32).flatten())
+            for name, w in weights.items()
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(model_file))
+    new_digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
+    toml = package / "model.toml"
+    toml.write_text(toml.read_text().replace(old_digest, new_digest))
+    return package
+
+
+@pytest.mark.slow
+async def test_closed_loop_holds_the_simulated_chip_under_its_limit(tmp_path: Path) -> None:
+    limit = 70.0
+    settings = GovernorSettings(
+        simulate=True,
+        sim_root=tmp_path / "sim",
+        interval_s=0.2,
+        min_dwell_s=1.0,
+        sim_ambient_c=40.0,
+        sim_heat_c=100.0,  # flat out would settle near 40 + 100·u: far above the limit
+        sim_tau_s=2.0,
+        sim_noise_c=0.0,
+        sim_warm_c=limit - 10,
+        sim_hot_c=limit,
+        sim_critical_c=limit + 10,
+    )
+    agent = GovernedAgent(tmp_path, [write_busy_package(tmp_path / "busy")], settings, Path("/"))
+    agent.start()
+    simulator = agent.governor.simulator
+    assert simulator is not None
+    trace: list[tuple[float, float, float]] = []  # (t, °C, utilisation)
+    try:
+        async with unix_session(agent) as http:
+
+            async def client() -> None:
+                while time.monotonic() < end:
+                    async with http.post("/v2/models/busy/infer", json=infer_body()) as reply:
+                        await reply.read()
+
+            start = time.monotonic()
+            end = start + 14.0
+            clients = [asyncio.create_task(client()) for _ in range(6)]
+            while time.monotonic() < end:
+                trace.append(
+                    (time.monotonic() - start, simulator.temperature_c, agent.governor.utilisation)
+                )
+                await asyncio.sleep(0.1)
+            await asyncio.gather(*clients)
+            async with http.get("/v1/status") as response:
+                governor = (await response.json())["governor"]
+    finally:
+        agent.stop()
+    early = [u for t, _, u in trace if 0.5 < t < 1.5]
+    # the control experiment: unthrottled, this load would settle far above the limit
+    assert simulator.steady_state_c(max(early)) > limit + 5, early
+    assert max(c for _, c, _ in trace) > limit - 10  # the load really heated the chip
+    assert max(c for _, c, _ in trace) <= limit + 1.0  # ...and the governor held it
+    assert governor["simulator"]["temperature_c"] <= limit + 1.0
+    assert governor["duty_cycle"] < 1.0 and "pacing" in governor["actions"]
+    late = [c for t, c, _ in trace if t > 8]
+    assert min(late) > limit - 10  # held near the limit, not throttled to a standstill
