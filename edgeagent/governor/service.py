@@ -68,6 +68,12 @@ class GovernorService:
         self._limits = UNTHROTTLED
         self._last_apply: float | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop) whenever the state or power-save mode changes,
+        e.g. to republish the fleet state report at once rather than at the next update."""
+        self._listeners.append(callback)
 
     def _make_simulator(self) -> ThermalSimulator:
         s = self.settings
@@ -108,9 +114,10 @@ class GovernorService:
         self.throttled_seconds += elapsed
         self.readings = readings
         floor, floor_reason = self._firmware_floor(readings)
-        before = self.policy.state
-        if self.policy.update(readings.zones, now, floor, floor_reason):
-            self._log_transition(before)
+        before = self.policy.state, self.power_save
+        changed = self.policy.update(readings.zones, now, floor, floor_reason)
+        if changed:
+            self._log_transition(before[0])
         duty = min(
             self.thermal_loop.update(self._thermal_excess(readings), now),
             self.power_loop.update(self._power_excess(readings), now),
@@ -132,7 +139,16 @@ class GovernorService:
         )
         actions = active_actions(self._limits, self.duty)
         self.metrics.observe(readings, state, self._limits, self.duty, actions, elapsed)
+        if changed or self.power_save != before[1]:
+            self._notify()
         return self._limits
+
+    def _notify(self) -> None:
+        for callback in self._listeners:
+            try:
+                callback()
+            except Exception:  # a listener's failure must not stop the governor
+                log.exception("governor listener %r failed", callback)
 
     def _log_transition(self, before: State) -> None:
         self.transitions += 1

@@ -69,10 +69,14 @@ async def test_jetson_orin_normal_readings_and_offline_sensors(orin) -> None:  #
 
 async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> None:  # type: ignore[no-untyped-def]
     governor, root, clock, registry = orin
+    changes: list[str] = []
+    governor.add_listener(lambda: changes.append(str(governor.snapshot()["state"])))
     tj_temp = "sys/class/thermal/thermal_zone4/temp"
     await step(governor, clock)
     write(root, tj_temp, 91500)
     await step(governor, clock)
+    await step(governor, clock)
+    assert changes == ["hot"]  # told once, on the change
     limits = governor.limits()
     assert governor.snapshot()["state"] == "hot"
     assert limits.shed_priority_from == 3 and limits.max_batch_size == 1
@@ -87,8 +91,8 @@ async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> No
     assert governor.duty < 1.0
     for _ in range(3):
         await step(governor, clock, 2.0)
-    assert governor.snapshot()["throttled_seconds"] == pytest.approx(6.0)
-    assert sample(registry, "edgeagent_governor_throttled_seconds_total") == pytest.approx(6.0)
+    assert governor.snapshot()["throttled_seconds"] == pytest.approx(7.0)
+    assert sample(registry, "edgeagent_governor_throttled_seconds_total") == pytest.approx(7.0)
     write(root, tj_temp, 97500)
     await step(governor, clock)
     assert governor.limits().shed_priority_from == 0  # critical sheds everything
@@ -97,6 +101,7 @@ async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> No
     assert governor.snapshot()["state"] == "critical"  # dwell: not yet
     await step(governor, clock, 6.0)
     assert governor.snapshot()["state"] == "normal"
+    assert changes == ["hot", "critical", "normal"]
     text = generate_latest(registry).decode()
     assert 'edgeagent_governor_temperature_celsius{sensor="zone:gpu-thermal"} NaN' in text
 
