@@ -1,0 +1,179 @@
+"""Build one model package: weights → ONNX/TFLite/OpenVINO × FP32/INT8 → evaluate → manifest."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from zoo import convert
+from zoo.data import digits_split, normalize, photo_crops
+from zoo.evaluate import compare, run_onnxruntime, run_variant
+from zoo.manifest import VariantFiles, write_manifest
+from zoo.specs import ModelSpec
+from zoo.train import predict, recalibrate_batchnorm, train_classifier
+
+FORMATS = ("onnx", "tflite", "openvino")
+BN_IMAGES = 96  # photo crops for BatchNorm re-estimation (seeded models)
+CALIBRATION_IMAGES = 32  # INT8 calibration set, the same for every runtime
+EVAL_IMAGES = 48  # separate crops for the agreement figures (seeded models)
+GOLDEN_IMAGES = 4
+DIGITS_EPOCHS = 12
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Data:
+    calibration: np.ndarray  # float32 NCHW, preprocessed
+    evaluation: np.ndarray  # float32 NCHW: agreement inputs (photos) or the held-out digits
+    labels: np.ndarray | None  # true classes of ``evaluation`` when known
+
+
+def _prepare(spec: ModelSpec, model: torch.nn.Module, seed: int, progress: Progress) -> Data:
+    """Give the seeded network sane weights (train it, or re-estimate BatchNorm) and return
+    the calibration and evaluation inputs."""
+
+    def prep(images: np.ndarray) -> np.ndarray:
+        return normalize(images, 1 / 255, spec.mean, spec.std)
+
+    if spec.trained:
+        split = digits_split(spec.size)
+        train = torch.from_numpy(prep(split.train_images))
+        history = train_classifier(
+            model,
+            train,
+            torch.from_numpy(split.train_labels),
+            epochs=DIGITS_EPOCHS,
+            batch_size=64,
+            lr=0.01,
+            seed=seed,
+            max_shift=2,
+        )
+        progress(f"trained {DIGITS_EPOCHS} epochs, final loss {history[-1]:.3f}")
+        return Data(train.numpy()[:64], prep(split.heldout_images), split.heldout_labels)
+    crops = prep(photo_crops(BN_IMAGES, spec.size, seed))
+    recalibrate_batchnorm(
+        model, (torch.from_numpy(crops[i : i + 32]) for i in range(0, BN_IMAGES, 32))
+    )
+    progress(f"BatchNorm statistics re-estimated on {BN_IMAGES} photo crops")
+    evaluation = prep(photo_crops(EVAL_IMAGES, spec.size, seed + 1))
+    return Data(crops[:CALIBRATION_IMAGES], evaluation, None)
+
+
+def _files(spec: ModelSpec, root: Path, formats: tuple[str, ...], model, data, progress):
+    """Convert in every format asked for; returns the variants in preference order."""
+    name = spec.name
+    variants: list[VariantFiles] = []
+    steps: list[tuple[str, Callable[[], None], VariantFiles]] = [
+        (
+            "onnx fp32",
+            lambda: convert.export_onnx(model, data.calibration, root / f"{name}.fp32.onnx"),
+            VariantFiles("onnxruntime", "fp32", (f"{name}.fp32.onnx",)),
+        ),
+        (
+            "onnx int8",
+            lambda: convert.quantize_onnx(
+                root / f"{name}.fp32.onnx", root / f"{name}.int8.onnx", data.calibration, root
+            ),
+            VariantFiles("onnxruntime", "int8", (f"{name}.int8.onnx",)),
+        ),
+    ]
+    if "openvino" in formats:
+        steps += [
+            (
+                f"openvino {precision}",
+                lambda p=precision: convert.export_openvino(
+                    root / f"{name}.{p}.onnx", root / f"{name}.{p}.xml"
+                ),
+                VariantFiles(
+                    "openvino", precision, (f"{name}.{precision}.xml", f"{name}.{precision}.bin")
+                ),
+            )
+            for precision in ("fp32", "int8")
+        ]
+    if "tflite" in formats:
+        steps += [
+            (
+                "tflite fp32",
+                lambda: convert.export_tflite(
+                    model, data.calibration, root / f"{name}.fp32.tflite"
+                ),
+                VariantFiles("litert", "fp32", (f"{name}.fp32.tflite",), "NHWC"),
+            ),
+            (
+                "tflite int8",
+                lambda: convert.quantize_tflite(
+                    model, data.calibration, root / f"{name}.int8.tflite"
+                ),
+                VariantFiles("litert", "int8", (f"{name}.int8.tflite",), "NHWC"),
+            ),
+        ]
+    for label, step, variant in steps:
+        started = time.perf_counter()
+        step()
+        variants.append(variant)
+        progress(f"{label} written in {time.perf_counter() - started:.1f} s")
+    return variants
+
+
+def _evaluate(root: Path, variants: list[VariantFiles], model, data: Data) -> dict:
+    """Every variant against the FP32 ONNX reference; accuracy too where labels are known."""
+    reference = run_onnxruntime(root / variants[0].files[0], data.evaluation)
+    torch_logits = predict(model, data.evaluation)
+    report: dict = {
+        "inputs": len(data.evaluation),
+        "torch_vs_onnx_max_abs_diff": float(np.abs(torch_logits - reference).max()),
+        "variants": {},
+    }
+    for variant in variants:
+        logits = run_variant(
+            variant.runtime, [root / f for f in variant.files], variant.layout, data.evaluation
+        )
+        entry = compare(reference, logits)
+        if data.labels is not None:
+            entry["accuracy"] = float((logits.argmax(1) == data.labels).mean())
+        report["variants"][f"{variant.runtime}/{variant.precision}"] = entry
+    return report
+
+
+def _accuracy(report: dict) -> dict:
+    """The digits figures in the shape the brief asks for: per runtime FP32, INT8 and the gap."""
+    table: dict = {}
+    for key, entry in report["variants"].items():
+        runtime, precision = key.split("/")
+        table.setdefault(runtime, {})[precision] = entry["accuracy"]
+    for row in table.values():
+        if "fp32" in row and "int8" in row:
+            row["int8_minus_fp32_points"] = round(100 * (row["int8"] - row["fp32"]), 2)
+    return {"split": "heldout.npz", "samples": report["inputs"], "accuracy": table}
+
+
+def build_package(
+    spec: ModelSpec, root: Path, seed: int, formats: tuple[str, ...], progress: Progress
+) -> dict:
+    """Write the complete package into the (empty) directory ``root``; returns its report."""
+    torch.manual_seed(seed)
+    model = spec.network().eval()
+    data = _prepare(spec, model, seed, progress)
+    model.eval()
+    labels = spec.labels()
+    (root / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    variants = _files(spec, root, formats, model, data, progress)
+
+    report = _evaluate(root, variants, model, data)
+    golden_index = np.linspace(0, len(data.evaluation) - 1, GOLDEN_IMAGES).astype(int)
+    golden = data.evaluation[golden_index]
+    top1 = run_onnxruntime(root / variants[0].files[0], golden).argmax(1).astype(np.int64)
+    np.savez(root / "golden.npz", inputs=golden, top1=top1)
+    if data.labels is not None:
+        np.savez(root / "heldout.npz", inputs=data.evaluation, labels=data.labels.astype(np.int64))
+        (root / "accuracy.json").write_text(json.dumps(_accuracy(report), indent=2) + "\n")
+    (root / "evaluation.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_manifest(root, spec, len(labels), variants)
+    return report

@@ -1,0 +1,101 @@
+"""What each zoo package is: network, input geometry, preprocessing, labels, serving hints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from zoo.labels import digit_labels, imagenet_labels
+from zoo.mobilenet_v2 import MobileNetV2
+from zoo.mobilenet_v3 import MobileNetV3Small
+from zoo.mobilevit import MobileViTXXS
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    network: Callable[[], nn.Module]
+    labels: Callable[[], list[str]]
+    size: int  # square input, pixels
+    resize: int | None  # shorter side before the centre crop; None = straight to size
+    color: str  # RGB or L
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    trained: bool  # True: trained on real data here; False: seeded weights, BN re-estimated
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 2.0
+    version: str = "1.0.0"
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.color == "L" else 3
+
+
+SPECS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            name="mobilenet_v2",
+            description="MobileNetV2 1.0 224, ImageNet-1k classes; seeded weights with BatchNorm "
+            "statistics re-estimated on photographs (not trained: labels are not meaningful)",
+            network=MobileNetV2,
+            labels=imagenet_labels,
+            size=224,
+            resize=256,
+            color="RGB",
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            trained=False,
+        ),
+        ModelSpec(
+            name="mobilenet_v3_small",
+            description="MobileNetV3-Small 224, ImageNet-1k classes; seeded weights with "
+            "BatchNorm statistics re-estimated on photographs (not trained)",
+            network=MobileNetV3Small,
+            labels=imagenet_labels,
+            size=224,
+            resize=256,
+            color="RGB",
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            trained=False,
+        ),
+        ModelSpec(
+            name="mobilevit_xxs",
+            description="MobileViT-XXS 256, ImageNet-1k classes; seeded weights with BatchNorm "
+            "statistics re-estimated on photographs (not trained)",
+            network=MobileViTXXS,
+            labels=imagenet_labels,
+            size=256,
+            resize=288,
+            color="RGB",
+            mean=(0.0, 0.0, 0.0),  # Apple's MobileViT takes plain 0..1 pixels
+            std=(1.0, 1.0, 1.0),
+            trained=False,
+            max_batch_size=4,
+        ),
+        ModelSpec(
+            name="digits_mnv3",
+            description="MobileNetV3-Small design at width 0.5 for 32×32 greyscale digits, "
+            "trained on scikit-learn's digits (8×8 upscaled; white ink on black)",
+            network=lambda: MobileNetV3Small(
+                num_classes=10, width=0.5, in_channels=1, stem_stride=1, hidden=256, dropout=0.1
+            ),
+            labels=digit_labels,
+            size=32,
+            resize=None,
+            color="L",
+            mean=(0.5,),
+            std=(0.5,),
+            trained=True,
+            max_batch_size=32,
+            max_queue_delay_ms=1.0,
+        ),
+    )
+}
