@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
-from edgeagent.models.registry import ModelRegistry
+from edgeagent.models.registry import LoadedModel, ModelRegistry
 from edgeagent.models.session import open_variant
 from edgeagent.serving.errors import ServingError
 from edgeagent.serving.settings import ServerSettings
@@ -132,7 +132,7 @@ sha256 = {{ "{path.name}" = "{digest}" }}
 class Load:
     """Open-loop arrivals at ``rate`` requests/s (the client does not wait for answers)."""
 
-    def __init__(self, model, inputs: list[np.ndarray]) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, model: LoadedModel, inputs: list[np.ndarray]) -> None:
         self.model = model
         self.inputs = inputs
         self.done = 0

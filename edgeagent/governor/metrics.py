@@ -76,9 +76,9 @@ class GovernorMetrics:
         throttled_s: float,
     ) -> None:
         for zone in readings.zones:
-            online = zone.celsius is not None
-            self.temperature.labels(zone.key).set(zone.celsius if online else math.nan)
-            self.sensor_up.labels(zone.key).set(1 if online else 0)
+            celsius = zone.celsius
+            self.temperature.labels(zone.key).set(math.nan if celsius is None else celsius)
+            self.sensor_up.labels(zone.key).set(0 if celsius is None else 1)
         for key, watts in readings.power_w.items():
             self.power.labels(key).set(math.nan if watts is None else watts)
             self.sensor_up.labels(key).set(0 if watts is None else 1)

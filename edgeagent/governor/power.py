@@ -22,9 +22,14 @@ INA3221_SUM_CHANNEL = 7  # the driver's "sum of shunt voltages" channel, not a r
 class PowerSensorLike(Protocol):
     """The fields of hardware.profile.PowerSensor the governor reads."""
 
-    kind: str
-    name: str
-    total: bool
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def total(self) -> bool: ...
 
 
 class PowerSensor(ABC):

@@ -25,12 +25,23 @@ from edgeagent.governor.throttled import PiThrottle, ThrottleFlags
 class ProfileLike(Protocol):
     """The fields of hardware.profile.Profile the governor reads."""
 
-    name: str
-    thermal: Sequence[Any]
-    power_budget_w: float | None
-    power_sensors: Sequence[Any]
-    throttle_command: str | None
-    battery: Any
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def thermal(self) -> Sequence[Any]: ...
+
+    @property
+    def power_budget_w(self) -> float | None: ...
+
+    @property
+    def power_sensors(self) -> Sequence[Any]: ...
+
+    @property
+    def throttle_command(self) -> str | None: ...
+
+    @property
+    def battery(self) -> Any: ...
 
 
 @dataclass

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from edgeagent.governor.sysfs import SensorOffline, below, read_int, read_text
 
 CHARGER_STATES = ("Charging", "Full", "Not charging")
+T = TypeVar("T")
 
 
 class BatterySpecLike(Protocol):
     """The fields of hardware.profile.BatterySpec the governor reads."""
 
-    supply: str
-    ac: str
-    low_percent: float
+    @property
+    def supply(self) -> str: ...
+
+    @property
+    def ac(self) -> str: ...
+
+    @property
+    def low_percent(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class SupplyMonitor:
     def read(self) -> SupplyState:
         errors: list[str] = []
 
-        def attempt(read, path: Path):  # type: ignore[no-untyped-def]
+        def attempt(read: Callable[[Path], T], path: Path) -> T | None:
             try:
                 return read(path)
             except SensorOffline as exc:

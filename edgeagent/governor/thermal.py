@@ -19,12 +19,23 @@ OFFLINE_CELSIUS = -255.0  # Jetson zones read -256 °C while their block is powe
 class ThermalLimitLike(Protocol):
     """The fields of hardware.profile.ThermalLimit the governor reads."""
 
-    sensor: str
-    name: str
-    label: str
-    warm_c: float
-    hot_c: float
-    critical_c: float
+    @property
+    def sensor(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def warm_c(self) -> float: ...
+
+    @property
+    def hot_c(self) -> float: ...
+
+    @property
+    def critical_c(self) -> float: ...
 
 
 def millicelsius(path: Path) -> float:
