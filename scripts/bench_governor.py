@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
+from edgeagent.hardware.profile import load_profiles
 from edgeagent.models.registry import LoadedModel, ModelRegistry
 from edgeagent.models.session import open_variant
 from edgeagent.serving.errors import ServingError
@@ -41,18 +42,6 @@ from edgeagent.serving.settings import ServerSettings
 from edgeagent.telemetry import EngineMetrics
 
 LIMIT_C = 70.0
-
-
-@dataclass
-class NoProfile:
-    """The governor runs on the simulated zone only; nothing of a board profile is needed."""
-
-    name: str = "simulated"
-    thermal: tuple = ()
-    power_budget_w: float | None = None
-    power_sensors: tuple = ()
-    throttle_command: str | None = None
-    battery: None = None
 
 
 @dataclass
@@ -175,7 +164,8 @@ async def run(args: argparse.Namespace) -> dict:
         sim_hot_c=LIMIT_C,
         sim_critical_c=LIMIT_C + 10,
     )
-    governor = GovernorService(settings, NoProfile(), Path("/"), metrics)
+    generic = next(p for p in load_profiles() if p.generic)  # simulate mode ignores its zones
+    governor = GovernorService(settings, generic, Path("/"), metrics)
     executor = ThreadPoolExecutor(2)
     registry = ModelRegistry(
         lambda p: open_variant(p, threads=args.threads),

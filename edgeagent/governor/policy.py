@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from edgeagent.governor.thermal import ThermalLimitLike
+from edgeagent.hardware.profile import ThermalLimit
 
 
 class State(IntEnum):
@@ -26,7 +26,7 @@ class State(IntEnum):
         return self.name.lower()
 
 
-def threshold(limit: ThermalLimitLike, state: State) -> float:
+def threshold(limit: ThermalLimit, state: State) -> float:
     """The temperature at which ``state`` begins for this zone."""
     return {
         State.WARM: limit.warm_c,
@@ -39,7 +39,7 @@ def threshold(limit: ThermalLimitLike, state: State) -> float:
 class ZoneTemperature:
     key: str
     celsius: float | None  # None: offline, ignored by the policy
-    limit: ThermalLimitLike
+    limit: ThermalLimit
 
 
 def level(zone: ZoneTemperature) -> State:

@@ -11,25 +11,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from edgeagent.governor.command import run_command
 from edgeagent.governor.sysfs import SensorOffline, below, find_by_name, read_int, read_text
+from edgeagent.hardware.profile import PowerSensor as PowerSensorSpec
 
 INA3221_SUM_CHANNEL = 7  # the driver's "sum of shunt voltages" channel, not a rail
-
-
-class PowerSensorLike(Protocol):
-    """The fields of hardware.profile.PowerSensor the governor reads."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def total(self) -> bool: ...
 
 
 class PowerSensor(ABC):
@@ -212,7 +199,7 @@ class PmicPower(PowerSensor):
 
 def power_sensor(
     root: Path,
-    spec: PowerSensorLike,
+    spec: PowerSensorSpec,
     *,
     pmic_command: str,
     timeout_s: float,

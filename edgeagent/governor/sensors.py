@@ -11,37 +11,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
 from edgeagent.governor.policy import ZoneTemperature
-from edgeagent.governor.power import PowerSensor, PowerSensorLike, power_sensor
+from edgeagent.governor.power import PowerSensor, power_sensor
 from edgeagent.governor.settings import GovernorSettings
-from edgeagent.governor.supply import BatterySpecLike, SupplyMonitor, SupplyState
+from edgeagent.governor.supply import SupplyMonitor, SupplyState
 from edgeagent.governor.sysfs import SensorOffline
-from edgeagent.governor.thermal import TemperatureSensor, ThermalLimitLike, temperature_sensor
+from edgeagent.governor.thermal import TemperatureSensor, temperature_sensor
 from edgeagent.governor.throttled import PiThrottle, ThrottleFlags
-
-
-class ProfileLike(Protocol):
-    """The fields of hardware.profile.Profile the governor reads."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def thermal(self) -> Sequence[Any]: ...
-
-    @property
-    def power_budget_w(self) -> float | None: ...
-
-    @property
-    def power_sensors(self) -> Sequence[Any]: ...
-
-    @property
-    def throttle_command(self) -> str | None: ...
-
-    @property
-    def battery(self) -> Any: ...
+from edgeagent.hardware.profile import BatterySpec, Profile, ThermalLimit
+from edgeagent.hardware.profile import PowerSensor as PowerSensorSpec
 
 
 @dataclass
@@ -60,13 +39,13 @@ class SensorSet:
         self,
         root: Path,
         settings: GovernorSettings,
-        thermal: Sequence[ThermalLimitLike],
-        power: Sequence[PowerSensorLike] = (),
-        battery: BatterySpecLike | None = None,
+        thermal: Sequence[ThermalLimit],
+        power: Sequence[PowerSensorSpec] = (),
+        battery: BatterySpec | None = None,
         throttle_command: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.zones: list[tuple[TemperatureSensor, ThermalLimitLike]] = [
+        self.zones: list[tuple[TemperatureSensor, ThermalLimit]] = [
             (temperature_sensor(root, limit), limit) for limit in thermal
         ]
         self.power: list[PowerSensor] = [
@@ -91,7 +70,7 @@ class SensorSet:
         cls,
         root: Path,
         settings: GovernorSettings,
-        profile: ProfileLike,
+        profile: Profile,
         clock: Callable[[], float] = time.monotonic,
     ) -> SensorSet:
         return cls(

@@ -25,9 +25,10 @@ from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
 from edgeagent.governor.metrics import GovernorMetrics
 from edgeagent.governor.policy import State, StatePolicy
-from edgeagent.governor.sensors import ProfileLike, Readings, SensorSet
+from edgeagent.governor.sensors import Readings, SensorSet
 from edgeagent.governor.settings import GovernorSettings
-from edgeagent.governor.simulator import SimZoneLimit, ThermalSimulator
+from edgeagent.governor.simulator import ThermalSimulator, simulated_zone
+from edgeagent.hardware.profile import Profile
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class GovernorService:
     def __init__(
         self,
         settings: GovernorSettings,
-        profile: ProfileLike,
+        profile: Profile,
         root: Path,
         metrics_registry: CollectorRegistry,
         *,
@@ -81,7 +82,7 @@ class GovernorService:
             self._sim_dir = Path(tempfile.mkdtemp(prefix="edgeagent-thermal-sim-"))
         root = s.sim_root or self._sim_dir
         assert root is not None
-        limit = SimZoneLimit(warm_c=s.sim_warm_c, hot_c=s.sim_hot_c, critical_c=s.sim_critical_c)
+        limit = simulated_zone(s.sim_warm_c, s.sim_hot_c, s.sim_critical_c)
         return ThermalSimulator(
             root,
             ambient_c=s.sim_ambient_c,

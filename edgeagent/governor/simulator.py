@@ -19,22 +19,16 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from edgeagent.hardware.profile import ThermalLimit
 
 ZONE_TYPE = "sim-thermal"
 
 
-@dataclass(frozen=True)
-class SimZoneLimit:
-    """The simulated zone as a profile ``[[thermal.zone]]`` entry (ThermalLimit's fields)."""
-
-    warm_c: float
-    hot_c: float
-    critical_c: float
-    sensor: str = "zone"
-    name: str = ZONE_TYPE
-    label: str = ""
+def simulated_zone(warm_c: float, hot_c: float, critical_c: float) -> ThermalLimit:
+    """The simulated zone as a profile ``[[thermal.zone]]`` entry."""
+    return ThermalLimit("zone", ZONE_TYPE, "", warm_c, hot_c, critical_c)
 
 
 class ThermalSimulator:
@@ -46,7 +40,7 @@ class ThermalSimulator:
         heat_c: float = 60.0,
         tau_s: float = 10.0,
         noise_c: float = 0.0,
-        limit: SimZoneLimit | None = None,
+        limit: ThermalLimit | None = None,
         seed: int | None = None,
     ) -> None:
         if tau_s <= 0:
@@ -56,7 +50,7 @@ class ThermalSimulator:
         self.heat_c = heat_c
         self.tau_s = tau_s
         self.noise_c = noise_c
-        self.limit = limit or SimZoneLimit(warm_c=60.0, hot_c=70.0, critical_c=80.0)
+        self.limit = limit or simulated_zone(60.0, 70.0, 80.0)
         self.temperature_c = ambient_c
         self._random = random.Random(seed)
         self.zone_dir = root / "sys" / "class" / "thermal" / "thermal_zone0"

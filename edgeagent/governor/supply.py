@@ -5,25 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from edgeagent.governor.sysfs import SensorOffline, below, read_int, read_text
+from edgeagent.hardware.profile import BatterySpec
 
 CHARGER_STATES = ("Charging", "Full", "Not charging")
 T = TypeVar("T")
-
-
-class BatterySpecLike(Protocol):
-    """The fields of hardware.profile.BatterySpec the governor reads."""
-
-    @property
-    def supply(self) -> str: ...
-
-    @property
-    def ac(self) -> str: ...
-
-    @property
-    def low_percent(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -47,7 +35,7 @@ class SupplyState:
 class SupplyMonitor:
     """Reads the profile's battery and AC supplies; an unreadable file leaves its field None."""
 
-    def __init__(self, root: Path, spec: BatterySpecLike, low_percent: float) -> None:
+    def __init__(self, root: Path, spec: BatterySpec, low_percent: float) -> None:
         self.base = below(root, "/sys/class/power_supply")
         self.spec = spec
         self.low_percent = low_percent

@@ -9,33 +9,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Protocol
 
 from edgeagent.governor.sysfs import SensorOffline, below, find_by_name, read_int, read_text
+from edgeagent.hardware.profile import ThermalLimit
 
 OFFLINE_CELSIUS = -255.0  # Jetson zones read -256 °C while their block is powered down
-
-
-class ThermalLimitLike(Protocol):
-    """The fields of hardware.profile.ThermalLimit the governor reads."""
-
-    @property
-    def sensor(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def label(self) -> str: ...
-
-    @property
-    def warm_c(self) -> float: ...
-
-    @property
-    def hot_c(self) -> float: ...
-
-    @property
-    def critical_c(self) -> float: ...
 
 
 def millicelsius(path: Path) -> float:
@@ -153,7 +131,7 @@ class ApexTemperature(TemperatureSensor):
         return path
 
 
-def temperature_sensor(root: Path, limit: ThermalLimitLike) -> TemperatureSensor:
+def temperature_sensor(root: Path, limit: ThermalLimit) -> TemperatureSensor:
     """The sensor a profile's ``[[thermal.zone]]`` entry names."""
     if limit.sensor == "zone":
         return ThermalZone(root, limit.name)
