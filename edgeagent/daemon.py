@@ -28,11 +28,9 @@ from aiohttp import web
 from edgeagent import __version__
 from edgeagent.config import Config
 from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.hardware.service import Accelerators
 from edgeagent.models.locate import default_models_dir
-from edgeagent.models.package import ModelPackage
 from edgeagent.models.registry import ModelRegistry
-from edgeagent.models.session import open_variant
-from edgeagent.runtimes import Session
 from edgeagent.sdnotify import Notifier
 from edgeagent.serving.http import create_app
 from edgeagent.settings import ConfigError
@@ -78,11 +76,6 @@ def package_dirs(config: Config) -> list[Path]:
     return [found[name] for name in config.agent.models]
 
 
-def _open_session(package: ModelPackage) -> Session:
-    """Until the hardware façade (Accelerators.open) is wired: the first variant that loads."""
-    return open_variant(package)
-
-
 class Daemon:
     """Builds and runs every part of the agent (see the module docstring)."""
 
@@ -96,14 +89,17 @@ class Daemon:
         )
         # The governor replaces this; the engine reads it before every batch.
         self.limits_provider: Callable[[], ServingLimits] = lambda: UNTHROTTLED
+        config.agent.state_dir.mkdir(parents=True, exist_ok=True)
+        self.accelerators = Accelerators(config.hardware, config.agent.state_dir)
         self.registry = ModelRegistry(
-            _open_session,
+            self.accelerators.open,
             settings=config.server,
             metrics=self.engine_metrics,
             executor=self.executor,
             limits_provider=lambda: self.limits_provider(),
         )
         self.status_providers: dict[str, Callable[[], dict]] = {
+            "profile": self.accelerators.report,
             "models": self.registry.status,
         }
         self.services: list[Service] = []  # started in order after the models, stopped reversed

@@ -33,14 +33,18 @@ class Manager:
         self.path = path
         self.messages: list[dict[str, str]] = []
 
-    def wait_for(self, key: str, timeout: float) -> dict[str, str]:
+    def wait_for(self, key: str, timeout: float, process=None) -> dict[str, str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            self.sock.settimeout(min(1.0, max(0.01, deadline - time.monotonic())))
             try:
                 data = self.sock.recv(4096).decode()
             except TimeoutError:
-                break
+                if process is not None and process.poll() is not None:
+                    raise AssertionError(
+                        f"the daemon exited {process.returncode}: {process.stderr.read()}"
+                    ) from None
+                continue
             message = dict(line.split("=", 1) for line in data.splitlines())
             self.messages.append(message)
             if key in message:
@@ -102,7 +106,7 @@ def test_daemon_lifecycle_ready_serve_drain_exit(tmp_path: Path, models: Path):
     sock = tmp_path / "run" / "agent.sock"
     process = start_daemon(tmp_path, models, sock, manager)
     try:
-        ready = manager.wait_for("READY", timeout=90)
+        ready = manager.wait_for("READY", timeout=90, process=process)
         assert ready["MAINPID"] == str(process.pid) and str(sock) in ready["STATUS"]
         assert oct(sock.stat().st_mode & 0o777) == oct(0o660)
         manager.wait_for("WATCHDOG", timeout=10)
