@@ -96,4 +96,8 @@ def run(args: argparse.Namespace) -> int:
     except StartupError as exc:
         print(f"edgeagent run: cannot start: {exc}", file=sys.stderr)
         return EXIT_STARTUP
+    except OSError as exc:  # state directory not writable, socket directory not creatable …
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"edgeagent run: cannot start:{where} {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_STARTUP
     return 0

@@ -81,3 +81,16 @@ def test_exit_status_through_a_real_process(tmp_path: Path):
     )
     assert result.returncode == 2
     assert "[server] request_timeout_s: must be positive" in result.stderr
+
+
+def test_unusable_state_directory_is_a_start_failure(tmp_path: Path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f"[agent]\nstate_dir = '{blocker / 'state'}'\nmodels_dir = '{tmp_path}'\n"
+        f"[server]\nunix_socket = '{tmp_path / 'a.sock'}'\ntcp_port = 0\n"
+    )
+    assert main(["run", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot start" in err and str(blocker) in err
