@@ -20,13 +20,18 @@ from edgeagent.serving.settings import ServerSettings, is_loopback
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def needs_token(request: web.Request, settings: ServerSettings) -> bool:
-    """True when the request came over TCP on a non-loopback listener or address."""
+def over_tcp(request: web.Request) -> bool:
+    """True when the request arrived on a TCP connection (not the Unix socket)."""
     transport = request.transport
     sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or sock.family == socket.AF_UNIX:
+    return sock is not None and sock.family != socket.AF_UNIX
+
+
+def needs_token(request: web.Request, settings: ServerSettings) -> bool:
+    """True when the request came over TCP on a non-loopback listener or address."""
+    if not over_tcp(request):
         return False
-    local = transport.get_extra_info("sockname") if transport is not None else None
+    local = request.transport.get_extra_info("sockname") if request.transport else None
     local_host = local[0] if isinstance(local, tuple) and local else ""
     return not (is_loopback(settings.tcp_host) and is_loopback(local_host))
 

@@ -111,17 +111,33 @@ async def test_raw_body_with_header_length_zero(http: aiohttp.ClientSession, ref
 @pytest.mark.parametrize(
     ("encoding", "compress"), [("gzip", gzip.compress), ("deflate", zlib.compress)]
 )
-async def test_compressed_request_and_response(
-    http: aiohttp.ClientSession, reference, encoding, compress
+async def test_compressed_request_and_response_over_tcp(
+    agent: AgentServer, reference, encoding, compress
 ) -> None:
     batch = _batch(2, seed=7)
     body, length = v2.encode_request({"input": batch}, binary=True)
     headers = {H: str(length), "Content-Encoding": encoding, "Accept-Encoding": encoding}
-    async with http.post("/v2/models/tiny/infer", data=compress(body), headers=headers) as response:
+    async with (
+        aiohttp.ClientSession(agent.url) as http,
+        http.post("/v2/models/tiny/infer", data=compress(body), headers=headers) as response,
+    ):
         assert response.status == 200, await response.text()
         assert response.headers["Content-Encoding"] == encoding
         # the client undid the Content-Encoding; the header still counts uncompressed bytes
         decoded = v2.decode_response(await response.read(), response.headers[H])
+    np.testing.assert_allclose(decoded.outputs["logits"], reference(batch), rtol=1e-5)
+
+
+async def test_unix_socket_takes_compressed_requests_but_answers_plain(
+    http: aiohttp.ClientSession, reference
+) -> None:
+    batch = _batch(1, seed=8)
+    body, length = v2.encode_request({"input": batch}, binary=True)
+    headers = {H: str(length), "Content-Encoding": "gzip", "Accept-Encoding": "gzip"}
+    async with http.post("/v2/models/tiny/infer", data=gzip.compress(body), headers=headers) as r:
+        assert r.status == 200
+        assert "Content-Encoding" not in r.headers
+        decoded = v2.decode_response(await r.read(), r.headers[H])
     np.testing.assert_allclose(decoded.outputs["logits"], reference(batch), rtol=1e-5)
 
 
