@@ -102,7 +102,9 @@ def why_not(choice: Choice, option: Option) -> str:
     if result is not None and not result.ok:
         return result.error
     if option.key in choice.latency_ms:
-        return f"works, {choice.latency_ms[option.key]:.2f} ms (slower or over the power budget)"
+        watts = choice.power_w.get(option.key)
+        power = f" at {watts:.1f} W" if watts is not None else ""
+        return f"works, {choice.latency_ms[option.key]:.2f} ms{power}: not the pick"
     if result is not None:
         return "works"
     return "not tried (a better-ranked candidate works)"
