@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,12 +131,40 @@ def _split(body: bytes, length: int | None) -> tuple[dict[str, Any], memoryview]
     return message, tail
 
 
-def _frame(message: dict[str, Any], blobs: Sequence[bytes]) -> tuple[bytes, int | None]:
-    """JSON header then the blobs; the header length is None when nothing binary follows."""
-    head = json.dumps(message, separators=(",", ":")).encode()
-    if not blobs:
-        return head, None
-    return b"".join([head, *blobs]), len(head)
+class _JsonData:
+    """Tensor values as JSON array text, spliced into the message after ``json.dumps``.
+
+    ``json.dumps`` of a Python float prints 17 digits through ``float.__repr__``, which makes
+    a 224×224×3 FP32 input cost ~170 ms to encode here; printing each value with just the
+    digits its own precision needs (9 for FP32, 17 for FP64) in one C-level ``%`` format is
+    about 4× faster and still round-trips exactly. Non-finite values fall back to json.dumps.
+    """
+
+    def __init__(self) -> None:
+        self._nonce = secrets.token_hex(8)
+        self._texts: dict[str, str] = {}
+
+    def add(self, array: np.ndarray) -> str:
+        """A placeholder for ``array``'s values to put where the ``data`` list goes."""
+        flat = array.ravel()
+        if flat.dtype.kind == "f" and flat.size and bool(np.isfinite(flat).all()):
+            digits = 9 if flat.dtype.itemsize <= 4 else 17
+            text = "[" + ",".join([f"%.{digits}g"] * flat.size) % tuple(flat.tolist()) + "]"
+        else:
+            text = json.dumps(flat.tolist())
+        token = f"@tensor-data:{self._nonce}:{len(self._texts)}"
+        self._texts[json.dumps(token)] = text
+        return token
+
+    def frame(self, message: dict[str, Any], blobs: Sequence[bytes]) -> tuple[bytes, int | None]:
+        """JSON header then the blobs; the header length is None when nothing binary follows."""
+        head = json.dumps(message, separators=(",", ":"))
+        for quoted, text in self._texts.items():
+            head = head.replace(quoted, text, 1)
+        encoded = head.encode()
+        if not blobs:
+            return encoded, None
+        return b"".join([encoded, *blobs]), len(encoded)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,6 +360,7 @@ def encode_request(
     """Build an infer request body; returns (body, header length or None when all JSON)."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
+    data = _JsonData()
     for name, array in inputs.items():
         entry: dict[str, Any] = {
             "name": name,
@@ -342,7 +372,7 @@ def encode_request(
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
-            entry["data"] = array.ravel().tolist()
+            entry["data"] = data.add(array)
         entries.append(entry)
     params = dict(parameters or {})
     if binary:
@@ -354,7 +384,7 @@ def encode_request(
         message["id"] = request_id
     if outputs is not None:
         message["outputs"] = [{"name": name} for name in outputs]
-    return _frame(message, blobs)
+    return data.frame(message, blobs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +420,7 @@ def encode_response(
     """Build an infer response from (name, array, binary) triples, in that order."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
+    data = _JsonData()
     for name, array, binary in outputs:
         datatype = datatype_of(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
@@ -403,7 +434,7 @@ def encode_response(
                 f"parameters.binary_data = true"
             )
         else:
-            entry["data"] = array.ravel().tolist()
+            entry["data"] = data.add(array)
         entries.append(entry)
     message: dict[str, Any] = {
         "model_name": model_name,
@@ -412,7 +443,7 @@ def encode_response(
     }
     if request_id is not None:
         message["id"] = request_id
-    return _frame(message, blobs)
+    return data.frame(message, blobs)
 
 
 def decode_response(body: bytes, header: str | None) -> InferResponse:

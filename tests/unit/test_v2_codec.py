@@ -244,3 +244,29 @@ def test_datatype_table() -> None:
     assert v2.datatype_of(np.dtype(">f4")) == "FP32"
     assert v2.datatype_of(np.bool_) == "BOOL"
     assert v2.numpy_dtype("UINT16", "x") == np.dtype("uint16")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_json_floats_round_trip_exactly(dtype: str) -> None:
+    rng = np.random.default_rng(5)
+    values = (rng.standard_normal(500) * 10.0 ** rng.integers(-30, 30, 500)).astype(dtype)
+    values[:4] = [0.0, -0.0, 1.0, np.finfo(dtype).max]
+    body, header = v2.encode_request({"x": values}, binary=False)
+    assert header is None
+    decoded = v2.decode_request(body, None).inputs["x"]
+    assert decoded.dtype == values.dtype
+    np.testing.assert_array_equal(decoded, values)
+
+
+def test_json_non_finite_values_and_a_lookalike_id() -> None:
+    """NaN/inf fall back to json.dumps; an id that looks like a placeholder stays an id."""
+    values = np.array([np.nan, np.inf, 1.5], dtype=np.float32)
+    body, _ = v2.encode_response(
+        model_name="m",
+        model_version="1",
+        outputs=[("y", values, False)],
+        request_id="@tensor-data:0:0",
+    )
+    response = v2.decode_response(body, None)
+    assert response.id == "@tensor-data:0:0"
+    np.testing.assert_array_equal(response.outputs["y"], values)
