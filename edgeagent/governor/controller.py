@@ -22,9 +22,14 @@ class DutyController:
         self._integral = 1.0
         self._last: float | None = None
 
-    def update(self, excess: float | None, now: float) -> float:
+    def update(self, excess: float | None, now: float, utilisation: float | None = None) -> float:
         """One step. ``excess`` = measured − set-point (positive: too hot); None when the
-        sensors are offline, which holds the last duty rather than guessing."""
+        sensors are offline, which holds the last duty rather than guessing.
+
+        ``utilisation`` is the busy fraction actually measured. Above the set-point, a duty
+        higher than that binds nothing, so the loop starts from what is really used instead of
+        spending seconds winding down from 1.0 while the chip keeps heating.
+        """
         if excess is None:
             self._last = now
             return self.duty
@@ -37,6 +42,9 @@ class DutyController:
             duty, integral = 1.0, 1.0 - self.kp * error
         elif duty < self.min_duty:
             duty, integral = self.min_duty, self.min_duty - self.kp * error
+        if error < 0 and utilisation is not None and duty > max(utilisation, self.min_duty):
+            duty = max(utilisation, self.min_duty)
+            integral = duty - self.kp * error
         self._integral = integral
         self.duty = duty
         return duty

@@ -101,11 +101,16 @@ class GovernorService:
     # -- one control step ---------------------------------------------------------------------
 
     def apply(
-        self, readings: Readings, now: float, batch_seconds: float | None = None
+        self,
+        readings: Readings,
+        now: float,
+        batch_seconds: float | None = None,
+        utilisation: float | None = None,
     ) -> ServingLimits:
         """Decide from one round of readings; public so tests can drive it with fake clocks.
 
-        ``batch_seconds`` (the engine's mean batch time) turns the duty cycle into pacing.
+        ``batch_seconds`` (the engine's mean batch time) turns the duty cycle into pacing;
+        ``utilisation`` (its measured busy fraction) is where the loop starts throttling from.
         """
         if self._last_apply is not None and active_actions(self._limits, self.duty):
             elapsed = max(0.0, now - self._last_apply)
@@ -119,10 +124,9 @@ class GovernorService:
         changed = self.policy.update(readings.zones, now, floor, floor_reason)
         if changed:
             self._log_transition(before[0])
-        duty = min(
-            self.thermal_loop.update(self._thermal_excess(readings), now),
-            self.power_loop.update(self._power_excess(readings), now),
-        )
+        thermal_duty = self.thermal_loop.update(self._thermal_excess(readings), now, utilisation)
+        power_duty = self.power_loop.update(self._power_excess(readings), now, utilisation)
+        duty = min(thermal_duty, power_duty)
         throttle = readings.throttle
         supply = readings.supply
         self.power_save = bool(
@@ -134,7 +138,8 @@ class GovernorService:
         if self.power_save:
             reason = "; ".join(r for r in (reason, self._power_save_reason()) if r)
         elif not reason and self.duty < 1.0:
-            reason = f"pacing to duty {self.duty:.2f} to hold {self._hottest_text()}"
+            held = self._power_text() if power_duty < thermal_duty else self._hottest_text()
+            reason = f"pacing to duty {self.duty:.2f} to hold {held}"
         self._limits = serving_limits(
             self.settings, state, self.duty, self.power_save, reason, batch_seconds
         )
@@ -195,10 +200,13 @@ class GovernorService:
         percent = supply.percent if supply is not None else None
         return f"power-save: battery {percent:.0f}%" if percent is not None else "power-save"
 
+    def _power_text(self) -> str:
+        return f"the power budget {self.profile.power_budget_w:g} W"
+
     def _hottest_text(self) -> str:
         online = [z for z in self.readings.zones if z.celsius is not None]
         if not online:
-            return "the power budget"
+            return "the last safe duty (no thermal sensor online)"
         z = max(online, key=lambda z: z.celsius - z.limit.hot_c)  # type: ignore[operator]
         return f"{z.key} under {z.limit.hot_c - self.settings.setpoint_margin_c:.1f} °C"
 
@@ -207,7 +215,7 @@ class GovernorService:
     async def tick(self) -> ServingLimits:
         readings = await asyncio.to_thread(self.sensors.read)
         self.utilisation = self.engine_load.sample()
-        return self.apply(readings, self.clock(), self.engine_load.batch_seconds)
+        return self.apply(readings, self.clock(), self.engine_load.batch_seconds, self.utilisation)
 
     async def _loop(self) -> None:
         while True:

@@ -169,3 +169,14 @@ def test_low_power_from_setting() -> None:
 def test_settings_are_validated(table: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_section(GovernorSettings, table, "governor")
+
+
+def test_controller_starts_throttling_from_the_measured_utilisation() -> None:
+    """Above the set-point a duty above what the engine really uses binds nothing: the loop
+    starts from the measured busy fraction instead of winding down from 1.0."""
+    controller = DutyController(kp=0.05, ki=0.01, min_duty=0.05)
+    assert controller.update(-1.0, 0.0, utilisation=0.4) == 1.0  # below: no cap at all
+    assert controller.update(0.5, 1.0, utilisation=0.4) == pytest.approx(0.4)
+    slow = DutyController(kp=0.05, ki=0.01, min_duty=0.05)
+    slow.update(-1.0, 0.0)
+    assert slow.update(0.5, 1.0) > 0.9  # without the measurement it would still be near 1
