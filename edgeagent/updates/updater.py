@@ -226,7 +226,7 @@ class Updater:
             self._remember(digest)
             self.reporter.outcome(self._describe(envelope, exc), "refused", exc.code, exc.message)
             return self.reporter.last
-        await self._install(manifest)
+        await self._install(manifest, digest)
         self._remember(digest)  # only now: a crash midway must let the re-delivery retry
         return self.reporter.last
 
@@ -248,11 +248,14 @@ class Updater:
             "queued": self._queue.qsize(),
             "trust_version": self.trust.version,
             "floors": {m: self.store.floor(m) for m in self.store.models()},
-            "current": {m: self.store.current(m) for m in self.store.models()},
+            "installed": {m: self.store.current(m) for m in self.store.models()},
+            "pending": (lambda p: p and {"model": p.model, "version": p.version, "step": p.step})(
+                self.store.pending()
+            ),
         }
 
     # --- the steps -----------------------------------------------------------------------
-    async def _install(self, manifest: ReleaseManifest) -> None:
+    async def _install(self, manifest: ReleaseManifest, digest: str) -> None:
         release = {
             "model": manifest.model,
             "version": manifest.version,
@@ -301,6 +304,7 @@ class Updater:
             self.store.advance(pending, "committing")
             checkpoint("committing")
             self.store.raise_floor(manifest.model, manifest.version)
+            self._remember(digest)  # before the pending record goes: no "same_version" replay
             self.store.clear_pending()
             checkpoint("committed")
         except asyncio.TimeoutError:
@@ -437,6 +441,8 @@ class Updater:
             return []
 
     def _remember(self, digest: str) -> None:
+        if digest in self._handled:
+            return
         self._handled = [*self._handled, digest][-_REMEMBERED:]
         write_json_atomic(self._handled_path, self._handled)
 

@@ -1,0 +1,212 @@
+"""The update path over a real Mosquitto with the in-process device stack: a device offline
+during the publish, a broker restart in the middle of a download, an HTTP server that drops
+the connection (the download resumes with Range), and a staged rollout that aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from edgeagent.hub.publish import publish
+from edgeagent.hub.rollout import RolloutPlan, rollout
+from edgeagent.hub.serve import artifact_response
+from edgeagent.hub.status import collect_fleet
+from edgeagent.updates.manifest import parse_manifest
+from edgeagent.updates.mqtt import MqttLink, Topics
+from edgeagent.updates.signing import decode_envelope
+from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
+from tests.integration.test_updates_helpers import (
+    Device,
+    Hub,
+    break_model,
+    hub_fixture,  # noqa: F401 - fixture
+    make_device,
+    wait_for,
+)
+
+pytestmark = pytest.mark.broker
+
+
+class Online:
+    """A device stack plus its MQTT link, as the daemon's UpdateService runs them."""
+
+    def __init__(self, device: Device, broker: Broker, device_id: str = "dev-1") -> None:
+        self.device = device
+        topics = Topics("edgeagent", "lab", device_id)
+        self.link = MqttLink(broker.settings(), topics, device.updater.on_message)
+        device.updater.reporter.device_id = device_id
+        device.updater.reporter.group = "lab"
+        device.updater.reporter.sources = {"models": device.registry.status}
+        device.updater.reporter.connect(self.link.publish_state, self._event)
+        self.tasks: list[asyncio.Task] = []
+
+    def _event(self, event: dict) -> None:
+        self.device.events.append(event)
+        self.link.publish_event(event)
+
+    async def start(self) -> Online:
+        self.tasks = [
+            asyncio.create_task(self.link.run()),
+            asyncio.create_task(self.device.updater.run()),
+        ]
+        await asyncio.wait_for(self.link.connected.wait(), 15)
+        return self
+
+    async def stop(self) -> None:
+        await self.link.close()
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def outcome(self) -> dict | None:
+        return self.device.updater.reporter.last
+
+
+@pytest.fixture
+async def stacks(tmp_path: Path, hub: Hub, broker: Broker) -> AsyncIterator:
+    """Make online devices on demand; everything is stopped and closed afterwards."""
+    made: list[Online] = []
+    with ThreadPoolExecutor(2) as executor:
+
+        async def make(device_id: str = "dev-1", state: str | None = None) -> Online:
+            device = make_device(tmp_path / (state or device_id), hub.keys / "trust.json", executor)
+            online = Online(device, broker, device_id)
+            made.append(online)
+            return online
+
+        yield make
+        for online in made:
+            await online.stop()
+            await online.device.registry.close()
+
+
+class ArtifactServer:
+    """Serves hub.artifacts with a chosen misbehaviour; records the Range headers it saw."""
+
+    def __init__(self, directory: Path, *, chunk_delay: float = 0.0, drop_first: bool = False):
+        self.directory = directory
+        self.chunk_delay = chunk_delay
+        self.drop_first = drop_first
+        self.ranges: list[str | None] = []
+        self.started_sending = asyncio.Event()
+        self.runner: web.AppRunner | None = None
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = self.directory / request.match_info["name"]
+        self.ranges.append(request.headers.get("Range"))
+        if self.drop_first and len(self.ranges) == 1:
+            response = web.StreamResponse(headers={"Content-Length": str(path.stat().st_size)})
+            await response.prepare(request)
+            await response.write(path.read_bytes()[:1500])
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        if self.chunk_delay:
+            data = path.read_bytes()
+            response = web.StreamResponse(headers={"Content-Length": str(len(data))})
+            await response.prepare(request)
+            for start in range(0, len(data), 512):
+                self.started_sending.set()
+                await response.write(data[start : start + 512])
+                await asyncio.sleep(self.chunk_delay)
+            return response
+        return await artifact_response(request, path)
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/{name}", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        return f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def serving(hub: Hub, **behaviour) -> AsyncIterator[ArtifactServer]:
+    server = ArtifactServer(hub.artifacts, **behaviour)
+    original, hub.url = hub.url, await server.start()
+    try:
+        yield server
+    finally:
+        hub.url = original
+        await server.stop()
+
+
+async def test_a_device_offline_during_the_publish_installs_on_reconnect(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    online = await (await stacks()).start()
+    await online.stop()  # offline, but its persistent session stays on the broker
+    envelope = hub.release("1")
+    await publish(broker.settings(), ["edgeagent/device/dev-1/release"], envelope)
+
+    online = await (await stacks(state="dev-1")).start()
+    await wait_for(lambda: online.outcome() is not None)
+    assert online.outcome()["result"] == "succeeded"
+    assert online.device.serving() == "1"
+
+
+async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, broker: Broker):
+    online = await (await stacks()).start()
+    async with serving(hub, chunk_delay=0.05) as server:
+        envelope = hub.release("1")
+        await publish(broker.settings(), ["edgeagent/group/lab/release"], envelope)
+        await asyncio.wait_for(server.started_sending.wait(), 15)
+        await asyncio.to_thread(broker.restart)
+        await wait_for(lambda: online.outcome() is not None, timeout=60)
+    assert online.outcome()["result"] == "succeeded", online.outcome()
+    assert online.link.connections >= 2
+    await wait_for(lambda: online.link.connected.is_set())
+    rows = await collect_fleet(broker.settings(), group="lab", wait_s=0.5)
+    assert rows[0]["last_result"] == "succeeded" and rows[0]["models"] == {"tiny": "1"}
+
+
+async def test_a_dropped_http_connection_resumes_with_range(stacks, hub: Hub, broker: Broker):
+    online = await (await stacks()).start()
+    async with serving(hub, drop_first=True) as server:
+        await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
+        await wait_for(lambda: online.outcome() is not None, timeout=30)
+    assert online.outcome()["result"] == "succeeded", online.outcome()
+    assert server.ranges[0] is None and server.ranges[1] is not None
+    assert server.ranges[1].startswith("bytes=") and server.ranges[1] != "bytes=0-"
+
+
+async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: Hub, broker):
+    fleet = [await (await stacks(f"dev-{i}")).start() for i in range(4)]
+    for online in fleet:  # every device serves v1, through the group's retained release
+        online.device.updater.reporter.refresh()
+    await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
+    await wait_for(lambda: all(o.outcome() for o in fleet), timeout=60)
+
+    envelope = hub.sign(break_model(hub.package("2")))
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
+    plan = RolloutPlan((25.0, 50.0, 100.0), abort_threshold_pct=50.0, stage_timeout_s=30)
+    report = await rollout(broker.settings(), envelope, manifest, group="lab", plan=plan)
+    assert report.aborted and report.outcomes == {"dev-0": "failed"}, report.to_dict()
+    assert report.codes == {"dev-0": "load_failed"}
+    assert [o.device.serving() for o in fleet] == ["1", "1", "1", "1"]
+    assert all(o.outcome()["version"] == "1" for o in fleet[1:])  # never received v2
+
+
+async def test_a_staged_rollout_completes_in_stages(stacks, hub: Hub, broker: Broker):
+    fleet = [await (await stacks(f"dev-{i}")).start() for i in range(3)]
+    for online in fleet:
+        online.device.updater.reporter.refresh()
+    envelope = hub.release("1")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
+    plan = RolloutPlan((34.0, 100.0), stage_timeout_s=30)
+    report = await rollout(broker.settings(), envelope, manifest, group="lab", plan=plan)
+    assert not report.aborted and set(report.outcomes.values()) == {"succeeded"}
+    assert [len(s["devices"]) for s in report.stages] == [2, 1]
+    assert [o.device.serving() for o in fleet] == ["1", "1", "1"]
