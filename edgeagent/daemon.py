@@ -28,6 +28,7 @@ from aiohttp import web
 from edgeagent import __version__
 from edgeagent.config import Config
 from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
 from edgeagent.models.locate import default_models_dir
 from edgeagent.models.registry import ModelRegistry
@@ -103,6 +104,12 @@ class Daemon:
             "models": self.registry.status,
         }
         self.services: list[Service] = []  # started in order after the models, stopped reversed
+        self.governor = GovernorService(
+            config.governor, self.accelerators.profile, config.hardware.root, self.metrics
+        )
+        self.limits_provider = self.governor.limits
+        self.services.append(self.governor)
+        self.status_providers["governor"] = self.governor.snapshot
         self.updates = None
         if config.updates.enabled:  # recovers a half-done install before any model loads
             from edgeagent.updates.updater import UpdateService
@@ -116,6 +123,7 @@ class Daemon:
             )
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
+            self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
         self.listening: list[str] = []  # where clients reach us, for the operator
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
