@@ -117,7 +117,7 @@ class Chooser:
         *,
         mode: str = "ranked",
         top_k: int = 3,
-        seconds: float = 2.0,
+        seconds: float = 1.0,
         power_budget_w: float | None = None,
         power_w: PowerReader | None = None,
     ) -> None:

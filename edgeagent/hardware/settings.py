@@ -17,7 +17,7 @@ class HardwareSettings:
     choice: Literal["ranked", "fastest"] = "ranked"
     threads: int = 0  # intra-op threads; 0 = the profile's [threads], else every core
     fastest_top_k: int = 3  # `fastest`: how many working candidates are timed
-    fastest_seconds: float = 2.0  # `fastest`: timing budget per candidate
+    fastest_seconds: float = 1.0  # `fastest`: timing budget per candidate
     probe_timeout_s: float = 300.0  # one load + first inference (TensorRT engine builds are slow)
     probe_failure_ttl_s: float = 86400.0  # a cached failed probe is retried after this long
     probe_golden_agreement: float = 0.6  # share of golden top-1 a probe must match; 0 = off
