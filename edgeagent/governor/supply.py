@@ -51,6 +51,9 @@ class SupplyMonitor:
                 return None
 
         battery = self.base / self.spec.supply
+        if not battery.is_dir() and not (self.spec.ac and (self.base / self.spec.ac).is_dir()):
+            missing = f"no power supply {self.spec.supply!r} or {self.spec.ac!r} in {self.base}"
+            return SupplyState(None, None, None, False, (missing,))
         percent_raw = attempt(read_int, battery / "capacity")
         status = attempt(read_text, battery / "status")
         online = attempt(read_int, self.base / self.spec.ac / "online") if self.spec.ac else None

@@ -217,6 +217,9 @@ def test_battery_and_ac(tmp_path: Path) -> None:
     state = monitor.read()
     assert state.on_ac is False and state.percent is None and not state.low
     assert any("capacity" in e for e in state.errors)
+    # a desktop without either supply: one line saying so, nothing else
+    state = SupplyMonitor(tmp_path, battery(), low_percent=20).read()
+    assert state.errors == (f"no power supply 'BAT0' or 'AC' in {tmp_path}/sys/class/power_supply",)
 
 
 def test_sensor_set_reads_everything_and_records_offline(tmp_path: Path) -> None:
