@@ -202,7 +202,9 @@ async def test_bad_requests_do_not_disturb_good_ones(http: aiohttp.ClientSession
 @pytest.fixture
 def slow_agent(tmp_path) -> Iterator[AgentServer]:
     """A model that waits long for batch company and queues at most one request."""
-    with tiny_agent(tmp_path, max_queue=1, max_queue_delay_ms=400.0) as server:
+    with tiny_agent(
+        tmp_path, max_queue=1, max_queue_delay_ms=400.0, adaptive_batching=False
+    ) as server:
         yield server
 
 
