@@ -153,9 +153,10 @@ class ProbeCache:
         self._prune(self._probes)
         self._prune(self._decisions)
         payload = {"format": _CACHE_FORMAT, "probes": self._probes, "decisions": self._decisions}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probe-cache.")
-        try:
+        tmp: str | None = None
+        try:  # a read-only state directory costs the cache, never the agent
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probe-cache.")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(payload, handle, indent=1, sort_keys=True)
                 handle.flush()
@@ -163,7 +164,8 @@ class ProbeCache:
             os.replace(tmp, self.path)
         except OSError as exc:
             log.warning("%s: cannot write probe cache (%s)", self.path, exc)
-            Path(tmp).unlink(missing_ok=True)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
 
     @staticmethod
     def probe_key(model_hash: str, candidate: Candidate, version: str) -> str:

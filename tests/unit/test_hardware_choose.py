@@ -243,3 +243,13 @@ def test_probe_cache_keeps_only_the_newest_entries(tmp_path: Path) -> None:
         True,
         True,
     ]
+
+
+def test_unwritable_state_directory_only_costs_the_cache(tmp_path: Path, package, caplog) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state directory should be")
+    profile = load_profile(write_profile(tmp_path, "p", [f"{CPU}:fp32"]))
+    choice = Chooser(_prober(blocker / "sub")).choose(profile, package)
+    assert choice.chosen is not None
+    assert "cannot write probe cache" in caplog.text
+    choice.session.close()
