@@ -61,7 +61,12 @@ class SensorSet:
         self.supply = None
         if battery is not None:
             low = settings.battery_low_percent
-            self.supply = SupplyMonitor(root, battery, battery.low_percent if low is None else low)
+            self.supply = SupplyMonitor(
+                root,
+                battery,
+                battery.low_percent if low is None else low,
+                settings.battery_hysteresis_percent,
+            )
         command = settings.throttle_command or throttle_command
         self.throttle = PiThrottle(command, settings.command_timeout_s) if command else None
 

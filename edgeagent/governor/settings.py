@@ -41,6 +41,7 @@ class GovernorSettings:
     low_power_from: LowPowerFrom = "hot"  # state from which the low-power candidate is preferred
     # Power-save mode (battery low, or Raspberry Pi under-voltage).
     battery_low_percent: float | None = None  # None: the profile's [battery] low_percent
+    battery_hysteresis_percent: float = 5.0  # leave power-save only this far above the threshold
     power_save_duty: float = 0.5
     power_save_max_batch_size: int = 4
     # Sensors.
@@ -82,6 +83,12 @@ class GovernorSettings:
             require(
                 0 <= self.battery_low_percent <= 100, g, "battery_low_percent", "must be 0..100"
             )
+        require(
+            self.battery_hysteresis_percent >= 0,
+            g,
+            "battery_hysteresis_percent",
+            "must not be negative",
+        )
         require(self.command_timeout_s > 0, g, "command_timeout_s", "must be positive")
         require(self.sim_tau_s > 0, g, "sim_tau_s", "must be positive")
         require(self.sim_noise_c >= 0, g, "sim_noise_c", "must not be negative")

@@ -35,10 +35,14 @@ class SupplyState:
 class SupplyMonitor:
     """Reads the profile's battery and AC supplies; an unreadable file leaves its field None."""
 
-    def __init__(self, root: Path, spec: BatterySpec, low_percent: float) -> None:
+    def __init__(
+        self, root: Path, spec: BatterySpec, low_percent: float, hysteresis_percent: float = 0.0
+    ) -> None:
         self.base = below(root, "/sys/class/power_supply")
         self.spec = spec
         self.low_percent = low_percent
+        self.hysteresis_percent = hysteresis_percent
+        self._low = False
 
     def read(self) -> SupplyState:
         errors: list[str] = []
@@ -64,5 +68,7 @@ class SupplyMonitor:
         else:
             on_ac = None
         percent = None if percent_raw is None else float(percent_raw)
-        low = on_ac is False and percent is not None and percent < self.low_percent
-        return SupplyState(on_ac, percent, status, low, tuple(errors))
+        # once low, the battery must recharge past low + hysteresis (or mains return) to leave
+        threshold = self.low_percent + (self.hysteresis_percent if self._low else 0.0)
+        self._low = on_ac is False and percent is not None and percent < threshold
+        return SupplyState(on_ac, percent, status, self._low, tuple(errors))

@@ -217,6 +217,14 @@ def test_battery_and_ac(tmp_path: Path) -> None:
     state = monitor.read()
     assert state.on_ac is False and state.percent is None and not state.low
     assert any("capacity" in e for e in state.errors)
+    # hovering around the threshold does not flap: power-save ends 5 % above it (or on AC)
+    monitor = SupplyMonitor(root, battery(), low_percent=20, hysteresis_percent=5)
+    write(root, "sys/class/power_supply/BAT0/status", "Discharging")
+    lows = []
+    for percent in (21, 19, 21, 20, 24, 25, 19):
+        write(root, "sys/class/power_supply/BAT0/capacity", percent)
+        lows.append(monitor.read().low)
+    assert lows == [False, True, True, True, True, False, True]
     # a desktop without either supply: one line saying so, nothing else
     state = SupplyMonitor(tmp_path, battery(), low_percent=20).read()
     assert state.errors == (f"no power supply 'BAT0' or 'AC' in {tmp_path}/sys/class/power_supply",)
