@@ -111,6 +111,8 @@ def why_not(choice: Choice, option: Option) -> str:
 
 
 class Chooser:
+    """Applies one choice mode to a package; the Prober does the loading and caching."""
+
     def __init__(
         self,
         prober: Prober,
