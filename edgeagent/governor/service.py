@@ -78,10 +78,9 @@ class GovernorService:
 
     def _make_simulator(self) -> ThermalSimulator:
         s = self.settings
-        if s.sim_root is None:
-            self._sim_dir = Path(tempfile.mkdtemp(prefix="edgeagent-thermal-sim-"))
-        root = s.sim_root or self._sim_dir
-        assert root is not None
+        root = s.sim_root
+        if root is None:  # a private tree, removed again by stop()
+            root = self._sim_dir = Path(tempfile.mkdtemp(prefix="edgeagent-thermal-sim-"))
         limit = simulated_zone(s.sim_warm_c, s.sim_hot_c, s.sim_critical_c)
         return ThermalSimulator(
             root,
@@ -217,13 +216,16 @@ class GovernorService:
         self.utilisation = self.engine_load.sample()
         return self.apply(readings, self.clock(), self.engine_load.batch_seconds, self.utilisation)
 
+    async def _step(self) -> None:
+        try:
+            await self.tick()
+        except Exception:  # a governor bug must not stop serving; say so loudly
+            log.exception("governor step failed; keeping the previous limits")
+
     async def _loop(self) -> None:
         while True:
-            try:
-                await self.tick()
-            except Exception:  # a governor bug must not stop serving; say so loudly
-                log.exception("governor step failed; keeping the previous limits")
             await asyncio.sleep(self.settings.interval_s)
+            await self._step()
 
     async def start(self) -> None:
         if not self.settings.enabled:
@@ -234,7 +236,7 @@ class GovernorService:
             self._tasks.append(
                 asyncio.create_task(self.simulator.run(heat_source, self.settings.interval_s / 2))
             )
-        await self.tick()
+        await self._step()  # limits reflect the sensors before the first request is served
         self._tasks.append(asyncio.create_task(self._loop()))
 
     async def stop(self) -> None:
