@@ -229,3 +229,32 @@ async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path) -> 
     assert snap["simulator"]["ambient_c"] == 40.0  # type: ignore[index]
     await governor.stop()
     assert not sim_root.exists()
+
+
+async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = board("jetson_orin", tmp_path)
+    write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
+    settings = GovernorSettings(interval_s=0.05)
+    governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
+    await governor.start()
+    hot = governor.limits()
+    assert hot.shed_priority_from is not None
+    real_read, calls = governor.sensors.read, []
+
+    def broken_read():  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("sensor driver bug")
+        return real_read()
+
+    governor.sensors.read = broken_read  # type: ignore[method-assign]
+    write(root, "sys/class/thermal/thermal_zone4/temp", 40000)
+    for _ in range(100):
+        if len(calls) > 3:
+            break
+        await asyncio.sleep(0.02)
+    await governor.stop()
+    assert "governor step failed; keeping the previous limits" in caplog.text
+    assert len(calls) > 3  # the loop went on after the failures
