@@ -28,8 +28,13 @@ def parse_top_k(value: str | None, default: int, classes: int) -> int:
     return k
 
 
-async def classify(model: Any, image: bytes, k: str | None) -> dict[str, Any]:
-    """Run one image through ``model`` (a registry LoadedModel) and describe the answer."""
+async def classify(
+    model: Any, image: bytes, k: str | None, decode_slots: asyncio.Semaphore
+) -> dict[str, Any]:
+    """Run one image through ``model`` (a registry LoadedModel) and describe the answer.
+
+    ``decode_slots`` bounds how many images are decoded at once (each may take ~120 MB).
+    """
     package = model.package
     if package.preprocess is None:
         raise InvalidInput(
@@ -40,7 +45,8 @@ async def classify(model: Any, image: bytes, k: str | None) -> dict[str, Any]:
     k_value = parse_top_k(k, package.postprocess.top_k, output.shape[-1])
     started = time.perf_counter()
     try:
-        tensor = await asyncio.to_thread(preprocess_image, image, package.preprocess)
+        async with decode_slots:
+            tensor = await asyncio.to_thread(preprocess_image, image, package.preprocess)
     except ValueError as exc:
         raise InvalidInput(f"request body: {exc}") from None
     outputs = await model.infer({package.inputs[0].name: tensor})

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from edgeagent.serving import v2
+from edgeagent.serving.http import OFFLOAD_JSON_BYTES
 from tests.integration.http_agent import AgentServer, direct_run, tiny_agent, unix_session
 
 H = v2.HEADER_LENGTH
@@ -67,6 +68,21 @@ async def test_json_infer_matches_a_direct_run(http: aiohttp.ClientSession, refe
     assert output["name"] == "logits" and output["shape"] == [2, 4]
     expected = reference(batch)
     np.testing.assert_allclose(np.array(output["data"]).reshape(2, 4), expected, rtol=1e-5)
+
+
+async def test_large_json_request_is_answered(http: aiohttp.ClientSession, reference) -> None:
+    """A JSON part over OFFLOAD_JSON_BYTES is parsed on a worker thread, with the same result."""
+    batch = _batch(1, seed=9)
+    body = {
+        "parameters": {"note": "x" * (OFFLOAD_JSON_BYTES + 1)},
+        "inputs": [
+            {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32", "data": batch.tolist()}
+        ],
+    }
+    async with http.post("/v2/models/tiny/infer", json=body) as response:
+        assert response.status == 200, await response.text()
+        output = (await response.json())["outputs"][0]["data"]
+    np.testing.assert_allclose(np.array(output).reshape(1, 4), reference(batch), rtol=1e-5)
 
 
 async def test_binary_infer_on_the_versioned_route(http: aiohttp.ClientSession, reference) -> None:
