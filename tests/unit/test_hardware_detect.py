@@ -145,3 +145,18 @@ def test_forced_profile_and_unknown_name(profiles) -> None:
 def test_fixture_driver_link_is_a_symlink() -> None:
     link = FIXTURES / "intel-npu/sys/class/accel/accel0/device/driver"
     assert os.readlink(link).endswith("/intel_vpu")
+
+
+def test_model_and_cpu_flag_evidence(tmp_path: Path) -> None:
+    shipped = load_profiles()
+    (tmp_path / "pi5-vnni.toml").write_text(
+        'name = "pi5-vnni"\narch = "aarch64"\npriority = 200\n[match]\n'
+        'model = ["Raspberry Pi 5"]\ncpu_flags = ["asimddp", "i8mm"]\n'
+        '[[candidate]]\nruntime = "litert"\ndevice = "CPU"\nprecision = "int8"\n'
+    )
+    profiles = [*shipped, *load_profiles(tmp_path)]
+    detection = detect(profiles, read_facts(FIXTURES / "raspberry-pi-5"))
+    assert detection.profile.name == "pi5-vnni"
+    assert detection.reason == "model: Raspberry Pi 5; cpu_flags: asimddp"
+    nano = detect(profiles, read_facts(FIXTURES / "jetson-nano"))  # its cpuinfo lacks asimddp
+    assert nano.profile.name == "jetson-nano"
