@@ -201,12 +201,26 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
 
 
+SYSTEM_SOCKET = Path("/run/edgeagent/agent.sock")
+
+
+def _existing_socket(configured: Path | None) -> Path | None:
+    """The configured socket, or the systemd service's when only that one exists.
+
+    An operator's shell has no RUNTIME_DIRECTORY, so the default path it computes is the
+    per-user one even when the agent runs as the system service.
+    """
+    if configured is not None and not configured.exists() and SYSTEM_SOCKET.exists():
+        return SYSTEM_SOCKET
+    return configured
+
+
 def client_from_args(args: argparse.Namespace) -> AgentClient:
     """The client the connection arguments describe; ConfigError when the config is bad."""
     if args.url:
         return AgentClient(url=args.url, token=args.token, timeout=args.timeout)
     server = load_config(args.config).server
-    socket_path = args.socket or server.unix_socket
+    socket_path = args.socket or _existing_socket(server.unix_socket)
     if socket_path is None:
         raise ConfigError("[server] unix_socket is not set: give --socket or --url")
     return AgentClient(

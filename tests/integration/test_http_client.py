@@ -93,3 +93,15 @@ def test_status_command_as_a_process(agent: AgentServer) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["models"]["tiny"]["active_version"] == "1"
+
+
+def test_status_command_finds_the_socket_in_the_config(
+    agent: AgentServer, tmp_path, capsys
+) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[server]\nunix_socket = "{agent.socket}"\n')
+    assert main(["status", "--config", str(config), "--json"]) == 0
+    assert "models" in json.loads(capsys.readouterr().out)
+    config.write_text("[server]\nunix_sockets = 1\n")
+    assert main(["status", "--config", str(config)]) == 2
+    assert "unix_sockets" in capsys.readouterr().err
