@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -68,6 +69,51 @@ def raw_round(session, feeds, duration: float) -> tuple[list[float], float]:
         session.run(feeds)
         latencies.append(time.perf_counter() - t0)
     return latencies, time.perf_counter() - start
+
+
+Measure = Callable[[float], Awaitable[tuple[list[float], float, int, int]]]
+
+
+def raw_measure(session, feeds, rows: int) -> Measure:
+    """In-process runs of a whole batch: the ceiling that batching can reach."""
+
+    async def measure(seconds: float):
+        latencies, elapsed = raw_round(session, feeds, seconds)
+        return latencies, elapsed, 0, rows
+
+    return measure
+
+
+def served_measure(sock: Path, url: str, body: bytes, headers, concurrency: int) -> Measure:
+    async def measure(seconds: float):
+        latencies, elapsed, errors = await drive(sock, url, body, headers, concurrency, seconds)
+        return latencies, elapsed, errors, 1
+
+    return measure
+
+
+async def paired(name: str, concurrency: int, measure: Measure, session, feeds, args):
+    """Alternate ``measure`` with raw batch-1 rounds, so both see the same machine speed."""
+    lat: list[float] = []
+    raw_lat: list[float] = []
+    time_served = time_raw = 0.0
+    errors = rows = 0
+    for _ in range(args.rounds):
+        latencies, elapsed = raw_round(session, feeds, args.duration / args.rounds)
+        raw_lat += latencies
+        time_raw += elapsed
+        latencies, elapsed, failed, rows = await measure(args.duration / args.rounds)
+        lat += latencies
+        time_served += elapsed
+        errors += failed
+    row = summarize(name, concurrency, lat, time_served, errors)
+    row["throughput"] *= rows  # a raw batch answers `rows` images
+    baseline = summarize("raw batch-1", 1, raw_lat, time_raw, 0)
+    row["raw_throughput"] = baseline["throughput"]
+    row["raw_p50_ms"] = baseline["p50_ms"]
+    row["ratio"] = row["throughput"] / baseline["throughput"]
+    row["overhead_p50_ms"] = row["p50_ms"] - baseline["p50_ms"]
+    return row, raw_lat, time_raw
 
 
 def requests_for(package, frame: np.ndarray) -> dict[str, tuple[str, bytes, dict[str, str]]]:
@@ -197,16 +243,19 @@ def markdown(report: dict) -> str:
     raw = report["raw"]
     lines = [
         f"Model {report['model']} ({report['backend']}), {report['cpus']} CPUs, "
-        f"{report['duration_s']:g} s per cell (raw and v2 binary c=1 in alternating rounds)",
+        f"{report['duration_s']:g} s per cell, each alternated with raw batch-1 rounds",
         "",
-        "| path | concurrency | req/s | × raw | p50 ms | p99 ms | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| path | concurrency | req/s | p50 ms | p99 ms | errors | raw req/s (same rounds) "
+        "| × raw | p50 − raw p50 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| raw batch-1 (all rounds) | 1 | {raw['throughput']:.1f} | {raw['p50_ms']:.2f} | "
+        f"{raw['p99_ms']:.2f} | 0 | | | |",
     ]
-    for row in [raw, *report["served"]]:
-        ratio = row["throughput"] / raw["throughput"] if raw["throughput"] else float("nan")
+    for row in report["rows"]:
         lines.append(
-            f"| {row['mode']} | {row['concurrency']} | {row['throughput']:.1f} | {ratio:.2f} | "
-            f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['errors']} |"
+            f"| {row['mode']} | {row['concurrency']} | {row['throughput']:.1f} | "
+            f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['errors']} | "
+            f"{row['raw_throughput']:.1f} | {row['ratio']:.2f} | {row['overhead_p50_ms']:+.2f} |"
         )
     lines += [
         "",
@@ -233,47 +282,40 @@ async def run(args: argparse.Namespace) -> dict:
             backend = next(iter(versions.values()))
             await asyncio.sleep(1.0)
             rss_idle = psutil.Process(process.pid).memory_info().rss
-            progress(f"daemon ready: {backend}; idle RSS {rss_idle / 2**20:.0f} MB")
+            where = f"{backend['runtime']} {backend['device']} {backend['precision']}"
+            progress(f"daemon ready on {where}; idle RSS {rss_idle / 2**20:.0f} MB")
             session = open_variant(package, runtime="onnxruntime", precision=backend["precision"])
             feeds = {spec.name: frame}
             raw_round(session, feeds, 0.5)  # warm-up
+            batch = package.serving.max_batch_size
+            batch_feeds = {spec.name: np.repeat(frame, batch, axis=0)}
             bodies = {m: b for m, b in requests_for(package, frame).items() if m in args.modes}
-            served = []
+            cells: list[tuple[str, int, Measure]] = [
+                (f"raw batch-{batch} (img/s)", 1, raw_measure(session, batch_feeds, batch))
+            ]
+            cells += [
+                (mode, c, served_measure(sock, url, body, headers, c))
+                for mode, (url, body, headers) in bodies.items()
+                for c in args.concurrency
+            ]
+            rows = []
+            all_raw: list[float] = []
+            raw_time = 0.0
             with PeakRss(process.pid) as peak:
-                # Raw and served c=1 alternate in short rounds: machine speed drifts, and the
-                # c=1 overhead is a difference of two close numbers.
-                raw_lat: list[float] = []
-                one_lat: list[float] = []
-                raw_time = one_time = 0.0
-                one_errors = 0
-                url, body, headers = bodies["v2 binary"]
-                for _ in range(args.rounds):
-                    latencies, elapsed = raw_round(session, feeds, args.duration / args.rounds)
-                    raw_lat += latencies
-                    raw_time += elapsed
-                    latencies, elapsed, errors = await drive(
-                        sock, url, body, headers, 1, args.duration / args.rounds
+                for name, concurrency, measure in cells:
+                    row, raw_lat, elapsed = await paired(
+                        name, concurrency, measure, session, feeds, args
                     )
-                    one_lat += latencies
-                    one_time += elapsed
-                    one_errors += errors
-                session.close()
-                raw = summarize("raw in-process", 1, raw_lat, raw_time, 0)
-                progress(f"raw: {raw['throughput']:.1f}/s p50 {raw['p50_ms']:.2f} ms")
-                for mode, (url, body, headers) in bodies.items():
-                    for concurrency in args.concurrency:
-                        if (mode, concurrency) == ("v2 binary", 1):
-                            row = summarize(mode, 1, one_lat, one_time, one_errors)
-                        else:
-                            latencies, elapsed, errors = await drive(
-                                sock, url, body, headers, concurrency, args.duration
-                            )
-                            row = summarize(mode, concurrency, latencies, elapsed, errors)
-                        served.append(row)
-                        progress(
-                            f"{mode} c={concurrency}: {row['throughput']:.1f}/s "
-                            f"p50 {row['p50_ms']:.2f} ms"
-                        )
+                    all_raw += raw_lat
+                    raw_time += elapsed
+                    rows.append(row)
+                    progress(
+                        f"{name} c={concurrency}: {row['throughput']:.1f}/s "
+                        f"p50 {row['p50_ms']:.2f} ms (raw {row['raw_throughput']:.1f}/s "
+                        f"p50 {row['raw_p50_ms']:.2f} ms)"
+                    )
+            session.close()
+            raw = summarize("raw batch-1", 1, all_raw, raw_time, 0)
             runtimes = mapped_runtimes(process.pid)
         finally:
             process.terminate()
@@ -281,18 +323,18 @@ async def run(args: argparse.Namespace) -> dict:
                 process.wait(60)
             except subprocess.TimeoutExpired:
                 process.kill()
-    binary = {r["concurrency"]: r for r in served if r["mode"] == "v2 binary"}
+    binary = {r["concurrency"]: r for r in rows if r["mode"] == "v2 binary"}
     return {
         "model": package.name,
         "backend": f"{backend['runtime']} {backend['device']} {backend['precision']}",
         "cpus": len(os.sched_getaffinity(0)),
         "duration_s": args.duration,
         "raw": raw,
-        "served": served,
+        "rows": rows,
         "rss_idle_mb": rss_idle / 2**20,
         "rss_loaded_mb": peak.peak / 2**20,
-        "overhead_c1_ms": binary[1]["p50_ms"] - raw["p50_ms"] if 1 in binary else float("nan"),
-        "c16_ratio": binary[16]["throughput"] / raw["throughput"] if 16 in binary else float("nan"),
+        "overhead_c1_ms": binary[1]["overhead_p50_ms"] if 1 in binary else float("nan"),
+        "c16_ratio": binary[16]["ratio"] if 16 in binary else float("nan"),
         "runtimes_mapped": runtimes,
         "exit_code": process.returncode,
     }
@@ -307,7 +349,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
     parser.add_argument(
-        "--rounds", type=int, default=5, help="alternations of raw and served c=1 (drift)"
+        "--rounds", type=int, default=4, help="raw/served alternations per cell (drift)"
     )
     parser.add_argument(
         "--concurrency", type=lambda s: [int(c) for c in s.split(",")], default=[1, 4, 16]
