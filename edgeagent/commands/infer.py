@@ -6,14 +6,23 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edgeagent.client import (
+    AgentError,
+    AgentUnreachable,
+    add_connection_arguments,
+    client_from_args,
+)
+from edgeagent.config import load_config
 from edgeagent.models.locate import resolve_package
-from edgeagent.models.package import PackageError, load_package
+from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.models.preprocess import ImageError, preprocess_image, top_k
 from edgeagent.models.session import VariantChoiceError, open_variant
-from edgeagent.runtimes import RuntimeLoadError, RuntimeUnavailable
+from edgeagent.runtimes import RuntimeLoadError, RuntimeUnavailable, Session
+from edgeagent.settings import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="classify JPEG/PNG images with a model",
         description=(
             "Classify images with MODEL (a package directory, or a package name in the models "
-            "directory). Without --runtime/--precision the best variant that loads here is used."
+            "directory). Without --runtime/--precision/--device the board's profile chooses, "
+            "exactly as the daemon does (probed, cached under the state directory). With "
+            "--socket or --url the images go to a running agent instead and MODEL is the name "
+            "it serves."
         ),
     )
     parser.add_argument("model", help="package directory or name (e.g. mobilenet_v2)")
@@ -30,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_variant_arguments(parser)
     parser.add_argument("--top-k", type=int, default=None, help="labels per image (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_connection_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -45,42 +58,35 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    remote = bool(args.socket or args.url)
     try:
-        package = load_package(resolve_package(args.model, args.models_dir))
-        session = open_variant(package, args.runtime, args.precision, args.device, args.threads)
-    except (PackageError, VariantChoiceError, RuntimeLoadError, RuntimeUnavailable) as exc:
+        classify = _remote_classifier(args) if remote else _local_classifier(args)
+    except (
+        PackageError,
+        VariantChoiceError,
+        RuntimeLoadError,
+        RuntimeUnavailable,
+        ConfigError,
+    ) as exc:
         print(f"edgeagent infer: {exc}", file=sys.stderr)
         return 2
-    k = args.top_k or package.postprocess.top_k
     results: list[dict[str, Any]] = []
     status = 0
     for image_path in args.images:
         try:
-            if package.preprocess is None:
-                raise ImageError(f"package {package.name} has no [preprocess] for images")
-            batch = preprocess_image(image_path.read_bytes(), package.preprocess)
+            result = classify(image_path.read_bytes())
         except (OSError, ImageError) as exc:
             print(f"edgeagent infer: {image_path}: {exc}", file=sys.stderr)
             status = 1
             continue
-        started = time.perf_counter()
-        outputs = session.run({package.inputs[0].name: batch})
-        latency_ms = (time.perf_counter() - started) * 1000
-        scores = outputs[package.outputs[0].name][0]
-        predictions = top_k(scores, package.labels, k, package.postprocess.softmax)
-        results.append(
-            {
-                "image": str(image_path),
-                "model": package.name,
-                "version": package.version,
-                "runtime": session.runtime,
-                "device": session.device,
-                "precision": session.precision,
-                "latency_ms": round(latency_ms, 3),
-                "top_k": [p.__dict__ for p in predictions],
-            }
-        )
-    session.close()
+        except AgentUnreachable as exc:
+            print(f"edgeagent infer: {exc}", file=sys.stderr)
+            return 2
+        except AgentError as exc:  # this image was refused; the others may still be fine
+            print(f"edgeagent infer: {image_path}: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        results.append({"image": str(image_path), **result})
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -93,3 +99,64 @@ def run(args: argparse.Namespace) -> int:
             for p in result["top_k"]:
                 print(f"  {p['score']:7.2%}  {p['label']}")
     return status
+
+
+Classifier = Callable[[bytes], dict[str, Any]]
+
+
+def _local_classifier(args: argparse.Namespace) -> Classifier:
+    """Load the package here; the profile chooses unless the flags name a variant."""
+    package = load_package(resolve_package(args.model, args.models_dir))
+    if package.preprocess is None:
+        raise PackageError(f"package {package.name} has no [preprocess]: it takes no images")
+    session = _open(package, args)
+    k = args.top_k or package.postprocess.top_k
+
+    def classify(image: bytes) -> dict[str, Any]:
+        assert package.preprocess is not None
+        batch = preprocess_image(image, package.preprocess)
+        started = time.perf_counter()
+        outputs = session.run({package.inputs[0].name: batch})
+        latency_ms = (time.perf_counter() - started) * 1000
+        scores = outputs[package.outputs[0].name][0]
+        predictions = top_k(scores, package.labels, k, package.postprocess.softmax)
+        return {
+            "model": package.name,
+            "version": package.version,
+            "runtime": session.runtime,
+            "device": session.device,
+            "precision": session.precision,
+            "latency_ms": round(latency_ms, 3),
+            "top_k": [p.__dict__ for p in predictions],
+        }
+
+    return classify
+
+
+def _open(package: ModelPackage, args: argparse.Namespace) -> Session:
+    if args.runtime or args.precision or args.device:
+        return open_variant(package, args.runtime, args.precision, args.device, args.threads)
+    from edgeagent.hardware.service import Accelerators
+
+    config = load_config(args.config)
+    return Accelerators(config.hardware, config.agent.state_dir).open(package)
+
+
+def _remote_classifier(args: argparse.Namespace) -> Classifier:
+    """Send the image bytes to a running agent's /v1/models/{name}/classify."""
+    client = client_from_args(args)
+
+    def classify(image: bytes) -> dict[str, Any]:
+        answer = client.classify(args.model, image, args.top_k)
+        ranked = zip(answer["labels"], answer["indices"], answer["scores"], strict=True)
+        return {
+            "model": answer["model_name"],
+            "version": answer["model_version"],
+            "runtime": answer["backend"],
+            "device": answer["device"],
+            "precision": answer["precision"],
+            "latency_ms": float(answer["latency_ms"]),
+            "top_k": [{"label": lb, "index": i, "score": sc} for lb, i, sc in ranked],
+        }
+
+    return classify

@@ -8,6 +8,7 @@ so callers always exchange float tensors whatever the variant.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -198,6 +199,9 @@ class LiteRTRuntime(Runtime):
         if device == "EDGETPU" and "device" in options:
             delegate_options.setdefault("device", str(options["device"]))
         try:
+            # Open the library first: a Delegate whose library is missing raises again from its
+            # own __del__ (an ai-edge-litert bug), which would print a stray traceback.
+            ctypes.CDLL(library)
             return _interpreter.load_delegate(library, delegate_options)
         except (ValueError, OSError, RuntimeError) as exc:
             raise RuntimeLoadError(f"LiteRT could not load delegate {library}: {exc}") from exc
