@@ -154,7 +154,12 @@ class Daemon:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Load the models, open the listeners, start the services, then tell systemd READY."""
+        """Load the models, open the listeners, start the services, then tell systemd READY.
+
+        The watchdog pings from the start: loading runs on worker threads, so the event loop is
+        free to ping, and a slow first probe is not mistaken for a hang.
+        """
+        self._background.append(asyncio.create_task(self.notifier.watchdog_loop()))
         self.notifier.status("loading models")
         for directory in package_dirs(self.config):
             self.registry.add(directory)
@@ -174,7 +179,6 @@ class Daemon:
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
         self.notifier.ready(summary)
-        self._background.append(asyncio.create_task(self.notifier.watchdog_loop()))
         log.info("edgeagent %s %s", __version__, summary)
 
     def request_stop(self) -> None:
@@ -204,16 +208,28 @@ class Daemon:
         log.info("stopped")
 
     async def serve(self, on_ready: Callable[[Daemon], None] | None = None) -> None:
-        """Run until SIGTERM/SIGINT, then shut down gracefully; ``on_ready`` once it serves."""
+        """Run until SIGTERM/SIGINT, then shut down gracefully; ``on_ready`` once it serves.
+
+        A signal during start-up (a probe that takes minutes) abandons the start at once.
+        """
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        starting = asyncio.create_task(self.start())
+        stopping = asyncio.create_task(self._stop.wait())
         try:
-            await self.start()
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+                return
+            starting.result()  # start-up errors end the daemon here
             if on_ready is not None:
                 on_ready(self)
-            await self._stop.wait()
+            await stopping
         finally:
+            stopping.cancel()
             await self.stop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)

@@ -271,10 +271,10 @@ class ModelRegistry:
                     entry.state, entry.reason = UNAVAILABLE, str(exc)
                 raise
             entry.source = Path(package_dir)
-            retiring = [entry.loaded.get(model.version)]  # the same version, reloaded
+            candidates = [entry.loaded.get(model.version)]  # the same version, reloaded
             if not keep_previous:
-                retiring.append(entry.active)
-            retiring = [m for m in dict.fromkeys(retiring) if m is not None and m is not model]
+                candidates.append(entry.active)
+            retiring = [m for m in dict.fromkeys(candidates) if m is not None and m is not model]
             entry.loaded[model.version] = model
             entry.active = model
             entry.state, entry.reason = READY, ""

@@ -21,7 +21,7 @@ def cache_key(version: str, feeds: Mapping[str, np.ndarray]) -> bytes:
     for name in sorted(feeds):
         array = np.ascontiguousarray(feeds[name])
         digest.update(f"\0{name}\0{array.dtype.str}\0{array.shape}\0".encode())
-        digest.update(memoryview(array).cast("B"))
+        digest.update(array.data.cast("B"))
     return digest.digest()
 
 
