@@ -13,14 +13,18 @@ Two kinds of message, following AWS IoT Jobs' execution status model:
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
 from edgeagent import __version__
+from edgeagent.updates.store import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,7 @@ class UpdateReporter:
         *,
         sources: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
         metrics: CollectorRegistry | None = None,
+        state_file: Path | None = None,
     ) -> None:
         self.device_id = device_id
         self.group = group
@@ -47,6 +52,11 @@ class UpdateReporter:
         self.current: dict[str, Any] = {"state": "idle"}  # the install in progress, if any
         self.last: dict[str, Any] | None = None  # the last finished install or refusal
         self.history: list[dict[str, Any]] = []  # recent outcomes, newest last
+        self.state_file = state_file  # outcomes survive restarts, so the report stays true
+        if state_file is not None and state_file.is_file():
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                saved = json.loads(state_file.read_text(encoding="utf-8"))
+                self.last, self.history = saved.get("last"), list(saved.get("history", []))
         self._outcomes = Counter(
             "edgeagent_update_outcomes",
             "Model update attempts by result (succeeded, failed, refused) and reason code",
@@ -86,6 +96,8 @@ class UpdateReporter:
         self.current = {"state": "idle"}
         self.last = record
         self.history = [*self.history[-9:], record]
+        if self.state_file is not None:
+            write_json_atomic(self.state_file, {"last": self.last, "history": self.history})
         self.publish_event({"device_id": self.device_id, "step": "done", **record})
         self.refresh()
 

@@ -284,10 +284,13 @@ class ModelStore:
         protected = {current}
         if pending is not None and pending.model == model:
             protected |= {pending.version, pending.previous}
-        others = [v for v in self.versions(model) if v not in protected]
-        below = [v for v in others if current is None or version_tuple(v) < version_tuple(current)]
-        above = [v for v in others if v not in below]  # releases that were rolled back
-        doomed = sorted(below, key=version_tuple, reverse=True)[keep:] + above
+        versions = [v for v in self.versions(model) if v != current]
+        below = [
+            v for v in versions if current is None or version_tuple(v) < version_tuple(current)
+        ]
+        above = [v for v in versions if v not in below]  # releases that were rolled back
+        newest_first = sorted(below, key=version_tuple, reverse=True)
+        doomed = [v for v in newest_first[keep:] + above if v not in protected]
         for version in doomed:
             self.remove(model, version)
         self._sweep_hidden(self.root / model)

@@ -303,10 +303,7 @@ class Updater:
 
             self.store.advance(pending, "committing")
             checkpoint("committing")
-            self.store.raise_floor(manifest.model, manifest.version)
-            self._remember(digest)  # before the pending record goes: no "same_version" replay
-            self.store.clear_pending()
-            checkpoint("committed")
+            self._commit(pending, release, digest)
         except asyncio.TimeoutError:
             await self._roll_back(
                 pending,
@@ -319,12 +316,20 @@ class Updater:
             return
         except InstallFailed as exc:
             await self._roll_back(pending, release, activated, exc.code, str(exc), bad=exc.bad)
-            return
-        removed = self.store.gc(manifest.model, self.settings.keep_releases)
-        detail = f"now serving {manifest.model} {manifest.version}"
+
+    def _commit(self, pending: PendingInstall, release: dict[str, str], digest: str) -> None:
+        """Raise the floor, then report, then drop the pending record — in that order, so a
+        crash between any two steps still ends in one durable "succeeded" (recover() reports
+        a raised floor as a committed install, and the reporter persists its outcomes)."""
+        self.store.raise_floor(pending.model, pending.version)
+        self._remember(digest)  # a re-delivered envelope is not refused as "same_version"
+        removed = self.store.gc(pending.model, self.settings.keep_releases)
+        detail = f"now serving {pending.model} {pending.version}"
         if removed:
             detail += f"; removed old release(s) {', '.join(removed)}"
         self.reporter.outcome(release, "succeeded", "committed", detail)
+        self.store.clear_pending()
+        checkpoint("committed")
 
     async def _download(self, manifest: ReleaseManifest, release: dict[str, str]) -> Path:
         settings = self.settings
@@ -477,7 +482,13 @@ class UpdateService:
         except TrustError as exc:
             raise ConfigError(f"[updates] trust_file: {exc.message}") from exc
         device_id = config.agent.device_id or socket.gethostname()
-        self.reporter = UpdateReporter(device_id, settings.group, sources=sources, metrics=metrics)
+        self.reporter = UpdateReporter(
+            device_id,
+            settings.group,
+            sources=sources,
+            metrics=metrics,
+            state_file=self.store.root / "report.json",
+        )
         self.updater = Updater(
             settings=settings,
             store=self.store,
