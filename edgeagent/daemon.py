@@ -120,6 +120,7 @@ class Daemon:
                 metrics=self.metrics,
                 limits=lambda: self.limits_provider(),
                 sources=self.status_providers,
+                profile=self.accelerators.profile.name,
             )
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
