@@ -26,9 +26,11 @@ class DutyController:
         """One step. ``excess`` = measured − set-point (positive: too hot); None when the
         sensors are offline, which holds the last duty rather than guessing.
 
-        ``utilisation`` is the busy fraction actually measured. Above the set-point, a duty
-        higher than that binds nothing, so the loop starts from what is really used instead of
-        spending seconds winding down from 1.0 while the chip keeps heating.
+        ``utilisation`` is the busy fraction actually measured. When the loop first has to
+        throttle (it was at full duty and the set-point is crossed) a duty above that binds
+        nothing, so it starts from what is really used instead of spending seconds winding
+        down from 1.0 while the chip keeps heating. Only then: snapping to a noisy measurement
+        at every step would ratchet the duty down below what the limit allows.
         """
         if excess is None:
             self._last = now
@@ -42,7 +44,8 @@ class DutyController:
             duty, integral = 1.0, 1.0 - self.kp * error
         elif duty < self.min_duty:
             duty, integral = self.min_duty, self.min_duty - self.kp * error
-        if error < 0 and utilisation is not None and duty > max(utilisation, self.min_duty):
+        engaging = self.duty >= 1.0 and error < 0
+        if engaging and utilisation is not None and duty > max(utilisation, self.min_duty):
             duty = max(utilisation, self.min_duty)
             integral = duty - self.kp * error
         self._integral = integral

@@ -36,10 +36,13 @@ class EngineLoad:
         self.batch_seconds: float | None = None  # mean batch time, last known
         self._last = self._read()
 
-    def _read(self) -> tuple[float, float, float]:
+    def totals(self) -> tuple[float, float]:
+        """Busy seconds and batches since the engine started (all models)."""
         busy = _total(self.registry, BUSY, BUSY + "_total")
-        batches = _total(self.registry, BATCHES, BATCHES + "_count")
-        return self.clock(), busy, batches
+        return busy, _total(self.registry, BATCHES, BATCHES + "_count")
+
+    def _read(self) -> tuple[float, float, float]:
+        return (self.clock(), *self.totals())
 
     def sample(self) -> float:
         """Utilisation (busy seconds per second, clipped to [0, 1]) since the last sample; also
