@@ -258,3 +258,23 @@ async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
     await governor.stop()
     assert "governor step failed; keeping the previous limits" in caplog.text
     assert len(calls) > 3  # the loop went on after the failures
+
+
+async def test_state_changes_republish_the_fleet_state_report(orin) -> None:  # type: ignore[no-untyped-def]
+    """What the daemon wires: the MQTT state report carries the governor and is republished
+    when the state changes, not only when an update happens."""
+    from edgeagent.updates.report import UpdateReporter
+
+    governor, root, clock, _registry = orin
+    reporter = UpdateReporter("dev-1", "lab", sources={"governor": governor.snapshot})
+    published: list[dict] = []
+    reporter.connect(published.append, lambda event: None)
+    governor.add_listener(reporter.refresh)
+    await step(governor, clock)
+    before = len(published)  # connecting published the first report
+    await step(governor, clock)
+    assert len(published) == before  # nothing changed: nothing republished
+    write(root, "sys/class/thermal/thermal_zone4/temp", 91000)
+    await step(governor, clock)
+    assert published[-1]["governor"]["state"] == "hot"
+    assert "shedding" in published[-1]["governor"]["actions"]
