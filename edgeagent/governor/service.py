@@ -237,7 +237,21 @@ class GovernorService:
                 asyncio.create_task(self.simulator.run(heat_source, self.settings.interval_s / 2))
             )
         await self._step()  # limits reflect the sensors before the first request is served
+        self._log_sensors()
         self._tasks.append(asyncio.create_task(self._loop()))
+
+    def _log_sensors(self) -> None:
+        """Say once at start what the governor can see, so a blind governor is no surprise."""
+        readings = self.readings
+        online = [z.key for z in readings.zones if z.celsius is not None]
+        online += [key for key, watts in readings.power_w.items() if watts is not None]
+        log.info(
+            "governor: %s, sensors online: %s",
+            self.policy.state.label,
+            ", ".join(online) or "none",
+        )
+        for key, why in readings.errors.items():
+            log.info("governor: sensor %s offline: %s", key, why)
 
     async def stop(self) -> None:
         tasks, self._tasks = self._tasks, []
