@@ -138,13 +138,16 @@ def validate_feeds(
 class DeviceGate:
     """Admits batches of all models to the device: the governor's concurrency cap and pacing.
 
-    Pacing reserves start slots ``min_batch_interval_s`` apart (a duty cycle); the wait happens
-    outside the lock, so one paced model does not stall another's bookkeeping.
+    Pacing keeps batch starts ``min_batch_interval_s`` apart (the governor's duty cycle). The
+    wait is re-read from the limits in force while waiting, so a relaxed limit takes effect at
+    once rather than after a slot reserved under the old one.
     """
+
+    RECHECK_S = 0.25  # how often a paced batch re-reads the limits while it waits
 
     def __init__(self) -> None:
         self._running = 0
-        self._next_start = 0.0
+        self._last_start = -math.inf
         self._changed: asyncio.Condition | None = None
 
     def _condition(self) -> asyncio.Condition:
@@ -166,11 +169,12 @@ class DeviceGate:
 
             await changed.wait_for(free)
             self._running += 1
-            now = time.monotonic()
-            start = max(now, self._next_start)
-            self._next_start = start + limits().min_batch_interval_s
-        if start > now:
-            await asyncio.sleep(start - now)
+        while True:
+            wait = self._last_start + limits().min_batch_interval_s - time.monotonic()
+            if wait <= 0:
+                break
+            await asyncio.sleep(min(wait, self.RECHECK_S))
+        self._last_start = time.monotonic()
 
     async def release(self) -> None:
         changed = self._condition()

@@ -277,3 +277,16 @@ async def test_close_time_out_fails_what_cannot_run(package, executor):
     outcomes = await asyncio.gather(*pending, return_exceptions=True)
     assert any(isinstance(o, NotReady) for o in outcomes)
     assert all(isinstance(o, (dict, NotReady)) for o in outcomes)
+
+
+async def test_relaxed_pacing_takes_effect_at_once(package, executor):
+    current = [ServingLimits(min_batch_interval_s=30.0)]
+    batcher = make_batcher(package, executor, limits=lambda: current[0])
+    x = distinct_inputs(1)[0]
+    await batcher.submit({"input": x})  # the first batch starts at once
+    waiting = asyncio.create_task(batcher.submit({"input": x}))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()  # paced: the next start is 30 s away
+    current[0] = UNTHROTTLED
+    assert (await asyncio.wait_for(waiting, 5))["logits"].shape == (1, 4)
+    await batcher.close(1.0)
