@@ -24,6 +24,9 @@ class UpdateSettings:
     download_retries: int = 5  # resumes after a dropped connection before giving up
     free_space_margin_bytes: int = 64 * 1024 * 1024  # keep this much free after the download
     health_timeout_s: float = 60.0  # load + warm + golden check must finish within this
+    # A golden input passes when its expected class is among the model's top-k: an int8 variant
+    # may swap near-tied classes of the fp32 reference; 1 demands the exact top-1.
+    golden_top_k: int = 5
     ca_file: Path | None = None  # CA bundle for https artifact URLs; None = system store
     # --- trust (signatures, trust store, manifests) ---
     trust_file: Path = Path("/etc/edgeagent/trust.json")  # provisioned seed; rotations go to
@@ -41,6 +44,7 @@ class UpdateSettings:
         for key in ("download_timeout_s", "download_gap_s", "health_timeout_s"):
             require(getattr(self, key) > 0, "updates", key, "must be positive")
         require(self.keep_releases >= 1, "updates", "keep_releases", "must be at least 1")
+        require(self.golden_top_k >= 1, "updates", "golden_top_k", "must be at least 1")
         require(self.download_retries >= 0, "updates", "download_retries", "must be >= 0")
         require(
             bool(self.group) and not any(c in self.group for c in "+#/"),

@@ -200,7 +200,7 @@ async def test_a_model_that_fails_to_load_is_rolled_back_and_marked_bad(hub, dev
 
 async def test_a_failed_golden_check_swaps_back_to_the_old_version(hub, device) -> None:
     await _serving_v1(hub, device)
-    package = add_golden(hub.package("2", seed=2), wrong=True)
+    package = add_golden(hub.package("2", seed=2), rank=3)
     outcome = await device.apply(hub.sign(package))
     assert (outcome["result"], outcome["code"]) == ("failed", "health_check_failed"), outcome
     assert "golden" in outcome["message"]
@@ -214,3 +214,26 @@ async def test_a_package_that_is_not_what_was_signed_is_refused(hub, device) -> 
     outcome = await device.apply(hub.raw_release(archive, version="5"))
     assert outcome["code"] == "bad_package" and "signed manifest says tiny 5" in outcome["message"]
     assert device.serving() == "1"
+
+
+async def test_a_failed_release_swaps_back_to_a_seed_package_outside_the_store(
+    hub, device, tmp_path
+) -> None:
+    seed = add_golden(hub.package("1", seed=1).rename(tmp_path / "seed-tiny"))
+    await device.registry.activate(seed)  # what the daemon serves from its models directory
+    assert device.store.current("tiny") is None
+    outcome = await device.apply(hub.sign(add_golden(hub.package("2", seed=2), rank=3)))
+    assert (outcome["result"], outcome["code"]) == ("failed", "health_check_failed")
+    assert device.serving() == "1" and device.registry.get("tiny").package.root == seed.resolve()
+    assert device.store.current("tiny") is None and device.store.versions("tiny") == []
+
+
+@pytest.mark.parametrize(("top_k", "code"), [(1, "health_check_failed"), (2, "committed")])
+async def test_golden_top_k_tolerates_a_reordered_near_tie(hub, tmp_path, top_k, code) -> None:
+    """An int8 variant may swap the fp32 reference's top two classes; top_k=2 accepts that."""
+    with ThreadPoolExecutor(1) as executor:
+        device = make_device(tmp_path / "d", hub.keys / "trust.json", executor, golden_top_k=top_k)
+        package = add_golden(hub.package("2", seed=2), rank=1)
+        outcome = await device.apply(hub.sign(package))
+        await device.registry.close()
+    assert outcome["code"] == code, outcome

@@ -44,14 +44,14 @@ from tests.helpers import write_tiny_package
 DEVICE = DeviceIdentity(device_id="dev-1", profile="generic_x86_64", device_class="test-box")
 
 
-def add_golden(package: Path, *, wrong: bool = False, count: int = 4) -> Path:
-    """Give a package golden inputs with their true top-1 (or deliberately wrong ones)."""
+def add_golden(package: Path, *, rank: int = 0, count: int = 4) -> Path:
+    """Give a package golden inputs whose expected class is the model's ``rank``-th choice
+    (0: the true top-1; 3 of 4 classes: deliberately wrong)."""
     model_file = next(package.glob("*.onnx"))
     inputs = np.random.default_rng(7).standard_normal((count, 3, 8, 8)).astype(np.float32)
     session = ort.InferenceSession(str(model_file), providers=["CPUExecutionProvider"])
-    top1 = session.run(None, {"input": inputs})[0].argmax(axis=-1)
-    if wrong:
-        top1 = (top1 + 1) % 4
+    scores = session.run(None, {"input": inputs})[0]
+    top1 = np.argsort(-scores, axis=-1)[:, rank]
     np.savez(package / "golden.npz", inputs=inputs, top1=top1)
     toml = package / "model.toml"
     toml.write_text(
@@ -165,7 +165,7 @@ def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) ->
         download_retries=1,
         download_gap_s=5.0,
         health_timeout_s=30.0,
-        **settings,
+        **{"golden_top_k": 1, **settings},
     )
     store = ModelStore(state_dir)
     store.recover()

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Benchmark a signed model update end to end on loopback, under load.
+
+What it measures (issue 5):
+
+- **publish → serving**: from the moment the hub publishes a signed release of a ~4 MB package
+  (MobileNetV3-Small, int8 ONNX + golden inputs) until the agent's HTTP API reports the new
+  version — verify, download, hash, unpack, install, load, warm, golden check, hot swap;
+- **failed requests during the swap**: clients classify images over the agent's Unix socket
+  the whole time; every non-200 answer counts (it must be 0);
+- **baseline**, measured in the same run on the same machine: a plain HTTP download + SHA-256
+  of the same artifact from the same server — the part no updater can avoid — so the
+  ratio says what the rest of the pipeline costs, independent of machine speed.
+
+Real parts only: a real Mosquitto (the test suite's launcher), the real ``edgeagent run``
+daemon as a separate process, the hub's artifact server and signing code.
+
+    python scripts/bench_update.py [--rounds 3] [--clients 4] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from edgeagent.hub.keys import keygen  # noqa: E402
+from edgeagent.hub.publish import publish  # noqa: E402
+from edgeagent.hub.serve import start_artifact_server  # noqa: E402
+from edgeagent.hub.sign import sign_package  # noqa: E402
+from tests.integration.broker import Broker  # noqa: E402 - the suite's Mosquitto launcher
+
+MODEL = "mobilenet_v3_small"
+
+
+def make_package(zoo: Path, out: Path, version: str) -> Path:
+    """The zoo package cut to its int8 ONNX variant (plus labels and golden): about 4 MB."""
+    source = zoo / MODEL
+    out.mkdir(parents=True)
+    for name in ("labels.txt", "golden.npz", f"{MODEL}.int8.onnx"):
+        shutil.copy2(source / name, out / name)
+    text = (source / "model.toml").read_text()
+    head, *variants = text.split("[[variant]]")
+    keep = [v for v in variants if 'precision = "int8"' in v and '"onnxruntime"' in v]
+    head = re.sub(r'^version = ".*"$', f'version = "{version}"', head, flags=re.M)
+    (out / "model.toml").write_text(head + "".join("[[variant]]" + v for v in keep))
+    return out
+
+
+async def classify_forever(socket: Path, image: bytes, counts: dict, stop: asyncio.Event):
+    connector = aiohttp.UnixConnector(path=str(socket))
+    async with aiohttp.ClientSession(connector=connector) as http:
+        while not stop.is_set():
+            try:
+                async with http.post(f"http://agent/v1/models/{MODEL}/classify", data=image) as r:
+                    await r.read()
+                    key = "ok" if r.status == 200 else f"http_{r.status}"
+                    if r.status != 200 and key not in counts:
+                        print(f"  first {key}: {(await r.text())[:300]}", file=sys.stderr)
+            except aiohttp.ClientError as exc:
+                key = type(exc).__name__
+            counts[key] = counts.get(key, 0) + 1
+
+
+async def serving_version(socket: Path) -> str:
+    connector = aiohttp.UnixConnector(path=str(socket))
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.get(f"http://agent/v2/models/{MODEL}") as response,
+    ):
+        return (await response.json())["versions"][0]
+
+
+async def wait_serving(socket: Path, version: str, timeout: float = 300) -> float:
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        with contextlib.suppress(aiohttp.ClientError, KeyError, IndexError):
+            if await serving_version(socket) == version:
+                return time.perf_counter()
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"the agent did not serve version {version} within {timeout} s")
+
+
+async def baseline_fetch(url: str) -> float:
+    """Download + SHA-256 of the artifact, nothing else: the floor of any update."""
+    started = time.perf_counter()
+    digest = hashlib.sha256()
+    async with aiohttp.ClientSession() as http, http.get(url) as response:
+        async for chunk in response.content.iter_chunked(1 << 18):
+            digest.update(chunk)
+    digest.hexdigest()
+    return time.perf_counter() - started
+
+
+async def run(args: argparse.Namespace) -> dict:
+    zoo = Path(os.environ.get("EDGEAGENT_ZOO", REPO / "zoo"))
+    if not (zoo / MODEL / "model.toml").is_file():
+        raise SystemExit(f"no {MODEL} in {zoo}: build the zoo first (scripts/setup.sh)")
+    work = Path(tempfile.mkdtemp(prefix="edgeagent-bench-update-"))
+    broker = Broker(work / "broker")
+    broker.start()
+    keys, artifacts, models = work / "keys", work / "artifacts", work / "models"
+    for directory in (keys, artifacts, models):
+        directory.mkdir()
+    keygen(keys)
+    runner, base_url = await start_artifact_server(artifacts)
+    make_package(zoo, models / MODEL, "1.0.0")
+    socket = work / "agent.sock"
+    config = work / "agent.toml"
+    config.write_text(
+        f'[agent]\nstate_dir = "{work / "state"}"\nmodels_dir = "{models}"\n'
+        f'device_id = "bench"\n[server]\nunix_socket = "{socket}"\ntcp_port = 0\n'
+        f'[updates]\nenabled = true\ngroup = "bench"\ntrust_file = "{keys / "trust.json"}"\n'
+        f"free_space_margin_bytes = 0\n[mqtt]\nport = {broker.port}\n"
+    )
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)],
+        cwd=work,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=open(work / "agent.log", "wb"),  # noqa: SIM115 - closed with the process
+    )
+    rounds: list[dict] = []
+    counts: dict[str, int] = {}
+    try:
+        assert agent.stdout is not None
+        ready = await asyncio.to_thread(agent.stdout.readline)
+        if not ready.startswith(b"edgeagent serving"):
+            raise RuntimeError(f"agent did not start: {(work / 'agent.log').read_text()[-2000:]}")
+        image = (zoo / "samples" / "flower.png").read_bytes()
+        stop = asyncio.Event()
+        load = [
+            asyncio.create_task(classify_forever(socket, image, counts, stop))
+            for _ in range(args.clients)
+        ]
+        await asyncio.sleep(1.0)
+        for number in range(2, args.rounds + 2):
+            version = f"{number}.0.0"
+            package = make_package(zoo, work / "packages" / version, version)
+            artifact, release = sign_package(
+                package, key_paths=[keys / "release.key"], base_url=base_url, out_dir=artifacts
+            )
+            envelope = release.read_bytes()
+            started = time.perf_counter()
+            await publish(broker.settings(), ["edgeagent/group/bench/release"], envelope)
+            served = await wait_serving(socket, version)
+            baseline = await baseline_fetch(f"{base_url}/{artifact.name}")
+            rounds.append(
+                {
+                    "version": version,
+                    "artifact_bytes": artifact.stat().st_size,
+                    "publish_to_serving_s": served - started,
+                    "baseline_fetch_s": baseline,
+                }
+            )
+            print(
+                f"  {version}: publish → serving {served - started:.3f} s "
+                f"(baseline download+hash {baseline:.3f} s)",
+                file=sys.stderr,
+            )
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.gather(*load)
+    finally:
+        agent.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            agent.wait(30)
+        if agent.poll() is None:
+            agent.kill()
+        await runner.cleanup()
+        broker.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    median = statistics.median(r["publish_to_serving_s"] for r in rounds)
+    base = statistics.median(r["baseline_fetch_s"] for r in rounds)
+    failed = sum(v for k, v in counts.items() if k != "ok")
+    return {
+        "model": MODEL,
+        "artifact_bytes": rounds[0]["artifact_bytes"],
+        "rounds": rounds,
+        "clients": args.clients,
+        "median_publish_to_serving_s": median,
+        "median_baseline_fetch_s": base,
+        "ratio_to_baseline": median / base if base else None,
+        "requests": counts,
+        "failed_requests": failed,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="updates to time (default 3)")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent classify clients")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"{result['model']} artifact {result['artifact_bytes'] / 1e6:.1f} MB, "
+            f"{args.rounds} updates, {args.clients} concurrent clients\n"
+            f"  publish → serving   median {result['median_publish_to_serving_s']:.3f} s\n"
+            f"  baseline (download+hash)  {result['median_baseline_fetch_s']:.3f} s\n"
+            f"  ratio                     {result['ratio_to_baseline']:.1f}×\n"
+            f"  requests during updates   {result['requests']}\n"
+            f"  failed requests           {result['failed_requests']}"
+        )
+    return 1 if result["failed_requests"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
