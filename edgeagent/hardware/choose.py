@@ -181,7 +181,8 @@ class Chooser:
                 session = self._try(choice, package, option, model_hash, use)
                 if session is not None:
                     choice.chosen, choice.session = option, session
-                    choice.latency_ms = dict(decision.get("latency_ms", {}))
+                    latency = decision.get("latency_ms")
+                    choice.latency_ms = dict(latency) if isinstance(latency, dict) else {}
                     choice.reason = "fastest: decision cached for this model hash and runtimes"
                     return
         elif decision:

@@ -143,9 +143,7 @@ class ProbeCache:
         """Drop the oldest entries beyond ``max_entries``: old model versions pile up otherwise."""
         excess = len(table) - self.max_entries
         if excess > 0:
-            oldest = sorted(
-                table, key=lambda k: table[k].get("at", 0) if isinstance(table[k], dict) else 0
-            )
+            oldest = sorted(table, key=lambda key: _age_key(table[key]))
             for key in oldest[:excess]:
                 del table[key]
 
@@ -177,9 +175,12 @@ class ProbeCache:
         if not isinstance(entry, dict):
             return None
         try:
-            return ProbeResult(**{**entry, "cached": True})
+            result = ProbeResult(**{**entry, "cached": True})
         except TypeError:
             return None
+        if not isinstance(result.ok, bool) or not isinstance(result.at, (int, float)):
+            return None  # a hand-edited or garbled entry: probe again
+        return result
 
     def put_probe(self, key: str, result: ProbeResult) -> None:
         with self._lock:
@@ -195,6 +196,11 @@ class ProbeCache:
         with self._lock:
             self._decisions[key] = decision
             self._write()
+
+
+def _age_key(entry: Any) -> float:
+    at = entry.get("at") if isinstance(entry, dict) else None
+    return float(at) if isinstance(at, (int, float)) else 0.0
 
 
 def runtime_version(name: str) -> str:

@@ -253,3 +253,19 @@ def test_unwritable_state_directory_only_costs_the_cache(tmp_path: Path, package
     assert choice.chosen is not None
     assert "cannot write probe cache" in caplog.text
     choice.session.close()
+
+
+def test_garbled_cache_entries_are_probed_again(tmp_path: Path, package) -> None:
+    state = tmp_path / "state"
+    profile = load_profile(write_profile(tmp_path, "p", ["openvino:NPU:fp32", f"{CPU}:fp32"]))
+    Chooser(_prober(state)).choose(profile, package).session.close()
+    path = state / CACHE_FILE
+    data = json.loads(path.read_text())
+    for entry in data["probes"].values():
+        entry["at"] = "yesterday"
+    data["probes"]["junk"] = ["not", "a", "table"]
+    path.write_text(json.dumps(data))
+    choice = Chooser(_prober(state)).choose(profile, package)
+    assert not choice.results["openvino:NPU:fp32"].cached
+    assert choice.chosen.key == f"{CPU}:fp32"
+    choice.session.close()
