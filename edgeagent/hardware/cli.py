@@ -193,6 +193,11 @@ def render(doc: dict) -> str:
         if entry["name"] != doc["profile"]:
             verdict = "matches" if entry["matched"] else "no"
             lines.append(f"           {entry['name']}: {verdict} ({'; '.join(entry['evidence'])})")
+    budget = doc["power_budget_w"]
+    lines.append(
+        f"           threads: {doc['threads'] or 'all cores'}; "
+        f"power budget: {f'{budget:g} W' if budget else 'none'}"
+    )
     if doc["thermal"]:
         sensors = [f"{t['name']} {'ok' if t['present'] else 'MISSING'}" for t in doc["thermal"]]
         lines.append(f"           thermal sensors: {', '.join(sensors)}")

@@ -257,6 +257,8 @@ class Detection:
             ],
             "accessories": list(self.accessories),
             "thermal": self.thermal_presence(),
+            "threads": self.profile.threads,
+            "power_budget_w": self.profile.power_budget_w,
         }
 
 
