@@ -80,7 +80,7 @@ class RolloutReport:
 
 def stage_sizes(total: int, stages_pct: Sequence[float]) -> list[int]:
     """Cumulative device counts per stage: at least one device, never more than the fleet."""
-    sizes = []
+    sizes: list[int] = []
     for pct in stages_pct:
         size = min(total, max(1, math.ceil(total * pct / 100)))
         if not sizes or size > sizes[-1]:
@@ -161,7 +161,7 @@ async def _await_outcomes(
         parts = message.topic.value.split("/")
         device = parts[-2] if len(parts) >= 2 else ""
         try:
-            event = json.loads(message.payload)  # type: ignore[arg-type]
+            event = json.loads(message.payload)
         except (TypeError, ValueError):
             continue
         if (

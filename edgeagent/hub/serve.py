@@ -80,8 +80,7 @@ async def start_artifact_server(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    server = site._server
-    bound = server.sockets[0].getsockname()[1] if server and server.sockets else port
+    bound = runner.addresses[0][1] if runner.addresses else port
     shown = f"[{host}]" if ":" in host else host
     return runner, f"http://{shown}:{bound}"
 

@@ -38,7 +38,7 @@ import socket
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import numpy as np
@@ -273,11 +273,12 @@ class Updater:
             previous=self.store.current(manifest.model),
             deployment_id=manifest.deployment_id,
         )
-        before = self._served_dir(manifest.model)
         self.store.begin(pending)
         self.reporter.progress(release, "verified")
         checkpoint("verified")
-        activated = False
+        # What to swap the registry back to on failure: False until the new release serves.
+        swap_back: Path | Literal[False] | None = False
+        before = self._served_dir(manifest.model)
         try:
             artifact = await self._download(manifest, release)
             self.store.advance(pending, "downloaded")
@@ -300,7 +301,7 @@ class Updater:
             self.store.set_current(manifest.model, manifest.version)
             checkpoint("activating")
             model = await self._activate(installed)
-            activated = True
+            swap_back = before
             self.reporter.progress(release, "activated")
             checkpoint("activated")
             await asyncio.wait_for(
@@ -315,15 +316,14 @@ class Updater:
             await self._roll_back(
                 pending,
                 release,
-                before if activated else False,
+                swap_back,
                 "health_check_failed",
                 f"health check took over {self.settings.health_timeout_s} s",
                 bad=True,
             )
             return
         except InstallFailed as exc:
-            back = before if activated else False
-            await self._roll_back(pending, release, back, exc.code, str(exc), bad=exc.bad)
+            await self._roll_back(pending, release, swap_back, exc.code, str(exc), bad=exc.bad)
 
     def _commit(self, pending: PendingInstall, release: dict[str, str], digest: str) -> None:
         """Raise the floor, then report, then drop the pending record — in that order, so a
@@ -423,7 +423,7 @@ class Updater:
         self,
         pending: PendingInstall,
         release: dict[str, str],
-        swap_back: Path | bool | None,
+        swap_back: Path | Literal[False] | None,
         code: str,
         message: str,
         *,
@@ -439,8 +439,8 @@ class Updater:
         self.store.set_current(model, previous if previous in self.store.versions(model) else None)
         if swap_back is not False:
             try:
-                if swap_back:
-                    await self.registry.activate(Path(swap_back))
+                if swap_back is not None:
+                    await self.registry.activate(swap_back)
                 else:
                     await self.registry.unload(model)
             except Exception as exc:
