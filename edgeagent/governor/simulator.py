@@ -6,8 +6,8 @@ Its temperature follows the first-order model of a chip on a heatsink:
 
     dT/dt = (ambient + heat_c · u − T) / tau
 
-where u ∈ [0, 1] is the utilisation actually measured (the engine's busy seconds per second, or
-the busy fraction of a benchmark's inference worker) — so throttling inference really cools it down.
+where u ∈ [0, 1] is the utilisation actually measured (the engine's busy seconds per second,
+governor/engine_load.py) — so throttling inference really cools it down.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import asyncio
 import math
 import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,24 +99,3 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text + "\n", encoding="ascii")
     os.replace(tmp, path)
-
-
-class BusyMeter:
-    """Busy fraction of a worker thread that reports each piece of work it did."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._busy = 0.0
-        self._since = clock()
-
-    def add(self, seconds: float) -> None:
-        with self._lock:
-            self._busy += seconds
-
-    def __call__(self) -> float:
-        now = self.clock()
-        with self._lock:
-            busy, self._busy = self._busy, 0.0
-        elapsed, self._since = now - self._since, now
-        return 0.0 if elapsed <= 0 else max(0.0, min(1.0, busy / elapsed))
