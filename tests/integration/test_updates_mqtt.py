@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
@@ -210,3 +211,26 @@ async def test_a_staged_rollout_completes_in_stages(stacks, hub: Hub, broker: Br
     assert not report.aborted and set(report.outcomes.values()) == {"succeeded"}
     assert [len(s["devices"]) for s in report.stages] == [2, 1]
     assert [o.device.serving() for o in fleet] == ["1", "1", "1"]
+
+
+async def test_a_rotated_trust_file_over_mqtt_retires_the_old_release_key(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    online = await (await stacks()).start()
+    new_key = generate_key(hub.keys, "release-2")
+    rotated = rotate(
+        hub.keys / "trust.json",
+        old_root_keys=[hub.keys / "root.key"],
+        release_pubs=[new_key.pub_path],
+        out_path=hub.root / "trust-v2.json",
+    )
+    await publish(broker.settings(), ["edgeagent/group/lab/trust"], rotated.read_bytes())
+    await wait_for(lambda: online.device.updater.trust.version == 2)
+    assert online.outcome()["code"] == "rotated"
+
+    refused = await online.device.apply(hub.release("1"))  # signed with the retired key
+    assert (refused["result"], refused["code"]) == ("refused", "unknown_key")
+    accepted = await online.device.apply(
+        hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-new-key")
+    )
+    assert accepted["result"] == "succeeded", accepted
