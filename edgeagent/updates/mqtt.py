@@ -101,7 +101,7 @@ def client_options(settings: MqttSettings, client_id: str) -> dict[str, Any]:
         "protocol": aiomqtt.ProtocolVersion.V5,
         "keepalive": settings.keepalive_s,
         "tls_context": tls_context(settings),
-        "timeout": 10.0,
+        "timeout": settings.connect_timeout_s,
     }
 
 

@@ -69,6 +69,7 @@ class MqttSettings:
     cert_file: Path | None = None  # client certificate (mutual TLS)
     key_file: Path | None = None
     keepalive_s: int = 30
+    connect_timeout_s: float = 10.0  # TCP + TLS + CONNACK; then back off and try again
     session_expiry_s: int = 7 * 24 * 3600  # how long the broker keeps our queued QoS 1 messages
     reconnect_min_s: float = 1.0  # first back-off; doubles up to reconnect_max_s, with jitter
     reconnect_max_s: float = 60.0
@@ -89,6 +90,7 @@ class MqttSettings:
             "cert_file and key_file go together (client certificate and its key)",
         )
         require(self.keepalive_s >= 5, "mqtt", "keepalive_s", "must be at least 5")
+        require(self.connect_timeout_s > 0, "mqtt", "connect_timeout_s", "must be positive")
         require(
             0 < self.reconnect_min_s <= self.reconnect_max_s,
             "mqtt",

@@ -173,6 +173,7 @@ require_certificate true
             "reconnect_min_s": 0.2,
             "reconnect_max_s": 1.0,
             "keepalive_s": 5,
+            "connect_timeout_s": 3.0,
             **overrides,
         }
         return MqttSettings(**values)

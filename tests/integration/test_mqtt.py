@@ -91,7 +91,7 @@ async def test_tls_with_client_certificate_and_password(broker: Broker, devices)
 async def test_tls_listener_refuses_incomplete_credentials(broker: Broker, devices, change) -> None:
     device = await Device(broker.tls_settings(**change)).start()
     devices.append(device)
-    await until(lambda: device.link.last_error != "", timeout=25)
+    await until(lambda: device.link.last_error != "", timeout=15)
     assert not device.link.connected.is_set() and device.link.connections == 0
 
 
