@@ -250,14 +250,20 @@ def _serve(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("directory", type=Path, metavar="DIR")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", type=Path, help="the certificate's private key")
 
     async def work(args: argparse.Namespace) -> int:
-        from edgeagent.hub.serve import serve_forever
+        from edgeagent.hub.serve import serve_forever, server_tls
 
         if not args.directory.is_dir():
             raise HubError(f"{args.directory}: not a directory")
         try:
-            await serve_forever(args.directory, args.host, args.port)
+            tls = server_tls(args.tls_cert, args.tls_key)
+        except (ValueError, OSError) as exc:
+            raise HubError(f"--tls-cert/--tls-key: {exc}") from exc
+        try:
+            await serve_forever(args.directory, args.host, args.port, tls)
         except OSError as exc:
             raise HubError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
         return 0

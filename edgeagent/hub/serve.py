@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import ssl
 from pathlib import Path
 
 from aiohttp import web
@@ -73,21 +74,38 @@ def create_artifact_app(directory: Path) -> web.Application:
 
 
 async def start_artifact_server(
-    directory: Path, host: str = "127.0.0.1", port: int = 0
+    directory: Path,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[web.AppRunner, str]:
-    """Start serving ``directory``; return the runner (to clean up) and the base URL."""
+    """Start serving ``directory`` (HTTPS with ``tls``); return the runner and the base URL."""
     runner = web.AppRunner(create_artifact_app(directory), access_log=log)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
     bound = runner.addresses[0][1] if runner.addresses else port
     shown = f"[{host}]" if ":" in host else host
-    return runner, f"http://{shown}:{bound}"
+    return runner, f"{'https' if tls else 'http'}://{shown}:{bound}"
 
 
-async def serve_forever(directory: Path, host: str, port: int) -> None:
+def server_tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """A server context from a certificate chain and key, or None for plain HTTP."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ValueError("HTTPS needs both a certificate and its key")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+async def serve_forever(
+    directory: Path, host: str, port: int, tls: ssl.SSLContext | None = None
+) -> None:
     """Run until interrupted, printing the base URL releases should point at."""
-    runner, url = await start_artifact_server(directory, host, port)
+    runner, url = await start_artifact_server(directory, host, port, tls=tls)
     print(f"serving {Path(directory).resolve()} at {url}/", flush=True)
     try:
         await asyncio.Event().wait()

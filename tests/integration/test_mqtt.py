@@ -16,7 +16,7 @@ import pytest
 
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
-from edgeagent.updates.mqtt import MqttLink, Topics
+from edgeagent.updates.mqtt import MqttLink, Topics, backoff_delays
 from edgeagent.updates.settings import MqttSettings
 from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 
@@ -140,7 +140,7 @@ async def test_oversized_messages_are_dropped_unread(broker: Broker, devices) ->
 
 LINK_SCRIPT = """
 import asyncio, sys
-from edgeagent.updates.mqtt import MqttLink, Topics
+from edgeagent.updates.mqtt import MqttLink, Topics, backoff_delays
 from edgeagent.updates.settings import MqttSettings
 
 async def main():
@@ -195,3 +195,11 @@ def test_topics_are_one_scheme() -> None:
     )
     assert topics.state == "edgeagent/device/dev-1/state"
     assert aiomqtt.Topic(topics.events).value == "edgeagent/device/dev-1/events"
+
+
+def test_reconnect_delays_grow_with_jitter_up_to_the_cap() -> None:
+    delays = backoff_delays(1.0, 8.0)
+    first = [next(delays) for _ in range(8)]
+    ceilings = [1, 2, 4, 8, 8, 8, 8, 8]
+    assert all(c / 2 <= d <= c for d, c in zip(first, ceilings, strict=True))
+    assert len(set(first)) == len(first)  # jittered: a fleet does not reconnect in lock-step

@@ -15,9 +15,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from edgeagent.hub.keys import generate_key, keygen
-from edgeagent.hub.serve import start_artifact_server
+from edgeagent.hub.serve import server_tls, start_artifact_server
 from edgeagent.updates.manifest import Targets
 from edgeagent.updates.signing import sign_envelope
+from tests.integration.broker import make_pki
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,
@@ -237,3 +238,24 @@ async def test_golden_top_k_tolerates_a_reordered_near_tie(hub, tmp_path, top_k,
         outcome = await device.apply(hub.sign(package))
         await device.registry.close()
     assert outcome["code"] == code, outcome
+
+
+async def test_https_artifacts_verify_the_server_with_the_configured_ca(hub, tmp_path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    runner, hub.url = await start_artifact_server(
+        hub.artifacts, tls=server_tls(pki.server_cert, pki.server_key)
+    )
+    try:
+        with ThreadPoolExecutor(1) as executor:
+            trusting = make_device(
+                tmp_path / "ok", hub.keys / "trust.json", executor, ca_file=pki.ca
+            )
+            outcome = await trusting.apply(hub.release("1"))
+            assert outcome["result"] == "succeeded", outcome
+            await trusting.registry.close()
+            stranger = make_device(tmp_path / "no", hub.keys / "trust.json", executor)
+            outcome = await stranger.apply(hub.release("1", deployment_id="again"))
+            assert (outcome["result"], outcome["code"]) == ("refused", "download_failed")
+            assert "certificate" in outcome["message"].lower()
+    finally:
+        await runner.cleanup()
