@@ -22,14 +22,12 @@ import aiohttp
 import numpy as np
 import pytest
 
-from edgeagent.hub.keys import keygen
 from edgeagent.hub.publish import publish
-from edgeagent.hub.serve import start_artifact_server
 from edgeagent.hub.status import collect_fleet
 from edgeagent.updates.updater import KILL_ENV
 from tests.helpers import write_tiny_package
 from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
-from tests.integration.test_updates_helpers import Hub, add_golden
+from tests.integration.test_updates_helpers import Hub, add_golden, hub_fixture  # noqa: F401
 
 pytestmark = pytest.mark.broker
 REPO = Path(__file__).resolve().parents[2]
@@ -135,17 +133,6 @@ reconnect_max_s = 1.0
             except asyncio.TimeoutError:
                 self.process.kill()
                 await self.process.wait()
-
-
-@pytest.fixture
-async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
-    hub = Hub(tmp_path / "hub")
-    hub.artifacts.mkdir(parents=True)
-    hub.keys.mkdir(parents=True)
-    keygen(hub.keys)
-    runner, hub.url = await start_artifact_server(hub.artifacts)
-    yield hub
-    await runner.cleanup()
 
 
 @pytest.fixture

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from edgeagent.updates.unpack import UnpackError, unpack_archive
+from tests.integration.test_updates_helpers import hostile_archive
 
 
 def _tar(path: Path, entries: list[tarfile.TarInfo | tuple[str, bytes]]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for entry in entries:
-            if isinstance(entry, tarfile.TarInfo):
-                tar.addfile(entry)
-            else:
-                info = tarfile.TarInfo(entry[0])
-                info.size = len(entry[1])
-                tar.addfile(info, io.BytesIO(entry[1]))
+    path.write_bytes(hostile_archive(entries))
     return path
 
 
