@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 # Install steps in order; pending.json records the last one reached.
 STEPS = ("verified", "downloaded", "unpacked", "installed", "activating", "committing")
+STAGING_MAX_AGE_S = 24 * 3600  # partial downloads older than this are deleted at start-up
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+){0,2}$")
 
@@ -354,10 +355,15 @@ class ModelStore:
                 shutil.rmtree(path, ignore_errors=True)
 
     def _sweep_staging(self) -> None:
-        """Unpack directories are worthless after a restart; ``.part`` downloads are kept."""
+        """Unpack directories are worthless after a restart; downloads are kept for resuming
+        (the re-delivered release continues where it stopped) unless a day old, so releases
+        that never come back cannot fill the disk."""
+        stale = time.time() - STAGING_MAX_AGE_S
         for path in self.staging.iterdir():
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
+            elif path.lstat().st_mtime < stale:
+                path.unlink()
 
 
 def _hidden(directory: Path) -> Iterator[Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,14 @@ def test_snapshot_is_stable_when_nothing_changes(tmp_path: Path) -> None:
     store.set_current("m", "1")
     assert store.snapshot() == ModelStore(tmp_path).snapshot()
     assert store.snapshot()["current"] == {"m": "1"}
+
+
+def test_recover_keeps_fresh_partial_downloads_and_drops_stale_ones(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    fresh, stale = store.staging / "a.part", store.staging / "b.part"
+    fresh.write_bytes(b"x")
+    stale.write_bytes(b"y")
+    old = time.time() - 2 * 24 * 3600
+    os.utime(stale, (old, old))
+    store.recover()
+    assert fresh.exists() and not stale.exists()
