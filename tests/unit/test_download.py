@@ -197,3 +197,18 @@ async def test_http_errors_name_the_status(serve, tmp_path: Path) -> None:
 
     with pytest.raises(DownloadError, match="HTTP 404"):
         await _fetch(await serve(missing), tmp_path / "s")
+
+
+async def test_the_overall_deadline_stops_a_trickling_server(serve, tmp_path: Path) -> None:
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Length": str(len(DATA))})
+        await response.prepare(request)
+        for start in range(0, len(DATA), 100):  # never silent for long: the gap never fires
+            await response.write(DATA[start : start + 100])
+            await asyncio.sleep(0.05)
+        return response
+
+    limits = DownloadLimits(timeout_s=0.5, gap_s=5.0, free_space_margin_bytes=0)
+    with pytest.raises(DownloadError, match="not complete within") as info:
+        await _fetch(await serve(trickle), tmp_path / "s", limits=limits)
+    assert info.value.code == "timeout"
