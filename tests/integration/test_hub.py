@@ -109,6 +109,10 @@ async def test_keygen_sign_serve_publish_status(tmp_path: Path, broker: Broker) 
 
     status = await asyncio.to_thread(hub, "status", "--broker", broker_arg, "--wait", "0.3")
     assert status.returncode == 0 and "0 device(s), 0 online" in status.stdout
+    nobody = await asyncio.to_thread(
+        hub, "rollout", release, "--group", "lab", "--broker", broker_arg
+    )
+    assert nobody.returncode == 1 and "no devices in group 'lab'" in nobody.stderr
 
 
 @pytest.mark.broker
@@ -151,8 +155,10 @@ def test_publish_over_tls_with_a_client_certificate(tmp_path: Path, broker: Brok
 
 
 def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
-    unreachable = hub("status", "--broker", "nonsense")
-    assert unreachable.returncode == 1 and "HOST:PORT" in unreachable.stderr
+    malformed = hub("status", "--broker", "nonsense")
+    assert malformed.returncode == 1 and "HOST:PORT" in malformed.stderr
+    unreachable = hub("status", "--broker", "127.0.0.1:1")
+    assert unreachable.returncode == 1 and "broker 127.0.0.1:1" in unreachable.stderr
     missing = hub("publish", str(tmp_path / "none.release.json"), "--group", "g")
     assert missing.returncode == 1 and "cannot read the release" in missing.stderr
     stages = hub("rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20")
