@@ -225,9 +225,13 @@ class MqttLink:
             await self._wake.wait()
             self._wake.clear()
             if self._state is not None:
-                await client.publish(self.topics.state, json.dumps(self._state), qos=1, retain=True)
+                await client.publish(
+                    self.topics.state, json.dumps(self._state, default=str), qos=1, retain=True
+                )
             while self._events:
-                await client.publish(self.topics.events, json.dumps(self._events[0]), qos=1)
+                await client.publish(
+                    self.topics.events, json.dumps(self._events[0], default=str), qos=1
+                )
                 self._events.popleft()
 
     async def close(self) -> None:
