@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -103,14 +105,38 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def build_one(out: Path, name: str, key: str, build, progress) -> dict:
-    """Stage, build, verify and swap in one directory; returns the summary entry."""
+def setup_worker() -> None:
+    """Per build process: one intra-op thread and deterministic kernels.
+
+    On a small shared CPU, OpenMP threads spinning against other processes made training 6×
+    slower; and single-threaded float reductions give the same results on machines with any
+    core count, which is what makes the outputs reproducible. Parallelism comes from building
+    packages in separate processes instead.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
+def build_one(out: Path, name: str, key: str, seed: int, formats: tuple[str, ...]) -> dict:
+    """Stage, build, verify and swap in one directory (in a worker process); returns the
+    summary entry."""
+    from zoo.builder import build_package
+    from zoo.sample_images import write_samples
+    from zoo.specs import SPECS
+
+    progress = _progress(name)
+    progress("building")
     staged = out / f".{name}.partial"
     shutil.rmtree(staged, ignore_errors=True)
     staged.mkdir(parents=True)
     started = time.perf_counter()
     try:
-        report = build(staged)
+        if name == SAMPLES:
+            report = write_samples(staged, seed)
+        else:
+            report = build_package(SPECS[name], staged, seed, formats, progress)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
@@ -179,6 +205,12 @@ def parse_args(argv: list[str] | None):
         help="comma-separated subset of onnx,tflite,openvino (onnx is required:"
         " it is the FP32 reference)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="packages built in parallel, one process each (default: 2, or 1 on one core)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even when cached")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     args = parser.parse_args(argv)
@@ -186,53 +218,63 @@ def parse_args(argv: list[str] | None):
     unknown = set(args.formats.split(",")) - set(FORMATS)
     if unknown or "onnx" not in formats:
         parser.error(f"--formats {args.formats!r}: use a subset of {','.join(FORMATS)} with onnx")
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: must be at least 1")
     args.formats = formats
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    from zoo.specs import SPECS
+
     args = parse_args(argv)
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    names = args.only or list(__import__("zoo.specs").specs.SPECS)
+    names = [SAMPLES, *(n for n in SPECS if n in (args.only or SPECS))]
     started = time.perf_counter()
-    entries = []
+    entries: dict[str, dict] = {}
+    failed: dict[str, BaseException] = {}
     with stdout_to_stderr() as real_stdout:
-        import torch
-
-        # One intra-op thread: on a small shared CPU, OpenMP threads spinning against other
-        # processes made training 6× slower, and single-threaded float reductions give the same
-        # results on machines with any core count (reproducible outputs).
-        torch.set_num_threads(1)
-        torch.use_deterministic_algorithms(True)
-        from zoo.builder import build_package
-        from zoo.samples import write_samples
-        from zoo.specs import SPECS
-
-        jobs = [(SAMPLES, lambda d: write_samples(d, args.seed))]
-        jobs += [
-            (n, lambda d, n=n: build_package(SPECS[n], d, args.seed, args.formats, _progress(n)))
-            for n in names
-        ]
-        for name, build in jobs:
+        todo = []
+        for name in names:
             key = build_key(name, args.seed, args.formats)
             if not args.force and is_current(out / name, key):
                 _progress(name)("up to date (build key matches), skipped")
-                entries.append(cached_entry(out / name))
-                continue
-            _progress(name)("building")
-            entries.append(build_one(out, name, key, build, _progress(name)))
+                entries[name] = cached_entry(out / name)
+            else:
+                todo.append((name, key))
+        if todo:
+            context = multiprocessing.get_context("spawn")  # never fork a process holding torch
+            with ProcessPoolExecutor(
+                min(args.jobs, len(todo)), mp_context=context, initializer=setup_worker
+            ) as pool:
+                futures = {
+                    pool.submit(build_one, out, name, key, args.seed, args.formats): name
+                    for name, key in todo
+                }
+                for future in as_completed(futures):
+                    name = futures[future]
+                    try:
+                        entries[name] = future.result()
+                    except Exception as exc:
+                        _progress(name)(f"FAILED: {type(exc).__name__}: {exc}")
+                        failed[name] = exc
         total = time.perf_counter() - started
-        print_summary(entries, total, sys.stderr)
+        ordered = [entries[n] for n in names if n in entries]
+        print_summary(ordered, total, sys.stderr)
+        for name, exc in failed.items():
+            print(f"  {name:<20} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
         if args.json:
-            json.dump(
-                {"out": str(out), "seconds": round(total, 1), "packages": entries},
-                real_stdout,
-                indent=2,
-            )
+            summary = {
+                "out": str(out),
+                "seconds": round(total, 1),
+                "packages": ordered,
+                "failed": {name: f"{type(exc).__name__}: {exc}" for name, exc in failed.items()},
+            }
+            json.dump(summary, real_stdout, indent=2)
             real_stdout.write("\n")
         real_stdout.close()
-    return 0
+    return 1 if failed else 0
 
 
 def _progress(name: str):

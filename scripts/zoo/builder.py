@@ -21,7 +21,7 @@ from zoo.train import predict, recalibrate_batchnorm, train_classifier
 FORMATS = ("onnx", "tflite", "openvino")
 BN_IMAGES = 96  # photo crops for BatchNorm re-estimation (seeded models)
 CALIBRATION_IMAGES = 32  # INT8 calibration set, the same for every runtime
-EVAL_IMAGES = 48  # separate crops for the agreement figures (seeded models)
+EVAL_IMAGES = 32  # separate crops for the agreement figures (seeded models)
 GOLDEN_IMAGES = 4
 DIGITS_EPOCHS = 12
 

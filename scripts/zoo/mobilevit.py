@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from zoo.layers import ConvBNAct, init_weights
-from zoo.mobilenet_v2 import InvertedResidual
+from zoo.mobilenetv2 import InvertedResidual
 
 PATCH = 2  # patch height = width
 HEADS = 4

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from torch import nn
 
 from zoo.labels import digit_labels, imagenet_labels
-from zoo.mobilenet_v2 import MobileNetV2
-from zoo.mobilenet_v3 import MobileNetV3Small
+from zoo.mobilenetv2 import MobileNetV2
+from zoo.mobilenetv3 import MobileNetV3Small
 from zoo.mobilevit import MobileViTXXS
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -37,35 +37,10 @@ class ModelSpec:
         return 1 if self.color == "L" else 3
 
 
+# Longest build first, so parallel build processes finish at about the same time.
 SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        ModelSpec(
-            name="mobilenet_v2",
-            description="MobileNetV2 1.0 224, ImageNet-1k classes; seeded weights with BatchNorm "
-            "statistics re-estimated on photographs (not trained: labels are not meaningful)",
-            network=MobileNetV2,
-            labels=imagenet_labels,
-            size=224,
-            resize=256,
-            color="RGB",
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
-            trained=False,
-        ),
-        ModelSpec(
-            name="mobilenet_v3_small",
-            description="MobileNetV3-Small 224, ImageNet-1k classes; seeded weights with "
-            "BatchNorm statistics re-estimated on photographs (not trained)",
-            network=MobileNetV3Small,
-            labels=imagenet_labels,
-            size=224,
-            resize=256,
-            color="RGB",
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
-            trained=False,
-        ),
         ModelSpec(
             name="mobilevit_xxs",
             description="MobileViT-XXS 256, ImageNet-1k classes; seeded weights with BatchNorm "
@@ -96,6 +71,32 @@ SPECS: dict[str, ModelSpec] = {
             trained=True,
             max_batch_size=32,
             max_queue_delay_ms=1.0,
+        ),
+        ModelSpec(
+            name="mobilenet_v2",
+            description="MobileNetV2 1.0 224, ImageNet-1k classes; seeded weights with BatchNorm "
+            "statistics re-estimated on photographs (not trained: labels are not meaningful)",
+            network=MobileNetV2,
+            labels=imagenet_labels,
+            size=224,
+            resize=256,
+            color="RGB",
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            trained=False,
+        ),
+        ModelSpec(
+            name="mobilenet_v3_small",
+            description="MobileNetV3-Small 224, ImageNet-1k classes; seeded weights with "
+            "BatchNorm statistics re-estimated on photographs (not trained)",
+            network=MobileNetV3Small,
+            labels=imagenet_labels,
+            size=224,
+            resize=256,
+            color="RGB",
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            trained=False,
         ),
     )
 }
