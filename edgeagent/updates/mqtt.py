@@ -224,15 +224,18 @@ class MqttLink:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self._state is not None:
-                await client.publish(
-                    self.topics.state, json.dumps(self._state, default=str), qos=1, retain=True
-                )
-            while self._events:
-                await client.publish(
-                    self.topics.events, json.dumps(self._events[0], default=str), qos=1
-                )
-                self._events.popleft()
+            try:
+                if self._state is not None:
+                    state = json.dumps(self._state, default=str)
+                    await client.publish(self.topics.state, state, qos=1, retain=True)
+                while self._events:
+                    event = json.dumps(self._events[0], default=str)
+                    await client.publish(self.topics.events, event, qos=1)
+                    self._events.popleft()
+            except aiomqtt.MqttError as exc:  # keep what is unsent; try again shortly
+                log.warning("MQTT publish failed (%s); retrying", exc)
+                await asyncio.sleep(1.0)
+                self._wake.set()
 
     async def close(self) -> None:
         """Say "offline" cleanly (a graceful stop does not fire the Last Will)."""
