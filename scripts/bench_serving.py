@@ -21,6 +21,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -209,10 +210,42 @@ async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300
                 if response.status == 200:
                     async with client.get("http://agent/v1/status") as status:
                         return await status.json()
+                async with client.post("http://agent/v2/repository/index") as index:
+                    failed = [m for m in await index.json() if m["state"] == "UNAVAILABLE"]
+                if failed:  # it listens only after loading: this model will not come
+                    raise SystemExit(f"the daemon could not load a model: {failed}")
         except (aiohttp.ClientError, OSError):
             pass
         await asyncio.sleep(0.2)
     raise SystemExit("the daemon did not become ready")
+
+
+def pinned_package(package_dir: Path, precision: str, target: Path) -> Path:
+    """A copy of the package that offers only its onnxruntime ``precision`` variant.
+
+    The daemon picks the device's best candidate (LiteRT or OpenVINO may rank first); the
+    comparison is onnxruntime against itself, so the served package has nothing else to pick.
+    model.toml keeps every table except the other [[variant]] blocks; files are copied (a
+    package refuses symlinks that point outside it).
+    """
+    text = (package_dir / "model.toml").read_text()
+    head, *variants = text.split("[[variant]]")
+    kept = [
+        block
+        for block in variants
+        if 'runtime = "onnxruntime"' in block and f'precision = "{precision}"' in block
+    ]
+    if not kept:
+        raise SystemExit(f"{package_dir} has no onnxruntime {precision} variant")
+    package = load_package(package_dir)
+    chosen = package.variant("onnxruntime", precision)
+    others = {f for v in package.variants if v is not chosen for f in v.files}
+    target.mkdir(parents=True)
+    for path in package.root.iterdir():
+        if path.name != "model.toml" and path.is_file() and path not in others:
+            shutil.copyfile(path, target / path.name)
+    (target / "model.toml").write_text(head + "".join("[[variant]]" + b for b in kept))
+    return target
 
 
 def start_daemon(package_dir: Path, work: Path) -> tuple[subprocess.Popen, Path]:
@@ -275,7 +308,10 @@ async def run(args: argparse.Namespace) -> dict:
     shape = [1 if d == -1 else d for d in spec.shape]
     frame = np.random.default_rng(1).standard_normal(shape).astype(spec.dtype)
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
-        process, sock = start_daemon(Path(args.model), Path(tmp))
+        pinned = pinned_package(
+            Path(args.model), args.precision, Path(tmp) / "pinned" / package.name
+        )
+        process, sock = start_daemon(pinned, Path(tmp))
         try:
             status = await wait_ready(sock, process)
             versions = status["models"][package.name]["versions"]
@@ -284,7 +320,7 @@ async def run(args: argparse.Namespace) -> dict:
             rss_idle = psutil.Process(process.pid).memory_info().rss
             where = f"{backend['runtime']} {backend['device']} {backend['precision']}"
             progress(f"daemon ready on {where}; idle RSS {rss_idle / 2**20:.0f} MB")
-            session = open_variant(package, runtime="onnxruntime", precision=backend["precision"])
+            session = open_variant(package, runtime="onnxruntime", precision=args.precision)
             feeds = {spec.name: frame}
             raw_round(session, feeds, 0.5)  # warm-up
             batch = package.serving.max_batch_size
@@ -348,6 +384,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
+    parser.add_argument(
+        "--precision", default="int8", help="the onnxruntime variant both sides run (int8)"
+    )
     parser.add_argument(
         "--rounds", type=int, default=4, help="raw/served alternations per cell (drift)"
     )
