@@ -186,8 +186,7 @@ def print_summary(entries: list[dict], total: float, stream) -> None:
 
 
 def parse_args(argv: list[str] | None):
-    from zoo.builder import FORMATS
-    from zoo.specs import SPECS
+    from zoo.specs import FORMATS, SPECS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "zoo", help="zoo directory")

@@ -16,9 +16,13 @@ from zoo.data import digits_split, normalize, photo_crops
 from zoo.evaluate import compare, run_onnxruntime, run_variant
 from zoo.manifest import VariantFiles, write_manifest
 from zoo.specs import ModelSpec
-from zoo.train import predict, recalibrate_batchnorm, train_classifier
+from zoo.train import (
+    damp_residual_branches,
+    predict,
+    recalibrate_batchnorm,
+    train_classifier,
+)
 
-FORMATS = ("onnx", "tflite", "openvino")
 BN_IMAGES = 96  # photo crops for BatchNorm re-estimation (seeded models)
 CALIBRATION_IMAGES = 32  # INT8 calibration set, the same for every runtime
 EVAL_IMAGES = 32  # separate crops for the agreement figures (seeded models)
@@ -57,11 +61,12 @@ def _prepare(spec: ModelSpec, model: torch.nn.Module, seed: int, progress: Progr
         )
         progress(f"trained {DIGITS_EPOCHS} epochs, final loss {history[-1]:.3f}")
         return Data(train.numpy()[:64], prep(split.heldout_images), split.heldout_labels)
+    damped = damp_residual_branches(model)
     crops = prep(photo_crops(BN_IMAGES, spec.size, seed))
     recalibrate_batchnorm(
         model, (torch.from_numpy(crops[i : i + 32]) for i in range(0, BN_IMAGES, 32))
     )
-    progress(f"BatchNorm statistics re-estimated on {BN_IMAGES} photo crops")
+    progress(f"{damped} residual branches damped, BatchNorm re-estimated on {BN_IMAGES} crops")
     evaluation = prep(photo_crops(EVAL_IMAGES, spec.size, seed + 1))
     return Data(crops[:CALIBRATION_IMAGES], evaluation, None)
 

@@ -1,19 +1,50 @@
-"""What each zoo package is: network, input geometry, preprocessing, labels, serving hints."""
+"""What each zoo package is: network, input geometry, preprocessing, labels, serving hints.
+
+Importing this module does not import torch (the networks are imported when built), so the
+build's parent process can check caches and parse arguments without it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from zoo.labels import digit_labels, imagenet_labels
-from zoo.mobilenetv2 import MobileNetV2
-from zoo.mobilenetv3 import MobileNetV3Small
-from zoo.mobilevit import MobileViTXXS
 
+if TYPE_CHECKING:
+    from torch import nn
+
+FORMATS = ("onnx", "tflite", "openvino")  # onnx always: it is the FP32 reference
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def mobilenet_v2() -> nn.Module:
+    from zoo.mobilenetv2 import MobileNetV2
+
+    return MobileNetV2()
+
+
+def mobilenet_v3_small() -> nn.Module:
+    from zoo.mobilenetv3 import MobileNetV3Small
+
+    return MobileNetV3Small()
+
+
+def mobilevit_xxs() -> nn.Module:
+    from zoo.mobilevit import MobileViTXXS
+
+    return MobileViTXXS()
+
+
+def digits_mnv3() -> nn.Module:
+    """MobileNetV3-Small's design for 32×32 grey digits: half width, no stem stride."""
+    from zoo.mobilenetv3 import MobileNetV3Small
+
+    return MobileNetV3Small(
+        num_classes=10, width=0.5, in_channels=1, stem_stride=1, hidden=256, dropout=0.1
+    )
 
 
 @dataclass(frozen=True)
@@ -45,7 +76,7 @@ SPECS: dict[str, ModelSpec] = {
             name="mobilevit_xxs",
             description="MobileViT-XXS 256, ImageNet-1k classes; seeded weights with BatchNorm "
             "statistics re-estimated on photographs (not trained)",
-            network=MobileViTXXS,
+            network=mobilevit_xxs,
             labels=imagenet_labels,
             size=256,
             resize=288,
@@ -59,9 +90,7 @@ SPECS: dict[str, ModelSpec] = {
             name="digits_mnv3",
             description="MobileNetV3-Small design at width 0.5 for 32×32 greyscale digits, "
             "trained on scikit-learn's digits (8×8 upscaled; white ink on black)",
-            network=lambda: MobileNetV3Small(
-                num_classes=10, width=0.5, in_channels=1, stem_stride=1, hidden=256, dropout=0.1
-            ),
+            network=digits_mnv3,
             labels=digit_labels,
             size=32,
             resize=None,
@@ -76,7 +105,7 @@ SPECS: dict[str, ModelSpec] = {
             name="mobilenet_v2",
             description="MobileNetV2 1.0 224, ImageNet-1k classes; seeded weights with BatchNorm "
             "statistics re-estimated on photographs (not trained: labels are not meaningful)",
-            network=MobileNetV2,
+            network=mobilenet_v2,
             labels=imagenet_labels,
             size=224,
             resize=256,
@@ -89,7 +118,7 @@ SPECS: dict[str, ModelSpec] = {
             name="mobilenet_v3_small",
             description="MobileNetV3-Small 224, ImageNet-1k classes; seeded weights with "
             "BatchNorm statistics re-estimated on photographs (not trained)",
-            network=MobileNetV3Small,
+            network=mobilenet_v3_small,
             labels=imagenet_labels,
             size=224,
             resize=256,

@@ -9,6 +9,29 @@ import numpy as np
 import torch
 from torch import nn
 
+RESIDUAL_BRANCH_GAIN = 0.3
+
+
+@torch.no_grad()
+def damp_residual_branches(model: nn.Module, gain: float = RESIDUAL_BRANCH_GAIN) -> int:
+    """Start every residual branch at a fraction of the identity path (SkipInit/Fixup-style).
+
+    With all branches at full weight, a deep residual net with random weights maps every input
+    to nearly the same output: the input-dependent part of the logits is then so small that
+    INT8 rounding decides the top-1 and "INT8 agrees with FP32" measures noise. Scaling the
+    last BatchNorm's gain of each branch keeps the architecture and lets the signal through;
+    on mobilenet_v2 it raised the centred FP32/INT8 logit correlation from 0.56 to 0.86.
+    Returns how many branches were scaled.
+    """
+    count = 0
+    for module in model.modules():
+        if getattr(module, "residual", False):
+            norm = module.block[-1][1]
+            assert isinstance(norm, nn.BatchNorm2d), type(module).__name__
+            norm.weight.mul_(gain)
+            count += 1
+    return count
+
 
 @torch.no_grad()
 def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor]) -> None:

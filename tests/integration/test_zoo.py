@@ -35,21 +35,18 @@ PHOTOS = ("china.jpg", "flower.png", "scene.jpg")
 # FP32 on the three runtimes is the same float graph: differences are rounding only, stated
 # relative to the largest logit of the reference (ONNX) output.
 FP32_REL_TOLERANCE = 1e-3
-# INT8 against FP32 (ONNX) over the fixed photo-crop set, measured on this machine's build
-# (mobilenet_v2 / mobilenet_v3_small / mobilevit_xxs, worst runtime): top-1 agreement 0.33 /
-# 0.63 / 0.38, FP32 top-1 inside the INT8 top-5 0.88 / 0.97 / 0.88, centred logit correlation
-# 0.70 / 0.95 / 0.89. The ImageNet models have seeded weights: their logits share a large
-# input-independent part and a few classes win most inputs (up to 40 %), so top-1 agreement
-# alone would pass a broken model that always answers the same class. The centred correlation
-# (each input's logits minus the mean over the set) measures the input-dependent signal: a
-# constant-output model scores about 0 on it. Thresholds leave a margin below the measurement.
-INT8_MIN_TOP1_AGREEMENT = {"mobilenet_v2": 0.25, "mobilenet_v3_small": 0.5, "mobilevit_xxs": 0.3}
-INT8_MIN_TOP5_RECALL = 0.8
-INT8_MIN_CENTRED_CORRELATION = {
-    "mobilenet_v2": 0.6,
-    "mobilenet_v3_small": 0.85,
-    "mobilevit_xxs": 0.8,
-}
+# INT8 against FP32 (ONNX) over the fixed photo-crop set, as measured on this machine's build
+# (mobilenet_v2 / mobilenet_v3_small / mobilevit_xxs, worst of the three runtimes): top-1
+# agreement 0.65 / 0.73 / 0.55, FP32 top-1 inside the INT8 top-5 0.97 / 0.93 / 0.83, centred
+# logit correlation 0.89 / 0.96 / 0.94. The ImageNet models have seeded weights: their logits
+# share a large input-independent part and a few classes win many inputs (up to a third), so
+# top-1 agreement alone could pass a broken model that always answers the same class. The
+# centred correlation (each input's logits minus the set's mean FP32 logits) measures the
+# input-dependent signal; a constant-output model scores about 0 on it. Thresholds leave a
+# margin below the measurements.
+INT8_MIN_TOP1_AGREEMENT = {"mobilenet_v2": 0.5, "mobilenet_v3_small": 0.6, "mobilevit_xxs": 0.45}
+INT8_MIN_TOP5_RECALL = 0.75
+INT8_MIN_CENTRED_CORRELATION = 0.8
 DIGITS_MIN_FP32_ACCURACY = 0.95  # it is really trained: well above chance (0.10)
 DIGITS_MAX_INT8_LOSS = 0.01  # INT8 within 1 point of FP32 on every runtime
 
@@ -200,7 +197,7 @@ def test_int8_agrees_with_fp32(packages, fixed_inputs, fp32_reference, name, run
     print(figures)
     assert agreement >= INT8_MIN_TOP1_AGREEMENT[name], figures
     assert recall >= INT8_MIN_TOP5_RECALL, figures
-    assert correlation >= INT8_MIN_CENTRED_CORRELATION[name], figures
+    assert correlation >= INT8_MIN_CENTRED_CORRELATION, figures
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
