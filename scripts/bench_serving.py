@@ -253,7 +253,8 @@ def start_daemon(package_dir: Path, work: Path) -> tuple[subprocess.Popen, Path]
     models.mkdir()
     (models / package_dir.name).symlink_to(package_dir.resolve())
     sock = work / "agent.sock"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(work / "state")}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "XDG_STATE_HOME": str(work / "state")}
     command = [sys.executable, "-m", "edgeagent.cli", "run", "--models-dir", str(models)]
     command += ["--socket", str(sock), "--port", "0"]
     process = subprocess.Popen(
