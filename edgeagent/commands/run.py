@@ -38,7 +38,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--models-dir",
         type=Path,
         metavar="DIR",
-        help="serve every model package in DIR ([agent] models_dir)",
+        help=(
+            "serve every model package in DIR ([agent] models_dir; default "
+            "$EDGEAGENT_MODELS_DIR, else ./zoo, else <state dir>/models)"
+        ),
     )
     parser.add_argument(
         "--socket",
