@@ -129,12 +129,12 @@ async def test_each_answer_belongs_to_its_request(package, executor):
 async def test_adaptive_wait_spares_a_lone_client(package, executor):
     """With a long queue delay, a lone request runs at once; a crowd still gets merged."""
     session = Recording(open_variant(package))
-    batcher = make_batcher(package, executor, session=session, max_queue_delay_s=2.0)
+    batcher = make_batcher(package, executor, session=session, max_queue_delay_s=1.0)
     x = distinct_inputs(1)[0]
     started = time.monotonic()
     for _ in range(3):
         await batcher.submit({"input": x})
-    assert time.monotonic() - started < 2.0  # not one full queue delay for three requests
+    assert time.monotonic() - started < 1.0  # not one full queue delay for three requests
     await asyncio.gather(*(batcher.submit({"input": x}) for _ in range(12)))
     assert session.rows[:3] == [1, 1, 1] and max(session.rows) > 1
     await batcher.close(1.0)
@@ -289,4 +289,24 @@ async def test_relaxed_pacing_takes_effect_at_once(package, executor):
     assert not waiting.done()  # paced: the next start is 30 s away
     current[0] = UNTHROTTLED
     assert (await asyncio.wait_for(waiting, 5))["logits"].shape == (1, 4)
+    await batcher.close(1.0)
+
+
+async def test_urgent_requests_overtake_queued_ones(package, executor):
+    limits = ServingLimits(min_batch_interval_s=0.05)  # one batch at a time, queue builds up
+    session = Recording(open_variant(package))
+    batcher = make_batcher(
+        package, executor, session=session, limits=lambda: limits, max_batch_size=1
+    )
+    order: list[str] = []
+
+    async def submit(tag: str, priority: int) -> None:
+        await batcher.submit({"input": distinct_inputs(1)[0]}, priority=priority)
+        order.append(tag)
+
+    tasks = [asyncio.create_task(submit(f"low{i}", 3)) for i in range(4)]
+    await asyncio.sleep(0.01)
+    tasks.append(asyncio.create_task(submit("urgent", 1)))
+    await asyncio.gather(*tasks)
+    assert order.index("urgent") <= 1, order  # at most the batch already started ran first
     await batcher.close(1.0)
