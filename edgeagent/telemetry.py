@@ -160,6 +160,7 @@ class ModelStats:
         self.compute_output = Duration()
         self.cache_hit = Duration()
         self.cache_miss = Duration()
+        self.server_faults = 0
         self._batches: dict[int, _BatchStat] = {}
 
     def record_batch(
@@ -178,11 +179,22 @@ class ModelStats:
             stat.compute_infer.add(infer_ns)
             stat.compute_output.add(output_ns)
 
-    def record_request(self, ok: bool, total_ns: int, queue_ns: int | None = None) -> None:
+    def record_request(
+        self, ok: bool, total_ns: int, queue_ns: int | None = None, *, server_fault: bool = False
+    ) -> None:
+        """One answered or failed request; ``server_fault`` marks failures that are the
+        model's or device's doing (run errors, missed deadlines), not the client's."""
         with self._lock:
             (self.success if ok else self.fail).add(total_ns)
             if queue_ns is not None:
                 self.queue.add(queue_ns)
+            if server_fault:
+                self.server_faults += 1
+
+    def health(self) -> tuple[int, int, int]:
+        """(answered, their total ns, server faults): what a canary is judged on."""
+        with self._lock:
+            return self.success.count, self.success.ns, self.server_faults
 
     def record_cache(self, hit: bool, ns: int) -> None:
         with self._lock:

@@ -117,6 +117,45 @@ class LoadedModel:
 
 
 @dataclass
+class _Canary:
+    """A candidate version that takes ``weight`` of the unversioned traffic until judged."""
+
+    model: LoadedModel
+    weight: float
+    baseline: tuple[int, int, int]  # the stable version's ModelStats.health() at the start
+    routed: int = 0  # unversioned lookups seen since the start
+
+    def takes_next(self) -> bool:
+        """Exactly ``weight`` of the lookups, spread evenly (every 10th for 0.1)."""
+        self.routed += 1
+        return int(self.routed * self.weight) > int((self.routed - 1) * self.weight)
+
+    def verdict(self, stable: LoadedModel, settings: ServerSettings) -> str | None:
+        """None while too few requests; else "" to promote, or why it is rolled back."""
+        answered, ns, faults = self.model.stats.health()
+        if answered + faults < settings.canary_min_requests:
+            return None
+        rate = faults / (answered + faults)
+        if rate > settings.canary_max_error_rate:
+            return (
+                f"{faults} of {answered + faults} requests failed ({rate:.1%} > "
+                f"[server] canary_max_error_rate {settings.canary_max_error_rate:.1%})"
+            )
+        stable_answered, stable_ns, _ = stable.stats.health()
+        base_answered, base_ns, _ = self.baseline
+        if answered and stable_answered > base_answered:
+            mine = ns / answered
+            theirs = (stable_ns - base_ns) / (stable_answered - base_answered)
+            if mine > theirs * settings.canary_max_latency_ratio:
+                return (
+                    f"mean latency {mine / 1e6:.1f} ms against {theirs / 1e6:.1f} ms of version "
+                    f"{stable.version} (> × [server] canary_max_latency_ratio "
+                    f"{settings.canary_max_latency_ratio:g})"
+                )
+        return ""
+
+
+@dataclass
 class _Entry:
     """Everything the registry knows about one model name."""
 
@@ -127,6 +166,8 @@ class _Entry:
     active: LoadedModel | None = None
     loaded: dict[str, LoadedModel] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    canary: _Canary | None = None
+    canary_outcome: str = ""  # the last canary's verdict, for status
 
 
 class ModelRegistry:
@@ -148,6 +189,7 @@ class ModelRegistry:
         self._limits = limits_provider
         self._gate = DeviceGate()
         self._entries: dict[str, _Entry] = {}
+        self._closing: set[asyncio.Task] = set()  # versions retired in the background
 
     # ---- discovery -------------------------------------------------------------------------
 
@@ -188,6 +230,9 @@ class ModelRegistry:
             return model
         if entry.active is None:
             raise NotReady(f"model {name!r} is {entry.state}: {entry.reason}")
+        canary = entry.canary
+        if canary is not None and self._judge(entry, canary) and canary.takes_next():
+            return canary.model
         return entry.active
 
     def versions(self, name: str) -> list[str]:
@@ -226,6 +271,16 @@ class ModelRegistry:
                 "state": entry.state,
                 "reason": entry.reason,
                 "active_version": entry.active.version if entry.active else None,
+                "canary": (
+                    {
+                        "version": entry.canary.model.version,
+                        "weight": entry.canary.weight,
+                        "answered_and_faults": entry.canary.model.stats.health()[::2],
+                    }
+                    if entry.canary
+                    else None
+                ),
+                "last_canary": entry.canary_outcome,
                 "versions": {
                     version: {
                         **model.backend,
@@ -274,6 +329,9 @@ class ModelRegistry:
             candidates = [entry.loaded.get(model.version)]  # the same version, reloaded
             if not keep_previous:
                 candidates.append(entry.active)
+            if entry.canary is not None:  # an explicit activation ends any canary
+                candidates.append(entry.canary.model)
+                entry.canary = None
             retiring = [m for m in dict.fromkeys(candidates) if m is not None and m is not model]
             entry.loaded[model.version] = model
             entry.active = model
@@ -287,6 +345,65 @@ class ModelRegistry:
             await previous.close(self._settings.drain_timeout_s)
         return model
 
+    async def canary(self, package_dir: Path, weight: float = 0.1) -> LoadedModel:
+        """Load a new version beside the active one and send it ``weight`` of the traffic.
+
+        Once it has answered ``[server] canary_min_requests`` requests it is judged: promoted
+        (it becomes the active version, the old one retires as in ``activate``) or rolled back
+        when its failure rate or latency regresses against the active version. Requests that
+        name a version are never redirected. Raises LoadFailed when it cannot load.
+        """
+        if not 0 < weight < 1:
+            raise ValueError(f"canary weight must be between 0 and 1, got {weight}")
+        try:
+            package = load_package(package_dir)
+        except PackageError as exc:
+            raise LoadFailed(f"cannot load {package_dir}: {exc}") from exc
+        entry = self._entries.get(package.name)
+        if entry is None or entry.active is None:
+            raise LoadFailed(f"model {package.name!r} has no active version to compare with")
+        if package.version in entry.loaded:
+            raise LoadFailed(f"model {package.name!r} version {package.version} is already loaded")
+        async with entry.lock:
+            model = await self._open(package)
+            previous = entry.canary
+            entry.loaded[model.version] = model
+            entry.canary = _Canary(model, weight, entry.active.stats.health())
+            log.info("model %s: canary %s takes %.0f%%", model.name, model.version, weight * 100)
+        if previous is not None:
+            self._retire(entry, previous.model, entry.active, "superseded by a newer canary")
+        return model
+
+    def _judge(self, entry: _Entry, canary: _Canary) -> bool:
+        """Conclude the canary when it has enough requests; True while it still runs."""
+        assert entry.active is not None
+        verdict = canary.verdict(entry.active, self._settings)
+        if verdict is None:
+            return True
+        entry.canary = None
+        stable = entry.active
+        if verdict:
+            self._retire(entry, canary.model, stable, f"rolled back: {verdict}")
+            log.warning("model %s: canary %s %s", entry.name, canary.model.version, verdict)
+        else:
+            entry.active = canary.model
+            self._retire(entry, stable, canary.model, "promoted")
+            log.info("model %s: canary %s promoted", entry.name, canary.model.version)
+        entry.canary_outcome = (
+            f"version {canary.model.version} {'rolled back: ' + verdict if verdict else 'promoted'}"
+        )
+        return False
+
+    def _retire(self, entry: _Entry, model: LoadedModel, successor: LoadedModel, why: str) -> None:
+        """Stop routing to ``model`` now; it drains and closes in the background."""
+        model.successor = successor
+        if entry.loaded.get(model.version) is model:
+            del entry.loaded[model.version]
+        log.info("model %s: version %s retired (%s)", entry.name, model.version, why)
+        task = asyncio.get_running_loop().create_task(model.close(self._settings.drain_timeout_s))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def unload(self, name: str) -> None:
         """Stop routing to ``name``, drain its versions, close their sessions; it stays listed."""
         entry = self._entries.get(name)
@@ -296,6 +413,7 @@ class ModelRegistry:
             models = list(entry.loaded.values())
             entry.state, entry.reason = UNLOADING, "unloading"
             entry.active = None
+            entry.canary = None
             entry.loaded.clear()
             await asyncio.gather(*(m.close(self._settings.drain_timeout_s) for m in models))
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
@@ -311,6 +429,7 @@ class ModelRegistry:
     async def close(self) -> None:
         """Drain and close every model (daemon shutdown)."""
         await asyncio.gather(*(self.unload(name) for name in self.names))
+        await asyncio.gather(*self._closing)
 
     # ---- internals -------------------------------------------------------------------------
 

@@ -55,6 +55,11 @@ _ERROR_KINDS = {
 }
 
 
+# Failures that count against a model version (a canary is rolled back for them); the others
+# are the client's doing (bad input) or deliberate (queue full, shed, shutting down).
+SERVER_FAULTS = frozenset({"failed", "deadline"})
+
+
 def error_kind(error: BaseException) -> str:
     """The ``kind`` label of the errors metric for an exception."""
     return _ERROR_KINDS.get(type(error), "failed")
@@ -257,7 +262,11 @@ class Batcher:
             return await self._submit(feeds, priority, timeout_s, started)
         except ServingError as exc:
             self._metrics.errors.labels(self.model, error_kind(exc)).inc()
-            self._stats.record_request(False, int((time.monotonic() - started) * 1e9))
+            self._stats.record_request(
+                False,
+                int((time.monotonic() - started) * 1e9),
+                server_fault=error_kind(exc) in SERVER_FAULTS,
+            )
             raise
 
     async def _submit(

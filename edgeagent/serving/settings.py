@@ -51,6 +51,11 @@ class ServerSettings:
     worker_threads: int = 4  # inference threads shared by all models (one batch per model)
     default_priority: int = 2  # priority of requests that give none (1 = most urgent)
     warmup: bool = True  # run one inference before a model (version) takes traffic
+    # Canary (ModelRegistry.canary): judged after this many answered requests; rolled back when
+    # its server-side failure rate or its mean latency against the stable version is above.
+    canary_min_requests: int = 50
+    canary_max_error_rate: float = 0.02
+    canary_max_latency_ratio: float = 1.5
 
     def validate(self) -> None:
         require(0 <= self.tcp_port <= 65535, "server", "tcp_port", "must be 0..65535")
@@ -79,6 +84,21 @@ class ServerSettings:
         )
         require(self.worker_threads >= 1, "server", "worker_threads", "must be at least 1")
         require(self.default_priority >= 1, "server", "default_priority", "must be at least 1")
+        require(
+            self.canary_min_requests >= 1, "server", "canary_min_requests", "must be at least 1"
+        )
+        require(
+            0 <= self.canary_max_error_rate <= 1,
+            "server",
+            "canary_max_error_rate",
+            "must be between 0 and 1",
+        )
+        require(
+            self.canary_max_latency_ratio >= 1,
+            "server",
+            "canary_max_latency_ratio",
+            "must be at least 1",
+        )
         require(
             self.tcp_port == 0 or is_loopback(self.tcp_host) or bool(self.token),
             "server",
