@@ -14,6 +14,7 @@ set-up command costs seconds the second time. Progress goes to stderr, the summa
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import multiprocessing
@@ -50,7 +51,8 @@ SAMPLES = "samples"
 def build_key(name: str, seed: int, formats: tuple[str, ...]) -> str:
     """Everything that changes a package's outputs: sources, seed, formats, tool versions."""
     digest = hashlib.sha256(f"{name}|{seed}|{','.join(formats)}".encode())
-    for source in [Path(__file__).resolve(), *sorted((HERE / "zoo").glob("*.[pt][ys]*"))]:
+    sources = sorted(p for p in (HERE / "zoo").iterdir() if p.suffix in (".py", ".tsv"))
+    for source in [Path(__file__).resolve(), *sources]:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
     for tool in TOOLS:
@@ -89,6 +91,19 @@ def replace_dir(staged: Path, final: Path) -> None:
         final.rename(old)
     staged.rename(final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def exclusive(out: Path):
+    """One build per zoo directory at a time: a second one waits instead of deleting the
+    first one's staging directories or swapping packages under it."""
+    with (out / ".build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _progress("zoo")(f"waiting for another build of {out} to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @contextmanager
@@ -233,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     entries: dict[str, dict] = {}
     failed: dict[str, BaseException] = {}
-    with stdout_to_stderr() as real_stdout:
+    with exclusive(out), stdout_to_stderr() as real_stdout:
+        for leftover in [*out.glob(".*.partial"), *out.glob(".*.old")]:
+            shutil.rmtree(leftover)  # from a build that was killed before it could clean up
         todo = []
         for name in names:
             key = build_key(name, args.seed, args.formats)

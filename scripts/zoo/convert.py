@@ -49,7 +49,11 @@ class _Calibration:
 
 
 def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path) -> None:
-    """Static INT8 QDQ, per-channel weights, MinMax-calibrated activations.
+    """Static INT8 QDQ: uint8 activations (MinMax-calibrated), per-channel int8 weights.
+
+    U8S8 is the pairing x86 VNNI (VPDPBUSD: u8 × s8) and ARM dot-product kernels execute
+    natively; with int8 activations onnxruntime ran MobileNetV2 only 1.1× faster than FP32 on
+    this CPU, with uint8 about 1.8×. OpenVINO reads the same QDQ file.
 
     ``quant_pre_process`` first folds BatchNorm into the convolutions and infers shapes, as
     onnxruntime's quantization guide recommends, so the scales belong to the fused weights.
@@ -66,7 +70,7 @@ def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path)
         _Calibration(calibration),
         quant_format=QuantFormat.QDQ,
         per_channel=True,
-        activation_type=QuantType.QInt8,
+        activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
     )
     prepared.unlink()

@@ -68,14 +68,30 @@ class ModelSpec:
         return 1 if self.color == "L" else 3
 
 
+def imagenet_224(name: str, description: str, network: Callable[[], nn.Module]) -> ModelSpec:
+    """The torchvision-style ImageNet input: shorter side 256, centre crop 224, mean/std."""
+    return ModelSpec(
+        name=name,
+        description=description,
+        network=network,
+        labels=imagenet_labels,
+        size=224,
+        resize=256,
+        color="RGB",
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        trained=False,
+    )
+
+
 # Longest build first, so parallel build processes finish at about the same time.
 SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
         ModelSpec(
             name="mobilevit_xxs",
-            description="MobileViT-XXS 256, ImageNet-1k classes; seeded weights with BatchNorm "
-            "statistics re-estimated on photographs (not trained)",
+            description="MobileViT-XXS 256, ImageNet-1k classes; seeded weights (not trained) "
+            "made well-conditioned on photographs",
             network=mobilevit_xxs,
             labels=imagenet_labels,
             size=256,
@@ -101,31 +117,17 @@ SPECS: dict[str, ModelSpec] = {
             max_batch_size=32,
             max_queue_delay_ms=1.0,
         ),
-        ModelSpec(
-            name="mobilenet_v2",
-            description="MobileNetV2 1.0 224, ImageNet-1k classes; seeded weights with BatchNorm "
-            "statistics re-estimated on photographs (not trained: labels are not meaningful)",
-            network=mobilenet_v2,
-            labels=imagenet_labels,
-            size=224,
-            resize=256,
-            color="RGB",
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
-            trained=False,
+        imagenet_224(
+            "mobilenet_v2",
+            "MobileNetV2 1.0 224, ImageNet-1k classes; seeded weights (not trained: the labels "
+            "are not meaningful) made well-conditioned on photographs",
+            mobilenet_v2,
         ),
-        ModelSpec(
-            name="mobilenet_v3_small",
-            description="MobileNetV3-Small 224, ImageNet-1k classes; seeded weights with "
-            "BatchNorm statistics re-estimated on photographs (not trained)",
-            network=mobilenet_v3_small,
-            labels=imagenet_labels,
-            size=224,
-            resize=256,
-            color="RGB",
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
-            trained=False,
+        imagenet_224(
+            "mobilenet_v3_small",
+            "MobileNetV3-Small 224, ImageNet-1k classes; seeded weights (not trained) made "
+            "well-conditioned on photographs",
+            mobilenet_v3_small,
         ),
     )
 }
