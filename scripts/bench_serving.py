@@ -120,6 +120,7 @@ async def paired(name: str, concurrency: int, measure: Measure, session, feeds, 
         time_served += elapsed
         errors += failed
     row = summarize(name, concurrency, lat, time_served, errors)
+    row["_latencies"] = lat  # for --plot; dropped from the JSON report
     row["daemon_cpu_ms"] = cpu_daemon / max(1, len(lat)) * 1e3
     row["client_cpu_ms"] = cpu_client / max(1, len(lat)) * 1e3
     row["throughput"] *= rows  # a raw batch answers `rows` images
@@ -399,6 +400,7 @@ async def run(args: argparse.Namespace) -> dict:
         "threads": args.threads,
         "duration_s": args.duration,
         "raw": raw,
+        "raw_latencies": all_raw,
         "rows": rows,
         "rss_idle_mb": rss_idle / 2**20,
         "rss_loaded_mb": peak.peak / 2**20,
@@ -407,6 +409,27 @@ async def run(args: argparse.Namespace) -> dict:
         "runtimes_mapped": runtimes,
         "exit_code": process.returncode,
     }
+
+
+def plot(report: dict, path: Path) -> None:
+    """Box plots of the latencies of every cell (log scale), raw batch-1 first."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    labels = ["raw batch-1"] + [f"{r['mode']}\nc={r['concurrency']}" for r in rows]
+    data = [report["raw_latencies"]] + [r["_latencies"] for r in rows]
+    figure, axes = plt.subplots(figsize=(max(8, len(labels) * 0.9), 5))
+    axes.boxplot([[v * 1e3 for v in d] or [float("nan")] for d in data], showfliers=False)
+    axes.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    axes.set_yscale("log")
+    axes.set_ylabel("latency per request (ms, log scale)")
+    axes.set_title(f"{report['model']} on {report['backend']}: raw in-process vs served")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    progress(f"plot written to {path}")
 
 
 def progress(message: str) -> None:
@@ -439,8 +462,16 @@ def main() -> int:
         help="comma-separated subset of: v2 binary, v2 JSON, classify JPEG",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--plot", type=Path, metavar="PNG", help="write the latency distributions per path"
+    )
     args = parser.parse_args()
     report = asyncio.run(run(args))
+    if args.plot:
+        plot(report, args.plot)
+    for row in report["rows"]:
+        del row["_latencies"]
+    del report["raw_latencies"]
     if args.json:
         print(json.dumps(report, indent=2))
     else:
