@@ -132,6 +132,10 @@ class OnnxRuntime(Runtime):
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # the fallback warning is reported by us, not printed
+        # Idle intra-op threads spin by default, burning the cores that the agent's own HTTP
+        # server and the board's other work need; on a 2-core device that halves throughput.
+        spinning = "1" if request.options.get("allow_spinning") else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         providers: list[Any] = [(provider, self._provider_options(provider, request))]
         if provider != CPU:
             providers.append(CPU)
@@ -150,7 +154,11 @@ class OnnxRuntime(Runtime):
     @staticmethod
     def _provider_options(provider: str, request: LoadRequest) -> dict[str, Any]:
         """The profile's options, plus a cache location for providers that build engines."""
-        opts = {k: str(v) if isinstance(v, bool) else v for k, v in request.options.items()}
+        opts = {
+            k: str(v) if isinstance(v, bool) else v
+            for k, v in request.options.items()
+            if k != "allow_spinning"  # a session option, not a provider option
+        }
         cache = _CACHE_OPTIONS.get(provider)
         if cache and request.cache_dir is not None:
             path_key, enable_key = cache
