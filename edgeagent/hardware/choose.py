@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeagent.hardware.probe import Prober, ProbeResult, probe_feeds, runtime_version
+from edgeagent.hardware.probe import Prober, ProbeResult, probe_feeds
 from edgeagent.hardware.profile import Candidate, Profile
 from edgeagent.models.package import ModelPackage, Variant
-from edgeagent.runtimes import RuntimeUnavailable, Session
+from edgeagent.runtimes import RuntimeUnavailable, Session, installed_version
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def options_for(profile: Profile, package: ModelPackage) -> list[Option]:
             dropped = f"package has no {candidate.runtime}/{candidate.precision} variant ({have})"
         else:
             try:
-                runtime_version(candidate.runtime)
+                installed_version(candidate.runtime)
             except RuntimeUnavailable as exc:
                 dropped = str(exc)
         options.append(Option(rank, candidate, variant, dropped))
@@ -167,7 +167,7 @@ class Chooser:
 
     def _versions(self, options: list[Option]) -> dict[str, str]:
         runtimes = sorted({o.candidate.runtime for o in options if not o.dropped})
-        return {name: runtime_version(name) for name in runtimes}
+        return {name: installed_version(name) for name in runtimes}
 
     def _fastest(
         self, choice: Choice, profile: Profile, package: ModelPackage, model_hash: str, use: bool

@@ -204,7 +204,7 @@ def render(doc: dict) -> str:
     lines.extend(f"accessory  {text}" for text in doc["accessories"])
     for name, info in doc["runtimes"].items():
         if info.get("available"):
-            devices = ", ".join(map(str, info.get("devices", [])))
+            devices = ", ".join(map(str, info.get("devices", []))) or "not loaded: no candidate"
             lines.append(f"runtime    {name} {info['version']} (lists: {devices})")
         else:
             lines.append(f"runtime    {name}: unavailable: {info.get('reason')}")

@@ -25,7 +25,13 @@ import numpy as np
 from edgeagent.hardware.profile import Candidate
 from edgeagent.models.package import ModelPackage, Variant
 from edgeagent.models.session import load_request
-from edgeagent.runtimes import LoadRequest, RuntimeUnavailable, Session, get_runtime
+from edgeagent.runtimes import (
+    LoadRequest,
+    RuntimeUnavailable,
+    Session,
+    get_runtime,
+    installed_version,
+)
 
 log = logging.getLogger(__name__)
 
@@ -203,11 +209,6 @@ def _age_key(entry: Any) -> float:
     return float(at) if isinstance(at, (int, float)) else 0.0
 
 
-def runtime_version(name: str) -> str:
-    """The installed version of a runtime; RuntimeUnavailable when it cannot be imported."""
-    return get_runtime(name).version()
-
-
 class Prober:
     """Loads candidates through the runtime plugins, proves them with one inference, caches."""
 
@@ -251,7 +252,7 @@ class Prober:
     ) -> tuple[Session | None, ProbeResult]:
         """Load and run once; a fresh cached failure is returned without loading again."""
         try:
-            version = runtime_version(candidate.runtime)
+            version = installed_version(candidate.runtime)
         except RuntimeUnavailable as exc:
             return None, ProbeResult(candidate.key, False, str(exc), at=self.clock())
         key = ProbeCache.probe_key(model_hash, candidate, version)

@@ -55,10 +55,14 @@ class Accelerators:
             power_budget_w=self.profile.power_budget_w,
             power_w=power_reader,
         )
-        self.runtimes = runtime_status()  # once: importing a missing runtime again is slow
         self._lock = threading.Lock()
         self._sessions: dict[str, ResilientSession] = {}
         self._choices: dict[str, Choice] = {}
+
+    @property
+    def runtimes(self) -> dict[str, dict[str, object]]:
+        """Installed runtimes; device lists only for those a candidate already imported."""
+        return runtime_status(load=False)
 
     def choose(self, package: ModelPackage, *, use_cache: bool = True) -> Choice:
         """Probe and choose without wrapping: what ``edgeagent profile`` reports."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from importlib import metadata
 
 from edgeagent.runtimes.base import (
     InferenceError,
@@ -26,7 +27,31 @@ PLUGINS = {
     "openvino": "edgeagent.runtimes.openvino",
 }
 
+# The Python distributions that provide each runtime, in order of preference. Reading their
+# metadata tells the version without importing the runtime (tens of MB of native libraries).
+DISTRIBUTIONS = {
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
+    "litert": ("ai-edge-litert", "tflite-runtime"),
+    "openvino": ("openvino",),
+}
+
 _loaded: dict[str, Runtime] = {}
+
+
+def installed_version(name: str) -> str:
+    """The runtime's installed version, from package metadata; RuntimeUnavailable if none.
+
+    Probe caches are keyed by this, so an agent restarting with cached probe results imports
+    only the runtimes its chosen candidates need.
+    """
+    for distribution in DISTRIBUTIONS.get(name, ()):
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+    raise RuntimeUnavailable(
+        f"runtime {name!r} is not installed (none of: {', '.join(DISTRIBUTIONS.get(name, ()))})"
+    )
 
 
 def disable_vendor_telemetry() -> None:
@@ -47,11 +72,18 @@ def get_runtime(name: str) -> Runtime:
     return _loaded[name]
 
 
-def runtime_status() -> dict[str, dict[str, object]]:
-    """Every known runtime with its version, listed devices, or the reason it is unavailable."""
+def runtime_status(load: bool = True) -> dict[str, dict[str, object]]:
+    """Every known runtime with its version, listed devices, or the reason it is unavailable.
+
+    With ``load=False`` a runtime not yet imported is described from its package metadata
+    alone (no device list), so that a status report never pulls a runtime into memory.
+    """
     status: dict[str, dict[str, object]] = {}
     for name in PLUGINS:
         try:
+            if not load and name not in _loaded:
+                status[name] = {"available": True, "version": installed_version(name)}
+                continue
             runtime = get_runtime(name)
             status[name] = {
                 "available": True,
@@ -73,5 +105,6 @@ __all__ = [
     "Session",
     "TensorInfo",
     "get_runtime",
+    "installed_version",
     "runtime_status",
 ]
