@@ -127,8 +127,14 @@ def _files(spec: ModelSpec, root: Path, formats: tuple[str, ...], model, data, p
     return variants
 
 
-def _evaluate(root: Path, variants: list[VariantFiles], model, data: Data) -> dict:
-    """Every variant against the FP32 ONNX reference; accuracy too where labels are known."""
+def _evaluate(
+    root: Path, variants: list[VariantFiles], model, data: Data
+) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Every variant against the FP32 ONNX reference; accuracy too where labels are known.
+
+    Returns the report, the reference logits and which inputs every variant gives the
+    reference's top-1.
+    """
     reference = run_onnxruntime(root / variants[0].files[0], data.evaluation)
     torch_logits = predict(model, data.evaluation)
     report: dict = {
@@ -136,6 +142,7 @@ def _evaluate(root: Path, variants: list[VariantFiles], model, data: Data) -> di
         "torch_vs_onnx_max_abs_diff": float(np.abs(torch_logits - reference).max()),
         "variants": {},
     }
+    unanimous = np.ones(len(reference), bool)
     for variant in variants:
         logits = run_variant(
             variant.runtime, [root / f for f in variant.files], variant.layout, data.evaluation
@@ -144,7 +151,28 @@ def _evaluate(root: Path, variants: list[VariantFiles], model, data: Data) -> di
         if data.labels is not None:
             entry["accuracy"] = float((logits.argmax(1) == data.labels).mean())
         report["variants"][f"{variant.runtime}/{variant.precision}"] = entry
-    return report
+        unanimous &= logits.argmax(1) == reference.argmax(1)
+    return report, reference, unanimous
+
+
+def golden_indices(reference: np.ndarray, unanimous: np.ndarray, count: int) -> np.ndarray:
+    """Pick the health-check inputs: ones every variant classifies like FP32, clearest first.
+
+    An input whose top-1 INT8 rounding legitimately moves would fail a correct update's health
+    check, so inputs all variants agree on come first, ranked by the gap between the two best
+    FP32 logits; each class is used once where possible, so that a model stuck on one answer
+    cannot pass.
+    """
+    best_two = np.sort(reference, axis=1)[:, -2:]
+    margin = best_two[:, 1] - best_two[:, 0]
+    order = np.lexsort((-margin, ~unanimous))
+    classes = reference.argmax(1)
+    chosen: list[int] = []
+    for index in order:
+        if unanimous[index] and classes[index] not in classes[chosen]:
+            chosen.append(int(index))
+    chosen += [int(i) for i in order if i not in chosen]
+    return np.sort(np.asarray(chosen[:count]))
 
 
 def _accuracy(report: dict) -> dict:
@@ -171,11 +199,10 @@ def build_package(
     (root / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
     variants = _files(spec, root, formats, model, data, progress)
 
-    report = _evaluate(root, variants, model, data)
-    golden_index = np.linspace(0, len(data.evaluation) - 1, GOLDEN_IMAGES).astype(int)
-    golden = data.evaluation[golden_index]
-    top1 = run_onnxruntime(root / variants[0].files[0], golden).argmax(1).astype(np.int64)
-    np.savez(root / "golden.npz", inputs=golden, top1=top1)
+    report, reference, unanimous = _evaluate(root, variants, model, data)
+    golden = golden_indices(reference, unanimous, GOLDEN_IMAGES)
+    top1 = reference[golden].argmax(1).astype(np.int64)
+    np.savez(root / "golden.npz", inputs=data.evaluation[golden], top1=top1)
     if data.labels is not None:
         np.savez(root / "heldout.npz", inputs=data.evaluation, labels=data.labels.astype(np.int64))
         (root / "accuracy.json").write_text(json.dumps(_accuracy(report), indent=2) + "\n")

@@ -142,16 +142,16 @@ def test_every_package_is_complete(packages):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("name", MODELS)
 def test_variant_loads_and_runs_a_batch(packages, name, runtime, precision):
-    """Each variant runs the golden batch (batch 4, more than the TFLite files' own batch of 1);
-    FP32 variants reproduce the golden top-1 the updater's health check relies on."""
+    """Each variant runs the golden batch (batch 4, more than the TFLite files' own batch of 1)
+    and reproduces the golden top-1 the updater's health check relies on: the build picks
+    golden inputs that every variant, INT8 included, classifies like FP32."""
     package = packages[name]
     with np.load(package.golden) as golden:
         inputs, top1 = golden["inputs"], golden["top1"]
     logits = run(package, runtime, precision, inputs)
     assert logits.shape == (len(inputs), package.outputs[0].shape[1])
     assert logits.dtype == np.float32 and np.isfinite(logits).all()
-    if precision == "fp32":
-        np.testing.assert_array_equal(logits.argmax(1), top1)
+    np.testing.assert_array_equal(logits.argmax(1), top1)
 
 
 def test_onnx_files_have_a_dynamic_batch(packages):
@@ -262,9 +262,10 @@ def test_same_seed_rebuilds_the_same_model_outputs(packages, rebuilt):
     again = load_package(out / "mobilenet_v3_small")
     with np.load(packages["mobilenet_v3_small"].golden) as golden:
         inputs = golden["inputs"]
-    original = run(packages["mobilenet_v3_small"], "onnxruntime", "fp32", inputs)
-    rebuilt_logits = run(again, "onnxruntime", "fp32", inputs)
-    np.testing.assert_allclose(rebuilt_logits, original, rtol=0, atol=1e-6)
+    for precision in PRECISIONS:  # the seeded weights, and the INT8 calibration too
+        original = run(packages["mobilenet_v3_small"], "onnxruntime", precision, inputs)
+        rebuilt_logits = run(again, "onnxruntime", precision, inputs)
+        np.testing.assert_allclose(rebuilt_logits, original, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow
