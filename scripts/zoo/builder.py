@@ -40,8 +40,11 @@ class Data:
 
 
 def _prepare(spec: ModelSpec, model: torch.nn.Module, seed: int, progress: Progress) -> Data:
-    """Give the seeded network sane weights (train it, or re-estimate BatchNorm) and return
-    the calibration and evaluation inputs."""
+    """Give the seeded network sane weights and return the calibration and evaluation inputs.
+
+    The digits model is trained; the ImageNet-shaped ones get damped residual branches and
+    BatchNorm statistics re-estimated on photo crops.
+    """
 
     def prep(images: np.ndarray) -> np.ndarray:
         return normalize(images, 1 / 255, spec.mean, spec.std)
