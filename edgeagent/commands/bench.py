@@ -192,18 +192,35 @@ def format_table(package: ModelPackage, results: list[BenchResult]) -> str:
     lines = [
         f"{package.name} v{package.version}, batch {results[0].batch}",
         "",
-        "| runtime | device | precision | p50 ms | p90 ms | p99 ms | images/s | peak RSS MB |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| runtime | device | precision | p50 ms | p90 ms | p99 ms | images/s | vs fp32 "
+        "| peak RSS MB |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if r.error:
-            lines.append(f"| {r.runtime} | - | {r.precision} | failed: {r.error} | | | | |")
+            lines.append(f"| {r.runtime} | - | {r.precision} | failed: {r.error} | | | | | |")
         else:
             lines.append(
                 f"| {r.runtime} | {r.device} | {r.precision} | {r.p50_ms:.2f} | {r.p90_ms:.2f} "
-                f"| {r.p99_ms:.2f} | {r.throughput_ips:.1f} | {r.peak_rss_mb:.0f} |"
+                f"| {r.p99_ms:.2f} | {r.throughput_ips:.1f} | {speedup_vs_fp32(r, results)} "
+                f"| {r.peak_rss_mb:.0f} |"
             )
     return "\n".join(lines)
+
+
+def speedup_vs_fp32(result: BenchResult, results: list[BenchResult]) -> str:
+    """p50 of the same runtime's fp32 variant over this one's, measured in the same run."""
+    base = next(
+        (
+            r
+            for r in results
+            if r.runtime == result.runtime and r.precision == "fp32" and not r.error
+        ),
+        None,
+    )
+    if base is None or result.p50_ms <= 0:
+        return "-"
+    return f"{base.p50_ms / result.p50_ms:.2f}×"
 
 
 def write_plot(path: Path, title: str, results: list[BenchResult]) -> None:
