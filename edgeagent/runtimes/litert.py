@@ -64,7 +64,11 @@ def _quantize(values: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
     if scale == 0:  # an integer tensor that is not quantized: pass the values through
         return values.astype(dtype)
     info = np.iinfo(dtype)
-    return np.clip(np.round(values / scale + zero_point), info.min, info.max).astype(dtype)
+    scaled = np.multiply(values, np.float32(1.0 / scale), dtype=np.float32)
+    scaled += np.float32(zero_point)
+    np.rint(scaled, out=scaled)
+    np.clip(scaled, info.min, info.max, out=scaled)
+    return scaled.astype(dtype)
 
 
 def _dequantize(values: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
@@ -107,7 +111,11 @@ class LiteRTSession(Session):
         ]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        arrays = [to_layout(a, self._layout) for a in self._in.bind(feeds)]
+        # Quantize before the layout transpose: moving int8 is a quarter of moving float32.
+        arrays = [
+            to_layout(_quantize(array, detail), self._layout)
+            for array, detail in zip(self._in.bind(feeds), self._in_details, strict=True)
+        ]
         size = arrays[0].shape[0]
         with self._lock:
             try:
@@ -149,7 +157,7 @@ class LiteRTSession(Session):
 
     def _invoke(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         for detail, array in zip(self._in_details, arrays, strict=True):
-            self._interpreter.set_tensor(detail["index"], _quantize(array, detail))
+            self._interpreter.set_tensor(detail["index"], array)
         self._interpreter.invoke()
         return [_dequantize(self._interpreter.get_tensor(d["index"]), d) for d in self._out_details]
 
