@@ -186,8 +186,17 @@ def test_no_working_candidate(tmp_path: Path, package) -> None:
     assert choice.fallback_order() == [choice.options[0]]
 
 
-def test_a_candidate_giving_wrong_answers_is_dropped(tmp_path: Path, package) -> None:
-    """The golden inputs catch a device that runs but computes garbage."""
+@pytest.mark.parametrize(
+    ("broken_file", "broken_key"),
+    [
+        ("tiny.openvino.fp32.onnx", "openvino:CPU:fp32"),
+        ("tiny.onnxruntime.int8.onnx", f"{CPU}:int8"),
+    ],
+)
+def test_a_candidate_giving_wrong_answers_is_dropped(
+    tmp_path: Path, package, broken_file: str, broken_key: str
+) -> None:
+    """The golden inputs catch a device that runs but computes garbage, int8 ones too."""
     rng = np.random.default_rng(5)
     inputs = rng.standard_normal((16, 3, 8, 8)).astype(np.float32) + rng.standard_normal(
         (16, 3, 1, 1)
@@ -197,15 +206,15 @@ def test_a_candidate_giving_wrong_answers_is_dropped(tmp_path: Path, package) ->
     )
     top1 = reference.run({"input": inputs})["logits"].argmax(1)
     np.savez(package.root / "golden.npz", inputs=inputs, top1=top1)
-    write_tiny_onnx(package.root / "tiny.openvino.fp32.onnx", seed=7)  # other weights: garbage
+    write_tiny_onnx(package.root / broken_file, seed=7)  # other weights: garbage
     toml = package.root / "model.toml"
     toml.write_text('golden = "golden.npz"\n' + toml.read_text())
     golden_package = load_package(package.root)
-    profile = load_profile(write_profile(tmp_path, "p", ["openvino:CPU:fp32", f"{CPU}:fp32"]))
+    profile = load_profile(write_profile(tmp_path, "p", [broken_key, f"{CPU}:fp32"]))
     prober = _prober(tmp_path / "s", golden_agreement=0.9)
     choice = Chooser(prober).choose(profile, golden_package)
     assert choice.chosen.key == f"{CPU}:fp32"
-    assert "wrong answers: top-1 matches golden.npz on" in choice.results["openvino:CPU:fp32"].error
+    assert "wrong answers: top-1 matches golden.npz on" in choice.results[broken_key].error
     choice.session.close()
 
 
