@@ -12,7 +12,9 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   # The tests run their own brokers on ephemeral ports; the packaged service is not needed.
   $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
 fi
-printf '\n==> lint (ruff)\n' >&2
+printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/ruff check edgeagent tests scripts
+.venv/bin/ruff format --check --quiet edgeagent tests scripts
+.venv/bin/mypy edgeagent
 printf '\n==> tests\n' >&2
 exec .venv/bin/python -m pytest -q "$@"
