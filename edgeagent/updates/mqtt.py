@@ -181,7 +181,8 @@ class MqttLink:
             clean_start=False,
             properties=connect_properties,
         )
-        async with client:
+        await client.__aenter__()
+        try:
             self._client = client
             self.connections += 1
             self.last_error = ""
@@ -198,6 +199,20 @@ class MqttLink:
                 sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sender
+        finally:
+            await self._disconnect(client)
+
+    async def _disconnect(self, client: aiomqtt.Client) -> None:
+        """Leave the broker, but never wait for it forever.
+
+        aiomqtt's ``__aexit__`` waits without a time-out for the broker to acknowledge the
+        DISCONNECT; when the link is being cancelled (agent shutdown) that acknowledgement can
+        never be processed, and the agent would hang in its stop. Bounded here instead.
+        """
+        with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
+            await asyncio.wait_for(
+                client.__aexit__(None, None, None), self.settings.connect_timeout_s
+            )
 
     async def _dispatch(self, message: aiomqtt.Message) -> None:
         payload = message.payload

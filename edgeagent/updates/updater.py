@@ -44,6 +44,7 @@ import aiohttp
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from edgeagent.aio import cancel_and_wait
 from edgeagent.config import Config
 from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
 from edgeagent.models.package import ModelPackage, PackageError, load_package
@@ -545,9 +546,7 @@ class UpdateService:
 
     async def stop(self) -> None:
         await self.link.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks, self.link.settings.connect_timeout_s + 5.0)
 
     def status(self) -> dict[str, Any]:
         return {**self.updater.status(), "mqtt": self.link.status()}

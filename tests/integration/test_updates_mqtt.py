@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from edgeagent.aio import cancel_and_wait
 from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
@@ -61,9 +62,7 @@ class Online:
 
     async def stop(self) -> None:
         await self.link.close()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await cancel_and_wait(self.tasks)
 
     def outcome(self) -> dict | None:
         return self.device.updater.reporter.last

@@ -1,0 +1,27 @@
+"""Small asyncio helpers shared by the agent's long-running services."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+log = logging.getLogger(__name__)
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout_s: float = 10.0) -> None:
+    """Cancel background tasks and wait for them, but never longer than ``timeout_s``.
+
+    A shutdown that hangs is worse than one that abandons a stuck task: systemd would kill the
+    agent mid-drain. A task still running after the time-out (a library awaiting a peer that
+    will never answer) is cancelled once more and left behind, with an error naming it.
+    """
+    pending = [task for task in tasks if not task.done()]
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return
+    _, stuck = await asyncio.wait(pending, timeout=timeout_s)
+    for task in stuck:
+        log.error("task %s did not stop within %.0f s; abandoned", task.get_name(), timeout_s)
+        task.cancel()
