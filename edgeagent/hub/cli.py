@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from edgeagent.hub.keys import HubError
+from edgeagent.hub.keys import HubError, trust_chain
 from edgeagent.updates.manifest import Targets
 from edgeagent.updates.settings import MqttSettings
 from edgeagent.updates.signing import TrustError
@@ -271,6 +271,19 @@ def _serve(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=lambda args: _run(args, work))
 
 
+def trust_message(trust_file: Path) -> bytes:
+    """What goes on the retained trust topic: every rotation archived beside ``trust_file``.
+
+    A device walks trust versions one at a time, so one that slept through several rotations
+    needs them all; a single file is sent only when no archive exists beside it (a trust file
+    not made by ``hub rotate``).
+    """
+    try:
+        return trust_chain(trust_file)
+    except HubError:
+        return trust_file.read_bytes()
+
+
 def _publish(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "publish",
@@ -304,7 +317,7 @@ def _publish(commands: argparse._SubParsersAction) -> None:
             if not args.group:
                 raise HubError("--trust-file needs --group")
             topic = f"{prefix}/group/{args.group}/trust"
-            await publish(settings, [topic], args.trust_file.read_bytes())
+            await publish(settings, [topic], trust_message(args.trust_file))
             print(f"published {args.trust_file} to {topic}")
             return 0
         if args.release is None:

@@ -295,7 +295,8 @@ class TrustStore:
             raise Refused(
                 "version_gap",
                 f"trust message starts at v{newer[0][0]} but this device has v{self.version}; "
-                "publish the whole chain (hub trust_chain)",
+                "publish it with 'edgeagent hub publish --trust-file', which sends every "
+                "archived rotation",
             )
         store = self
         for _, envelope in newer:

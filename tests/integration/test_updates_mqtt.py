@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from edgeagent.aio import cancel_and_wait
+from edgeagent.hub.cli import trust_message
 from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
@@ -231,5 +232,31 @@ async def test_a_rotated_trust_file_over_mqtt_retires_the_old_release_key(
     assert (refused["result"], refused["code"]) == ("refused", "unknown_key")
     accepted = await online.device.apply(
         hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-new-key")
+    )
+    assert accepted["result"] == "succeeded", accepted
+
+
+async def test_a_device_that_slept_through_two_rotations_catches_up(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """The hub publishes every archived rotation; the device walks v1 → v2 → v3 from one message."""
+    online = await (await stacks()).start()
+    generate_key(hub.keys, "root-2")
+    rotate(
+        hub.keys / "trust.json",
+        old_root_keys=[hub.keys / "root.key"],
+        new_root_keys=[hub.keys / "root-2.key"],
+    )
+    new_key = generate_key(hub.keys, "release-3")
+    rotate(
+        hub.keys / "trust.json",
+        old_root_keys=[hub.keys / "root-2.key"],
+        release_pubs=[new_key.pub_path],
+    )
+    message = trust_message(hub.keys / "trust.json")  # what 'hub publish --trust-file' sends
+    await publish(broker.settings(), ["edgeagent/group/lab/trust"], message)
+    await wait_for(lambda: online.device.updater.trust.version == 3)
+    accepted = await online.device.apply(
+        hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-v3-key")
     )
     assert accepted["result"] == "succeeded", accepted
