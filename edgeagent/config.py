@@ -33,7 +33,8 @@ class AgentSettings:
     """[agent]: where the agent keeps its state and finds its seed model packages."""
 
     state_dir: Path = field(default_factory=default_state_dir)
-    models_dir: Path | None = None  # seed packages; default <state_dir>/models
+    # Seed packages; default: $EDGEAGENT_MODELS_DIR, else ./zoo, else <state_dir>/models.
+    models_dir: Path | None = None
     models: list[str] = field(default_factory=list)  # names to serve; empty = every package
     log_level: str = "INFO"
     device_id: str = ""  # default: the host name
@@ -41,10 +42,6 @@ class AgentSettings:
     def validate(self) -> None:
         levels = ("DEBUG", "INFO", "WARNING", "ERROR")
         require(self.log_level in levels, "agent", "log_level", f"must be one of {levels}")
-
-    @property
-    def seed_models_dir(self) -> Path:
-        return self.models_dir or self.state_dir / "models"
 
 
 @dataclass(frozen=True)

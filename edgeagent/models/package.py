@@ -129,10 +129,6 @@ class ModelPackage:
                 digest.update(_file_sha256(path).encode())
         return digest.hexdigest()
 
-    @property
-    def version_key(self) -> tuple[int, ...]:
-        return version_tuple(self.version)
-
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """Order versions numerically: '1.10.0' > '1.9.0', and an int version '3' equals '3.0.0'."""

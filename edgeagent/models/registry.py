@@ -241,12 +241,6 @@ class ModelRegistry:
             raise ModelNotFound(f"unknown model {name!r}")
         return sorted(entry.loaded, key=version_tuple)
 
-    def loaded_models(self) -> list[LoadedModel]:
-        """Every loaded version of every model (for statistics and status)."""
-        return [
-            entry.loaded[v] for n, entry in sorted(self._entries.items()) for v in self.versions(n)
-        ]
-
     def index(self) -> list[dict[str, str]]:
         """The v2 repository index: one row per loaded version, one per model not loaded."""
         rows = []
