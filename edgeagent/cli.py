@@ -21,8 +21,8 @@ COMMAND_MODULES = (
     "edgeagent.commands.bench",
     "edgeagent.commands.run",
     "edgeagent.commands.status",
-    "edgeagent.hardware.cli",
-    "edgeagent.hub.cli",
+    "edgeagent.commands.profile",
+    "edgeagent.commands.hub",
 )
 
 

@@ -6,26 +6,20 @@ SPEC §2); a bad key or value stops start-up with a message naming ``[section] k
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgeagent._toml import tomllib
+from edgeagent.api.settings import ServerSettings
+from edgeagent.engine.settings import EngineSettings
+from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.settings import HardwareSettings
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.settings import ConfigError, load_section, require
-from edgeagent.updates.settings import MqttSettings, UpdateSettings
+from edgeagent.paths import default_state_dir
+from edgeagent.sections import ConfigError, load_section, require
+from edgeagent.updates.settings import UpdateSettings
 
 DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
-
-
-def default_state_dir() -> Path:
-    """systemd's StateDirectory when run as a service, else the user's XDG state directory."""
-    if os.environ.get("STATE_DIRECTORY"):
-        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "edgeagent"
 
 
 @dataclass(frozen=True)
@@ -48,20 +42,39 @@ class AgentSettings:
 class Config:
     agent: AgentSettings = field(default_factory=AgentSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     governor: GovernorSettings = field(default_factory=GovernorSettings)
     updates: UpdateSettings = field(default_factory=UpdateSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
 
 
-SECTIONS = {
-    "agent": AgentSettings,
-    "server": ServerSettings,
-    "hardware": HardwareSettings,
-    "governor": GovernorSettings,
-    "updates": UpdateSettings,
-    "mqtt": MqttSettings,
+# TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
+# engine, each owning its keys; a key neither knows is refused naming both sets.
+SECTIONS: dict[str, dict[str, type]] = {
+    "agent": {"agent": AgentSettings},
+    "server": {"server": ServerSettings, "engine": EngineSettings},
+    "hardware": {"hardware": HardwareSettings},
+    "governor": {"governor": GovernorSettings},
+    "updates": {"updates": UpdateSettings},
+    "mqtt": {"mqtt": MqttSettings},
 }
+
+
+def _load_table(section: str, table: object) -> dict[str, object]:
+    """The Config fields that one TOML table fills, each from the keys its class declares."""
+    owners = SECTIONS[section]
+    if len(owners) == 1 or not isinstance(table, dict):
+        return {attr: load_section(cls, table, section) for attr, cls in owners.items()}
+    known = {attr: {f.name for f in fields(cls)} for attr, cls in owners.items()}
+    unknown = sorted(set(table) - set().union(*known.values()))
+    if unknown:
+        names = ", ".join(sorted(set().union(*known.values())))
+        raise ConfigError(f"[{section}] unknown key(s) {', '.join(unknown)}; known keys: {names}")
+    return {
+        attr: load_section(cls, {k: v for k, v in table.items() if k in known[attr]}, section)
+        for attr, cls in owners.items()
+    }
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:
@@ -75,13 +88,13 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         raise ConfigError(
             f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
         )
+    values: dict[str, object] = {}
     try:
-        sections: dict[str, object] = {
-            name: load_section(cls, data.get(name), name) for name, cls in SECTIONS.items()
-        }
+        for section in SECTIONS:
+            values.update(_load_table(section, data.get(section)))
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
-    return Config(**sections)  # type: ignore[arg-type]
+    return Config(**values)  # type: ignore[arg-type]
 
 
 def load_config(path: Path | None) -> Config:

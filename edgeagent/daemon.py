@@ -26,16 +26,17 @@ from typing import Protocol
 from aiohttp import web
 
 from edgeagent import __version__
+from edgeagent.api.http import create_app
 from edgeagent.config import Config
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.dataplane import DataPlane
+from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.metrics import EngineMetrics, new_registry
+from edgeagent.engine.registry import ModelRegistry
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
-from edgeagent.models.locate import default_models_dir
-from edgeagent.models.registry import ModelRegistry
+from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
-from edgeagent.serving.http import create_app
-from edgeagent.settings import ConfigError
-from edgeagent.telemetry import EngineMetrics, new_registry
+from edgeagent.sections import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -86,28 +87,28 @@ class Daemon:
         self.engine_metrics = EngineMetrics(self.metrics)
         self.notifier = Notifier()
         self.executor = ThreadPoolExecutor(
-            config.server.worker_threads, thread_name_prefix="edgeagent-infer"
+            config.engine.worker_threads, thread_name_prefix="edgeagent-infer"
         )
-        # The governor replaces this; the engine reads it before every batch.
-        self.limits_provider: Callable[[], ServingLimits] = lambda: UNTHROTTLED
         config.agent.state_dir.mkdir(parents=True, exist_ok=True)
         self.accelerators = Accelerators(config.hardware, config.agent.state_dir)
+        self.governor = GovernorService(
+            config.governor, self.accelerators.profile, config.hardware.root, self.metrics
+        )
+        # The engine reads the governor's limits before every batch.
+        self.limits_provider: Callable[[], ServingLimits] = self.governor.limits
         self.registry = ModelRegistry(
             self.accelerators.open,
-            settings=config.server,
+            settings=config.engine,
             metrics=self.engine_metrics,
             executor=self.executor,
-            limits_provider=lambda: self.limits_provider(),
+            limits_provider=self.limits_provider,
         )
+        self.dataplane = DataPlane(self.registry, config.engine)
         self.status_providers: dict[str, Callable[[], dict]] = {
             "profile": self.accelerators.report,
             "models": self.registry.status,
         }
         self.services: list[Service] = []  # started in order after the models, stopped reversed
-        self.governor = GovernorService(
-            config.governor, self.accelerators.profile, config.hardware.root, self.metrics
-        )
-        self.limits_provider = self.governor.limits
         self.services.append(self.governor)
         self.status_providers["governor"] = self.governor.snapshot
         self.updates = None
@@ -115,10 +116,13 @@ class Daemon:
             from edgeagent.updates.updater import UpdateService
 
             self.updates = UpdateService(
-                config,
+                config.updates,
+                config.mqtt,
+                state_dir=config.agent.state_dir,
+                device_id=config.agent.device_id or socket.gethostname(),
                 registry=self.registry,
                 metrics=self.metrics,
-                limits=lambda: self.limits_provider(),
+                limits=self.limits_provider,
                 sources=self.status_providers,
                 profile=self.accelerators.profile.name,
             )
@@ -168,10 +172,10 @@ class Daemon:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
         app = create_app(
-            self.registry, settings=self.config.server, metrics=self.metrics, status=self.status
+            self.dataplane, settings=self.config.server, metrics=self.metrics, status=self.status
         )
         self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=self.config.server.drain_timeout_s
+            app, access_log=None, shutdown_timeout=self.config.engine.drain_timeout_s
         )
         await self._runner.setup()
         await self._listen(self._runner)

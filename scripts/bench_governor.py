@@ -31,15 +31,15 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import CollectorRegistry
 
+from edgeagent.api.settings import ServerSettings
+from edgeagent.engine.errors import ServingError
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import LoadedModel, ModelRegistry
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import load_profiles
-from edgeagent.models.registry import LoadedModel, ModelRegistry
 from edgeagent.models.session import open_variant
-from edgeagent.serving.errors import ServingError
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics
 
 LIMIT_C = 70.0
 

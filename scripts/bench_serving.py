@@ -37,9 +37,9 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
-from edgeagent.serving.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 
 TARGET_IDLE_RSS_MB = 120
 TARGET_OVERHEAD_MS = 1.0

@@ -10,19 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeagent.client import (
-    AgentError,
-    AgentUnreachable,
-    add_connection_arguments,
-    client_from_args,
-)
+from edgeagent.api.client import AgentError, AgentUnreachable
+from edgeagent.commands.connection import add_connection_arguments, client_from_args
 from edgeagent.config import load_config
 from edgeagent.models.locate import resolve_package
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.models.preprocess import ImageError, preprocess_image, top_k
 from edgeagent.models.session import VariantChoiceError, open_variant
 from edgeagent.runtimes import RuntimeLoadError, RuntimeUnavailable, Session
-from edgeagent.settings import ConfigError
+from edgeagent.runtimes.facts import RUNTIME_NAMES
+from edgeagent.sections import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
     """The variant-selection flags shared by infer and bench."""
-    parser.add_argument("--runtime", choices=["onnxruntime", "litert", "openvino"])
+    parser.add_argument("--runtime", choices=RUNTIME_NAMES)
     parser.add_argument("--device", help="runtime device (CPU, CUDAExecutionProvider, NPU…)")
     parser.add_argument("--precision", choices=["fp32", "fp16", "int8"])
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads")

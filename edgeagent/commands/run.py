@@ -11,7 +11,7 @@ from pathlib import Path
 
 from edgeagent.config import Config, load_config
 from edgeagent.models.package import PackageError
-from edgeagent.settings import ConfigError
+from edgeagent.sections import ConfigError
 
 EXIT_CONFIG = 2  # bad config or command line: fix it and start again
 EXIT_STARTUP = 1  # could not start (listener in use, no permission)

@@ -8,8 +8,9 @@ import sys
 
 import yaml
 
-from edgeagent.client import AgentError, add_connection_arguments, client_from_args
-from edgeagent.settings import ConfigError
+from edgeagent.api.client import AgentError
+from edgeagent.commands.connection import add_connection_arguments, client_from_args
+from edgeagent.sections import ConfigError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

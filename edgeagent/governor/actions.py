@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgeagent.governor.limits import ServingLimits
+from edgeagent.engine.limits import ServingLimits
 from edgeagent.governor.policy import State
 from edgeagent.governor.settings import GovernorSettings
 

@@ -7,8 +7,8 @@ import math
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client import Enum as EnumMetric
 
+from edgeagent.engine.limits import ServingLimits
 from edgeagent.governor.actions import ACTIONS
-from edgeagent.governor.limits import ServingLimits
 from edgeagent.governor.policy import State
 from edgeagent.governor.sensors import Readings
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.governor.actions import active_actions, effective_duty, serving_limits
 from edgeagent.governor.controller import DutyController
 from edgeagent.governor.engine_load import EngineLoad
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
 from edgeagent.governor.metrics import GovernorMetrics
 from edgeagent.governor.policy import State, StatePolicy
 from edgeagent.governor.sensors import Readings, SensorSet

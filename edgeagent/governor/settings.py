@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeagent.settings import require
+from edgeagent.sections import require
 
 LowPowerFrom = Literal["warm", "hot", "critical", "never"]
 

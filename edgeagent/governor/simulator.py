@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from edgeagent.fsutil import write_text_atomic
 from edgeagent.hardware.profile import ThermalLimit
 
 ZONE_TYPE = "sim-thermal"
@@ -96,6 +96,4 @@ class ThermalSimulator:
 
 def _write(path: Path, text: str) -> None:
     """Replace the file in one step, so a reader never sees a half-written number."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text + "\n", encoding="ascii")
-    os.replace(tmp, path)
+    write_text_atomic(path, text + "\n")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.fsutil import write_json_atomic
 from edgeagent.hardware.profile import Candidate
 from edgeagent.models.package import ModelPackage, Variant
 from edgeagent.models.session import load_request
@@ -155,19 +154,10 @@ class ProbeCache:
         self._prune(self._probes)
         self._prune(self._decisions)
         payload = {"format": _CACHE_FORMAT, "probes": self._probes, "decisions": self._decisions}
-        tmp: str | None = None
         try:  # a read-only state directory costs the cache, never the agent
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".probe-cache.")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(payload, handle, indent=1, sort_keys=True)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
+            write_json_atomic(self.path, payload)
         except OSError as exc:
             log.warning("%s: cannot write probe cache (%s)", self.path, exc)
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
 
     @staticmethod
     def probe_key(model_hash: str, candidate: Candidate, version: str) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeagent.settings import require
+from edgeagent.sections import require
 
 
 @dataclass(frozen=True)

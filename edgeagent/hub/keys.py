@@ -22,14 +22,15 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from edgeagent.updates.signing import (
+from edgeagent.fleet.signing import (
     TrustError,
     format_time,
     keyid_of,
     raw_public_bytes,
     sign_envelope,
 )
-from edgeagent.updates.trust import TrustStore, parse_trust, write_file_atomic
+from edgeagent.fleet.trust import TrustStore, parse_trust
+from edgeagent.fsutil import write_file_atomic
 
 DEFAULT_TRUST_LIFETIME = timedelta(days=365)
 

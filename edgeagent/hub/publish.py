@@ -15,12 +15,12 @@ from pathlib import Path
 
 import aiomqtt
 
+from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
+from edgeagent.fleet.mqtt import client_options
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.signing import TrustError, decode_envelope
+from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
-from edgeagent.updates.manifest import ReleaseManifest, parse_manifest
-from edgeagent.updates.mqtt import client_options
-from edgeagent.updates.settings import MqttSettings
-from edgeagent.updates.signing import TrustError, decode_envelope
-from edgeagent.updates.trust import TrustStore
 
 MAX_ENVELOPE_BYTES = 64 * 1024
 

@@ -23,11 +23,11 @@ from typing import Any
 
 import aiomqtt
 
+from edgeagent.fleet.manifest import ReleaseManifest
+from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.publish import hub_client
 from edgeagent.hub.status import collect_fleet
-from edgeagent.updates.manifest import ReleaseManifest
-from edgeagent.updates.settings import MqttSettings
 
 # A refusal that means the device already has what we are rolling out: a success.
 ALREADY_DONE = {"same_version"}

@@ -19,17 +19,18 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from edgeagent.hub.keys import HubError, load_private_key
-from edgeagent.models.package import ModelPackage, PackageError, load_package
-from edgeagent.updates.manifest import (
+from edgeagent.fleet.manifest import (
     Artifact,
     ManifestError,
     ReleaseManifest,
     Targets,
     parse_manifest,
 )
-from edgeagent.updates.signing import TrustError, sign_envelope
-from edgeagent.updates.trust import TrustStore, write_file_atomic
+from edgeagent.fleet.signing import TrustError, sign_envelope
+from edgeagent.fleet.trust import TrustStore
+from edgeagent.fsutil import write_file_atomic
+from edgeagent.hub.keys import HubError, load_private_key
+from edgeagent.models.package import ModelPackage, PackageError, load_package
 
 DEFAULT_RELEASE_LIFETIME = timedelta(days=30)
 

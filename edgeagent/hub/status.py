@@ -15,9 +15,9 @@ from typing import Any
 
 import aiomqtt
 
+from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.publish import hub_client
-from edgeagent.updates.settings import MqttSettings
 
 
 def _device_of(topic: str, prefix: str) -> tuple[str, str] | None:

@@ -2,21 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from edgeagent.models.package import PackageError
-
-
-def default_models_dir() -> Path:
-    """EDGEAGENT_MODELS_DIR, else ./zoo (what scripts/setup.sh builds), else the state dir's."""
-    if os.environ.get("EDGEAGENT_MODELS_DIR"):
-        return Path(os.environ["EDGEAGENT_MODELS_DIR"])
-    if Path("zoo").is_dir():
-        return Path("zoo").resolve()
-    from edgeagent.config import default_state_dir
-
-    return default_state_dir() / "models"
+from edgeagent.paths import default_models_dir
 
 
 def resolve_package(model: str, models_dir: Path | None = None) -> Path:

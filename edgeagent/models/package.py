@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from edgeagent._toml import tomllib
+from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES
 
-RUNTIMES = ("onnxruntime", "litert", "openvino")
+RUNTIMES = RUNTIME_NAMES
 PRECISIONS = ("fp32", "fp16", "int8")
 DTYPES = (
     "float32",
@@ -31,11 +32,7 @@ DTYPES = (
 LAYOUTS = ("NCHW", "NHWC")
 TASKS = ("classification",)
 # Which file suffixes each runtime reads; a variant whose files do not fit is refused.
-RUNTIME_SUFFIXES = {
-    "onnxruntime": (".onnx",),
-    "litert": (".tflite",),
-    "openvino": (".xml", ".bin", ".onnx"),
-}
+RUNTIME_SUFFIXES = {name: facts.suffixes for name, facts in RUNTIME_FACTS.items()}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SEMVER_RE = re.compile(r"^\d+(\.\d+){0,2}$")
 

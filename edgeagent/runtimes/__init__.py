@@ -20,20 +20,12 @@ from edgeagent.runtimes.base import (
     Session,
     TensorInfo,
 )
+from edgeagent.runtimes.facts import RUNTIME_FACTS
 
-PLUGINS = {
-    "onnxruntime": "edgeagent.runtimes.onnx",
-    "litert": "edgeagent.runtimes.litert",
-    "openvino": "edgeagent.runtimes.openvino",
-}
-
+PLUGINS = {name: facts.module for name, facts in RUNTIME_FACTS.items()}
 # The Python distributions that provide each runtime, in order of preference. Reading their
 # metadata tells the version without importing the runtime (tens of MB of native libraries).
-DISTRIBUTIONS = {
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"),
-    "litert": ("ai-edge-litert", "tflite-runtime"),
-    "openvino": ("openvino",),
-}
+DISTRIBUTIONS = {name: facts.distributions for name, facts in RUNTIME_FACTS.items()}
 
 _loaded: dict[str, Runtime] = {}
 

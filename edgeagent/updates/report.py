@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from edgeagent import __version__
-from edgeagent.updates.store import write_json_atomic
+from edgeagent.fsutil import write_json_atomic
 
 log = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeagent.fsutil import fsync_dir, fsync_tree, write_json_atomic
 from edgeagent.models.package import version_tuple
 
 log = logging.getLogger(__name__)
@@ -75,41 +76,6 @@ def check_version(version: str) -> str:
     if not _VERSION_RE.match(version):
         raise StoreError(f"version {version!r} is not an integer or MAJOR.MINOR.PATCH")
     return version
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename or unlink inside ``path`` durable (the entry lives in the directory)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(root: Path) -> None:
-    """fsync every file and directory below ``root`` (bottom-up), so a rename publishes data."""
-    for directory, _dirs, files in os.walk(root, topdown=False):
-        for name in files:
-            path = os.path.join(directory, name)
-            if os.path.islink(path):
-                continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(Path(directory))
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Replace ``path`` with ``data`` as JSON: temp file, fsync, rename, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def _read_json(path: Path, default: Any) -> Any:

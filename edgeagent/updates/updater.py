@@ -34,7 +34,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -45,23 +44,25 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from edgeagent.aio import cancel_and_wait
-from edgeagent.config import Config
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
-from edgeagent.models.package import ModelPackage, PackageError, load_package
-from edgeagent.settings import ConfigError
-from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
-from edgeagent.updates.manifest import (
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.fleet.manifest import (
     DeviceIdentity,
     ReleaseManifest,
     parse_manifest,
     verify_release,
 )
-from edgeagent.updates.mqtt import MqttLink, Topics
+from edgeagent.fleet.mqtt import MqttLink
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.signing import Refused, TrustError
+from edgeagent.fleet.topics import Topics
+from edgeagent.fleet.trust import TrustStore, open_trust_store
+from edgeagent.fsutil import write_json_atomic
+from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.sections import ConfigError
+from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
-from edgeagent.updates.signing import Refused, TrustError
-from edgeagent.updates.store import STEPS, ModelStore, PendingInstall, write_json_atomic
-from edgeagent.updates.trust import TrustStore, open_trust_store
+from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
 from edgeagent.updates.unpack import UnpackError, unpack_archive
 
 log = logging.getLogger(__name__)
@@ -482,26 +483,27 @@ class UpdateService:
 
     def __init__(
         self,
-        config: Config,
+        settings: UpdateSettings,
+        mqtt: MqttSettings,
         *,
+        state_dir: Path,
+        device_id: str,
         registry: Activator,
         metrics: CollectorRegistry,
         limits: Callable[[], ServingLimits],
         sources: Mapping[str, Callable[[], dict[str, Any]]],
         profile: str = "",
     ) -> None:
-        settings = config.updates
-        self.store = ModelStore(config.agent.state_dir)
+        self.store = ModelStore(state_dir)
         self.recovery = self.store.recover()
         try:
             trust = open_trust_store(
-                config.agent.state_dir,
+                state_dir,
                 seed=settings.trust_file,
                 max_bytes=settings.max_manifest_bytes,
             )
         except TrustError as exc:
             raise ConfigError(f"[updates] trust_file: {exc.message}") from exc
-        device_id = config.agent.device_id or socket.gethostname()
         self.reporter = UpdateReporter(
             device_id,
             settings.group,
@@ -518,8 +520,8 @@ class UpdateService:
             reporter=self.reporter,
             limits=limits,
         )
-        topics = Topics(config.mqtt.topic_prefix, settings.group, device_id)
-        self.link = MqttLink(config.mqtt, topics, self.updater.on_message)
+        topics = Topics(mqtt.topic_prefix, settings.group, device_id)
+        self.link = MqttLink(mqtt, topics, self.updater.on_message)
         self._tasks: list[asyncio.Task] = []
 
     def package_dirs(self) -> list[Path]:

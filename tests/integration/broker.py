@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from edgeagent.updates.settings import MqttSettings
+from edgeagent.fleet.settings import MqttSettings
 
 USERNAME = "device"
 PASSWORD = "s3cret-for-tests"

@@ -21,13 +21,15 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from edgeagent.governor.limits import UNTHROTTLED
+from edgeagent.api.http import create_app
+from edgeagent.api.settings import ServerSettings
+from edgeagent.engine.dataplane import DataPlane
+from edgeagent.engine.limits import UNTHROTTLED
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
-from edgeagent.models.registry import ModelRegistry
 from edgeagent.models.session import open_variant
-from edgeagent.serving.http import create_app
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics
 from tests.helpers import write_tiny_package
 
 
@@ -37,7 +39,12 @@ class AgentServer:
     def __init__(self, tmp_path: Path, packages: list[Path], **settings: Any) -> None:
         self.socket = tmp_path / "agent.sock"
         defaults: dict[str, Any] = {"unix_socket": self.socket, "tcp_port": 0}
-        self.settings = dataclasses.replace(ServerSettings(), **{**defaults, **settings})
+        merged = {**defaults, **settings}
+        listener = {f.name for f in dataclasses.fields(ServerSettings)}
+        self.settings = ServerSettings(**{k: v for k, v in merged.items() if k in listener})
+        self.engine_settings = EngineSettings(
+            **{k: v for k, v in merged.items() if k not in listener}
+        )
         self.packages = packages
         self.metrics = CollectorRegistry()
         self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
@@ -67,7 +74,7 @@ class AgentServer:
     async def _start(self) -> None:
         self.registry = ModelRegistry(
             lambda package: open_variant(package, threads=1),
-            settings=self.settings,
+            settings=self.engine_settings,
             metrics=EngineMetrics(self.metrics),
             executor=self._executor,
             limits_provider=lambda: self.limits,
@@ -76,7 +83,7 @@ class AgentServer:
             self.registry.add(package)
         await self.registry.load_all()
         app = create_app(
-            self.registry,
+            DataPlane(self.registry, self.engine_settings),
             settings=self.settings,
             metrics=self.metrics,
             status=lambda: {**self.status_extra, "models": self.registry.status()},

@@ -11,7 +11,7 @@ import pytest
 
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
-from edgeagent.governor.limits import ServingLimits
+from edgeagent.engine.limits import ServingLimits
 from tests.helpers import write_tiny_package
 
 
@@ -75,8 +75,8 @@ async def test_status_merges_every_provider_and_metrics_show_the_engine(daemon, 
 
 
 async def test_governor_limits_reach_the_engine(daemon, client):
-    """What the governor wires in (limits_provider) sheds low priority with Retry-After."""
-    daemon.limits_provider = lambda: ServingLimits(
+    """The limits the governor holds reach the engine: low priority is shed with Retry-After."""
+    daemon.governor._limits = ServingLimits(
         shed_priority_from=2, retry_after_s=9, reason="hot: test zone 95 °C"
     )
     x = np.zeros((1, 3, 8, 8), np.float32)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
-from edgeagent.models.registry import ModelRegistry
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics
 from tests.unit.test_hardware_support import (
     FIXTURES,
     install_flaky,
@@ -46,7 +46,7 @@ def _setup(tmp_path: Path, executor, candidates: list[str], limits=lambda: UNTHR
     )
     registry = ModelRegistry(
         accelerators.open,
-        settings=ServerSettings(unix_socket=None, tcp_port=0),
+        settings=EngineSettings(),
         metrics=EngineMetrics(CollectorRegistry()),
         executor=executor,
         limits_provider=limits,

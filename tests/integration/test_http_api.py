@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgeagent.serving import v2
-from edgeagent.serving.http import OFFLOAD_JSON_BYTES
+from edgeagent.api import v2
+from edgeagent.api.routes_v2 import OFFLOAD_JSON_BYTES
 from tests.integration.http_agent import AgentServer, direct_run, tiny_agent, unix_session
 
 H = v2.HEADER_LENGTH

@@ -1,4 +1,4 @@
-"""edgeagent.client and ``edgeagent status`` against a real agent over its socket and TCP."""
+"""edgeagent.api.client and ``edgeagent status`` against a real agent over its socket and TCP."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from PIL import Image
 
+from edgeagent.api.client import AgentClient, AgentError, AgentUnreachable
 from edgeagent.cli import main
-from edgeagent.client import AgentClient, AgentError, AgentUnreachable
 from tests.helpers import REPO
 from tests.integration.http_agent import AgentServer, direct_run, tiny_agent
 

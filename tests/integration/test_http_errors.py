@@ -11,8 +11,8 @@ import aiohttp
 import numpy as np
 import pytest
 
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
-from edgeagent.serving import v2
+from edgeagent.api import v2
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
 
 H = v2.HEADER_LENGTH

@@ -7,12 +7,13 @@ import yaml
 from openapi_spec_validator import validate
 from prometheus_client import CollectorRegistry
 
-from edgeagent.serving.http import create_app, openapi_document
-from edgeagent.serving.settings import ServerSettings
+from edgeagent.api.http import create_app
+from edgeagent.api.routes_edge import openapi_document
+from edgeagent.api.settings import ServerSettings
 from tests.helpers import REPO
 from tests.integration.http_agent import tiny_agent
 
-SOURCE = REPO / "edgeagent" / "serving" / "openapi.yaml"
+SOURCE = REPO / "edgeagent" / "api" / "openapi.yaml"
 METHODS = {"get", "post", "put", "delete", "patch"}
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.http as triton
 
-from edgeagent.client import AgentClient
+from edgeagent.api.client import AgentClient
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image, top_k
 from edgeagent.models.session import open_variant

@@ -14,10 +14,11 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
+from edgeagent.fleet.mqtt import MqttLink, backoff_delays
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
-from edgeagent.updates.mqtt import MqttLink, Topics, backoff_delays
-from edgeagent.updates.settings import MqttSettings
 from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.broker
@@ -140,8 +141,9 @@ async def test_oversized_messages_are_dropped_unread(broker: Broker, devices) ->
 
 LINK_SCRIPT = """
 import asyncio, sys
-from edgeagent.updates.mqtt import MqttLink, Topics, backoff_delays
-from edgeagent.updates.settings import MqttSettings
+from edgeagent.fleet.mqtt import MqttLink, backoff_delays
+from edgeagent.fleet.topics import Topics
+from edgeagent.fleet.settings import MqttSettings
 
 async def main():
     settings = MqttSettings(host="127.0.0.1", port=int(sys.argv[1]), keepalive_s=5)

@@ -25,19 +25,19 @@ import onnxruntime as ort
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.settings import EngineSettings
+from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
+from edgeagent.fleet.signing import sign_envelope
+from edgeagent.fleet.trust import open_trust_store
 from edgeagent.hub.keys import keygen, load_private_key
 from edgeagent.hub.serve import start_artifact_server
 from edgeagent.hub.sign import sign_package
-from edgeagent.models.registry import ModelRegistry
 from edgeagent.models.session import open_variant
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics
-from edgeagent.updates.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
-from edgeagent.updates.signing import sign_envelope
 from edgeagent.updates.store import ModelStore
-from edgeagent.updates.trust import open_trust_store
 from edgeagent.updates.updater import Updater
 from tests.helpers import write_tiny_package
 
@@ -171,7 +171,7 @@ def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) ->
     store.recover()
     registry = ModelRegistry(
         open_variant,
-        settings=ServerSettings(unix_socket=None, tcp_port=0),
+        settings=EngineSettings(),
         metrics=EngineMetrics(CollectorRegistry()),
         executor=executor,
     )

@@ -14,15 +14,16 @@ import pytest
 from aiohttp import web
 
 from edgeagent.aio import cancel_and_wait
-from edgeagent.hub.cli import trust_message
+from edgeagent.commands.hub import trust_message
+from edgeagent.fleet.manifest import parse_manifest
+from edgeagent.fleet.mqtt import MqttLink
+from edgeagent.fleet.signing import decode_envelope
+from edgeagent.fleet.topics import Topics
 from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
-from edgeagent.updates.manifest import parse_manifest
-from edgeagent.updates.mqtt import MqttLink, Topics
-from edgeagent.updates.signing import decode_envelope
 from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_updates_helpers import (
     Device,

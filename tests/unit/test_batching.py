@@ -12,11 +12,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
-from edgeagent.models.package import load_package
-from edgeagent.models.session import open_variant
-from edgeagent.serving.batching import Batcher, BatchPolicy, DeviceGate
-from edgeagent.serving.errors import (
+from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate
+from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
     NotReady,
@@ -24,7 +21,10 @@ from edgeagent.serving.errors import (
     ServingError,
     Throttled,
 )
-from edgeagent.telemetry import EngineMetrics, ModelStats
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.models.package import load_package
+from edgeagent.models.session import open_variant
 from tests.helpers import write_tiny_package
 
 

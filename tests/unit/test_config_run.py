@@ -65,8 +65,8 @@ def test_named_model_missing_from_models_dir(tmp_path: Path, capsys):
 
 def test_every_key_has_a_default():
     config = parse_config("", "<empty>")
-    assert config.server.tcp_port == 8080 and config.server.max_batch_size is None
-    assert config.server.default_priority == 2 and config.server.warmup
+    assert config.server.tcp_port == 8080 and config.engine.max_batch_size is None
+    assert config.engine.default_priority == 2 and config.engine.warmup
 
 
 def test_exit_status_through_a_real_process(tmp_path: Path):

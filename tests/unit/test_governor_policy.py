@@ -10,7 +10,7 @@ from edgeagent.governor.actions import active_actions, effective_duty, serving_l
 from edgeagent.governor.controller import DutyController
 from edgeagent.governor.policy import State, StatePolicy, ZoneTemperature
 from edgeagent.governor.settings import GovernorSettings
-from edgeagent.settings import ConfigError, load_section
+from edgeagent.sections import ConfigError, load_section
 from tests.fixtures.thermal.trees import zone
 
 TJ = zone("tj-thermal", warm=80, hot=90, critical=97)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.simulator import ZONE_TYPE, ThermalSimulator
 from edgeagent.governor.thermal import ThermalZone
-from edgeagent.telemetry import EngineMetrics
 
 
 def test_tree_reads_like_a_kernel_thermal_zone(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from edgeagent.hardware.profile import ProfileError
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
-from edgeagent.settings import ConfigError
+from edgeagent.sections import ConfigError
 from tests.unit.test_hardware_support import FIXTURES, write_multi_package
 
 

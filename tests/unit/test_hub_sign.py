@@ -13,6 +13,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from edgeagent.fleet.manifest import Targets, verify_release
+from edgeagent.fleet.signing import TrustError, keyid_of
+from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import (
     HubError,
     generate_key,
@@ -23,9 +26,6 @@ from edgeagent.hub.keys import (
     trust_chain,
 )
 from edgeagent.hub.sign import build_artifact, sign_package
-from edgeagent.updates.manifest import Targets, verify_release
-from edgeagent.updates.signing import TrustError, keyid_of
-from edgeagent.updates.trust import TrustStore
 from tests.unit.test_trust_sim import DEVICE, History
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)

@@ -8,13 +8,13 @@ from datetime import timedelta
 
 import pytest
 
-from edgeagent.updates.manifest import (
+from edgeagent.fleet.manifest import (
     ManifestError,
     Refused,
     check_release,
     parse_manifest,
 )
-from edgeagent.updates.signing import format_time
+from edgeagent.fleet.signing import format_time
 from tests.unit.test_trust_sim import DEVICE, NOW, Simulator, dumps
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.updates.manifest import ReleaseManifest, ReleaseRefused, verify_release
-from edgeagent.updates.signing import Refused, TrustError, format_time
-from edgeagent.updates.trust import TrustStore
+from edgeagent.fleet.manifest import ReleaseManifest, ReleaseRefused, verify_release
+from edgeagent.fleet.signing import Refused, TrustError, format_time
+from edgeagent.fleet.trust import TrustStore
 from tests.unit.test_trust_sim import DEVICE, NOW, History, Simulator, snapshot
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from edgeagent.models.registry import ModelRegistry
+from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from edgeagent.serving.errors import LoadFailed, ModelNotFound, NotReady
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics
 from tests.helpers import write_tiny_package
 
 
@@ -50,7 +50,7 @@ def make_registry(
     prom = CollectorRegistry()
     registry = ModelRegistry(
         opener,
-        settings=ServerSettings(unix_socket=None, tcp_port=0, **settings),
+        settings=EngineSettings(**settings),
         metrics=EngineMetrics(prom),
         executor=executor,
     )

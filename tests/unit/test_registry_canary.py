@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeagent.models.registry import ModelRegistry
+from edgeagent.engine.errors import LoadFailed, ServingError
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from edgeagent.serving.errors import LoadFailed, ServingError
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics
 from tests.helpers import write_tiny_package
 
 
@@ -57,9 +57,7 @@ async def start(
 ) -> tuple[ModelRegistry, Path]:
     registry = ModelRegistry(
         opener(**faults),
-        settings=ServerSettings(
-            unix_socket=None,
-            tcp_port=0,
+        settings=EngineSettings(
             canary_min_requests=8,
             canary_max_latency_ratio=ratio,
         ),
@@ -128,7 +126,7 @@ async def test_canary_needs_a_new_version_and_an_active_one(tmp_path: Path, exec
         await registry.canary(tmp_path / "v1")
     other = ModelRegistry(
         open_variant,
-        settings=ServerSettings(unix_socket=None, tcp_port=0),
+        settings=EngineSettings(),
         metrics=EngineMetrics(CollectorRegistry()),
         executor=executor,
     )

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from edgeagent.updates.signing import (
+from edgeagent.fleet.signing import (
     Envelope,
     Signature,
     VerificationError,

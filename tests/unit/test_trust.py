@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from edgeagent.config import parse_config
-from edgeagent.settings import ConfigError
-from edgeagent.updates.signing import Refused, TrustError, VerificationError
-from edgeagent.updates.trust import TrustStore, open_trust_store, trust_state_path
+from edgeagent.fleet.signing import Refused, TrustError, VerificationError
+from edgeagent.fleet.trust import TrustStore, open_trust_store, trust_state_path
+from edgeagent.sections import ConfigError
 from tests.unit.test_trust_sim import NOW, Simulator, snapshot
 
 
@@ -271,7 +271,7 @@ def test_rotation_that_cannot_be_written_leaves_the_old_file(
     def fail(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("edgeagent.updates.trust.os.replace", fail)
+    monkeypatch.setattr("edgeagent.fsutil.os.replace", fail)
     with pytest.raises(OSError):
         store.rotate(sim.sign(rotation_doc(sim), "root", "root2"), now=NOW)
     assert snapshot(state) == before  # no temporary file left either
@@ -284,7 +284,7 @@ def test_verified_time_that_cannot_be_synced_is_not_half_written(store, state, m
     def fail(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr("edgeagent.updates.trust.os.fsync", fail)
+    monkeypatch.setattr("edgeagent.fsutil.os.fsync", fail)
     with pytest.raises(OSError):
         store.record_verified(NOW + timedelta(hours=1))
     assert snapshot(state) == before

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.updates.signing import TrustError
-from edgeagent.updates.trust import MAX_CHAIN, TrustStore
+from edgeagent.fleet.signing import TrustError
+from edgeagent.fleet.trust import MAX_CHAIN, TrustStore
 from tests.unit.test_trust_sim import NOW, Simulator, snapshot
 
 

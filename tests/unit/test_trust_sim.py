@@ -15,8 +15,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from edgeagent.updates.manifest import DeviceIdentity
-from edgeagent.updates.signing import format_time, keyid_of, raw_public_bytes, sign_envelope
+from edgeagent.fleet.manifest import DeviceIdentity
+from edgeagent.fleet.signing import format_time, keyid_of, raw_public_bytes, sign_envelope
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
 DEVICE = DeviceIdentity(

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from edgeagent.api import v2
+from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import TensorSpec
-from edgeagent.serving import v2
-from edgeagent.serving.errors import InvalidInput
 
 
 def _body(message: dict, tail: bytes = b"") -> tuple[bytes, str | None]:

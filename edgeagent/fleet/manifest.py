@@ -18,15 +18,15 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from edgeagent import __version__
-from edgeagent.models.package import version_tuple
-from edgeagent.updates.signing import (
+from edgeagent.fleet.signing import (
     Refused,
     VerificationError,
     format_time,
     loads_strict,
     parse_time,
 )
-from edgeagent.updates.trust import TrustStore
+from edgeagent.fleet.trust import TrustStore
+from edgeagent.models.package import version_tuple
 
 __all__ = [
     "Artifact",

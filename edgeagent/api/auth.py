@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from edgeagent.serving.settings import ServerSettings, is_loopback
+from edgeagent.api.settings import ServerSettings, is_loopback
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

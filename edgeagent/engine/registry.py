@@ -18,14 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeagent.governor.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate, backend_of
+from edgeagent.engine.cache import ResultCache, cache_key
+from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import ModelPackage, PackageError, load_package, version_tuple
 from edgeagent.runtimes.base import Session
-from edgeagent.serving.batching import Batcher, BatchPolicy, DeviceGate, backend_of
-from edgeagent.serving.cache import ResultCache, cache_key
-from edgeagent.serving.errors import LoadFailed, ModelNotFound, NotReady
-from edgeagent.serving.settings import ServerSettings
-from edgeagent.telemetry import EngineMetrics, ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class _Canary:
         self.routed += 1
         return int(self.routed * self.weight) > int((self.routed - 1) * self.weight)
 
-    def verdict(self, stable: LoadedModel, settings: ServerSettings) -> str | None:
+    def verdict(self, stable: LoadedModel, settings: EngineSettings) -> str | None:
         """None while too few requests; else "" to promote, or why it is rolled back."""
         answered, ns, faults = self.model.stats.health()
         if answered + faults < settings.canary_min_requests:
@@ -177,7 +177,7 @@ class ModelRegistry:
         self,
         opener: Opener,
         *,
-        settings: ServerSettings,
+        settings: EngineSettings,
         metrics: EngineMetrics,
         executor: Executor,
         limits_provider: Callable[[], ServingLimits] = lambda: UNTHROTTLED,

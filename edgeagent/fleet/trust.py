@@ -17,7 +17,6 @@ the old file or the new one, never half of each.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,7 +25,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from edgeagent.updates.signing import (
+from edgeagent.fleet.signing import (
     Refused,
     TrustError,
     VerificationError,
@@ -38,6 +37,7 @@ from edgeagent.updates.signing import (
     parse_time,
     public_key_from_hex,
 )
+from edgeagent.fsutil import write_file_atomic
 
 ROLES = ("root", "release")
 DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024
@@ -120,32 +120,6 @@ def parse_trust(payload: bytes) -> TrustRoot:
             )
         roles[name] = Role(frozenset(keyids), threshold)
     return TrustRoot(version=version, expires=expires, keys=keys, roles=roles)
-
-
-def write_file_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory.
-
-    On any failure the temporary file is removed and ``path`` keeps its old content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _self_verified(data: bytes, source: Path | str, max_bytes: int) -> TrustRoot:

@@ -28,10 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeagent.governor.limits import ServingLimits
-from edgeagent.models.package import TensorSpec
-from edgeagent.runtimes.base import Session
-from edgeagent.serving.errors import (
+from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
     NotReady,
@@ -39,7 +36,10 @@ from edgeagent.serving.errors import (
     ServingError,
     Throttled,
 )
-from edgeagent.telemetry import EngineMetrics, ModelStats
+from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.models.package import TensorSpec
+from edgeagent.runtimes.base import Session
 
 log = logging.getLogger(__name__)
 

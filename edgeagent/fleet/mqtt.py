@@ -28,56 +28,19 @@ import random
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeagent.updates.settings import MqttSettings
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import Topics
 
 log = logging.getLogger(__name__)
 
 MessageHandler = Callable[[str, bytes], Awaitable[None]]
 _MAX_QUEUED_EVENTS = 256  # events kept while offline; the oldest are dropped first
-
-
-@dataclass(frozen=True)
-class Topics:
-    """Every topic one device uses, derived from the prefix, its group and its id."""
-
-    prefix: str
-    group: str
-    device_id: str
-
-    @property
-    def group_release(self) -> str:
-        return f"{self.prefix}/group/{self.group}/release"
-
-    @property
-    def group_trust(self) -> str:
-        return f"{self.prefix}/group/{self.group}/trust"
-
-    @property
-    def device_release(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/release"
-
-    @property
-    def availability(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/availability"
-
-    @property
-    def state(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/state"
-
-    @property
-    def events(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/events"
-
-    @property
-    def subscriptions(self) -> tuple[str, ...]:
-        return (self.group_release, self.group_trust, self.device_release)
 
 
 def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:

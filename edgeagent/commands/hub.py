@@ -22,10 +22,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from edgeagent.fleet.manifest import Targets
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.signing import TrustError
 from edgeagent.hub.keys import HubError, trust_chain
-from edgeagent.updates.manifest import Targets
-from edgeagent.updates.settings import MqttSettings
-from edgeagent.updates.signing import TrustError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

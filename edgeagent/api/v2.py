@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import TensorSpec
-from edgeagent.serving.errors import InvalidInput
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 

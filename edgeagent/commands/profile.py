@@ -19,9 +19,9 @@ from edgeagent.hardware.choose import Choice, time_session, why_not
 from edgeagent.hardware.probe import probe_feeds
 from edgeagent.hardware.profile import ProfileError
 from edgeagent.hardware.service import Accelerators
-from edgeagent.models.locate import default_models_dir
 from edgeagent.models.package import ModelPackage, PackageError, load_package
-from edgeagent.settings import ConfigError
+from edgeagent.paths import default_models_dir
+from edgeagent.sections import ConfigError
 
 
 def register(subparsers: Any) -> None:

@@ -1,0 +1,121 @@
+"""The agent's HTTP application: middleware, body limits, and the routes of every API.
+
+``create_app`` builds one aiohttp application that the daemon serves on its Unix socket and TCP
+listener. Routes live in ``routes_v2`` (Open Inference Protocol) and ``routes_edge`` (classify,
+status, metrics, OpenAPI); both only translate between HTTP and the engine's data plane. Every
+failure the engine reports is a ``ServingError`` whose status the error middleware turns into
+``{"error": ...}``, and anything else is caught there too, so no request can take the server
+down or leak into another request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from edgeagent.api.auth import auth_middleware
+from edgeagent.api.keys import DATAPLANE, METRICS, SETTINGS, STATUS
+from edgeagent.api.routes_edge import edge_routes
+from edgeagent.api.routes_v2 import v2_routes
+from edgeagent.api.settings import ServerSettings
+from edgeagent.engine.dataplane import DataPlane
+from edgeagent.engine.errors import ServingError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# ---------------------------------------------------------------------------------------------
+# Middleware: metrics (outermost) → errors → auth → handler
+
+
+class HttpMetrics:
+    """Per-route request counts, latency and errors; the route label is the route template."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "edgeagent_http_requests_total",
+            "HTTP requests answered, by route template, method and status",
+            ["route", "method", "status"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "edgeagent_http_errors_total",
+            "HTTP requests answered with a 4xx or 5xx status",
+            ["route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "edgeagent_http_request_duration_seconds",
+            "Time from request headers to response, by route template",
+            ["route", "method"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+            registry=registry,
+        )
+
+    def middleware(self) -> Middleware:
+        @web.middleware
+        async def measure(request: web.Request, handler: Handler) -> web.StreamResponse:
+            started = time.perf_counter()
+            status = 500
+            try:
+                response = await handler(request)
+                status = response.status
+                return response
+            finally:
+                resource = request.match_info.route.resource
+                route = resource.canonical if resource is not None else "unmatched"
+                self.latency.labels(route, request.method).observe(time.perf_counter() - started)
+                self.requests.labels(route, request.method, str(status)).inc()
+                if status >= 400:
+                    self.errors.labels(route, str(status)).inc()
+
+        return measure
+
+
+def error_json(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure becomes ``{"error": ...}`` with its status; nothing escapes as a crash."""
+    try:
+        return await handler(request)
+    except ServingError as exc:
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return error_json(exc.message, exc.status, headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
+        return error_json(f"{exc.reason}: {request.method} {request.path}", exc.status, headers)
+    except Exception as exc:
+        log.exception("internal error on %s %s", request.method, request.path)
+        return error_json(f"internal error: {type(exc).__name__}: {exc}", 500)
+
+
+def create_app(
+    dataplane: DataPlane,
+    *,
+    settings: ServerSettings,
+    metrics: CollectorRegistry,
+    status: Callable[[], dict],
+) -> web.Application:
+    """The HTTP application over ``dataplane``; serve it on any listener."""
+    http_metrics = HttpMetrics(metrics)
+    app = web.Application(
+        middlewares=[http_metrics.middleware(), errors_middleware, auth_middleware(settings)],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[DATAPLANE] = dataplane
+    app[SETTINGS] = settings
+    app[METRICS] = metrics
+    app[STATUS] = status
+    app.add_routes([*v2_routes(), *edge_routes()])
+    return app

@@ -1,0 +1,17 @@
+"""The aiohttp application keys every route module reads (one place, no import cycles)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from edgeagent.api.settings import ServerSettings
+from edgeagent.engine.dataplane import DataPlane
+
+DATAPLANE = web.AppKey("dataplane", DataPlane)
+SETTINGS = web.AppKey("settings", ServerSettings)
+METRICS = web.AppKey("metrics", CollectorRegistry)
+STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")

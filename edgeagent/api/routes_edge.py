@@ -1,0 +1,54 @@
+"""The edge convenience API: classify an image, the agent's status, metrics, OpenAPI."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import generate_latest
+
+from edgeagent.api.body import read_body
+from edgeagent.api.keys import DATAPLANE, METRICS, STATUS
+
+
+async def classify_image(request: web.Request) -> web.Response:
+    name, version = request.match_info["name"], request.match_info.get("version")
+    image = await read_body(request)
+    answer = await request.app[DATAPLANE].classify(name, version, image, request.query.get("top_k"))
+    return web.json_response(answer)
+
+
+async def status_report(request: web.Request) -> web.Response:
+    return web.json_response(
+        request.app[STATUS](), dumps=lambda value: json.dumps(value, default=str)
+    )
+
+
+async def metrics_text(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS])
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI document, parsed once from the YAML kept next to this module."""
+    text = resources.files("edgeagent.api").joinpath("openapi.yaml").read_text("utf-8")
+    return yaml.safe_load(text)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+def edge_routes() -> list[web.RouteDef]:
+    return [
+        web.post("/v1/models/{name}/classify", classify_image),
+        web.get("/v1/status", status_report),
+        web.get("/metrics", metrics_text),
+        web.get("/openapi.json", openapi),
+    ]

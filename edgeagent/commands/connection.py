@@ -1,0 +1,57 @@
+"""The connection options of every command that talks to a running agent (--socket, --url …)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from edgeagent.api.client import AgentClient
+from edgeagent.config import load_config
+from edgeagent.sections import ConfigError
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """--socket / --url / --token / --config / --timeout, as every agent-facing command has."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--socket", type=Path, help="the agent's Unix socket (default: [server] unix_socket)"
+    )
+    where.add_argument("--url", help="the agent's TCP address instead, e.g. http://127.0.0.1:8080")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("EDGEAGENT_TOKEN"),
+        help="bearer token for a non-loopback TCP listener (default: $EDGEAGENT_TOKEN, "
+        "else [server] token when the config is readable)",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="agent config to find the socket in (default: system file)"
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+
+
+SYSTEM_SOCKET = Path("/run/edgeagent/agent.sock")
+
+
+def _existing_socket(configured: Path | None) -> Path | None:
+    """The configured socket, or the systemd service's when only that one exists.
+
+    An operator's shell has no RUNTIME_DIRECTORY, so the default path it computes is the
+    per-user one even when the agent runs as the system service.
+    """
+    if configured is not None and not configured.exists() and SYSTEM_SOCKET.exists():
+        return SYSTEM_SOCKET
+    return configured
+
+
+def client_from_args(args: argparse.Namespace) -> AgentClient:
+    """The client the connection arguments describe; ConfigError when the config is bad."""
+    if args.url:
+        return AgentClient(url=args.url, token=args.token, timeout=args.timeout)
+    server = load_config(args.config).server
+    socket_path = args.socket or _existing_socket(server.unix_socket)
+    if socket_path is None:
+        raise ConfigError("[server] unix_socket is not set: give --socket or --url")
+    return AgentClient(
+        socket_path=socket_path, token=args.token or server.token or None, timeout=args.timeout
+    )

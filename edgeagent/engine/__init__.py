@@ -1,0 +1,1 @@
+"""The serving engine, transport-free: registry, batcher, limits, errors, metrics."""

@@ -1,0 +1,237 @@
+"""The data plane: what every transport (HTTP, gRPC, shared memory) asks of the engine.
+
+Transports only translate wire formats into these calls and the answers back; every decision
+(which model and version, the request's priority and deadline, the answer's datatype, the
+repository and statistics views, image classification) is made here once, so two transports
+can never disagree. The idea is MLServer's ``DataPlane``; errors are ``ServingError``s that
+each transport maps to its own status codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgeagent import __version__
+from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
+from edgeagent.engine.registry import READY, LoadedModel, ModelRegistry
+from edgeagent.engine.settings import EngineSettings
+from edgeagent.models.package import TensorSpec
+from edgeagent.models.preprocess import preprocess_image, top_k
+from edgeagent.runtimes.facts import v2_platform
+
+EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
+
+
+@dataclass(frozen=True)
+class InferOptions:
+    """Per-request engine options from the v2 ``parameters`` (same on every transport)."""
+
+    priority: int | None = None  # 1 = most urgent; None = [server] default_priority
+    timeout_s: float | None = None  # None = [server] request_timeout_s
+
+
+def infer_options(parameters: Mapping[str, Any], settings: EngineSettings) -> InferOptions:
+    """Triton's request parameters ``priority`` (1 = most urgent, 0 = default) and ``timeout`` (µs).
+
+    A client's timeout can shorten the deadline, never lengthen it past the configured one.
+    """
+    priority = parameters.get("priority")
+    if priority is not None and (
+        not isinstance(priority, int) or isinstance(priority, bool) or priority < 0
+    ):
+        raise InvalidInput(f"parameters.priority must be a non-negative integer, got {priority!r}")
+    timeout = parameters.get("timeout")
+    if timeout is not None and (
+        not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0
+    ):
+        raise InvalidInput(f"parameters.timeout must be a positive integer (µs), got {timeout!r}")
+    return InferOptions(
+        priority=priority or None,
+        timeout_s=None if timeout is None else min(timeout / 1e6, settings.request_timeout_s),
+    )
+
+
+def parse_top_k(value: str | None, default: int, classes: int) -> int:
+    """The ``top_k`` query parameter: 1..classes, the package's default when absent."""
+    if value is None:
+        return min(default, classes)
+    try:
+        k = int(value)
+    except ValueError:
+        raise InvalidInput(f"query parameter top_k must be an integer, got {value!r}") from None
+    if not 1 <= k <= classes:
+        raise InvalidInput(f"query parameter top_k must be between 1 and {classes}, got {k}")
+    return k
+
+
+def tensor_metadata(spec: TensorSpec, datatype: str) -> dict[str, Any]:
+    return {"name": spec.name, "datatype": datatype, "shape": list(spec.shape)}
+
+
+class DataPlane:
+    """The engine as transports see it: one instance over the daemon's registry."""
+
+    def __init__(self, registry: ModelRegistry, settings: EngineSettings) -> None:
+        self.registry = registry
+        self.settings = settings
+        # A decoded image may take ~120 MB (40 Mpx RGB): decode no more at once than there are
+        # inference threads, so a burst of large uploads cannot exhaust a small board's memory.
+        self._decode_slots = asyncio.Semaphore(settings.worker_threads)
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """True when at least one model takes traffic (SPEC §12)."""
+        return any(entry["state"] == READY for entry in self.registry.index())
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {"name": "edgeagent", "version": __version__, "extensions": EXTENSIONS}
+
+    def model(self, name: str, version: str | None = None) -> LoadedModel:
+        """The loaded model (version) that serves ``name``; ModelNotFound or NotReady."""
+        return self.registry.get(name, version)
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        """True when it takes traffic, False when it exists but does not; ModelNotFound else."""
+        try:
+            self.model(name, version)
+        except NotReady:
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str | None, datatype_of: Any) -> dict[str, Any]:
+        """v2 model metadata; ``datatype_of`` names a numpy dtype in the transport's protocol."""
+        model = self.model(name, version)
+        package = model.package
+        return {
+            "name": package.name,
+            "versions": self.registry.versions(package.name),
+            "platform": v2_platform(model.backend["runtime"]),
+            "inputs": [tensor_metadata(s, datatype_of(s.dtype)) for s in package.inputs],
+            "outputs": [tensor_metadata(s, datatype_of(s.dtype)) for s in package.outputs],
+        }
+
+    def model_config(self, name: str, version: str | None, datatype_of: Any) -> dict[str, Any]:
+        """Triton-style configuration (what ``tritonclient.get_model_config`` reads)."""
+        model = self.model(name, version)
+        package = model.package
+        batched = model.max_batch_size > 0
+
+        def dims(spec: TensorSpec) -> dict[str, Any]:
+            shape = list(spec.shape[1:] if batched else spec.shape)
+            return {
+                "name": spec.name,
+                "data_type": "TYPE_" + datatype_of(spec.dtype),
+                "dims": shape,
+            }
+
+        runtime = model.backend["runtime"]
+        return {
+            "name": package.name,
+            "platform": v2_platform(runtime),
+            "backend": runtime,
+            "max_batch_size": model.max_batch_size,
+            "input": [dims(spec) for spec in package.inputs],
+            "output": [dims(spec) for spec in package.outputs],
+            "dynamic_batching": {
+                "max_queue_delay_microseconds": int(package.serving.max_queue_delay_ms * 1000)
+            },
+            "version_policy": {"specific": {"versions": [model.version]}},
+        }
+
+    # -- inference ------------------------------------------------------------------------------
+
+    async def infer(
+        self,
+        model: LoadedModel,
+        inputs: Mapping[str, np.ndarray],
+        options: InferOptions,
+        outputs: list[str],
+    ) -> dict[str, np.ndarray]:
+        """Run ``inputs`` through ``model``; the named outputs in the datatype the metadata
+        advertises, whatever precision the variant computed in."""
+        kwargs: dict[str, Any] = {}
+        if options.priority is not None:
+            kwargs["priority"] = options.priority
+        if options.timeout_s is not None:
+            kwargs["timeout_s"] = options.timeout_s
+        results = await model.infer(inputs, **kwargs)
+        specs = {spec.name: spec for spec in model.package.outputs}
+        return {
+            name: np.asarray(results[name]).astype(specs[name].dtype, copy=False)
+            for name in outputs
+        }
+
+    async def classify(
+        self, name: str, version: str | None, image: bytes, k: str | None
+    ) -> dict[str, Any]:
+        """One image through the model: decode, preprocess, infer, labelled top-k.
+
+        Decoding and resizing run in a worker thread: a large JPEG takes milliseconds of CPU
+        that would otherwise stall every other request on the loop.
+        """
+        model = self.model(name, version)
+        package = model.package
+        if package.preprocess is None:
+            raise InvalidInput(
+                f"model {package.name!r} has no [preprocess] section, so it cannot take images; "
+                f"send tensors to /v2/models/{package.name}/infer instead"
+            )
+        output = package.outputs[0]
+        k_value = parse_top_k(k, package.postprocess.top_k, output.shape[-1])
+        started = time.perf_counter()
+        try:
+            async with self._decode_slots:
+                tensor = await asyncio.to_thread(preprocess_image, image, package.preprocess)
+        except ValueError as exc:
+            raise InvalidInput(f"request body: {exc}") from None
+        answer = await model.infer({package.inputs[0].name: tensor})
+        predictions = top_k(
+            answer[output.name][0], package.labels, k_value, package.postprocess.softmax
+        )
+        latency_ms = (time.perf_counter() - started) * 1000.0
+        backend = model.backend
+        return {
+            "model_name": package.name,
+            "model_version": model.version,
+            "labels": [p.label for p in predictions],
+            "scores": [p.score for p in predictions],
+            "indices": [p.index for p in predictions],
+            "backend": backend["runtime"],
+            "device": backend["device"],
+            "precision": backend["precision"],
+            "latency_ms": round(latency_ms, 3),
+        }
+
+    # -- repository and statistics ------------------------------------------------------------
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        return [e for e in self.registry.index() if not ready_only or e["state"] == READY]
+
+    async def load(self, name: str) -> None:
+        await self.registry.load(name)
+
+    async def unload(self, name: str) -> None:
+        await self.registry.unload(name)
+
+    def statistics(self, name: str | None = None, version: str | None = None) -> list[dict]:
+        """v2 statistics of every loaded version (of ``name``; of one ``version``)."""
+        if name is not None and version is not None:
+            model = self.model(name, version)
+            return [model.stats.to_v2(name, model.version)]
+        names = [name] if name is not None else sorted({e["name"] for e in self.registry.index()})
+        stats = []
+        for each in names:
+            for v in self.registry.versions(each):
+                try:
+                    model = self.registry.get(each, v)
+                except (NotReady, ModelNotFound):
+                    continue  # unloaded versions have nothing to report
+                stats.append(model.stats.to_v2(each, model.version))
+        return stats

@@ -1,0 +1,72 @@
+"""Durable file replacement, written once for every part of the agent.
+
+A power cut on an edge board can come at any instant. Every record the agent keeps (probe cache,
+trust store, update store, reports, keys) is therefore replaced the same way: write a temporary
+file beside the target, fsync it, rename it over the target, fsync the directory. On any failure
+the temporary file is removed and the target keeps its old content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or unlink inside ``path`` durable (the entry lives in the directory)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory below ``root`` (bottom-up), so a rename publishes data."""
+    for directory, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(directory))
+
+
+def write_file_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory.
+
+    The temp file is created with ``mode`` from the start (a private key is never readable by
+    others, not even for an instant). On any failure it is removed and ``path`` is unchanged.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """``write_file_atomic`` for UTF-8 text."""
+    write_file_atomic(path, text.encode("utf-8"), mode)
+
+
+def write_json_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``data`` as indented, key-sorted JSON (diffable, reproducible)."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True), mode)
