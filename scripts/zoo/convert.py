@@ -55,6 +55,12 @@ def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path)
     natively; with int8 activations onnxruntime ran MobileNetV2 only 1.1× faster than FP32 on
     this CPU, with uint8 about 1.8×. OpenVINO reads the same QDQ file.
 
+    Weights use 7 bits (``reduce_range``): on x86 CPUs with AVX2 but no VNNI (an AMD EPYC here)
+    the U8S8 kernels sum u8 × s8 pairs in int16 (VPMADDUBSW) and saturate with full-range
+    weights. Measured on MobileNetV3-Small over the tests' 60 photo crops: top-1 agreement with
+    FP32 0.58 full-range, 0.72 with 7-bit weights. A package is built once and served by CPUs of
+    every kind in a fleet, so the int8 file must be right on all of them.
+
     ``quant_pre_process`` first folds BatchNorm into the convolutions and infers shapes, as
     onnxruntime's quantization guide recommends, so the scales belong to the fused weights.
     """
@@ -72,6 +78,7 @@ def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path)
         per_channel=True,
         activation_type=QuantType.QUInt8,
         weight_type=QuantType.QInt8,
+        reduce_range=True,
     )
     prepared.unlink()
 
