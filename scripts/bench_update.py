@@ -40,11 +40,11 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
 from edgeagent.hub.sign import sign_package  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402 - the suite's Mosquitto launcher
 
 MODEL = "mobilenet_v3_small"
 

@@ -16,7 +16,7 @@ from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
-from tests.unit.test_hardware_support import (
+from tests.support.hardware import (
     FIXTURES,
     install_flaky,
     write_multi_package,

@@ -14,12 +14,12 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
+from devtools.broker import Broker
 from edgeagent.fleet.mqtt import MqttLink, backoff_delays
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.broker
 

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from devtools.broker import make_pki
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.hub.keys import generate_key, keygen
 from edgeagent.hub.serve import server_tls, start_artifact_server
-from tests.integration.broker import make_pki
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,

@@ -22,11 +22,11 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.broker import Broker
 from edgeagent.hub.publish import publish
 from edgeagent.hub.status import collect_fleet
 from edgeagent.updates.updater import KILL_ENV
 from tests.helpers import write_tiny_package
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_updates_helpers import Hub, add_golden, hub_fixture  # noqa: F401
 
 pytestmark = pytest.mark.broker

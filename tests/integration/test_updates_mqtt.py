@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from devtools.broker import Broker
 from edgeagent.aio import cancel_and_wait
 from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
@@ -24,7 +25,6 @@ from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,

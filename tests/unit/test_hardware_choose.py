@@ -17,7 +17,7 @@ from edgeagent.models.package import load_package
 from edgeagent.runtimes import LoadRequest, get_runtime
 from edgeagent.runtimes.onnx import OnnxRuntime
 from tests.helpers import write_tiny_onnx
-from tests.unit.test_hardware_support import write_multi_package, write_profile
+from tests.support.hardware import write_multi_package, write_profile
 
 CPU = "onnxruntime:CPUExecutionProvider"
 
