@@ -15,6 +15,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.package import set_fields
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from tests.helpers import REPO, write_tiny_package
@@ -92,12 +93,7 @@ def infer_body(x: np.ndarray) -> dict:
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
     root = write_tiny_package(tmp_path / "models" / "tiny")
-    toml = (root / "model.toml").read_text()
-    (root / "model.toml").write_text(
-        toml.replace("max_queue_delay_ms = 2", f"max_queue_delay_ms = {QUEUE_DELAY_MS}").replace(
-            "max_batch_size = 4", "max_batch_size = 16"
-        )
-    )
+    set_fields(root, {"serving.max_queue_delay_ms": QUEUE_DELAY_MS, "serving.max_batch_size": 16})
     return root.parent
 
 

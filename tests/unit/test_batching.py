@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from devtools.package import set_fields
 from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate
 from edgeagent.engine.errors import (
     DeadlineExceeded,
@@ -233,8 +234,7 @@ async def test_pacing_and_concurrency_across_models(package, executor):
 
 async def test_model_that_cannot_batch_runs_one_at_a_time(tmp_path: Path, executor):
     root = write_tiny_package(tmp_path / "fixed")
-    toml = (root / "model.toml").read_text().replace("[-1, 3, 8, 8]", "[1, 3, 8, 8]")
-    (root / "model.toml").write_text(toml.replace("[-1, 4]", "[1, 4]"))
+    set_fields(root, {"inputs.0.shape": [1, 3, 8, 8], "outputs.0.shape": [1, 4]})
     package = load_package(root)
     session = Recording(open_variant(package))
     batcher = make_batcher(package, executor, session=session)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from devtools.package import set_fields
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
@@ -92,9 +93,7 @@ async def test_load_get_index_and_unknown(tmp_path: Path, executor):
 async def test_invalid_package_is_listed_with_its_reason(tmp_path: Path, executor):
     registry, _ = make_registry(executor)
     broken = write_tiny_package(tmp_path / "broken", name="broken")
-    (broken / "model.toml").write_text(
-        (broken / "model.toml").read_text().replace('dtype = "float32"', 'dtype = "float99"', 1)
-    )
+    set_fields(broken, {"inputs.0.dtype": "float99"})
     registry.add(broken)
     await registry.load_all()
     [row] = registry.index()
