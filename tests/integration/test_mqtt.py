@@ -20,6 +20,7 @@ from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 
@@ -46,14 +47,6 @@ class Device:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-
-
-async def until(predicate, timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def retained(settings: MqttSettings, topic: str) -> bytes:

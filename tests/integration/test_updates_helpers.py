@@ -8,7 +8,6 @@ one thing (version, key, expiry, target, artifact bytes) and then checks the rep
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import io
@@ -199,12 +198,3 @@ async def device_fixture(tmp_path: Path, hub: Hub) -> AsyncIterator[Device]:
         device = make_device(tmp_path / "device", hub.keys / "trust.json", executor)
         yield device
         await device.registry.close()
-
-
-async def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> None:
-    """Poll ``predicate`` until true; fail with a clear message on time-out."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(interval)

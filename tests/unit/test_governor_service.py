@@ -15,6 +15,7 @@ from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Profile, load_profiles
 from tests.fixtures.thermal.trees import board, write
+from tests.support.waiting import until
 
 
 class Clock:
@@ -197,10 +198,7 @@ async def test_runs_on_its_own_loop_and_stops_cleanly(tmp_path: Path) -> None:
     await governor.start()
     assert governor.snapshot()["state"] == "normal"  # the first reading happens in start()
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
-    for _ in range(100):
-        if governor.limits().shed_priority_from is not None:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: governor.limits().shed_priority_from is not None)
     assert governor.snapshot()["state"] == "hot"
     await governor.stop()
     assert all(t.done() for t in asyncio.all_tasks() if t is not asyncio.current_task())
@@ -251,10 +249,7 @@ async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
 
     governor.sensors.read = broken_read  # type: ignore[method-assign]
     write(root, "sys/class/thermal/thermal_zone4/temp", 40000)
-    for _ in range(100):
-        if len(calls) > 3:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: len(calls) > 3)
     await governor.stop()
     assert "governor step failed; keeping the previous limits" in caplog.text
     assert len(calls) > 3  # the loop went on after the failures

@@ -17,6 +17,7 @@ from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
 from tests.helpers import write_tiny_package
+from tests.support.waiting import until
 
 
 class Opened:
@@ -140,9 +141,9 @@ async def test_hot_swap_under_load_fails_no_request(tmp_path: Path, executor):
             answered.append(model.version)
 
     clients = [asyncio.create_task(client(x)) for x in inputs]
-    await asyncio.sleep(0.2)
+    await until(lambda: "1" in answered)
     new = await registry.activate(v2)
-    await asyncio.sleep(0.2)
+    await until(lambda: answered.count("2") >= len(inputs))
     stop.set()
     await asyncio.gather(*clients)  # re-raises any failed request
     assert new.version == "2" and registry.get("tiny") is new
