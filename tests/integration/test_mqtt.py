@@ -92,6 +92,7 @@ async def test_tls_listener_refuses_incomplete_credentials(broker: Broker, devic
 async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker, devices) -> None:
     settings = broker.settings()
     device = await Device(settings).start()
+    devices.append(device)  # stopped again at teardown if the wait below fails (stop is idempotent)
     await asyncio.wait_for(device.link.connected.wait(), 10)
     await device.stop()  # the broker keeps the persistent session
 
