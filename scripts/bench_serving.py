@@ -37,6 +37,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.package import keep_variants  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
@@ -243,23 +244,16 @@ def pinned_package(package_dir: Path, precision: str, target: Path) -> Path:
     model.toml keeps every table except the other [[variant]] blocks; files are copied (a
     package refuses symlinks that point outside it).
     """
-    text = (package_dir / "model.toml").read_text()
-    head, *variants = text.split("[[variant]]")
-    kept = [
-        block
-        for block in variants
-        if 'runtime = "onnxruntime"' in block and f'precision = "{precision}"' in block
-    ]
-    if not kept:
-        raise SystemExit(f"{package_dir} has no onnxruntime {precision} variant")
     package = load_package(package_dir)
     chosen = package.variant("onnxruntime", precision)
+    if chosen is None:
+        raise SystemExit(f"{package_dir} has no onnxruntime {precision} variant")
     others = {f for v in package.variants if v is not chosen for f in v.files}
     target.mkdir(parents=True)
     for path in package.root.iterdir():
-        if path.name != "model.toml" and path.is_file() and path not in others:
+        if path.is_file() and path not in others:
             shutil.copyfile(path, target / path.name)
-    (target / "model.toml").write_text(head + "".join("[[variant]]" + b for b in kept))
+    keep_variants(target, lambda v: v["runtime"] == "onnxruntime" and v["precision"] == precision)
     return target
 
 

@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -40,11 +39,12 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
+from devtools.package import keep_variants, set_fields  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
 from edgeagent.hub.sign import sign_package  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402 - the suite's Mosquitto launcher
 
 MODEL = "mobilenet_v3_small"
 
@@ -53,13 +53,10 @@ def make_package(zoo: Path, out: Path, version: str) -> Path:
     """The zoo package cut to its int8 ONNX variant (plus labels and golden): about 4 MB."""
     source = zoo / MODEL
     out.mkdir(parents=True)
-    for name in ("labels.txt", "golden.npz", f"{MODEL}.int8.onnx"):
+    for name in ("model.toml", "labels.txt", "golden.npz", f"{MODEL}.int8.onnx"):
         shutil.copy2(source / name, out / name)
-    text = (source / "model.toml").read_text()
-    head, *variants = text.split("[[variant]]")
-    keep = [v for v in variants if 'precision = "int8"' in v and '"onnxruntime"' in v]
-    head = re.sub(r'^version = ".*"$', f'version = "{version}"', head, flags=re.M)
-    (out / "model.toml").write_text(head + "".join("[[variant]]" + v for v in keep))
+    set_fields(out, {"version": version})
+    keep_variants(out, lambda v: v["runtime"] == "onnxruntime" and v["precision"] == "int8")
     return out
 
 

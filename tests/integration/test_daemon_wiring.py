@@ -13,6 +13,7 @@ from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.engine.limits import ServingLimits
 from tests.helpers import write_tiny_package
+from tests.support.waiting import until
 
 
 def infer_body(x: np.ndarray, **parameters) -> dict:
@@ -105,9 +106,9 @@ async def test_hot_swap_over_http_fails_no_request(daemon, client, tmp_path: Pat
                 seen.append((response.status, body.get("model_version", body.get("error"))))
 
     clients = [asyncio.create_task(hammer(x)) for x in inputs]
-    await asyncio.sleep(0.3)
+    await until(lambda: len(seen) >= len(inputs))  # version 1 is answering
     await daemon.registry.activate(v2)
-    await asyncio.sleep(0.3)
+    await until(lambda: [version for _, version in seen].count("2") >= len(inputs))
     stop.set()
     await asyncio.gather(*clients)
     assert {status for status, _ in seen} == {200}, [s for s in seen if s[0] != 200][:3]

@@ -16,12 +16,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from devtools.broker import Broker, free_port
 from edgeagent.cli import main
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.rollout import RolloutPlan, stage_sizes
 from edgeagent.hub.status import fleet_row, format_table
 from tests.helpers import write_tiny_package
-from tests.integration.broker import Broker, broker_fixture, free_port  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parents[2]
 

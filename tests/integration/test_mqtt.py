@@ -14,12 +14,13 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
+from devtools.broker import Broker
 from edgeagent.fleet.mqtt import MqttLink, backoff_delays
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 
@@ -46,14 +47,6 @@ class Device:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
-
-
-async def until(predicate, timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def retained(settings: MqttSettings, topic: str) -> bytes:
@@ -99,6 +92,7 @@ async def test_tls_listener_refuses_incomplete_credentials(broker: Broker, devic
 async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker, devices) -> None:
     settings = broker.settings()
     device = await Device(settings).start()
+    devices.append(device)  # stopped again at teardown if the wait below fails (stop is idempotent)
     await asyncio.wait_for(device.link.connected.wait(), 10)
     await device.stop()  # the broker keeps the persistent session
 

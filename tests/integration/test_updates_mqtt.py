@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from devtools.broker import Broker
 from edgeagent.aio import cancel_and_wait
 from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
@@ -24,15 +25,14 @@ from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,
     break_model,
     hub_fixture,  # noqa: F401 - fixture
     make_device,
-    wait_for,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 
@@ -154,7 +154,7 @@ async def test_a_device_offline_during_the_publish_installs_on_reconnect(
     await publish(broker.settings(), ["edgeagent/device/dev-1/release"], envelope)
 
     online = await (await stacks(state="dev-1")).start()
-    await wait_for(lambda: online.outcome() is not None)
+    await until(lambda: online.outcome() is not None)
     assert online.outcome()["result"] == "succeeded"
     assert online.device.serving() == "1"
 
@@ -166,10 +166,10 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
         await publish(broker.settings(), ["edgeagent/group/lab/release"], envelope)
         await asyncio.wait_for(server.started_sending.wait(), 15)
         await asyncio.to_thread(broker.restart)
-        await wait_for(lambda: online.outcome() is not None, timeout=60)
+        await until(lambda: online.outcome() is not None, timeout=60)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert online.link.connections >= 2
-    await wait_for(lambda: online.link.connected.is_set())
+    await until(lambda: online.link.connected.is_set())
     rows = await collect_fleet(broker.settings(), group="lab", wait_s=0.5)
     assert rows[0]["last_result"] == "succeeded" and rows[0]["models"] == {"tiny": "1"}
 
@@ -178,7 +178,7 @@ async def test_a_dropped_http_connection_resumes_with_range(stacks, hub: Hub, br
     online = await (await stacks()).start()
     async with serving(hub, drop_first=True) as server:
         await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
-        await wait_for(lambda: online.outcome() is not None, timeout=30)
+        await until(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert server.ranges[0] is None and server.ranges[1] is not None
     assert server.ranges[1].startswith("bytes=") and server.ranges[1] != "bytes=0-"
@@ -189,7 +189,7 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     for online in fleet:  # every device serves v1, through the group's retained release
         online.device.updater.reporter.refresh()
     await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
-    await wait_for(lambda: all(o.outcome() for o in fleet), timeout=60)
+    await until(lambda: all(o.outcome() for o in fleet), timeout=60)
 
     envelope = hub.sign(break_model(hub.package("2")))
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
@@ -226,7 +226,7 @@ async def test_a_rotated_trust_file_over_mqtt_retires_the_old_release_key(
         out_path=hub.root / "trust-v2.json",
     )
     await publish(broker.settings(), ["edgeagent/group/lab/trust"], rotated.read_bytes())
-    await wait_for(lambda: online.device.updater.trust.version == 2)
+    await until(lambda: online.device.updater.trust.version == 2)
     assert online.outcome()["code"] == "rotated"
 
     refused = await online.device.apply(hub.release("1"))  # signed with the retired key
@@ -256,7 +256,7 @@ async def test_a_device_that_slept_through_two_rotations_catches_up(
     )
     message = trust_message(hub.keys / "trust.json")  # what 'hub publish --trust-file' sends
     await publish(broker.settings(), ["edgeagent/group/lab/trust"], message)
-    await wait_for(lambda: online.device.updater.trust.version == 3)
+    await until(lambda: online.device.updater.trust.version == 3)
     accepted = await online.device.apply(
         hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-v3-key")
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Profile, load_profiles
 from tests.fixtures.thermal.trees import board, write
+from tests.support.waiting import until
 
 
 class Clock:
@@ -37,6 +39,21 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 async def step(governor: GovernorService, clock: Clock, seconds: float = 1.0) -> None:
     clock.now += seconds
     await governor.tick()
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[Callable[[GovernorService], Awaitable[None]]]:
+    """Start a governor for the test and stop it afterwards even when an assertion fails
+    (stop() is idempotent, so a test may still stop it itself to check what stopping does)."""
+    running: list[GovernorService] = []
+
+    async def start(governor: GovernorService) -> None:
+        running.append(governor)
+        await governor.start()
+
+    yield start
+    for governor in running:
+        await governor.stop()
 
 
 @pytest.fixture
@@ -190,40 +207,36 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
     assert governor.snapshot()["power_save"]
 
 
-async def test_runs_on_its_own_loop_and_stops_cleanly(tmp_path: Path) -> None:
+async def test_runs_on_its_own_loop_and_stops_cleanly(tmp_path: Path, started) -> None:
     root = board("jetson_orin", tmp_path)
     settings = GovernorSettings(interval_s=0.05)
     governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
-    await governor.start()
+    await started(governor)
     assert governor.snapshot()["state"] == "normal"  # the first reading happens in start()
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
-    for _ in range(100):
-        if governor.limits().shed_priority_from is not None:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: governor.limits().shed_priority_from is not None)
     assert governor.snapshot()["state"] == "hot"
     await governor.stop()
     assert all(t.done() for t in asyncio.all_tasks() if t is not asyncio.current_task())
 
 
-async def test_disabled_governor_never_throttles(tmp_path: Path) -> None:
+async def test_disabled_governor_never_throttles(tmp_path: Path, started) -> None:
     root = board("jetson_orin", tmp_path)
     write(root, "sys/class/thermal/thermal_zone4/temp", 99000)
     governor = GovernorService(
         GovernorSettings(enabled=False), profile("jetson-orin"), root, CollectorRegistry()
     )
-    await governor.start()
+    await started(governor)
     assert governor.limits().shed_priority_from is None
     assert governor.snapshot()["enabled"] is False
-    await governor.stop()
 
 
-async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path) -> None:
+async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path, started) -> None:
     settings = GovernorSettings(simulate=True, interval_s=0.05)
     governor = GovernorService(settings, profile("generic-x86_64"), Path("/"), CollectorRegistry())
     assert governor.simulator is not None
     sim_root = governor.simulator.root
-    await governor.start()
+    await started(governor)
     snap = governor.snapshot()
     assert [t["sensor"] for t in snap["temperatures"]] == ["zone:sim-thermal"]  # type: ignore[union-attr]
     assert snap["simulator"]["ambient_c"] == 40.0  # type: ignore[index]
@@ -232,13 +245,13 @@ async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path) -> 
 
 
 async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, started
 ) -> None:
     root = board("jetson_orin", tmp_path)
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
     settings = GovernorSettings(interval_s=0.05)
     governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
-    await governor.start()
+    await started(governor)
     hot = governor.limits()
     assert hot.shed_priority_from is not None
     real_read, calls = governor.sensors.read, []
@@ -251,10 +264,7 @@ async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
 
     governor.sensors.read = broken_read  # type: ignore[method-assign]
     write(root, "sys/class/thermal/thermal_zone4/temp", 40000)
-    for _ in range(100):
-        if len(calls) > 3:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: len(calls) > 3)
     await governor.stop()
     assert "governor step failed; keeping the previous limits" in caplog.text
     assert len(calls) > 3  # the loop went on after the failures

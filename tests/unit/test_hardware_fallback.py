@@ -13,7 +13,7 @@ from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import InferenceError, RuntimeLoadError
-from tests.unit.test_hardware_support import (
+from tests.support.hardware import (
     FIXTURES,
     install_flaky,
     write_multi_package,

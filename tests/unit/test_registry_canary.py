@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +16,7 @@ from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
 from tests.helpers import write_tiny_package
+from tests.support.waiting import until
 
 
 class Faulty:
@@ -93,8 +93,7 @@ async def test_canary_takes_its_share_then_is_promoted(tmp_path: Path, executor)
     assert all(ok for _, ok in first)
     await traffic(registry, 1)  # the lookup after the 8th canary answer judges it
     assert registry.get("tiny").version == "2"
-    await asyncio.sleep(0.1)
-    assert registry.versions("tiny") == ["2"]
+    await until(lambda: registry.versions("tiny") == ["2"])  # version 1 retires after draining
     assert registry.status()["tiny"]["last_canary"] == "version 2 promoted"
     await registry.close()
 
