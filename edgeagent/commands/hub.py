@@ -25,6 +25,7 @@ from typing import Any
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError
+from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.keys import HubError, trust_chain
 
 EXIT_FAILED = 1
@@ -310,13 +311,13 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         if args.clear:
             if not args.group:
                 raise HubError("--clear needs --group")
-            await clear_release(settings, prefix, args.group)
+            await clear_release(settings, args.group)
             print(f"cleared the retained release of group {args.group}")
             return 0
         if args.trust_file is not None:
             if not args.group:
                 raise HubError("--trust-file needs --group")
-            topic = f"{prefix}/group/{args.group}/trust"
+            topic = GroupTopics(prefix, args.group).trust
             await publish(settings, [topic], trust_message(args.trust_file))
             print(f"published {args.trust_file} to {topic}")
             return 0
@@ -325,10 +326,11 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         envelope, manifest = read_release(args.release, args.trust)
         topics = release_topics(prefix, args.group, args.device)
         await publish(settings, topics, envelope)
-        data = {"deployment_id": manifest.deployment_id, "topics": topics}
+        names = [topic.name for topic in topics]
+        data = {"deployment_id": manifest.deployment_id, "topics": names}
         text = (
             f"published {manifest.model} {manifest.version} "
-            f"(deployment {manifest.deployment_id}) to {', '.join(topics)}"
+            f"(deployment {manifest.deployment_id}) to {', '.join(names)}"
         )
         _emit(args, data, text)
         return 0

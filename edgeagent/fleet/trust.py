@@ -26,6 +26,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgeagent.fleet.signing import (
+    MAX_ENVELOPE_BYTES,
     Refused,
     TrustError,
     VerificationError,
@@ -40,7 +41,6 @@ from edgeagent.fleet.signing import (
 from edgeagent.fsutil import write_file_atomic
 
 ROLES = ("root", "release")
-DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024
 MAX_CHAIN = 32  # trust versions one message may carry (a device offline across many rotations)
 
 
@@ -150,7 +150,7 @@ class TrustStore:
         path: str | Path,
         *,
         seed: str | Path | None = None,
-        max_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        max_bytes: int = MAX_ENVELOPE_BYTES,
     ) -> TrustStore:
         """Open the trust file at ``path`` (which rotations rewrite).
 
@@ -202,7 +202,10 @@ class TrustStore:
         Refused (nothing written) unless a threshold of the current root keys and a threshold
         of the new root keys signed it, its version is exactly N+1 and it has not expired.
         """
-        moment = self.effective_now(now)
+        return self._apply([new_trust_envelope], now)
+
+    def _successor(self, new_trust_envelope: bytes, moment: datetime) -> TrustStore:
+        """Verify trust N+1 against this store, in memory only (nothing is written)."""
         old_root = self.root.roles["root"]
         envelope = decode_envelope(new_trust_envelope, max_bytes=self.max_bytes, what="new trust")
         check_threshold(
@@ -232,9 +235,21 @@ class TrustStore:
             )
         if new.expires <= moment:
             raise Refused("expired", f"trust v{new.version} expired at {format_time(new.expires)}")
-        self._check_not_stale()
-        write_file_atomic(self.path, new_trust_envelope)
         return TrustStore(self.path, new, max_bytes=self.max_bytes)
+
+    def _apply(self, envelopes: list[bytes], now: datetime | None) -> TrustStore:
+        """Verify every step of a chain in memory, then write the last one in one atomic step.
+
+        All or nothing: a refused entry anywhere leaves the file and this object as they were,
+        so a forged or duplicated link can never leave a half-rotated (revoked) key set behind.
+        """
+        moment = self.effective_now(now)
+        store = self
+        for envelope in envelopes:
+            store = store._successor(envelope, moment)
+        self._check_not_stale()
+        write_file_atomic(self.path, envelopes[-1])
+        return store
 
     def _check_not_stale(self) -> None:
         """Refuse to write from an outdated object (another rotation already replaced the file),
@@ -251,8 +266,9 @@ class TrustStore:
 
         A device that was offline across several rotations needs every version in between, so
         the hub may publish the whole chain; entries not newer than the current version are
-        skipped and the rest rotated one version at a time (each step verified and persisted;
-        a refused step stops the walk and is raised). Nothing newer: ``same_version``.
+        skipped and the rest verified one version at a time, in memory; only when every step
+        verified is the newest written (one atomic replace). A refused step is raised and
+        nothing changes. Nothing newer: ``same_version``.
         """
         if len(message) > self.max_bytes * MAX_CHAIN:
             raise VerificationError(
@@ -272,10 +288,7 @@ class TrustStore:
                 "publish it with 'edgeagent hub publish --trust-file', which sends every "
                 "archived rotation",
             )
-        store = self
-        for _, envelope in newer:
-            store = store.rotate(envelope, now=now)
-        return store
+        return self._apply([envelope for _, envelope in newer], now)
 
     # --- verified time --------------------------------------------------------------------
 
@@ -339,8 +352,8 @@ def _claimed_version(envelope: bytes) -> int | None:
     """The version a trust envelope *claims*, read unverified and used only to skip old
     entries of a chain; every entry that is applied is fully verified by ``rotate``."""
     try:
-        document = json.loads(decode_envelope(envelope, max_bytes=1 << 20).payload)
-    except (TrustError, ValueError):
+        document = loads_strict(decode_envelope(envelope, max_bytes=1 << 20).payload, "trust")
+    except TrustError:
         return None
     version = document.get("version") if isinstance(document, dict) else None
     return version if isinstance(version, int) and not isinstance(version, bool) else None

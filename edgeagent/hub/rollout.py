@@ -25,6 +25,7 @@ import aiomqtt
 
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.publish import hub_client
 from edgeagent.hub.status import collect_fleet
@@ -115,15 +116,16 @@ async def rollout(
     prefix = settings.topic_prefix
     try:
         async with hub_client(settings, "rollout") as client:
-            await client.subscribe(f"{prefix}/device/+/events", qos=1)
+            await client.subscribe(DeviceTopics(prefix).events.name, qos=1)
             done = 0
             for number, size in enumerate(stage_sizes(len(report.devices), plan.stages_pct), 1):
                 wave = report.devices[done:size]
                 done = size
                 progress(f"stage {number}: {len(wave)} device(s) → {size}/{len(report.devices)}")
                 for device in wave:
-                    await client.publish(f"{prefix}/device/{device}/release", envelope, qos=1)
-                await _await_outcomes(client, report, wave, plan.stage_timeout_s)
+                    topic = DeviceTopics(prefix, device).release
+                    await client.publish(topic.name, envelope, qos=1, retain=topic.retained)
+                await _await_outcomes(client, prefix, report, wave, plan.stage_timeout_s)
                 finished = len(report.outcomes)
                 failed = len(report.failed)
                 share = 100.0 * failed / finished if finished else 0.0
@@ -146,6 +148,7 @@ async def rollout(
 
 async def _await_outcomes(
     client: aiomqtt.Client,
+    prefix: str,
     report: RolloutReport,
     wave: Sequence[str],
     timeout_s: float,
@@ -158,8 +161,8 @@ async def _await_outcomes(
             message = await asyncio.wait_for(anext(messages), left)
         except asyncio.TimeoutError:
             break
-        parts = message.topic.value.split("/")
-        device = parts[-2] if len(parts) >= 2 else ""
+        where = DeviceTopics.parse(prefix, message.topic.value)
+        device = where[0] if where is not None and where[1] == "events" else ""
         try:
             event = json.loads(message.payload)
         except (TypeError, ValueError):

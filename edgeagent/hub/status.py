@@ -16,15 +16,9 @@ from typing import Any
 import aiomqtt
 
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.publish import hub_client
-
-
-def _device_of(topic: str, prefix: str) -> tuple[str, str] | None:
-    parts = topic.split("/")
-    if len(parts) == len(prefix.split("/")) + 3 and topic.startswith(f"{prefix}/device/"):
-        return parts[-2], parts[-1]
-    return None
 
 
 def fleet_row(device_id: str, state: dict[str, Any], availability: str) -> dict[str, Any]:
@@ -60,8 +54,9 @@ async def collect_fleet(
     availability: dict[str, str] = {}
     try:
         async with hub_client(settings, "status") as client:
-            await client.subscribe(f"{prefix}/device/+/state", qos=1)
-            await client.subscribe(f"{prefix}/device/+/availability", qos=1)
+            every_device = DeviceTopics(prefix)
+            await client.subscribe(every_device.state.name, qos=1)
+            await client.subscribe(every_device.availability.name, qos=1)
             messages = aiter(client.messages)
             deadline = time.monotonic() + wait_s
             while (left := deadline - time.monotonic()) > 0:
@@ -69,7 +64,7 @@ async def collect_fleet(
                     message = await asyncio.wait_for(anext(messages), left)
                 except asyncio.TimeoutError:
                     break
-                where = _device_of(message.topic.value, prefix)
+                where = DeviceTopics.parse(prefix, message.topic.value)
                 payload = message.payload
                 if where is None or not isinstance(payload, (bytes, bytearray)) or not payload:
                     continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES
 from edgeagent.sections import require
 
 
@@ -31,7 +32,9 @@ class UpdateSettings:
     # --- trust (signatures, trust store, manifests) ---
     trust_file: Path = Path("/etc/edgeagent/trust.json")  # provisioned seed; rotations go to
     # <state_dir>/trust/trust.json, which this seeds on first start or when its version is higher
-    max_manifest_bytes: int = 64 * 1024  # envelopes (manifests, trust files) refused unread above
+    max_manifest_bytes: int = (
+        MAX_ENVELOPE_BYTES  # envelopes (manifests, trust files) refused unread above
+    )
     clock_skew_s: float = 300.0  # a release issued this far in the device's future is accepted
 
     def validate(self) -> None:

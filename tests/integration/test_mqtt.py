@@ -102,8 +102,8 @@ async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker,
     await asyncio.wait_for(device.link.connected.wait(), 10)
     await device.stop()  # the broker keeps the persistent session
 
-    await publish(settings, [device.topics.device_release], b"release-for-dev-1")
-    await publish(settings, [device.topics.group_release], b"group-release")
+    await publish(settings, [device.topics.of_device.release], b"release-for-dev-1")
+    await publish(settings, [device.topics.of_group.release], b"group-release")
 
     device = await Device(settings).start()
     devices.append(device)
@@ -122,7 +122,7 @@ async def test_the_link_survives_a_broker_restart(broker: Broker, devices) -> No
     await asyncio.to_thread(broker.restart)
     await until(lambda: device.link.connections >= 2 and device.link.connected.is_set())
     device.link.publish_event({"step": "after-restart"})
-    await publish(settings, [device.topics.device_release], b"after-restart")
+    await publish(settings, [device.topics.of_device.release], b"after-restart")
     await until(lambda: (device.topics.device_release, b"after-restart") in device.received)
     rows = await collect_fleet(settings, group="lab", wait_s=0.5)
     assert [r["device_id"] for r in rows] == ["dev-1"] and rows[0]["online"]
@@ -133,8 +133,8 @@ async def test_oversized_messages_are_dropped_unread(broker: Broker, devices) ->
     device = await Device(settings).start()
     devices.append(device)
     await asyncio.wait_for(device.link.connected.wait(), 10)
-    await publish(settings, [device.topics.device_release], b"x" * 101)
-    await publish(settings, [device.topics.device_release], b"small")
+    await publish(settings, [device.topics.of_device.release], b"x" * 101)
+    await publish(settings, [device.topics.of_device.release], b"small")
     await until(lambda: device.received)
     assert device.received == [(device.topics.device_release, b"small")]
 

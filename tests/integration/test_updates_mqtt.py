@@ -18,7 +18,7 @@ from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import decode_envelope
-from edgeagent.fleet.topics import Topics
+from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics
 from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
@@ -151,7 +151,7 @@ async def test_a_device_offline_during_the_publish_installs_on_reconnect(
     online = await (await stacks()).start()
     await online.stop()  # offline, but its persistent session stays on the broker
     envelope = hub.release("1")
-    await publish(broker.settings(), ["edgeagent/device/dev-1/release"], envelope)
+    await publish(broker.settings(), [DeviceTopics("edgeagent", "dev-1").release], envelope)
 
     online = await (await stacks(state="dev-1")).start()
     await wait_for(lambda: online.outcome() is not None)
@@ -163,7 +163,7 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
     online = await (await stacks()).start()
     async with serving(hub, chunk_delay=0.05) as server:
         envelope = hub.release("1")
-        await publish(broker.settings(), ["edgeagent/group/lab/release"], envelope)
+        await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], envelope)
         await asyncio.wait_for(server.started_sending.wait(), 15)
         await asyncio.to_thread(broker.restart)
         await wait_for(lambda: online.outcome() is not None, timeout=60)
@@ -177,7 +177,9 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
 async def test_a_dropped_http_connection_resumes_with_range(stacks, hub: Hub, broker: Broker):
     online = await (await stacks()).start()
     async with serving(hub, drop_first=True) as server:
-        await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
+        await publish(
+            broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("1")
+        )
         await wait_for(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert server.ranges[0] is None and server.ranges[1] is not None
@@ -188,7 +190,7 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     fleet = [await (await stacks(f"dev-{i}")).start() for i in range(4)]
     for online in fleet:  # every device serves v1, through the group's retained release
         online.device.updater.reporter.refresh()
-    await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("1"))
     await wait_for(lambda: all(o.outcome() for o in fleet), timeout=60)
 
     envelope = hub.sign(break_model(hub.package("2")))
@@ -225,7 +227,7 @@ async def test_a_rotated_trust_file_over_mqtt_retires_the_old_release_key(
         release_pubs=[new_key.pub_path],
         out_path=hub.root / "trust-v2.json",
     )
-    await publish(broker.settings(), ["edgeagent/group/lab/trust"], rotated.read_bytes())
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").trust], rotated.read_bytes())
     await wait_for(lambda: online.device.updater.trust.version == 2)
     assert online.outcome()["code"] == "rotated"
 
@@ -255,7 +257,7 @@ async def test_a_device_that_slept_through_two_rotations_catches_up(
         release_pubs=[new_key.pub_path],
     )
     message = trust_message(hub.keys / "trust.json")  # what 'hub publish --trust-file' sends
-    await publish(broker.settings(), ["edgeagent/group/lab/trust"], message)
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").trust], message)
     await wait_for(lambda: online.device.updater.trust.version == 3)
     accepted = await online.device.apply(
         hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-v3-key")
