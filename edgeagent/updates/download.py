@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 256 * 1024
 _RATE_GRACE_S = 30.0  # the minimum average rate applies after this much active time
-_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+# Network text: whole-string, ASCII digits, at most 20 of them (2**64 has 20), so int() on it
+# is cheap and can never raise on a 5000-digit "total".
+_CONTENT_RANGE_RE = re.compile(r"\Abytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)\Z", re.ASCII)
 
 
 class DownloadError(RuntimeError):
@@ -148,7 +150,12 @@ class ArtifactDownload:
             if validator:
                 headers["If-Range"] = validator
         try:
-            async with self.http.get(self.url, headers=headers) as response:
+            # sock_read bounds every wait for bytes, the response headers included (the body
+            # loop below has its own gap time-out per chunk).
+            timeout = aiohttp.ClientTimeout(
+                sock_connect=self.limits.gap_s, sock_read=self.limits.gap_s
+            )
+            async with self.http.get(self.url, headers=headers, timeout=timeout) as response:
                 have = self._accept(response, have)
                 return await self._receive(response, have)
         except (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError) as exc:

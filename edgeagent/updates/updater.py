@@ -58,7 +58,13 @@ from edgeagent.fleet.signing import TrustError, VerificationError
 from edgeagent.fleet.topics import Topics, purpose_of
 from edgeagent.fleet.trust import TrustStore, open_trust_store
 from edgeagent.fsutil import write_json_atomic
-from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.models.package import (
+    VERSION_RE,
+    ModelPackage,
+    PackageError,
+    load_package,
+    version_tuple,
+)
 from edgeagent.sections import ConfigError
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
 from edgeagent.updates.report import UpdateReporter
@@ -237,7 +243,7 @@ class Updater:
                 envelope,
                 self.trust,
                 device=self.device,
-                history=self.store,
+                history=self,
                 max_artifact_bytes=self.settings.max_artifact_bytes,
                 clock_skew_s=self.settings.clock_skew_s,
             )
@@ -245,6 +251,25 @@ class Updater:
             return self._refused(self._describe(envelope, exc), exc)
         await self._install(manifest, key)
         return self.reporter.last
+
+    # --- the release history verify_release checks against (ReleaseHistory) --------------
+    def floor(self, model: str) -> str | None:
+        """The anti-rollback floor: the store's committed floor, or the version serving now
+        when that is higher — a factory seed package counts, so a device serving seed v5 never
+        accepts an old (still unexpired) v2."""
+        floor = self.store.floor(model)
+        try:
+            serving: str | None = self.registry.get(model).package.version
+        except Exception:  # not loaded (or unknown): only the store's record counts
+            serving = None
+        if serving is None or not VERSION_RE.match(serving):
+            return floor
+        if floor is None or version_tuple(serving) > version_tuple(floor):
+            return serving
+        return floor
+
+    def bad_versions(self, model: str) -> set[str]:
+        return self.store.bad_versions(model)
 
     def _check_size(self, envelope: bytes) -> None:
         """Refuse an envelope over ``[updates] max_manifest_bytes`` before reading any of it."""
@@ -280,7 +305,7 @@ class Updater:
             **self.reporter.status(),
             "queued": len(self._hints),
             "trust_version": self.trust.version,
-            "floors": {m: self.store.floor(m) for m in self.store.models()},
+            "floors": {m: self.floor(m) for m in self.store.models()},
             "installed": {m: self.store.current(m) for m in self.store.models()},
             "pending": (lambda p: p and {"model": p.model, "version": p.version, "step": p.step})(
                 self.store.pending()
