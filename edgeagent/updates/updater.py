@@ -325,13 +325,19 @@ class Updater:
             "version": manifest.version,
             "deployment_id": manifest.deployment_id,
         }
-        pending = PendingInstall(
-            model=manifest.model,
-            version=manifest.version,
-            previous=self.store.current(manifest.model),
-            deployment_id=manifest.deployment_id,
-        )
-        self.store.begin(pending)
+        try:
+            pending = PendingInstall(
+                model=manifest.model,
+                version=manifest.version,
+                previous=self.store.current(manifest.model),
+                deployment_id=manifest.deployment_id,
+            )
+            self.store.begin(pending)
+        except Exception as exc:  # nothing was changed yet: a refusal, the store as it was
+            log.exception("cannot begin the install of %s %s", manifest.model, manifest.version)
+            message = f"step 'begin' failed: {type(exc).__name__}: {str(exc)[:300]}"
+            self.reporter.outcome(release, "refused", "internal_error", message)
+            return
         self.reporter.progress(release, "verified")
         checkpoint("verified")
         # What to swap the registry back to on failure: False until the new release serves.
