@@ -343,7 +343,9 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         "rollout",
         help="staged rollout (5%% → 25%% → 100%%) with an abort threshold on failures",
         description="Send RELEASE to a growing share of GROUP's devices (those with a retained "
-        "state report, or --device), waiting for each stage's outcomes. Stops when at least "
+        "state report, or --device), waiting for each stage's outcomes. Each stage's envelope is "
+        "signed anew with --release-key and targets exactly that stage's devices, so "
+        "a device outside the stage refuses a replayed copy. Stops when at least "
         "--min-executed devices finished and --abort-threshold percent of them failed. "
         "Exit status 1 when the rollout was aborted.",
     )
@@ -355,24 +357,33 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-executed", type=int, default=1)
     parser.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per stage")
     parser.add_argument("--trust", type=Path, help="verify against this trust file first")
+    parser.add_argument(
+        "--release-key",
+        action="append",
+        type=Path,
+        required=True,
+        dest="keys",
+        help="release key that signs each stage's envelope (repeat for a threshold)",
+    )
     parser.add_argument("--json", action="store_true")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.publish import read_release
         from edgeagent.hub.rollout import RolloutPlan, rollout
+        from edgeagent.hub.sign import ManifestSigner
 
         try:
             stages = tuple(float(p) for p in args.stages.split(","))
         except ValueError as exc:
             raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
         plan = RolloutPlan(stages, args.abort_threshold, args.min_executed, args.stage_timeout)
-        envelope, manifest = read_release(args.release, args.trust)
+        _envelope, manifest = read_release(args.release, args.trust)
         say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
         report = await rollout(
             mqtt_settings(args),
-            envelope,
             manifest,
+            sign=ManifestSigner(args.keys),
             group=args.group,
             plan=plan,
             devices=args.device,

@@ -110,7 +110,15 @@ async def test_keygen_sign_serve_publish_status(tmp_path: Path, broker: Broker) 
     status = await asyncio.to_thread(hub, "status", "--broker", broker_arg, "--wait", "0.3")
     assert status.returncode == 0 and "0 device(s), 0 online" in status.stdout
     nobody = await asyncio.to_thread(
-        hub, "rollout", release, "--group", "lab", "--broker", broker_arg
+        hub,
+        "rollout",
+        release,
+        "--group",
+        "lab",
+        "--broker",
+        broker_arg,
+        "--release-key",
+        str(keys / "release.key"),
     )
     assert nobody.returncode == 1 and "no devices in group 'lab'" in nobody.stderr
 
@@ -161,7 +169,9 @@ def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
     assert unreachable.returncode == 1 and "broker 127.0.0.1:1" in unreachable.stderr
     missing = hub("publish", str(tmp_path / "none.release.json"), "--group", "g")
     assert missing.returncode == 1 and "cannot read the release" in missing.stderr
-    stages = hub("rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20")
+    stages = hub(
+        "rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20", "--release-key", "k"
+    )
     assert stages.returncode == 1
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -44,6 +45,7 @@ class Online:
         self.device = device
         topics = Topics("edgeagent", "lab", device_id)
         self.link = MqttLink(broker.settings(), topics, device.updater.on_message)
+        device.updater.device = dataclasses.replace(device.updater.device, device_id=device_id)
         device.updater.reporter.device_id = device_id
         device.updater.reporter.group = "lab"
         device.updater.reporter.sources = {"models": device.registry.status}
@@ -196,7 +198,7 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     envelope = hub.sign(break_model(hub.package("2")))
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
     plan = RolloutPlan((25.0, 50.0, 100.0), abort_threshold_pct=50.0, stage_timeout_s=30)
-    report = await rollout(broker.settings(), envelope, manifest, group="lab", plan=plan)
+    report = await rollout(broker.settings(), manifest, sign=hub.signer(), group="lab", plan=plan)
     assert report.aborted and report.outcomes == {"dev-0": "failed"}, report.to_dict()
     assert report.codes == {"dev-0": "load_failed"}
     assert [o.device.serving() for o in fleet] == ["1", "1", "1", "1"]
@@ -210,7 +212,7 @@ async def test_a_staged_rollout_completes_in_stages(stacks, hub: Hub, broker: Br
     envelope = hub.release("1")
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
     plan = RolloutPlan((34.0, 100.0), stage_timeout_s=30)
-    report = await rollout(broker.settings(), envelope, manifest, group="lab", plan=plan)
+    report = await rollout(broker.settings(), manifest, sign=hub.signer(), group="lab", plan=plan)
     assert not report.aborted and set(report.outcomes.values()) == {"succeeded"}
     assert [len(s["devices"]) for s in report.stages] == [2, 1]
     assert [o.device.serving() for o in fleet] == ["1", "1", "1"]
