@@ -16,19 +16,23 @@ from pathlib import Path
 import aiomqtt
 
 from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
-from edgeagent.fleet.mqtt import client_options
+from edgeagent.fleet.mqtt import client_options, connect_properties
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES, TrustError, decode_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
 
+MAX_REPORT_BYTES = 256 * 1024  # a device's state report or event is a few KiB
+
 
 def hub_client(settings: MqttSettings, role: str) -> aiomqtt.Client:
-    """A short-lived, clean-session client for one hub command."""
+    """A short-lived, clean-session client for one hub command; the broker delivers it no
+    message bigger than a report could be (Maximum-Packet-Size)."""
     return aiomqtt.Client(
         **client_options(settings, f"edgeagent-hub-{role}-{secrets.token_hex(4)}"),
         clean_start=True,
+        properties=connect_properties(MAX_REPORT_BYTES),
     )
 
 

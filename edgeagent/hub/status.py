@@ -18,10 +18,9 @@ from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError, loads_strict
 from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
-from edgeagent.hub.publish import hub_client
+from edgeagent.hub.publish import MAX_REPORT_BYTES, hub_client
 
 log = logging.getLogger(__name__)
-MAX_REPORT_BYTES = 256 * 1024  # a device's state report is a few KiB
 
 
 def read_report(payload: Any, what: str) -> dict[str, Any] | None:
