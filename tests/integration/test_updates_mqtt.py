@@ -21,7 +21,7 @@ from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics
 from edgeagent.hub.keys import generate_key, rotate
-from edgeagent.hub.publish import publish
+from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
@@ -265,3 +265,31 @@ async def test_a_device_that_slept_through_two_rotations_catches_up(
         hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-v3-key")
     )
     assert accepted["result"] == "succeeded", accepted
+
+
+async def test_a_stage_envelope_replayed_on_the_group_topic_is_wrong_target(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """Issue 10 item 8: each stage is signed for its own devices, so a device outside the
+    stage that sees the copy (here replayed on the group topic) refuses it."""
+    inside = await (await stacks("dev-0")).start()
+    outside = await (await stacks("dev-1")).start()
+    envelope = hub.release("1")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
+    async with hub_client(broker.settings(), "spy") as spy:
+        await spy.subscribe(DeviceTopics("edgeagent", "dev-0").release.name, qos=1)
+        report = await rollout(
+            broker.settings(),
+            manifest,
+            sign=hub.signer(),
+            group="lab",
+            plan=RolloutPlan((100.0,), stage_timeout_s=30),
+            devices=["dev-0"],
+        )
+        stage_envelope = bytes((await anext(aiter(spy.messages))).payload)  # type: ignore[arg-type]
+    assert report.outcomes == {"dev-0": "succeeded"} and inside.device.serving() == "1"
+
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], stage_envelope)
+    await wait_for(lambda: outside.outcome() is not None, timeout=30)
+    assert (outside.outcome()["result"], outside.outcome()["code"]) == ("refused", "wrong_target")
+    assert outside.device.store.current("tiny") is None
