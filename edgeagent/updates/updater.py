@@ -469,6 +469,7 @@ class Updater:
                 destination,
                 max_bytes=self.settings.max_unpacked_bytes,
                 max_files=self.settings.max_unpacked_files,
+                max_header_bytes=self.settings.max_tar_header_bytes,
             )
             package = await asyncio.to_thread(load_package, root)
         except UnpackError as exc:
