@@ -218,9 +218,21 @@ def _rotate(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--release-threshold", type=int)
     parser.add_argument("--expires-days", type=int, default=365)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--reset-floor",
+        action="append",
+        default=[],
+        metavar="MODEL=VERSION",
+        help="set MODEL's anti-rollback floor on every device to VERSION (recovery from a "
+        "leaked release key: revoke it with --release-pub in the same rotation)",
+    )
 
     def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.keys import rotate
+
+        resets = dict(item.partition("=")[::2] for item in args.reset_floor)
+        if any(not model or not version for model, version in resets.items()):
+            raise HubError("--reset-floor wants MODEL=VERSION, e.g. mobilenet_v2=1.4.0")
 
         path = rotate(
             args.trust,
@@ -231,6 +243,7 @@ def _rotate(commands: argparse._SubParsersAction) -> None:
             release_threshold=args.release_threshold,
             expires_in=timedelta(days=args.expires_days),
             out_path=args.out,
+            floor_resets=resets,
         )
         print(f"wrote {path}")
         return 0

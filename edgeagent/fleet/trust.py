@@ -10,6 +10,11 @@ The store also keeps the *verified time*: the newest ``issued_at`` of any releas
 A device clock behind it is treated as that time, so a dead RTC or a spoofed NTP cannot revive
 expired manifests (TUF's "never accept a clock earlier than the last verified time").
 
+A trust file may carry ``floor_resets`` ({model: version}): the way out of a leaked release
+key. Whoever holds that key can sign an absurdly high version, after which every genuine
+release is ``rollback`` for ever; the root keys (offline, not leaked) sign a rotation that
+revokes the key *and* resets those floors, and the device applies both together.
+
 Every change on disk is written to a temporary file, fsynced and renamed, so a power cut leaves
 the old file or the new one, never half of each.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -39,8 +44,10 @@ from edgeagent.fleet.signing import (
     public_key_from_hex,
 )
 from edgeagent.fsutil import write_file_atomic
+from edgeagent.models.package import NAME_RE, VERSION_RE
 
 ROLES = ("root", "release")
+MAX_FLOOR_RESETS = 256  # models one rotation may reset
 MAX_CHAIN = 32  # trust versions one message may carry (a device offline across many rotations)
 
 
@@ -58,6 +65,7 @@ class TrustRoot:
     expires: datetime
     keys: Mapping[str, Ed25519PublicKey]
     roles: Mapping[str, Role]
+    floor_resets: Mapping[str, str] = field(default_factory=dict)  # {model: version}
 
 
 def _fail(where: str, problem: str) -> VerificationError:
@@ -84,10 +92,10 @@ def _int(value: Any, where: str, minimum: int) -> int:
 
 def parse_trust(payload: bytes) -> TrustRoot:
     """Validate a trust payload completely; only call it on signature-checked bytes."""
+    parsed = loads_strict(payload, "trust payload")
+    optional = {"floor_resets"} & set(parsed) if isinstance(parsed, dict) else set()
     document = _exact_keys(
-        loads_strict(payload, "trust payload"),
-        {"type", "version", "expires", "keys", "roles"},
-        "payload",
+        parsed, {"type", "version", "expires", "keys", "roles", *optional}, "payload"
     )
     if document["type"] != "trust":
         raise _fail("type", f"must be 'trust', got {document['type']!r}")
@@ -119,7 +127,28 @@ def parse_trust(payload: bytes) -> TrustRoot:
                 f"roles.{name}.threshold", f"{threshold} is more than its {len(keyids)} keys"
             )
         roles[name] = Role(frozenset(keyids), threshold)
-    return TrustRoot(version=version, expires=expires, keys=keys, roles=roles)
+    return TrustRoot(
+        version=version,
+        expires=expires,
+        keys=keys,
+        roles=roles,
+        floor_resets=_floor_resets(document.get("floor_resets", {})),
+    )
+
+
+def _floor_resets(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or len(value) > MAX_FLOOR_RESETS:
+        raise _fail("floor_resets", f"must be an object of at most {MAX_FLOOR_RESETS} entries")
+    for model, version in value.items():
+        if (
+            not NAME_RE.match(model)
+            or not isinstance(version, str)
+            or not VERSION_RE.match(version)
+        ):
+            raise _fail(
+                "floor_resets", f"{model[:64]!r}: must map a model name to a version string"
+            )
+    return dict(value)
 
 
 def _self_verified(data: bytes, source: Path | str, max_bytes: int) -> TrustRoot:
@@ -139,10 +168,20 @@ def _self_verified(data: bytes, source: Path | str, max_bytes: int) -> TrustRoot
 class TrustStore:
     """The trusted keys of this device, persisted at ``path``, plus the verified time."""
 
-    def __init__(self, path: Path, root: TrustRoot, *, max_bytes: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        root: TrustRoot,
+        *,
+        max_bytes: int,
+        floor_resets: Mapping[str, str] | None = None,
+    ) -> None:
         self.path = path
         self.root = root
         self.max_bytes = max_bytes
+        # The floor resets carried by the rotation(s) that produced this object, for the
+        # updater to apply; a store loaded from disk has none (they were applied before).
+        self.floor_resets: Mapping[str, str] = dict(floor_resets or {})
 
     @classmethod
     def load(
@@ -245,11 +284,13 @@ class TrustStore:
         """
         moment = self.effective_now(now)
         store = self
+        resets: dict[str, str] = {}
         for envelope in envelopes:
             store = store._successor(envelope, moment)
+            resets.update(store.root.floor_resets)  # a later version's reset wins
         self._check_not_stale()
         write_file_atomic(self.path, envelopes[-1])
-        return store
+        return TrustStore(self.path, store.root, max_bytes=self.max_bytes, floor_resets=resets)
 
     def _check_not_stale(self) -> None:
         """Refuse to write from an outdated object (another rotation already replaced the file),

@@ -201,6 +201,17 @@ class ModelStore:
         floors[model] = version
         write_json_atomic(self.root / "floors.json", floors)
 
+    def reset_floor(self, model: str, version: str) -> None:
+        """Set the floor to exactly ``version``, lower or not: only for a root-signed reset
+        (recovery from a leaked release key). The version is no longer remembered as bad."""
+        floors = self._floors()
+        floors[check_name(model)] = check_version(version)
+        write_json_atomic(self.root / "floors.json", floors)
+        bad = self._bad()
+        if version in bad.get(model, []):
+            bad[model] = [v for v in bad[model] if v != version]
+            write_json_atomic(self.root / "bad.json", bad)
+
     def mark_bad(self, model: str, version: str) -> None:
         bad = self._bad()
         versions = set(bad.get(check_name(model), []))

@@ -63,7 +63,6 @@ from edgeagent.models.package import (
     ModelPackage,
     PackageError,
     load_package,
-    version_tuple,
 )
 from edgeagent.sections import ConfigError
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
@@ -228,7 +227,11 @@ class Updater:
                 self._refused(release, exc)
             return
         release["version"] = str(self.trust.version)
-        self.reporter.outcome(release, "succeeded", "rotated", "trust file rotated")
+        detail = "trust file rotated"
+        for model, version in sorted(self.trust.floor_resets.items()):
+            self.store.reset_floor(model, version)
+            detail += f"; floor of {model} reset to {version}"
+        self.reporter.outcome(release, "succeeded", "rotated", detail)
         self._remember(key)
 
     async def apply(self, envelope: bytes) -> dict[str, Any] | None:
@@ -254,19 +257,17 @@ class Updater:
 
     # --- the release history verify_release checks against (ReleaseHistory) --------------
     def floor(self, model: str) -> str | None:
-        """The anti-rollback floor: the store's committed floor, or the version serving now
-        when that is higher — a factory seed package counts, so a device serving seed v5 never
-        accepts an old (still unexpired) v2."""
+        """The anti-rollback floor: the store's committed floor, or — before anything of this
+        model was committed here — the version serving now, so a device serving factory seed
+        v5 never accepts an old (still unexpired) v2."""
         floor = self.store.floor(model)
+        if floor is not None:  # committed here: the store's record is the whole truth (and
+            return floor  # a root-signed reset may have lowered it below what serves now)
         try:
             serving: str | None = self.registry.get(model).package.version
         except Exception:  # not loaded (or unknown): only the store's record counts
             serving = None
-        if serving is None or not VERSION_RE.match(serving):
-            return floor
-        if floor is None or version_tuple(serving) > version_tuple(floor):
-            return serving
-        return floor
+        return serving if serving is not None and VERSION_RE.match(serving) else None
 
     def bad_versions(self, model: str) -> set[str]:
         return self.store.bad_versions(model)

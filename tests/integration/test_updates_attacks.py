@@ -214,3 +214,33 @@ async def test_no_downgrade_below_the_factory_seed(hub, device, tmp_path) -> Non
     assert (outcome["result"], outcome["code"]) == ("refused", "rollback"), outcome
     assert device.serving() == "5" and device.store.snapshot() == before
     assert (await device.apply(hub.release("6")))["result"] == "succeeded"
+
+
+async def test_a_root_signed_floor_reset_recovers_from_a_leaked_release_key(hub, device) -> None:
+    """Item 6: a leaked release key signed the highest possible version; every genuine
+    release was `rollback` for ever. The root keys revoke the key and reset the floor in one
+    rotation; the next genuine release installs, the attacker's key is refused."""
+    assert (await device.apply(hub.release("1")))["result"] == "succeeded"
+    leaked = await device.apply(hub.release("999999999"))  # the attacker, with the leaked key
+    assert leaked["result"] == "succeeded" and device.serving() == "999999999"
+    blocked = await device.apply(hub.release("2"))
+    assert (blocked["result"], blocked["code"]) == ("refused", "rollback")
+
+    new_key = generate_key(hub.keys, "release-2")
+    rotated = rotate(
+        hub.keys / "trust.json",
+        old_root_keys=[hub.keys / "root.key"],
+        release_pubs=[new_key.pub_path],
+        floor_resets={"tiny": "1"},
+    )
+    await device.updater.on_message(TRUST_TOPIC, rotated.read_bytes())
+    assert _last_event(device)["code"] == "rotated"
+    assert "floor of tiny reset to 1" in _last_event(device)["message"]
+    assert device.store.floor("tiny") == "1"
+
+    again = await device.apply(hub.release("999999999", deployment_id="attacker-again"))
+    assert (again["result"], again["code"]) == ("refused", "unknown_key")
+    fixed = await device.apply(hub.release("2", key_paths=[new_key.key_path]))
+    assert fixed["result"] == "succeeded", fixed
+    assert device.serving() == "2" and device.store.floor("tiny") == "2"
+    assert device.store.current("tiny") == "2"
