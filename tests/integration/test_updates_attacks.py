@@ -244,3 +244,44 @@ async def test_a_root_signed_floor_reset_recovers_from_a_leaked_release_key(hub,
     assert fixed["result"] == "succeeded", fixed
     assert device.serving() == "2" and device.store.floor("tiny") == "2"
     assert device.store.current("tiny") == "2"
+
+
+class UnloadingRegistry:
+    """The real registry, except that the new model is unloaded (as an operator's unload
+    request would) while its health check runs."""
+
+    def __init__(self, registry) -> None:
+        self.registry = registry
+
+    async def activate(self, package_dir: Path):
+        served = await self.registry.activate(package_dir)
+        registry = self.registry
+
+        class Unloaded:
+            package = served.package
+
+            async def infer(self, feeds, **options):
+                await registry.unload(served.package.name)
+                return await served.infer(feeds, **options)
+
+        return Unloaded() if served.package.version == "2" else served
+
+    async def unload(self, name: str) -> None:
+        await self.registry.unload(name)
+
+    def get(self, name: str):
+        return self.registry.get(name)
+
+
+async def test_an_unload_during_the_health_check_never_marks_the_release_bad(hub, device):
+    """Item 9 (updater side): the check proves nothing about the release then; it rolls back
+    without `known_bad`, and the re-delivery installs."""
+    assert (await device.apply(hub.release("1")))["result"] == "succeeded"
+    device.updater.registry = UnloadingRegistry(device.registry)
+    envelope = hub.release("2")
+    outcome = await device.apply(envelope)
+    assert (outcome["result"], outcome["code"]) == ("failed", "health_check_interrupted"), outcome
+    assert device.store.bad_versions("tiny") == set() and device.store.pending() is None
+    device.updater.registry = device.registry
+    again = await device.apply(envelope)
+    assert again["result"] == "succeeded", again
