@@ -36,6 +36,7 @@ _CHUNK = 256 * 1024
 _RATE_GRACE_S = 30.0  # the minimum average rate applies after this much active time
 # Network text: whole-string, ASCII digits, at most 20 of them (2**64 has 20), so int() on it
 # is cheap and can never raise on a 5000-digit "total".
+_MAX_VALIDATOR_CHARS = 256  # an ETag or HTTP date is short; anything longer is not kept
 _CONTENT_RANGE_RE = re.compile(r"\Abytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)\Z", re.ASCII)
 
 
@@ -272,7 +273,7 @@ class ArtifactDownload:
         etag = response.headers.get("ETag", "")
         validator = etag if etag and not etag.startswith("W/") else None
         validator = validator or response.headers.get("Last-Modified")
-        if validator:
+        if validator and len(validator) <= _MAX_VALIDATOR_CHARS:  # network text: bounded
             self.meta.write_text(json.dumps({"validator": validator}), encoding="utf-8")
 
     def _report(self, have: int, *, force: bool = False) -> None:
