@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from edgeagent.cli import main
+from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.rollout import RolloutPlan, stage_sizes
 from edgeagent.hub.status import fleet_row, format_table
@@ -201,3 +202,19 @@ def test_the_fleet_table_reads_retained_reports() -> None:
     table = format_table(rows)
     assert "dev-1" in table and "tiny 2: succeeded (committed)" in table
     assert table.splitlines()[-1] == "2 device(s), 1 online"
+
+
+def test_rotate_can_reset_floors_and_refuses_a_malformed_reset(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    assert hub("keygen", str(keys)).returncode == 0
+    root = str(keys / "root.key")
+    bad = hub("rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny")
+    assert bad.returncode == 1 and "MODEL=VERSION" in bad.stderr
+    hostile = hub(
+        "rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny=1\n"
+    )
+    assert hostile.returncode == 1 and "floor_resets" in hostile.stderr
+    done = hub("rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny=3")
+    assert done.returncode == 0, done.stderr
+    payload = decode_envelope((keys / "trust.json").read_bytes(), max_bytes=1 << 16).payload
+    assert json.loads(payload)["floor_resets"] == {"tiny": "3"}
