@@ -293,3 +293,19 @@ async def test_a_stage_envelope_replayed_on_the_group_topic_is_wrong_target(
     await wait_for(lambda: outside.outcome() is not None, timeout=30)
     assert (outside.outcome()["result"], outside.outcome()["code"]) == ("refused", "wrong_target")
     assert outside.device.store.current("tiny") is None
+
+
+async def test_a_release_copied_onto_the_trust_topic_still_installs(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """Issue 10 item 2 over a real broker: the copy on the trust topic is refused, and the
+    same bytes on the release topic install (before: silently ignored as "already handled")."""
+    online = await (await stacks()).start()
+    envelope = hub.release("1")
+    group = GroupTopics("edgeagent", "lab")
+    await publish(broker.settings(), [group.trust], envelope)
+    await wait_for(lambda: any(e.get("code") == "unknown_key" for e in online.device.events))
+    await publish(broker.settings(), [group.release], envelope)
+    await wait_for(lambda: online.outcome() is not None, timeout=30)
+    assert online.outcome()["result"] == "succeeded", online.outcome()
+    assert online.device.serving() == "1"
