@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
 from devtools.package import keep_variants, set_fields  # noqa: E402
+from edgeagent.fleet.topics import GroupTopics  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
@@ -155,7 +156,7 @@ async def run(args: argparse.Namespace) -> dict:
             )
             envelope = release.read_bytes()
             started = time.perf_counter()
-            await publish(broker.settings(), ["edgeagent/group/bench/release"], envelope)
+            await publish(broker.settings(), [GroupTopics("edgeagent", "bench").release], envelope)
             served = await wait_serving(socket, version)
             baseline = await baseline_fetch(f"{base_url}/{artifact.name}")
             rounds.append(

@@ -25,6 +25,7 @@ from typing import Any
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError
+from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.keys import HubError, trust_chain
 
 EXIT_FAILED = 1
@@ -217,9 +218,21 @@ def _rotate(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--release-threshold", type=int)
     parser.add_argument("--expires-days", type=int, default=365)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--reset-floor",
+        action="append",
+        default=[],
+        metavar="MODEL=VERSION",
+        help="set MODEL's anti-rollback floor on every device to VERSION (recovery from a "
+        "leaked release key: revoke it with --release-pub in the same rotation)",
+    )
 
     def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.keys import rotate
+
+        resets = dict(item.partition("=")[::2] for item in args.reset_floor)
+        if any(not model or not version for model, version in resets.items()):
+            raise HubError("--reset-floor wants MODEL=VERSION, e.g. mobilenet_v2=1.4.0")
 
         path = rotate(
             args.trust,
@@ -230,6 +243,7 @@ def _rotate(commands: argparse._SubParsersAction) -> None:
             release_threshold=args.release_threshold,
             expires_in=timedelta(days=args.expires_days),
             out_path=args.out,
+            floor_resets=resets,
         )
         print(f"wrote {path}")
         return 0
@@ -310,13 +324,13 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         if args.clear:
             if not args.group:
                 raise HubError("--clear needs --group")
-            await clear_release(settings, prefix, args.group)
+            await clear_release(settings, args.group)
             print(f"cleared the retained release of group {args.group}")
             return 0
         if args.trust_file is not None:
             if not args.group:
                 raise HubError("--trust-file needs --group")
-            topic = f"{prefix}/group/{args.group}/trust"
+            topic = GroupTopics(prefix, args.group).trust
             await publish(settings, [topic], trust_message(args.trust_file))
             print(f"published {args.trust_file} to {topic}")
             return 0
@@ -325,10 +339,11 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         envelope, manifest = read_release(args.release, args.trust)
         topics = release_topics(prefix, args.group, args.device)
         await publish(settings, topics, envelope)
-        data = {"deployment_id": manifest.deployment_id, "topics": topics}
+        names = [topic.name for topic in topics]
+        data = {"deployment_id": manifest.deployment_id, "topics": names}
         text = (
             f"published {manifest.model} {manifest.version} "
-            f"(deployment {manifest.deployment_id}) to {', '.join(topics)}"
+            f"(deployment {manifest.deployment_id}) to {', '.join(names)}"
         )
         _emit(args, data, text)
         return 0
@@ -341,7 +356,9 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         "rollout",
         help="staged rollout (5%% → 25%% → 100%%) with an abort threshold on failures",
         description="Send RELEASE to a growing share of GROUP's devices (those with a retained "
-        "state report, or --device), waiting for each stage's outcomes. Stops when at least "
+        "state report, or --device), waiting for each stage's outcomes. Each stage's envelope is "
+        "signed anew with --release-key and targets exactly that stage's devices, so "
+        "a device outside the stage refuses a replayed copy. Stops when at least "
         "--min-executed devices finished and --abort-threshold percent of them failed. "
         "Exit status 1 when the rollout was aborted.",
     )
@@ -353,24 +370,33 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-executed", type=int, default=1)
     parser.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per stage")
     parser.add_argument("--trust", type=Path, help="verify against this trust file first")
+    parser.add_argument(
+        "--release-key",
+        action="append",
+        type=Path,
+        required=True,
+        dest="keys",
+        help="release key that signs each stage's envelope (repeat for a threshold)",
+    )
     parser.add_argument("--json", action="store_true")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.publish import read_release
         from edgeagent.hub.rollout import RolloutPlan, rollout
+        from edgeagent.hub.sign import ManifestSigner
 
         try:
             stages = tuple(float(p) for p in args.stages.split(","))
         except ValueError as exc:
             raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
         plan = RolloutPlan(stages, args.abort_threshold, args.min_executed, args.stage_timeout)
-        envelope, manifest = read_release(args.release, args.trust)
+        _envelope, manifest = read_release(args.release, args.trust)
         say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
         report = await rollout(
             mqtt_settings(args),
-            envelope,
             manifest,
+            sign=ManifestSigner(args.keys),
             group=args.group,
             plan=plan,
             devices=args.device,

@@ -26,7 +26,7 @@ from edgeagent.fleet.signing import (
     parse_time,
 )
 from edgeagent.fleet.trust import TrustStore
-from edgeagent.models.package import version_tuple
+from edgeagent.models.package import NAME_RE, VERSION_RE, version_tuple
 
 __all__ = [
     "Artifact",
@@ -43,10 +43,11 @@ __all__ = [
 ]
 
 DEFAULT_CLOCK_SKEW_S = 300.0
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_VERSION_RE = re.compile(r"^\d+(\.\d+){0,2}$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_DEPLOYMENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
+_DEPLOYMENT_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
+_TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
+MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its devices)
+MAX_URL_CHARS = 2048
 _FIELDS = {
     "type",
     "model",
@@ -128,7 +129,7 @@ class ReleaseManifest:
 def _string(document: dict[str, Any], key: str, pattern: re.Pattern[str], rule: str) -> str:
     value = document[key]
     if not isinstance(value, str) or not pattern.match(value):
-        raise ManifestError(f"manifest {key}: {value!r} is not {rule}")
+        raise ManifestError(f"manifest {key}: {str(value)[:80]!r} is not {rule}")
     return value
 
 
@@ -136,9 +137,12 @@ def _artifact(value: Any) -> Artifact:
     if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"}:
         raise ManifestError("manifest artifact: must be an object with url, size and sha256")
     url = value["url"]
-    parts = urlsplit(url) if isinstance(url, str) else None
+    parts = urlsplit(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ManifestError(f"manifest artifact.url: {url!r} is not an http(s) URL")
+        raise ManifestError(
+            f"manifest artifact.url: {str(url)[:80]!r} is not an http(s) URL "
+            f"of at most {MAX_URL_CHARS} characters"
+        )
     size = value["size"]
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ManifestError(f"manifest artifact.size: {size!r} is not a positive integer")
@@ -157,8 +161,15 @@ def _targets(value: Any) -> Targets:
     lists = {}
     for name in _TARGET_FIELDS:
         items = value.get(name, [])
-        if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
-            raise ManifestError(f"manifest targets.{name}: must be a list of non-empty strings")
+        if (
+            not isinstance(items, list)
+            or len(items) > MAX_TARGETS
+            or not all(isinstance(i, str) and _TARGET_RE.match(i) for i in items)
+        ):
+            raise ManifestError(
+                f"manifest targets.{name}: must be a list of at most {MAX_TARGETS} names "
+                "(1-128 letters, digits, '_', '.', ':', '-')"
+            )
         lists[name] = tuple(items)
     return Targets(**lists)
 
@@ -188,8 +199,8 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
     if expires <= issued_at:
         raise ManifestError("manifest expires: must be later than issued_at")
     return ReleaseManifest(
-        model=_string(document, "model", _NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
-        version=_string(document, "version", _VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
+        model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
+        version=_string(document, "version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
         artifact=_artifact(document["artifact"]),
         targets=_targets(document["targets"]),
         issued_at=issued_at,
@@ -198,7 +209,7 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
             document, "deployment_id", _DEPLOYMENT_RE, "1-128 letters, digits, '_', '.', ':', '-'"
         ),
         min_agent_version=_string(
-            document, "min_agent_version", _VERSION_RE, "an integer or MAJOR.MINOR.PATCH"
+            document, "min_agent_version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"
         ),
     )
 

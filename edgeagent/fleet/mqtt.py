@@ -41,6 +41,17 @@ log = logging.getLogger(__name__)
 
 MessageHandler = Callable[[str, bytes], Awaitable[None]]
 _MAX_QUEUED_EVENTS = 256  # events kept while offline; the oldest are dropped first
+# A PUBLISH packet is the payload plus its fixed header, topic and properties; this allowance
+# lets every payload up to the configured size through the broker's Maximum-Packet-Size check.
+PACKET_OVERHEAD_BYTES = 1024
+
+
+def connect_properties(max_payload_bytes: int) -> Properties:
+    """CONNECT properties announcing our MQTT 5 Maximum-Packet-Size: the broker then never
+    sends a bigger message (it drops it), so an oversized one never reaches our memory."""
+    properties = Properties(PacketTypes.CONNECT)
+    properties.MaximumPacketSize = max_payload_bytes + PACKET_OVERHEAD_BYTES
+    return properties
 
 
 def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
@@ -92,6 +103,7 @@ class MqttLink:
         self.client_id = settings.client_id or f"edgeagent-{topics.device_id}"
         self.connected = asyncio.Event()
         self.connections = 0  # successful connects so far (status and tests)
+        self.oversized = 0  # messages the broker delivered although over max_message_bytes
         self.last_error = ""
         self._client: aiomqtt.Client | None = None
         self._state: dict[str, Any] | None = None
@@ -103,6 +115,7 @@ class MqttLink:
             "broker": f"{self.settings.host}:{self.settings.port}",
             "connected": self.connected.is_set(),
             "connections": self.connections,
+            "oversized_dropped": self.oversized,
             "last_error": self.last_error,
             "topics": {"state": self.topics.state, "subscribed": list(self.topics.subscriptions)},
         }
@@ -135,14 +148,14 @@ class MqttLink:
             await asyncio.sleep(next(delays))
 
     async def _session(self) -> None:
-        connect_properties = Properties(PacketTypes.CONNECT)
-        connect_properties.SessionExpiryInterval = self.settings.session_expiry_s
+        properties = connect_properties(self.settings.max_message_bytes)
+        properties.SessionExpiryInterval = self.settings.session_expiry_s
         will = aiomqtt.Will(self.topics.availability, b"offline", qos=1, retain=True)
         client = aiomqtt.Client(
             **client_options(self.settings, self.client_id),
             will=will,
             clean_start=False,
-            properties=connect_properties,
+            properties=properties,
         )
         await client.__aenter__()
         try:
@@ -182,6 +195,7 @@ class MqttLink:
         if not isinstance(payload, (bytes, bytearray)):
             payload = str(payload or "").encode()
         if len(payload) > self.settings.max_message_bytes:
+            self.oversized += 1
             log.warning(
                 "dropped a %d-byte message on %s ([mqtt] max_message_bytes is %d)",
                 len(payload),

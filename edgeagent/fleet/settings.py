@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES
 from edgeagent.sections import require
 
 
@@ -27,7 +28,9 @@ class MqttSettings:
     session_expiry_s: int = 7 * 24 * 3600  # how long the broker keeps our queued QoS 1 messages
     reconnect_min_s: float = 1.0  # first back-off; doubles up to reconnect_max_s, with jitter
     reconnect_max_s: float = 60.0
-    max_message_bytes: int = 64 * 1024  # bigger hints are dropped unread (a manifest is tiny)
+    # The broker never delivers a bigger packet (MQTT 5 Maximum-Packet-Size in CONNECT), so an
+    # oversized message costs the device nothing; a trust chain of many rotations may need more.
+    max_message_bytes: int = MAX_ENVELOPE_BYTES
 
     def validate(self) -> None:
         require(0 < self.port <= 65535, "mqtt", "port", "must be 1..65535")

@@ -26,7 +26,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-_KEYID_RE = re.compile(r"^[0-9a-f]{64}$")
+# The one cap on a signed envelope (release manifest or trust file): a manifest is ~1 KiB, a
+# trust file a few; ``[updates] max_manifest_bytes`` and ``[mqtt] max_message_bytes`` default
+# to it, and the hub checks what it publishes against it.
+MAX_ENVELOPE_BYTES = 64 * 1024
+_KEYID_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
 _SIGNATURE_BYTES = 64
 _PUBLIC_KEY_BYTES = 32
 
@@ -115,8 +119,37 @@ def encode_envelope(envelope: Envelope) -> bytes:
     return json.dumps(document, indent=1, sort_keys=True).encode("utf-8") + b"\n"
 
 
-def loads_strict(data: bytes, what: str) -> Any:
-    """Parse JSON refusing duplicate keys and NaN/Infinity, which parsers disagree on."""
+MAX_JSON_DEPTH = 32  # nesting of objects/lists in any fleet document; real ones use 4
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in JSON text, brackets inside strings ignored.
+
+    Checked before parsing so hostile nesting is refused in linear time, without recursion.
+    """
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads_strict(data: bytes, what: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON refusing duplicate keys, NaN/Infinity (which parsers disagree on) and
+    nesting deeper than ``max_depth``."""
 
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         result: dict[str, Any] = {}
@@ -131,6 +164,8 @@ def loads_strict(data: bytes, what: str) -> Any:
 
     try:
         text = data.decode("utf-8")
+        if json_depth(text) > max_depth:
+            raise VerificationError("malformed", f"{what}: nested deeper than {max_depth} levels")
         return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
     except UnicodeDecodeError as exc:
         raise VerificationError("malformed", f"{what}: not UTF-8 ({exc.reason})") from exc

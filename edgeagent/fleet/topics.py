@@ -1,8 +1,87 @@
-"""The MQTT topic layout, spelled once for the device and the hub alike."""
+"""The MQTT topic layout, spelled once for the device and the hub alike.
+
+Two kinds of topic exist: *group* topics (``<p>/group/<group>/…``), which the hub publishes
+retained so a device that joins later still finds the current release and trust file, and
+*device* topics (``<p>/device/<id>/…``). Whether a topic is retained is a property of its
+kind, decided here, so no caller has to guess it from the topic's spelling.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+ANY = "+"  # the MQTT single-level wildcard: "any device" in a subscription
+DEVICE_KINDS = ("release", "availability", "state", "events")
+_RETAINED_DEVICE_KINDS = frozenset({"availability", "state"})
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One topic and whether messages on it are published retained."""
+
+    name: str
+    retained: bool
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class GroupTopics:
+    """The hub → devices topics of one group; both retained (late joiners read them)."""
+
+    prefix: str
+    group: str
+
+    @property
+    def release(self) -> Topic:
+        return Topic(f"{self.prefix}/group/{self.group}/release", retained=True)
+
+    @property
+    def trust(self) -> Topic:
+        return Topic(f"{self.prefix}/group/{self.group}/trust", retained=True)
+
+
+@dataclass(frozen=True)
+class DeviceTopics:
+    """The topics of one device (or of every device, with ``device_id=ANY``)."""
+
+    prefix: str
+    device_id: str = ANY
+
+    def kind(self, kind: str) -> Topic:
+        if kind not in DEVICE_KINDS:
+            raise ValueError(f"unknown device topic kind {kind!r}; kinds: {DEVICE_KINDS}")
+        name = f"{self.prefix}/device/{self.device_id}/{kind}"
+        return Topic(name, retained=kind in _RETAINED_DEVICE_KINDS)
+
+    @property
+    def release(self) -> Topic:
+        """Not retained: a rollout wave reaches an offline device through its session."""
+        return self.kind("release")
+
+    @property
+    def availability(self) -> Topic:
+        return self.kind("availability")
+
+    @property
+    def state(self) -> Topic:
+        return self.kind("state")
+
+    @property
+    def events(self) -> Topic:
+        return self.kind("events")
+
+    @staticmethod
+    def parse(prefix: str, topic: str) -> tuple[str, str] | None:
+        """``(device_id, kind)`` of a device topic under ``prefix``; None for anything else."""
+        head = f"{prefix}/device/"
+        if not topic.startswith(head):
+            return None
+        device, _, kind = topic[len(head) :].partition("/")
+        if not device or device == ANY or kind not in DEVICE_KINDS:
+            return None
+        return device, kind
 
 
 @dataclass(frozen=True)
@@ -14,29 +93,47 @@ class Topics:
     device_id: str
 
     @property
+    def of_group(self) -> GroupTopics:
+        return GroupTopics(self.prefix, self.group)
+
+    @property
+    def of_device(self) -> DeviceTopics:
+        return DeviceTopics(self.prefix, self.device_id)
+
+    @property
     def group_release(self) -> str:
-        return f"{self.prefix}/group/{self.group}/release"
+        return self.of_group.release.name
 
     @property
     def group_trust(self) -> str:
-        return f"{self.prefix}/group/{self.group}/trust"
+        return self.of_group.trust.name
 
     @property
     def device_release(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/release"
+        return self.of_device.release.name
 
     @property
     def availability(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/availability"
+        return self.of_device.availability.name
 
     @property
     def state(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/state"
+        return self.of_device.state.name
 
     @property
     def events(self) -> str:
-        return f"{self.prefix}/device/{self.device_id}/events"
+        return self.of_device.events.name
 
     @property
     def subscriptions(self) -> tuple[str, ...]:
         return (self.group_release, self.group_trust, self.device_release)
+
+
+def purpose_of(topic: str) -> str | None:
+    """``"release"`` or ``"trust"``: what a hub → device topic carries (its last level).
+
+    The updater keys its de-duplication on this, so an envelope copied onto the wrong topic
+    can never shadow the same bytes on the right one.
+    """
+    kind = topic.rpartition("/")[2]
+    return kind if kind in ("release", "trust") else None

@@ -10,6 +10,11 @@ The store also keeps the *verified time*: the newest ``issued_at`` of any releas
 A device clock behind it is treated as that time, so a dead RTC or a spoofed NTP cannot revive
 expired manifests (TUF's "never accept a clock earlier than the last verified time").
 
+A trust file may carry ``floor_resets`` ({model: version}): the way out of a leaked release
+key. Whoever holds that key can sign an absurdly high version, after which every genuine
+release is ``rollback`` for ever; the root keys (offline, not leaked) sign a rotation that
+revokes the key *and* resets those floors, and the device applies both together.
+
 Every change on disk is written to a temporary file, fsynced and renamed, so a power cut leaves
 the old file or the new one, never half of each.
 """
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from edgeagent.fleet.signing import (
+    MAX_ENVELOPE_BYTES,
     Refused,
     TrustError,
     VerificationError,
@@ -38,9 +44,10 @@ from edgeagent.fleet.signing import (
     public_key_from_hex,
 )
 from edgeagent.fsutil import write_file_atomic
+from edgeagent.models.package import NAME_RE, VERSION_RE
 
 ROLES = ("root", "release")
-DEFAULT_MAX_ENVELOPE_BYTES = 64 * 1024
+MAX_FLOOR_RESETS = 256  # models one rotation may reset
 MAX_CHAIN = 32  # trust versions one message may carry (a device offline across many rotations)
 
 
@@ -58,6 +65,7 @@ class TrustRoot:
     expires: datetime
     keys: Mapping[str, Ed25519PublicKey]
     roles: Mapping[str, Role]
+    floor_resets: Mapping[str, str] = field(default_factory=dict)  # {model: version}
 
 
 def _fail(where: str, problem: str) -> VerificationError:
@@ -84,10 +92,10 @@ def _int(value: Any, where: str, minimum: int) -> int:
 
 def parse_trust(payload: bytes) -> TrustRoot:
     """Validate a trust payload completely; only call it on signature-checked bytes."""
+    parsed = loads_strict(payload, "trust payload")
+    optional = {"floor_resets"} & set(parsed) if isinstance(parsed, dict) else set()
     document = _exact_keys(
-        loads_strict(payload, "trust payload"),
-        {"type", "version", "expires", "keys", "roles"},
-        "payload",
+        parsed, {"type", "version", "expires", "keys", "roles", *optional}, "payload"
     )
     if document["type"] != "trust":
         raise _fail("type", f"must be 'trust', got {document['type']!r}")
@@ -119,7 +127,28 @@ def parse_trust(payload: bytes) -> TrustRoot:
                 f"roles.{name}.threshold", f"{threshold} is more than its {len(keyids)} keys"
             )
         roles[name] = Role(frozenset(keyids), threshold)
-    return TrustRoot(version=version, expires=expires, keys=keys, roles=roles)
+    return TrustRoot(
+        version=version,
+        expires=expires,
+        keys=keys,
+        roles=roles,
+        floor_resets=_floor_resets(document.get("floor_resets", {})),
+    )
+
+
+def _floor_resets(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or len(value) > MAX_FLOOR_RESETS:
+        raise _fail("floor_resets", f"must be an object of at most {MAX_FLOOR_RESETS} entries")
+    for model, version in value.items():
+        if (
+            not NAME_RE.match(model)
+            or not isinstance(version, str)
+            or not VERSION_RE.match(version)
+        ):
+            raise _fail(
+                "floor_resets", f"{model[:64]!r}: must map a model name to a version string"
+            )
+    return dict(value)
 
 
 def _self_verified(data: bytes, source: Path | str, max_bytes: int) -> TrustRoot:
@@ -139,10 +168,20 @@ def _self_verified(data: bytes, source: Path | str, max_bytes: int) -> TrustRoot
 class TrustStore:
     """The trusted keys of this device, persisted at ``path``, plus the verified time."""
 
-    def __init__(self, path: Path, root: TrustRoot, *, max_bytes: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        root: TrustRoot,
+        *,
+        max_bytes: int,
+        floor_resets: Mapping[str, str] | None = None,
+    ) -> None:
         self.path = path
         self.root = root
         self.max_bytes = max_bytes
+        # The floor resets carried by the rotation(s) that produced this object, for the
+        # updater to apply; a store loaded from disk has none (they were applied before).
+        self.floor_resets: Mapping[str, str] = dict(floor_resets or {})
 
     @classmethod
     def load(
@@ -150,7 +189,7 @@ class TrustStore:
         path: str | Path,
         *,
         seed: str | Path | None = None,
-        max_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
+        max_bytes: int = MAX_ENVELOPE_BYTES,
     ) -> TrustStore:
         """Open the trust file at ``path`` (which rotations rewrite).
 
@@ -202,7 +241,10 @@ class TrustStore:
         Refused (nothing written) unless a threshold of the current root keys and a threshold
         of the new root keys signed it, its version is exactly N+1 and it has not expired.
         """
-        moment = self.effective_now(now)
+        return self._apply([new_trust_envelope], now)
+
+    def _successor(self, new_trust_envelope: bytes, moment: datetime) -> TrustStore:
+        """Verify trust N+1 against this store, in memory only (nothing is written)."""
         old_root = self.root.roles["root"]
         envelope = decode_envelope(new_trust_envelope, max_bytes=self.max_bytes, what="new trust")
         check_threshold(
@@ -232,9 +274,23 @@ class TrustStore:
             )
         if new.expires <= moment:
             raise Refused("expired", f"trust v{new.version} expired at {format_time(new.expires)}")
-        self._check_not_stale()
-        write_file_atomic(self.path, new_trust_envelope)
         return TrustStore(self.path, new, max_bytes=self.max_bytes)
+
+    def _apply(self, envelopes: list[bytes], now: datetime | None) -> TrustStore:
+        """Verify every step of a chain in memory, then write the last one in one atomic step.
+
+        All or nothing: a refused entry anywhere leaves the file and this object as they were,
+        so a forged or duplicated link can never leave a half-rotated (revoked) key set behind.
+        """
+        moment = self.effective_now(now)
+        store = self
+        resets: dict[str, str] = {}
+        for envelope in envelopes:
+            store = store._successor(envelope, moment)
+            resets.update(store.root.floor_resets)  # a later version's reset wins
+        self._check_not_stale()
+        write_file_atomic(self.path, envelopes[-1])
+        return TrustStore(self.path, store.root, max_bytes=self.max_bytes, floor_resets=resets)
 
     def _check_not_stale(self) -> None:
         """Refuse to write from an outdated object (another rotation already replaced the file),
@@ -251,8 +307,9 @@ class TrustStore:
 
         A device that was offline across several rotations needs every version in between, so
         the hub may publish the whole chain; entries not newer than the current version are
-        skipped and the rest rotated one version at a time (each step verified and persisted;
-        a refused step stops the walk and is raised). Nothing newer: ``same_version``.
+        skipped and the rest verified one version at a time, in memory; only when every step
+        verified is the newest written (one atomic replace). A refused step is raised and
+        nothing changes. Nothing newer: ``same_version``.
         """
         if len(message) > self.max_bytes * MAX_CHAIN:
             raise VerificationError(
@@ -272,10 +329,7 @@ class TrustStore:
                 "publish it with 'edgeagent hub publish --trust-file', which sends every "
                 "archived rotation",
             )
-        store = self
-        for _, envelope in newer:
-            store = store.rotate(envelope, now=now)
-        return store
+        return self._apply([envelope for _, envelope in newer], now)
 
     # --- verified time --------------------------------------------------------------------
 
@@ -339,8 +393,8 @@ def _claimed_version(envelope: bytes) -> int | None:
     """The version a trust envelope *claims*, read unverified and used only to skip old
     entries of a chain; every entry that is applied is fully verified by ``rotate``."""
     try:
-        document = json.loads(decode_envelope(envelope, max_bytes=1 << 20).payload)
-    except (TrustError, ValueError):
+        document = loads_strict(decode_envelope(envelope, max_bytes=1 << 20).payload, "trust")
+    except TrustError:
         return None
     version = document.get("version") if isinstance(document, dict) else None
     return version if isinstance(version, int) and not isinstance(version, bool) else None

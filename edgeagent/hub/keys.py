@@ -13,7 +13,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -133,8 +133,13 @@ def trust_payload(
     release: Sequence[Ed25519PublicKey],
     root_threshold: int = 1,
     release_threshold: int = 1,
+    floor_resets: Mapping[str, str] | None = None,
 ) -> bytes:
-    """The canonical bytes of a trust file's payload (validated with the device's parser)."""
+    """The canonical bytes of a trust file's payload (validated with the device's parser).
+
+    ``floor_resets`` ({model: version}) is the root keys' way out of a leaked release key
+    (see ``fleet.trust``): devices set those anti-rollback floors to exactly these versions.
+    """
     keys = {keyid_of(k): {"ed25519": raw_public_bytes(k).hex()} for k in (*root, *release)}
     document = {
         "type": "trust",
@@ -149,6 +154,8 @@ def trust_payload(
             },
         },
     }
+    if floor_resets:
+        document["floor_resets"] = dict(sorted(floor_resets.items()))
     payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     try:
         parse_trust(payload)
@@ -222,6 +229,7 @@ def rotate(
     out_path: str | Path | None = None,
     passphrase: bytes | None = None,
     now: datetime | None = None,
+    floor_resets: Mapping[str, str] | None = None,
 ) -> Path:
     """Write trust N+1 (default: over ``trust_path``) signed by the old *and* new root keys.
 
@@ -261,6 +269,7 @@ def rotate(
         release=release,
         root_threshold=root_threshold or current.root.roles["root"].threshold,
         release_threshold=release_threshold or current.root.roles["release"].threshold,
+        floor_resets=floor_resets,
     )
     envelope = sign_envelope(payload, [*old, *new_private])
     _device_check(trust_path.read_bytes(), lambda store: store.rotate(envelope, now=moment))

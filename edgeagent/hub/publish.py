@@ -16,20 +16,23 @@ from pathlib import Path
 import aiomqtt
 
 from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
-from edgeagent.fleet.mqtt import client_options
+from edgeagent.fleet.mqtt import client_options, connect_properties
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import TrustError, decode_envelope
+from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES, TrustError, decode_envelope
+from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
 
-MAX_ENVELOPE_BYTES = 64 * 1024
+MAX_REPORT_BYTES = 256 * 1024  # a device's state report or event is a few KiB
 
 
 def hub_client(settings: MqttSettings, role: str) -> aiomqtt.Client:
-    """A short-lived, clean-session client for one hub command."""
+    """A short-lived, clean-session client for one hub command; the broker delivers it no
+    message bigger than a report could be (Maximum-Packet-Size)."""
     return aiomqtt.Client(
         **client_options(settings, f"edgeagent-hub-{role}-{secrets.token_hex(4)}"),
         clean_start=True,
+        properties=connect_properties(MAX_REPORT_BYTES),
     )
 
 
@@ -50,26 +53,25 @@ def read_release(path: Path, trust: Path | None = None) -> tuple[bytes, ReleaseM
         raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
 
 
-def release_topics(prefix: str, group: str | None, devices: Sequence[str]) -> list[str]:
-    topics = [f"{prefix}/device/{device}/release" for device in devices]
+def release_topics(prefix: str, group: str | None, devices: Sequence[str]) -> list[Topic]:
+    topics = [DeviceTopics(prefix, device).release for device in devices]
     if group:
-        topics.insert(0, f"{prefix}/group/{group}/release")
+        topics.insert(0, GroupTopics(prefix, group).release)
     if not topics:
         raise HubError("say where to publish: --group GROUP and/or --device ID")
     return topics
 
 
-async def publish(settings: MqttSettings, topics: Sequence[str], envelope: bytes) -> None:
-    """Publish with QoS 1 and wait for the broker's acknowledgement of each message."""
+async def publish(settings: MqttSettings, topics: Sequence[Topic], envelope: bytes) -> None:
+    """Publish with QoS 1 (retained where the topic's kind says so) and wait for each ack."""
     try:
         async with hub_client(settings, "publish") as client:
             for topic in topics:
-                retain = "/group/" in topic
-                await client.publish(topic, envelope, qos=1, retain=retain)
+                await client.publish(topic.name, envelope, qos=1, retain=topic.retained)
     except aiomqtt.MqttError as exc:
         raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
 
 
-async def clear_release(settings: MqttSettings, prefix: str, group: str) -> None:
+async def clear_release(settings: MqttSettings, group: str) -> None:
     """Remove a group's retained release (an empty retained message deletes it)."""
-    await publish(settings, [f"{prefix}/group/{group}/release"], b"")
+    await publish(settings, [GroupTopics(settings.topic_prefix, group).release], b"")

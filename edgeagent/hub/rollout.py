@@ -1,20 +1,25 @@
 """``edgeagent hub rollout``: a staged deployment with an abort criterion (AWS IoT Jobs' terms).
 
-The signed release goes to a growing share of the group's devices — by default 5 % → 25 % →
+The release goes to a growing share of the group's devices — by default 5 % → 25 % →
 100 % (each stage cumulative, at least one device) — through each device's own release topic
-(QoS 1, persistent session, so an offline device gets it when it returns). After each stage the
-hub waits until every device of the stage reported an outcome for this ``deployment_id``, or
-the stage's *in-progress time-out* expires (a silent device counts as ``timed_out``). Then the
-*abort criteria*: once at least ``min_executed`` devices finished, if the failed share (failed,
-refused for any reason but "already at this version", timed out) reaches
-``abort_threshold_pct``, the rollout stops and no further device receives the release. Devices
-that fail roll themselves back, so an aborted rollout leaves the fleet on the old version.
+(QoS 1, persistent session, so an offline device gets it when it returns). Each stage gets its
+own envelope, signed with ``targets.device_ids`` set to that stage's devices, so a copy replayed
+to a device outside the stage (say on the group topic) is refused there as ``wrong_target``.
+After each stage the hub waits until every device of the stage reported an outcome for this
+``deployment_id``, or the stage's *in-progress time-out* expires (a silent device counts as
+``timed_out``); only events from the rollout's own devices count, and malformed ones are
+skipped with a warning. Then the *abort criteria*: once at least ``min_executed`` devices
+finished, if the failed share (failed, refused for any reason but "already at this version",
+timed out) reaches ``abort_threshold_pct``, the rollout stops and no further device receives
+the release. Devices that fail roll themselves back, so an aborted rollout leaves the fleet
+on the old version.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -25,9 +30,12 @@ import aiomqtt
 
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.publish import hub_client
-from edgeagent.hub.status import collect_fleet
+from edgeagent.hub.status import collect_fleet, read_report
+
+log = logging.getLogger(__name__)
 
 # A refusal that means the device already has what we are rolling out: a success.
 ALREADY_DONE = {"same_version"}
@@ -88,6 +96,12 @@ def stage_sizes(total: int, stages_pct: Sequence[float]) -> list[int]:
     return sizes
 
 
+def stage_manifest(manifest: ReleaseManifest, wave: Sequence[str]) -> ReleaseManifest:
+    """The release as one stage receives it: targeted at exactly that stage's devices."""
+    targets = dataclasses.replace(manifest.targets, device_ids=tuple(wave))
+    return dataclasses.replace(manifest, targets=targets)
+
+
 def classify(event: dict[str, Any]) -> str:
     result = event.get("result", "")
     if result == "refused" and event.get("code") in ALREADY_DONE:
@@ -97,33 +111,41 @@ def classify(event: dict[str, Any]) -> str:
 
 async def rollout(
     settings: MqttSettings,
-    envelope: bytes,
     manifest: ReleaseManifest,
     *,
+    sign: Callable[[ReleaseManifest], bytes],
     group: str,
     plan: RolloutPlan,
     devices: Sequence[str] | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> RolloutReport:
-    """Run the staged rollout to the devices of ``group`` (or the given ones)."""
+    """Run the staged rollout to the devices of ``group`` (or the given ones).
+
+    ``sign`` turns each stage's manifest into its envelope (``hub.sign.ManifestSigner``). A
+    release already limited to some device ids goes only to those of them in the group.
+    """
     plan.validate()
     if devices is None:
         devices = [row["device_id"] for row in await collect_fleet(settings, group=group)]
+    allowed = manifest.targets.device_ids
+    devices = [d for d in devices if not allowed or d in allowed]
     if not devices:
         raise HubError(f"no devices in group {group!r} have reported yet; nothing to roll out to")
     report = RolloutReport(manifest.deployment_id, sorted(devices))
     prefix = settings.topic_prefix
     try:
         async with hub_client(settings, "rollout") as client:
-            await client.subscribe(f"{prefix}/device/+/events", qos=1)
+            await client.subscribe(DeviceTopics(prefix).events.name, qos=1)
             done = 0
             for number, size in enumerate(stage_sizes(len(report.devices), plan.stages_pct), 1):
                 wave = report.devices[done:size]
                 done = size
                 progress(f"stage {number}: {len(wave)} device(s) → {size}/{len(report.devices)}")
+                envelope = sign(stage_manifest(manifest, wave))
                 for device in wave:
-                    await client.publish(f"{prefix}/device/{device}/release", envelope, qos=1)
-                await _await_outcomes(client, report, wave, plan.stage_timeout_s)
+                    topic = DeviceTopics(prefix, device).release
+                    await client.publish(topic.name, envelope, qos=1, retain=topic.retained)
+                await _await_outcomes(client, prefix, report, wave, plan.stage_timeout_s)
                 finished = len(report.outcomes)
                 failed = len(report.failed)
                 share = 100.0 * failed / finished if finished else 0.0
@@ -146,6 +168,7 @@ async def rollout(
 
 async def _await_outcomes(
     client: aiomqtt.Client,
+    prefix: str,
     report: RolloutReport,
     wave: Sequence[str],
     timeout_s: float,
@@ -158,21 +181,20 @@ async def _await_outcomes(
             message = await asyncio.wait_for(anext(messages), left)
         except asyncio.TimeoutError:
             break
-        parts = message.topic.value.split("/")
-        device = parts[-2] if len(parts) >= 2 else ""
-        try:
-            event = json.loads(message.payload)
-        except (TypeError, ValueError):
-            continue
+        where = DeviceTopics.parse(prefix, message.topic.value)
+        if where is None or where[1] != "events" or where[0] not in report.devices:
+            continue  # only the rollout's own devices count, whatever others claim
+        device = where[0]
+        event = read_report(message.payload, f"event of {device}")
         if (
             device in waiting
-            and isinstance(event, dict)
+            and event is not None
             and event.get("deployment_id") == report.deployment_id
             and event.get("step") == "done"
         ):
             waiting.discard(device)
             report.outcomes[device] = classify(event)
-            report.codes[device] = str(event.get("code", ""))
+            report.codes[device] = str(event.get("code", ""))[:64]
     for device in waiting:
         report.outcomes[device] = "timed_out"
         report.codes[device] = "timed_out"

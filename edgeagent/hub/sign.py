@@ -106,6 +106,27 @@ def build_artifact(
     return path, package
 
 
+class ManifestSigner:
+    """Signs release manifests with the hub's release key(s), checking each one parses first.
+
+    A rollout signs one envelope per stage (``targets.device_ids`` = that stage's devices), so
+    the keys are loaded once and kept for the whole run.
+    """
+
+    def __init__(self, key_paths: Sequence[str | Path], passphrase: bytes | None = None) -> None:
+        self.keys = [load_private_key(p, passphrase) for p in key_paths]
+        if not self.keys:
+            raise HubError("signing needs at least one release key (--key)")
+
+    def __call__(self, manifest: ReleaseManifest) -> bytes:
+        payload = manifest.to_payload()
+        try:
+            parse_manifest(payload)
+        except ManifestError as exc:
+            raise HubError(f"cannot sign this release: {exc.message}") from exc
+        return sign_envelope(payload, self.keys)
+
+
 def sign_package(
     package_dir: str | Path,
     *,
@@ -131,9 +152,7 @@ def sign_package(
     with other bytes is refused. Nothing is written unless every check passed. Returns
     (artifact path, envelope path).
     """
-    keys = [load_private_key(p, passphrase) for p in key_paths]
-    if not keys:
-        raise HubError("signing needs at least one release key (--key)")
+    signer = ManifestSigner(key_paths, passphrase)
     data, package = archive_package(package_dir)
     artifact = _artifact_path(out_dir, package)
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
@@ -151,12 +170,7 @@ def sign_package(
         targets=targets or Targets(),
         min_agent_version=min_agent_version,
     )
-    payload = manifest.to_payload()
-    try:
-        parse_manifest(payload)
-    except ManifestError as exc:
-        raise HubError(f"cannot sign this release: {exc.message}") from exc
-    envelope = sign_envelope(payload, keys)
+    envelope = signer(manifest)
     if trust_path is not None:
         try:
             TrustStore.load(trust_path).verify(envelope, "release")

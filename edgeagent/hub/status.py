@@ -8,46 +8,84 @@ state without a database on the hub.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
+import logging
 import time
 from typing import Any
 
 import aiomqtt
 
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.signing import TrustError, loads_strict
+from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
-from edgeagent.hub.publish import hub_client
+from edgeagent.hub.publish import MAX_REPORT_BYTES, hub_client
+
+log = logging.getLogger(__name__)
 
 
-def _device_of(topic: str, prefix: str) -> tuple[str, str] | None:
-    parts = topic.split("/")
-    if len(parts) == len(prefix.split("/")) + 3 and topic.startswith(f"{prefix}/device/"):
-        return parts[-2], parts[-1]
+def read_report(payload: Any, what: str) -> dict[str, Any] | None:
+    """A device's JSON report (state or event), or None — with a warning — when it is not one.
+
+    Reports come from the devices' own topics, which a compromised or misconfigured device
+    can fill with anything: size and nesting are bounded before parsing, never trusted after.
+    """
+    if not isinstance(payload, (bytes, bytearray)) or len(payload) > MAX_REPORT_BYTES:
+        log.warning("skipped the %s: not a report of at most %d bytes", what, MAX_REPORT_BYTES)
+        return None
+    try:
+        document = loads_strict(bytes(payload), what)
+    except TrustError as exc:
+        log.warning("skipped the %s: %s", what, exc.message)
+        return None
+    if not isinstance(document, dict):
+        log.warning("skipped the %s: not a JSON object", what)
+        return None
+    return document
+
+
+def _section(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value[:128] if isinstance(value, str) else ""
+
+
+def _state_problem(state: dict[str, Any]) -> str | None:
+    """Why a state report cannot be shown, or None when its shape is what devices send."""
+    for key, kind in (("updates", dict), ("models", dict), ("group", str)):
+        if key in state and not isinstance(state[key], kind):
+            return f"{key} is not a{'n object' if kind is dict else ' string'}"
+    updates = state.get("updates", {})
+    for key in ("last", "current"):
+        if updates.get(key) is not None and not isinstance(updates[key], dict):
+            return f"updates.{key} is not an object"
     return None
 
 
 def fleet_row(device_id: str, state: dict[str, Any], availability: str) -> dict[str, Any]:
     """One device's line: availability, models and versions, the last update outcome."""
-    updates = state.get("updates") or {}
-    last = updates.get("last") or {}
-    current = updates.get("current") or {}
-    models = state.get("models") or {}
+    updates = _section(state.get("updates"))
+    last = _section(updates.get("last"))
+    current = _section(updates.get("current"))
+    models = _section(state.get("models"))
     return {
         "device_id": device_id,
-        "group": state.get("group", ""),
+        "group": _text(state.get("group")),
         "online": availability == "online",
         "availability": availability or "unknown",
         "models": {
-            name: (info.get("active_version") if isinstance(info, dict) else None)
+            name: (_text(info.get("active_version")) or None if isinstance(info, dict) else None)
             for name, info in sorted(models.items())
         },
-        "update_state": current.get("state", "idle"),
-        "last_result": last.get("result", ""),
-        "last_code": last.get("code", ""),
-        "last_release": f"{last.get('model', '')} {last.get('version', '')}".strip(),
-        "deployment_id": last.get("deployment_id", ""),
-        "reported_at": state.get("updated_at"),
+        "update_state": _text(current.get("state")) or "idle",
+        "last_result": _text(last.get("result")),
+        "last_code": _text(last.get("code")),
+        "last_release": f"{_text(last.get('model'))} {_text(last.get('version'))}".strip(),
+        "deployment_id": _text(last.get("deployment_id")),
+        "reported_at": state.get("updated_at")
+        if isinstance(state.get("updated_at"), (int, float))
+        else None,
     }
 
 
@@ -60,8 +98,9 @@ async def collect_fleet(
     availability: dict[str, str] = {}
     try:
         async with hub_client(settings, "status") as client:
-            await client.subscribe(f"{prefix}/device/+/state", qos=1)
-            await client.subscribe(f"{prefix}/device/+/availability", qos=1)
+            every_device = DeviceTopics(prefix)
+            await client.subscribe(every_device.state.name, qos=1)
+            await client.subscribe(every_device.availability.name, qos=1)
             messages = aiter(client.messages)
             deadline = time.monotonic() + wait_s
             while (left := deadline - time.monotonic()) > 0:
@@ -69,7 +108,7 @@ async def collect_fleet(
                     message = await asyncio.wait_for(anext(messages), left)
                 except asyncio.TimeoutError:
                     break
-                where = _device_of(message.topic.value, prefix)
+                where = DeviceTopics.parse(prefix, message.topic.value)
                 payload = message.payload
                 if where is None or not isinstance(payload, (bytes, bytearray)) or not payload:
                     continue
@@ -77,8 +116,12 @@ async def collect_fleet(
                 if kind == "availability":
                     availability[device] = bytes(payload).decode(errors="replace")
                 elif kind == "state":
-                    with contextlib.suppress(ValueError):
-                        states[device] = json.loads(payload)
+                    state = read_report(payload, f"state report of {device}")
+                    problem = None if state is None else _state_problem(state)
+                    if problem is not None:
+                        log.warning("skipped the state report of %s: %s", device, problem)
+                    elif state is not None:
+                        states[device] = state
     except aiomqtt.MqttError as exc:
         raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
     rows = [

@@ -33,8 +33,12 @@ LAYOUTS = ("NCHW", "NHWC")
 TASKS = ("classification",)
 # Which file suffixes each runtime reads; a variant whose files do not fit is refused.
 RUNTIME_SUFFIXES = {name: facts.suffixes for name, facts in RUNTIME_FACTS.items()}
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_SEMVER_RE = re.compile(r"^\d+(\.\d+){0,2}$")
+# The guards on every model name and version the agent accepts (model.toml, release manifests,
+# the store's directory names): whole-string anchors (``$`` would accept a trailing newline),
+# ASCII only (``\d`` would accept Arabic-Indic digits) and bounded lengths (a version is at
+# most 3 parts of 9 digits, so it always fits in a file name and an int compare is cheap).
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z", re.ASCII)
+VERSION_RE = re.compile(r"\A[0-9]{1,9}(\.[0-9]{1,9}){0,2}\Z", re.ASCII)
 
 
 class PackageError(ValueError):
@@ -213,11 +217,11 @@ def load_package(directory: str | Path) -> ModelPackage:
         }
     )
     name = top.get("name", str)
-    if not _NAME_RE.match(name):
+    if not NAME_RE.match(name):
         top.fail("must be 1-64 letters, digits, '_', '-' or '.'", "name")
     raw_version = top.get("version", (int, str))
     version = str(raw_version)
-    if not _SEMVER_RE.match(version):
+    if not VERSION_RE.match(version):
         top.fail(f"{version!r} is not an integer or MAJOR.MINOR.PATCH", "version")
     task = top.get("task", str, "classification", choices=TASKS)
     description = top.get("description", str, "")

@@ -34,7 +34,10 @@ log = logging.getLogger(__name__)
 
 _CHUNK = 256 * 1024
 _RATE_GRACE_S = 30.0  # the minimum average rate applies after this much active time
-_CONTENT_RANGE_RE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+# Network text: whole-string, ASCII digits, at most 20 of them (2**64 has 20), so int() on it
+# is cheap and can never raise on a 5000-digit "total".
+_MAX_VALIDATOR_CHARS = 256  # an ETag or HTTP date is short; anything longer is not kept
+_CONTENT_RANGE_RE = re.compile(r"\Abytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20}|\*)\Z", re.ASCII)
 
 
 class DownloadError(RuntimeError):
@@ -148,7 +151,12 @@ class ArtifactDownload:
             if validator:
                 headers["If-Range"] = validator
         try:
-            async with self.http.get(self.url, headers=headers) as response:
+            # sock_read bounds every wait for bytes, the response headers included (the body
+            # loop below has its own gap time-out per chunk).
+            timeout = aiohttp.ClientTimeout(
+                sock_connect=self.limits.gap_s, sock_read=self.limits.gap_s
+            )
+            async with self.http.get(self.url, headers=headers, timeout=timeout) as response:
                 have = self._accept(response, have)
                 return await self._receive(response, have)
         except (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError) as exc:
@@ -265,7 +273,7 @@ class ArtifactDownload:
         etag = response.headers.get("ETag", "")
         validator = etag if etag and not etag.startswith("W/") else None
         validator = validator or response.headers.get("Last-Modified")
-        if validator:
+        if validator and len(validator) <= _MAX_VALIDATOR_CHARS:  # network text: bounded
             self.meta.write_text(json.dumps({"validator": validator}), encoding="utf-8")
 
     def _report(self, have: int, *, force: bool = False) -> None:

@@ -77,8 +77,21 @@ class UpdateReporter:
         if step != "downloading":  # byte counts go out as events only, not as state churn
             self.refresh()
 
-    def outcome(self, release: Mapping[str, str], result: str, code: str, message: str) -> None:
-        """The install ended: ``result`` is one of RESULTS; ``code`` says why, for machines."""
+    def outcome(
+        self,
+        release: Mapping[str, str],
+        result: str,
+        code: str,
+        message: str,
+        *,
+        persist: bool = True,
+    ) -> dict[str, Any]:
+        """The install ended: ``result`` is one of RESULTS; ``code`` says why, for machines.
+
+        ``persist=False`` (refused junk: bytes no trusted key signed) reports the event and
+        counts it, but leaves the saved history and the retained state alone, so a flood of
+        junk costs no disk writes and cannot push real outcomes out of the history.
+        """
         if result not in RESULTS:
             raise ValueError(f"result must be one of {RESULTS}, got {result!r}")
         record = {**release, "result": result, "code": code, "message": message, "at": time.time()}
@@ -93,6 +106,9 @@ class UpdateReporter:
             message,
         )
         self._outcomes.labels(result, code).inc()
+        if not persist:
+            self.publish_event({"device_id": self.device_id, "step": "done", **record})
+            return record
         self.current = {"state": "idle"}
         self.last = record
         self.history = [*self.history[-9:], record]
@@ -100,6 +116,7 @@ class UpdateReporter:
             write_json_atomic(self.state_file, {"last": self.last, "history": self.history})
         self.publish_event({"device_id": self.device_id, "step": "done", **record})
         self.refresh()
+        return record
 
     def status(self) -> dict[str, Any]:
         """The "updates" part of /v1/status."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES
 from edgeagent.sections import require
 
 
@@ -17,7 +18,8 @@ class UpdateSettings:
     keep_releases: int = 2  # previous releases kept per model for rollback, besides current
     max_artifact_bytes: int = 512 * 1024 * 1024  # refuse bigger artifacts before downloading
     max_unpacked_bytes: int = 1024 * 1024 * 1024  # total size of the files in one artifact
-    max_unpacked_files: int = 256  # files in one artifact
+    max_unpacked_files: int = 256  # entries (files, directories, "./") in one artifact
+    max_tar_header_bytes: int = 64 * 1024  # a pax / GNU long-name header above this is refused
     download_timeout_s: float = 900.0  # overall deadline for one artifact (all retries)
     download_gap_s: float = 30.0  # longest silence between two reads before we give up on it
     download_min_rate_bps: int = 1024  # slower than this on average (after 30 s) = slow-retrieval
@@ -31,7 +33,9 @@ class UpdateSettings:
     # --- trust (signatures, trust store, manifests) ---
     trust_file: Path = Path("/etc/edgeagent/trust.json")  # provisioned seed; rotations go to
     # <state_dir>/trust/trust.json, which this seeds on first start or when its version is higher
-    max_manifest_bytes: int = 64 * 1024  # envelopes (manifests, trust files) refused unread above
+    max_manifest_bytes: int = (
+        MAX_ENVELOPE_BYTES  # envelopes (manifests, trust files) refused unread above
+    )
     clock_skew_s: float = 300.0  # a release issued this far in the device's future is accepted
 
     def validate(self) -> None:
@@ -39,7 +43,12 @@ class UpdateSettings:
         require(
             0 <= self.clock_skew_s <= 86400, "updates", "clock_skew_s", "must be 0..86400 seconds"
         )
-        for key in ("max_artifact_bytes", "max_unpacked_bytes", "max_unpacked_files"):
+        for key in (
+            "max_artifact_bytes",
+            "max_unpacked_bytes",
+            "max_unpacked_files",
+            "max_tar_header_bytes",
+        ):
             require(getattr(self, key) > 0, "updates", key, "must be positive")
         for key in ("download_timeout_s", "download_gap_s", "health_timeout_s"):
             require(getattr(self, key) > 0, "updates", key, "must be positive")

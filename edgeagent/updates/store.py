@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -30,15 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from edgeagent.fsutil import fsync_dir, fsync_tree, write_json_atomic
-from edgeagent.models.package import version_tuple
+from edgeagent.models.package import NAME_RE, VERSION_RE, version_tuple
 
 log = logging.getLogger(__name__)
 
 # Install steps in order; pending.json records the last one reached.
 STEPS = ("verified", "downloaded", "unpacked", "installed", "activating", "committing")
 STAGING_MAX_AGE_S = 24 * 3600  # partial downloads older than this are deleted at start-up
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_VERSION_RE = re.compile(r"^\d+(\.\d+){0,2}$")
 
 
 class StoreError(RuntimeError):
@@ -67,13 +64,13 @@ class Recovery:
 
 
 def check_name(model: str) -> str:
-    if not _NAME_RE.match(model):
+    if not NAME_RE.match(model):
         raise StoreError(f"model name {model!r} is not 1-64 letters, digits, '_', '-' or '.'")
     return model
 
 
 def check_version(version: str) -> str:
-    if not _VERSION_RE.match(version):
+    if not VERSION_RE.match(version):
         raise StoreError(f"version {version!r} is not an integer or MAJOR.MINOR.PATCH")
     return version
 
@@ -100,7 +97,7 @@ class ModelStore:
 
     # --- reading -------------------------------------------------------------------------
     def models(self) -> list[str]:
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _NAME_RE.match(p.name))
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and NAME_RE.match(p.name))
 
     def versions(self, model: str) -> list[str]:
         """Installed versions of ``model``, oldest first."""
@@ -108,7 +105,7 @@ class ModelStore:
         if not directory.is_dir():
             return []
         found = [p.name for p in directory.iterdir() if p.is_dir() and not p.is_symlink()]
-        return sorted((v for v in found if _VERSION_RE.match(v)), key=version_tuple)
+        return sorted((v for v in found if VERSION_RE.match(v)), key=version_tuple)
 
     def current(self, model: str) -> str | None:
         """The version ``current`` points to, or None when the model has no installed release."""
@@ -203,6 +200,17 @@ class ModelStore:
             return
         floors[model] = version
         write_json_atomic(self.root / "floors.json", floors)
+
+    def reset_floor(self, model: str, version: str) -> None:
+        """Set the floor to exactly ``version``, lower or not: only for a root-signed reset
+        (recovery from a leaked release key). The version is no longer remembered as bad."""
+        floors = self._floors()
+        floors[check_name(model)] = check_version(version)
+        write_json_atomic(self.root / "floors.json", floors)
+        bad = self._bad()
+        if version in bad.get(model, []):
+            bad[model] = [v for v in bad[model] if v != version]
+            write_json_atomic(self.root / "bad.json", bad)
 
     def mark_bad(self, model: str, version: str) -> None:
         bad = self._bad()

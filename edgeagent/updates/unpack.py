@@ -4,8 +4,11 @@ The hash was already checked, so a hostile archive would need a compromised sign
 the unpacker is the last line before files land on the device, so it refuses everything a model
 package never contains: absolute paths, ``..``, links of any kind (a link, even one pointing
 inside, lets a later entry write through it), device nodes and FIFOs, duplicate entries, more
-files or more bytes than configured. Sizes are enforced on the bytes actually written, not on
-the header's claims, so a lying header cannot fill the disk. Owners and modes from the archive
+entries or more bytes than configured. Every entry counts toward the entry limit — directories
+and ``./`` too, so an artifact of a few hundred KB cannot create 60,000 directories — and a pax
+or GNU long-name header is refused above ``max_header_bytes`` before it is read into memory.
+Sizes are enforced on the bytes actually written, not on the header's claims, so a lying header
+cannot fill the disk. Owners and modes from the archive
 are ignored: files become 0644 and directories 0755.
 """
 
@@ -16,6 +19,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 _CHUNK = 1 << 20
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024  # a pax header holding a long path is a few hundred bytes
 
 
 class UnpackError(ValueError):
@@ -43,6 +47,32 @@ def _check_kind(member: tarfile.TarInfo) -> None:
         raise UnpackError(f"entry {member.name!r} is a device, FIFO or other special file")
 
 
+def _bounded_tarinfo(max_header_bytes: int) -> type[tarfile.TarInfo]:
+    """A TarInfo whose extended headers (pax, GNU long names) are refused above the limit.
+
+    tarfile reads such a header's whole claimed size into memory before parsing it; checking
+    the claim first keeps a 500 MB "header" from ever being read.
+    """
+
+    class BoundedTarInfo(tarfile.TarInfo):
+        def _check_header_size(self) -> None:
+            if self.size > max_header_bytes:
+                raise UnpackError(
+                    f"an extended tar header of {self.size} bytes is over the limit of "
+                    f"{max_header_bytes} bytes"
+                )
+
+        def _proc_pax(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+            self._check_header_size()
+            return super()._proc_pax(archive)  # type: ignore[misc]  # private, stable since 3.2
+
+        def _proc_gnulong(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+            self._check_header_size()
+            return super()._proc_gnulong(archive)  # type: ignore[misc]
+
+    return BoundedTarInfo
+
+
 def _copy_capped(source, target: Path, budget: int, name: str) -> int:
     """Copy at most ``budget`` bytes; raise when the entry holds more. Returns bytes written."""
     written = 0
@@ -56,28 +86,47 @@ def _copy_capped(source, target: Path, budget: int, name: str) -> int:
     return written
 
 
-def unpack_archive(archive: Path, dest: Path, *, max_bytes: int, max_files: int) -> Path:
+def unpack_archive(
+    archive: Path,
+    dest: Path,
+    *,
+    max_bytes: int,
+    max_files: int,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+) -> Path:
     """Extract ``archive`` into the new directory ``dest``; return the package root in it.
 
-    The package root is ``dest`` itself when ``model.toml`` is at the top of the archive, or
-    the single top-level directory holding it. On any error ``dest`` is removed again.
+    ``max_files`` bounds the archive's entries of every kind. The package root is ``dest``
+    itself when ``model.toml`` is at the top of the archive, or the single top-level directory
+    holding it. On any error ``dest`` is removed again.
     """
     dest.mkdir(parents=True)
     try:
-        _extract(archive, dest, max_bytes=max_bytes, max_files=max_files)
+        _extract(
+            archive,
+            dest,
+            max_bytes=max_bytes,
+            max_files=max_files,
+            max_header_bytes=max_header_bytes,
+        )
         return _package_root(dest)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
 
 
-def _extract(archive: Path, dest: Path, *, max_bytes: int, max_files: int) -> None:
+def _extract(
+    archive: Path, dest: Path, *, max_bytes: int, max_files: int, max_header_bytes: int
+) -> None:
     seen: set[tuple[str, ...]] = set()
     total = 0
-    files = 0
+    entries = 0
     try:
-        with tarfile.open(archive, mode="r:gz") as tar:
+        with tarfile.open(archive, mode="r:gz", tarinfo=_bounded_tarinfo(max_header_bytes)) as tar:
             for member in tar:
+                entries += 1
+                if entries > max_files:
+                    raise UnpackError(f"more than {max_files} entries (the file-count limit)")
                 parts = _safe_parts(member.name)
                 _check_kind(member)
                 if not parts:
@@ -89,9 +138,6 @@ def _extract(archive: Path, dest: Path, *, max_bytes: int, max_files: int) -> No
                 if member.isdir():
                     target.mkdir(mode=0o755, parents=True, exist_ok=True)
                     continue
-                files += 1
-                if files > max_files:
-                    raise UnpackError(f"more than {max_files} files (the file-count limit)")
                 if total + member.size > max_bytes:
                     raise UnpackError(f"entry {member.name!r} exceeds the unpacked size limit")
                 target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)

@@ -47,17 +47,23 @@ from edgeagent.aio import cancel_and_wait
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet.manifest import (
     DeviceIdentity,
+    ManifestError,
     ReleaseManifest,
-    parse_manifest,
+    ReleaseRefused,
     verify_release,
 )
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import Refused, TrustError
-from edgeagent.fleet.topics import Topics
+from edgeagent.fleet.signing import TrustError, VerificationError
+from edgeagent.fleet.topics import Topics, purpose_of
 from edgeagent.fleet.trust import TrustStore, open_trust_store
 from edgeagent.fsutil import write_json_atomic
-from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.models.package import (
+    VERSION_RE,
+    ModelPackage,
+    PackageError,
+    load_package,
+)
 from edgeagent.sections import ConfigError
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
 from edgeagent.updates.report import UpdateReporter
@@ -68,8 +74,7 @@ from edgeagent.updates.unpack import UnpackError, unpack_archive
 log = logging.getLogger(__name__)
 
 KILL_ENV = "EDGEAGENT_UPDATE_KILL_AT"
-_REMEMBERED = 64  # envelopes remembered as handled, so a re-delivered one is ignored quietly
-_QUEUE = 16  # releases waiting behind the one being installed
+_REMEMBERED = 64  # accepted envelopes remembered, so a re-delivered one is ignored quietly
 
 
 class Served(Protocol):
@@ -167,7 +172,6 @@ class Updater:
         device: DeviceIdentity,
         reporter: UpdateReporter,
         limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
-        max_manifest_bytes: int = 64 * 1024,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -176,73 +180,119 @@ class Updater:
         self.device = device
         self.reporter = reporter
         self.limits = limits
-        self.max_manifest_bytes = max_manifest_bytes
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue(_QUEUE)
+        # Release hints waiting for the worker, newest per topic: a burst on one topic (junk
+        # or a re-publish) replaces what waited there and can never push out another topic's.
+        self._hints: dict[str, bytes] = {}
+        self._hint_ready = asyncio.Event()
         self._handled_path = store.root / "handled.json"
         self._handled: list[str] = self._load_handled()
 
     # --- entry points --------------------------------------------------------------------
     async def on_message(self, topic: str, payload: bytes) -> None:
         """The MQTT handler: trust rotations apply at once, releases queue for the worker."""
-        if topic.endswith("/trust"):
+        purpose = purpose_of(topic)
+        if purpose == "trust":
             self.rotate_trust(payload)
-            return
-        try:
-            self._queue.put_nowait(payload)
-        except asyncio.QueueFull:
-            log.warning("dropped a release hint: %d releases already wait", _QUEUE)
+        elif purpose == "release":
+            self._hints.pop(topic, None)  # re-insert: the topic moves to the back of the line
+            self._hints[topic] = payload
+            self._hint_ready.set()
+        else:
+            log.warning("ignored a message on %s (not a release or trust topic)", topic)
 
     async def run(self) -> None:
         """Install queued releases one after the other, until cancelled."""
         while True:
-            envelope = await self._queue.get()
+            await self._hint_ready.wait()
+            topic = next(iter(self._hints))
+            envelope = self._hints.pop(topic)
+            if not self._hints:
+                self._hint_ready.clear()
             try:
                 await self.apply(envelope)
             except Exception:  # a bug in one install must not stop later ones
-                log.exception("the update worker failed on a release")
+                log.exception("the update worker failed on a release from %s", topic)
 
     def rotate_trust(self, envelope: bytes) -> None:
-        digest = hashlib.sha256(envelope).hexdigest()
-        if digest in self._handled:
+        """Apply a trust message (one envelope or a chain) all or nothing, and report it."""
+        key = self._handled_key("trust", envelope)
+        if key in self._handled:
             return
-        release = {"model": "trust", "version": "", "deployment_id": f"trust-{digest[:12]}"}
-        try:
+        release = {"model": "trust", "version": "", "deployment_id": f"trust-{key[6:18]}"}
+        try:  # the store bounds each envelope and the chain itself (max_bytes, MAX_CHAIN)
             self.trust = self.trust.update(envelope)  # one envelope, or a chain to catch up
         except TrustError as exc:
             if exc.code != "same_version":
-                self.reporter.outcome(release, "refused", exc.code, exc.message)
-        else:
-            release["version"] = str(self.trust.version)
-            self.reporter.outcome(release, "succeeded", "rotated", "trust file rotated")
-        self._remember(digest)
+                self._refused(release, exc)
+            return
+        release["version"] = str(self.trust.version)
+        detail = "trust file rotated"
+        for model, version in sorted(self.trust.floor_resets.items()):
+            self.store.reset_floor(model, version)
+            detail += f"; floor of {model} reset to {version}"
+        self.reporter.outcome(release, "succeeded", "rotated", detail)
+        self._remember(key)
 
     async def apply(self, envelope: bytes) -> dict[str, Any] | None:
         """Run one release through every step; return the outcome record (None if a repeat)."""
-        digest = hashlib.sha256(envelope).hexdigest()
-        if digest in self._handled:
-            log.debug("release envelope %s already handled", digest[:12])
+        key = self._handled_key("release", envelope)
+        if key in self._handled:
+            log.debug("release envelope %s already installed", key)
             return None
         try:
+            self._check_size(envelope)
             manifest = verify_release(
                 envelope,
                 self.trust,
                 device=self.device,
-                history=self.store,
+                history=self,
                 max_artifact_bytes=self.settings.max_artifact_bytes,
+                clock_skew_s=self.settings.clock_skew_s,
             )
         except TrustError as exc:
-            self._remember(digest)
-            self.reporter.outcome(self._describe(envelope, exc), "refused", exc.code, exc.message)
-            return self.reporter.last
-        await self._install(manifest, digest)
-        self._remember(digest)  # only now: a crash midway must let the re-delivery retry
+            return self._refused(self._describe(envelope, exc), exc)
+        await self._install(manifest, key)
         return self.reporter.last
 
-    def _describe(self, envelope: bytes, exc: TrustError) -> dict[str, str]:
+    # --- the release history verify_release checks against (ReleaseHistory) --------------
+    def floor(self, model: str) -> str | None:
+        """The anti-rollback floor: the store's committed floor, or — before anything of this
+        model was committed here — the version serving now, so a device serving factory seed
+        v5 never accepts an old (still unexpired) v2."""
+        floor = self.store.floor(model)
+        if floor is not None:  # committed here: the store's record is the whole truth (and
+            return floor  # a root-signed reset may have lowered it below what serves now)
+        try:
+            serving: str | None = self.registry.get(model).package.version
+        except Exception:  # not loaded (or unknown): only the store's record counts
+            serving = None
+        return serving if serving is not None and VERSION_RE.match(serving) else None
+
+    def bad_versions(self, model: str) -> set[str]:
+        return self.store.bad_versions(model)
+
+    def _check_size(self, envelope: bytes) -> None:
+        """Refuse an envelope over ``[updates] max_manifest_bytes`` before reading any of it."""
+        limit = self.settings.max_manifest_bytes
+        if len(envelope) > limit:
+            raise VerificationError(
+                "too_large",
+                f"envelope: {len(envelope)} bytes is over the limit of {limit} bytes "
+                "([updates] max_manifest_bytes)",
+            )
+
+    def _refused(self, release: dict[str, str], exc: TrustError) -> dict[str, Any]:
+        """Report a refusal. Nothing is remembered, so it never suppresses a later delivery;
+        bytes nobody trusted signing (junk) are not even persisted in the report history."""
+        persist = not isinstance(exc, VerificationError) or isinstance(exc, ManifestError)
+        return self.reporter.outcome(release, "refused", exc.code, exc.message, persist=persist)
+
+    @staticmethod
+    def _describe(envelope: bytes, exc: TrustError) -> dict[str, str]:
         """Model, version and deployment of a refused release, when its signature was good."""
         release = {"model": "", "version": "", "deployment_id": ""}
-        if isinstance(exc, Refused):
-            manifest = parse_manifest(self.trust.verify(envelope, "release"))
+        if isinstance(exc, ReleaseRefused):
+            manifest = exc.manifest
             release.update(
                 model=manifest.model,
                 version=manifest.version,
@@ -253,9 +303,9 @@ class Updater:
     def status(self) -> dict[str, Any]:
         return {
             **self.reporter.status(),
-            "queued": self._queue.qsize(),
+            "queued": len(self._hints),
             "trust_version": self.trust.version,
-            "floors": {m: self.store.floor(m) for m in self.store.models()},
+            "floors": {m: self.floor(m) for m in self.store.models()},
             "installed": {m: self.store.current(m) for m in self.store.models()},
             "pending": (lambda p: p and {"model": p.model, "version": p.version, "step": p.step})(
                 self.store.pending()
@@ -263,34 +313,49 @@ class Updater:
         }
 
     # --- the steps -----------------------------------------------------------------------
-    async def _install(self, manifest: ReleaseManifest, digest: str) -> None:
+    async def _install(self, manifest: ReleaseManifest, key: str) -> None:
+        """Run the steps after ``verify``; any failure, expected or not, rolls back.
+
+        ``step`` names where it stopped, so an unexpected exception (a bug, or a network value
+        nobody thought of) is reported as ``internal_error`` naming the step instead of
+        leaving ``pending.json`` behind and wedging every later install.
+        """
         release = {
             "model": manifest.model,
             "version": manifest.version,
             "deployment_id": manifest.deployment_id,
         }
-        pending = PendingInstall(
-            model=manifest.model,
-            version=manifest.version,
-            previous=self.store.current(manifest.model),
-            deployment_id=manifest.deployment_id,
-        )
-        self.store.begin(pending)
+        try:
+            pending = PendingInstall(
+                model=manifest.model,
+                version=manifest.version,
+                previous=self.store.current(manifest.model),
+                deployment_id=manifest.deployment_id,
+            )
+            self.store.begin(pending)
+        except Exception as exc:  # nothing was changed yet: a refusal, the store as it was
+            log.exception("cannot begin the install of %s %s", manifest.model, manifest.version)
+            message = f"step 'begin' failed: {type(exc).__name__}: {str(exc)[:300]}"
+            self.reporter.outcome(release, "refused", "internal_error", message)
+            return
         self.reporter.progress(release, "verified")
         checkpoint("verified")
         # What to swap the registry back to on failure: False until the new release serves.
         swap_back: Path | Literal[False] | None = False
         before = self._served_dir(manifest.model)
+        step = "download"
         try:
             artifact = await self._download(manifest, release)
             self.store.advance(pending, "downloaded")
             checkpoint("downloaded")
 
+            step = "unpack"
             unpacked = await self._unpack(manifest, artifact)
             self.store.advance(pending, "unpacked")
             self.reporter.progress(release, "unpacked")
             checkpoint("unpacked")
 
+            step = "install"
             installed = await asyncio.to_thread(
                 self.store.install, manifest.model, manifest.version, unpacked
             )
@@ -299,6 +364,7 @@ class Updater:
             self.reporter.progress(release, "installed")
             checkpoint("installed")
 
+            step = "activate"
             self.store.advance(pending, "activating")
             self.store.set_current(manifest.model, manifest.version)
             checkpoint("activating")
@@ -306,33 +372,52 @@ class Updater:
             swap_back = before
             self.reporter.progress(release, "activated")
             checkpoint("activated")
-            await asyncio.wait_for(
-                health_check(model, self.settings.health_timeout_s, self.settings.golden_top_k),
-                self.settings.health_timeout_s,
-            )
 
+            step = "health"
+            await self._health(model, manifest.model, installed)
+
+            step = "commit"
             self.store.advance(pending, "committing")
             checkpoint("committing")
-            self._commit(pending, release, digest)
-        except asyncio.TimeoutError:
-            await self._roll_back(
-                pending,
-                release,
-                swap_back,
-                "health_check_failed",
-                f"health check took over {self.settings.health_timeout_s} s",
-                bad=True,
-            )
-            return
+            self._commit(pending, release, key)
         except InstallFailed as exc:
             await self._roll_back(pending, release, swap_back, exc.code, str(exc), bad=exc.bad)
+        except Exception as exc:
+            log.exception("update step %r of %s %s failed", step, manifest.model, manifest.version)
+            message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
+            await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
 
-    def _commit(self, pending: PendingInstall, release: dict[str, str], digest: str) -> None:
+    async def _health(self, model: Served, name: str, installed: Path) -> None:
+        """The health gate; a failure counts against the release only if it is its own fault.
+
+        When the model was unloaded or replaced while the check ran (an operator's unload, not
+        the release), the check proves nothing: the install rolls back without marking the
+        release bad, so its re-delivery is tried again.
+        """
+        timeout_s = self.settings.health_timeout_s
+        try:
+            await asyncio.wait_for(
+                health_check(model, timeout_s, self.settings.golden_top_k), timeout_s
+            )
+        except (asyncio.TimeoutError, InstallFailed) as exc:
+            failure = (
+                exc
+                if isinstance(exc, InstallFailed)
+                else InstallFailed("health_check_failed", f"took over {timeout_s} s", bad=True)
+            )
+            if self._served_dir(name) != installed:
+                raise InstallFailed(
+                    "health_check_interrupted",
+                    f"{name} was unloaded or replaced during its health check ({failure})",
+                ) from exc
+            raise failure from exc
+
+    def _commit(self, pending: PendingInstall, release: dict[str, str], key: str) -> None:
         """Raise the floor, then report, then drop the pending record — in that order, so a
         crash between any two steps still ends in one durable "succeeded" (recover() reports
         a raised floor as a committed install, and the reporter persists its outcomes)."""
         self.store.raise_floor(pending.model, pending.version)
-        self._remember(digest)  # a re-delivered envelope is not refused as "same_version"
+        self._remember(key)  # a re-delivered envelope is not refused as "same_version"
         removed = self.store.gc(pending.model, self.settings.keep_releases)
         detail = f"now serving {pending.model} {pending.version}"
         if removed:
@@ -384,6 +469,7 @@ class Updater:
                 destination,
                 max_bytes=self.settings.max_unpacked_bytes,
                 max_files=self.settings.max_unpacked_files,
+                max_header_bytes=self.settings.max_tar_header_bytes,
             )
             package = await asyncio.to_thread(load_package, root)
         except UnpackError as exc:
@@ -438,27 +524,37 @@ class Updater:
         when nothing served before (the model is unloaded again).
         """
         model, previous = pending.model, pending.previous
-        self.store.set_current(model, previous if previous in self.store.versions(model) else None)
-        if swap_back is not False:
-            try:
-                if swap_back is not None:
-                    await self.registry.activate(swap_back)
-                else:
-                    await self.registry.unload(model)
-            except Exception as exc:
-                message += f"; swapping back failed too: {exc}"
-        if pending.version != previous:
-            self.store.remove(model, pending.version)
-        if bad:
-            self.store.mark_bad(model, pending.version)
         installed = STEPS.index(pending.step) >= STEPS.index("installed")
-        self.store.clear_pending()
+        try:
+            self.store.set_current(
+                model, previous if previous in self.store.versions(model) else None
+            )
+            if swap_back is not False:
+                try:
+                    if swap_back is not None:
+                        await self.registry.activate(swap_back)
+                    else:
+                        await self.registry.unload(model)
+                except Exception as exc:
+                    message += f"; swapping back failed too: {exc}"
+            if pending.version != previous:
+                self.store.remove(model, pending.version)
+            if bad:
+                self.store.mark_bad(model, pending.version)
+        finally:  # whatever else failed, the next install must not find this one pending
+            self.store.clear_pending()
         if installed:
             self.reporter.outcome(release, "failed", code, f"rolled back: {message}")
         else:  # nothing had been installed: the release was refused, the store is as it was
             self.reporter.outcome(release, "refused", code, message)
 
     # --- handled envelopes ---------------------------------------------------------------
+    @staticmethod
+    def _handled_key(purpose: str, envelope: bytes) -> str:
+        """Accepted envelopes are remembered per purpose: bytes applied as a trust rotation say
+        nothing about the same bytes as a release, and vice versa."""
+        return f"{purpose}:{hashlib.sha256(envelope).hexdigest()}"
+
     def _load_handled(self) -> list[str]:
         try:
             data = json.loads(self._handled_path.read_text(encoding="utf-8"))
@@ -466,10 +562,10 @@ class Updater:
         except (OSError, ValueError, TypeError):
             return []
 
-    def _remember(self, digest: str) -> None:
-        if digest in self._handled:
+    def _remember(self, key: str) -> None:
+        if key in self._handled:
             return
-        self._handled = [*self._handled, digest][-_REMEMBERED:]
+        self._handled = [*self._handled, key][-_REMEMBERED:]
         write_json_atomic(self._handled_path, self._handled)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from devtools.broker import Broker
+from tests.support.mqtt import Device
 
 
 @pytest.fixture
@@ -17,3 +18,12 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
     instance.start()
     yield instance
     instance.stop()
+
+
+@pytest.fixture
+async def devices() -> AsyncIterator[list[Device]]:
+    """Devices a test starts; each is stopped at teardown, whatever the test did."""
+    started: list[Device] = []
+    yield started
+    for device in started:
+        await device.stop()

@@ -18,6 +18,7 @@ import pytest
 
 from devtools.broker import Broker, free_port
 from edgeagent.cli import main
+from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.rollout import RolloutPlan, stage_sizes
 from edgeagent.hub.status import fleet_row, format_table
@@ -110,7 +111,15 @@ async def test_keygen_sign_serve_publish_status(tmp_path: Path, broker: Broker) 
     status = await asyncio.to_thread(hub, "status", "--broker", broker_arg, "--wait", "0.3")
     assert status.returncode == 0 and "0 device(s), 0 online" in status.stdout
     nobody = await asyncio.to_thread(
-        hub, "rollout", release, "--group", "lab", "--broker", broker_arg
+        hub,
+        "rollout",
+        release,
+        "--group",
+        "lab",
+        "--broker",
+        broker_arg,
+        "--release-key",
+        str(keys / "release.key"),
     )
     assert nobody.returncode == 1 and "no devices in group 'lab'" in nobody.stderr
 
@@ -161,7 +170,9 @@ def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
     assert unreachable.returncode == 1 and "broker 127.0.0.1:1" in unreachable.stderr
     missing = hub("publish", str(tmp_path / "none.release.json"), "--group", "g")
     assert missing.returncode == 1 and "cannot read the release" in missing.stderr
-    stages = hub("rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20")
+    stages = hub(
+        "rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20", "--release-key", "k"
+    )
     assert stages.returncode == 1
 
 
@@ -191,3 +202,19 @@ def test_the_fleet_table_reads_retained_reports() -> None:
     table = format_table(rows)
     assert "dev-1" in table and "tiny 2: succeeded (committed)" in table
     assert table.splitlines()[-1] == "2 device(s), 1 online"
+
+
+def test_rotate_can_reset_floors_and_refuses_a_malformed_reset(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    assert hub("keygen", str(keys)).returncode == 0
+    root = str(keys / "root.key")
+    bad = hub("rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny")
+    assert bad.returncode == 1 and "MODEL=VERSION" in bad.stderr
+    hostile = hub(
+        "rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny=1\n"
+    )
+    assert hostile.returncode == 1 and "floor_resets" in hostile.stderr
+    done = hub("rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny=3")
+    assert done.returncode == 0, done.stderr
+    payload = decode_envelope((keys / "trust.json").read_bytes(), max_bytes=1 << 16).payload
+    assert json.loads(payload)["floor_resets"] == {"tiny": "3"}

@@ -4,49 +4,24 @@ session across disconnects and broker restarts, retained state, and the Last Wil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiomqtt
 import pytest
 
 from devtools.broker import Broker
-from edgeagent.fleet.mqtt import MqttLink, backoff_delays
+from edgeagent.fleet.mqtt import backoff_delays
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
+from tests.support.mqtt import Device
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
-
-
-class Device:
-    """An MqttLink running in this loop, recording what it receives."""
-
-    def __init__(self, settings: MqttSettings, device_id: str = "dev-1") -> None:
-        self.received: list[tuple[str, bytes]] = []
-        self.topics = Topics(settings.topic_prefix, "lab", device_id)
-        self.link = MqttLink(settings, self.topics, self._handle)
-        self.task: asyncio.Task | None = None
-
-    async def _handle(self, topic: str, payload: bytes) -> None:
-        self.received.append((topic, payload))
-
-    async def start(self) -> Device:
-        self.task = asyncio.create_task(self.link.run())
-        return self
-
-    async def stop(self) -> None:
-        await self.link.close()
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
 
 
 async def retained(settings: MqttSettings, topic: str) -> bytes:
@@ -55,14 +30,6 @@ async def retained(settings: MqttSettings, topic: str) -> bytes:
         async for message in client.messages:
             return bytes(message.payload)  # type: ignore[arg-type]
     raise AssertionError("no message")
-
-
-@pytest.fixture
-async def devices() -> AsyncIterator[list[Device]]:
-    started: list[Device] = []
-    yield started
-    for device in started:
-        await device.stop()
 
 
 async def test_tls_with_client_certificate_and_password(broker: Broker, devices) -> None:
@@ -96,8 +63,8 @@ async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker,
     await asyncio.wait_for(device.link.connected.wait(), 10)
     await device.stop()  # the broker keeps the persistent session
 
-    await publish(settings, [device.topics.device_release], b"release-for-dev-1")
-    await publish(settings, [device.topics.group_release], b"group-release")
+    await publish(settings, [device.topics.of_device.release], b"release-for-dev-1")
+    await publish(settings, [device.topics.of_group.release], b"group-release")
 
     device = await Device(settings).start()
     devices.append(device)
@@ -116,7 +83,7 @@ async def test_the_link_survives_a_broker_restart(broker: Broker, devices) -> No
     await asyncio.to_thread(broker.restart)
     await until(lambda: device.link.connections >= 2 and device.link.connected.is_set())
     device.link.publish_event({"step": "after-restart"})
-    await publish(settings, [device.topics.device_release], b"after-restart")
+    await publish(settings, [device.topics.of_device.release], b"after-restart")
     await until(lambda: (device.topics.device_release, b"after-restart") in device.received)
     rows = await collect_fleet(settings, group="lab", wait_s=0.5)
     assert [r["device_id"] for r in rows] == ["dev-1"] and rows[0]["online"]
@@ -127,8 +94,8 @@ async def test_oversized_messages_are_dropped_unread(broker: Broker, devices) ->
     device = await Device(settings).start()
     devices.append(device)
     await asyncio.wait_for(device.link.connected.wait(), 10)
-    await publish(settings, [device.topics.device_release], b"x" * 101)
-    await publish(settings, [device.topics.device_release], b"small")
+    await publish(settings, [device.topics.of_device.release], b"x" * 101)
+    await publish(settings, [device.topics.of_device.release], b"small")
     await until(lambda: device.received)
     assert device.received == [(device.topics.device_release, b"small")]
 

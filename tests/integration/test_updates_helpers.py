@@ -32,7 +32,7 @@ from edgeagent.fleet.signing import sign_envelope
 from edgeagent.fleet.trust import open_trust_store
 from edgeagent.hub.keys import keygen, load_private_key
 from edgeagent.hub.serve import start_artifact_server
-from edgeagent.hub.sign import sign_package
+from edgeagent.hub.sign import ManifestSigner, sign_package
 from edgeagent.models.session import open_variant
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
@@ -90,6 +90,10 @@ class Hub:
             package, base_url=self.url, out_dir=self.artifacts, **options
         )
         return envelope.read_bytes()
+
+    def signer(self) -> ManifestSigner:
+        """What ``hub rollout --key`` signs each stage's envelope with."""
+        return ManifestSigner([self.keys / "release.key"])
 
     def release(self, version: str, **options: Any) -> bytes:
         return self.sign(

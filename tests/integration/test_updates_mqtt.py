@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,9 +20,9 @@ from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import decode_envelope
-from edgeagent.fleet.topics import Topics
+from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics
 from edgeagent.hub.keys import generate_key, rotate
-from edgeagent.hub.publish import publish
+from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
@@ -44,6 +45,7 @@ class Online:
         self.device = device
         topics = Topics("edgeagent", "lab", device_id)
         self.link = MqttLink(broker.settings(), topics, device.updater.on_message)
+        device.updater.device = dataclasses.replace(device.updater.device, device_id=device_id)
         device.updater.reporter.device_id = device_id
         device.updater.reporter.group = "lab"
         device.updater.reporter.sources = {"models": device.registry.status}
@@ -151,7 +153,7 @@ async def test_a_device_offline_during_the_publish_installs_on_reconnect(
     online = await (await stacks()).start()
     await online.stop()  # offline, but its persistent session stays on the broker
     envelope = hub.release("1")
-    await publish(broker.settings(), ["edgeagent/device/dev-1/release"], envelope)
+    await publish(broker.settings(), [DeviceTopics("edgeagent", "dev-1").release], envelope)
 
     online = await (await stacks(state="dev-1")).start()
     await until(lambda: online.outcome() is not None)
@@ -163,7 +165,7 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
     online = await (await stacks()).start()
     async with serving(hub, chunk_delay=0.05) as server:
         envelope = hub.release("1")
-        await publish(broker.settings(), ["edgeagent/group/lab/release"], envelope)
+        await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], envelope)
         await asyncio.wait_for(server.started_sending.wait(), 15)
         await asyncio.to_thread(broker.restart)
         await until(lambda: online.outcome() is not None, timeout=60)
@@ -177,7 +179,9 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
 async def test_a_dropped_http_connection_resumes_with_range(stacks, hub: Hub, broker: Broker):
     online = await (await stacks()).start()
     async with serving(hub, drop_first=True) as server:
-        await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
+        await publish(
+            broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("1")
+        )
         await until(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert server.ranges[0] is None and server.ranges[1] is not None
@@ -188,13 +192,13 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     fleet = [await (await stacks(f"dev-{i}")).start() for i in range(4)]
     for online in fleet:  # every device serves v1, through the group's retained release
         online.device.updater.reporter.refresh()
-    await publish(broker.settings(), ["edgeagent/group/lab/release"], hub.release("1"))
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("1"))
     await until(lambda: all(o.outcome() for o in fleet), timeout=60)
 
     envelope = hub.sign(break_model(hub.package("2")))
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
     plan = RolloutPlan((25.0, 50.0, 100.0), abort_threshold_pct=50.0, stage_timeout_s=30)
-    report = await rollout(broker.settings(), envelope, manifest, group="lab", plan=plan)
+    report = await rollout(broker.settings(), manifest, sign=hub.signer(), group="lab", plan=plan)
     assert report.aborted and report.outcomes == {"dev-0": "failed"}, report.to_dict()
     assert report.codes == {"dev-0": "load_failed"}
     assert [o.device.serving() for o in fleet] == ["1", "1", "1", "1"]
@@ -208,7 +212,7 @@ async def test_a_staged_rollout_completes_in_stages(stacks, hub: Hub, broker: Br
     envelope = hub.release("1")
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
     plan = RolloutPlan((34.0, 100.0), stage_timeout_s=30)
-    report = await rollout(broker.settings(), envelope, manifest, group="lab", plan=plan)
+    report = await rollout(broker.settings(), manifest, sign=hub.signer(), group="lab", plan=plan)
     assert not report.aborted and set(report.outcomes.values()) == {"succeeded"}
     assert [len(s["devices"]) for s in report.stages] == [2, 1]
     assert [o.device.serving() for o in fleet] == ["1", "1", "1"]
@@ -225,7 +229,7 @@ async def test_a_rotated_trust_file_over_mqtt_retires_the_old_release_key(
         release_pubs=[new_key.pub_path],
         out_path=hub.root / "trust-v2.json",
     )
-    await publish(broker.settings(), ["edgeagent/group/lab/trust"], rotated.read_bytes())
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").trust], rotated.read_bytes())
     await until(lambda: online.device.updater.trust.version == 2)
     assert online.outcome()["code"] == "rotated"
 
@@ -255,9 +259,53 @@ async def test_a_device_that_slept_through_two_rotations_catches_up(
         release_pubs=[new_key.pub_path],
     )
     message = trust_message(hub.keys / "trust.json")  # what 'hub publish --trust-file' sends
-    await publish(broker.settings(), ["edgeagent/group/lab/trust"], message)
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").trust], message)
     await until(lambda: online.device.updater.trust.version == 3)
     accepted = await online.device.apply(
         hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-v3-key")
     )
     assert accepted["result"] == "succeeded", accepted
+
+
+async def test_a_stage_envelope_replayed_on_the_group_topic_is_wrong_target(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """Issue 10 item 8: each stage is signed for its own devices, so a device outside the
+    stage that sees the copy (here replayed on the group topic) refuses it."""
+    inside = await (await stacks("dev-0")).start()
+    outside = await (await stacks("dev-1")).start()
+    envelope = hub.release("1")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
+    async with hub_client(broker.settings(), "spy") as spy:
+        await spy.subscribe(DeviceTopics("edgeagent", "dev-0").release.name, qos=1)
+        report = await rollout(
+            broker.settings(),
+            manifest,
+            sign=hub.signer(),
+            group="lab",
+            plan=RolloutPlan((100.0,), stage_timeout_s=30),
+            devices=["dev-0"],
+        )
+        stage_envelope = bytes((await anext(aiter(spy.messages))).payload)  # type: ignore[arg-type]
+    assert report.outcomes == {"dev-0": "succeeded"} and inside.device.serving() == "1"
+
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], stage_envelope)
+    await until(lambda: outside.outcome() is not None, timeout=30)
+    assert (outside.outcome()["result"], outside.outcome()["code"]) == ("refused", "wrong_target")
+    assert outside.device.store.current("tiny") is None
+
+
+async def test_a_release_copied_onto_the_trust_topic_still_installs(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """Issue 10 item 2 over a real broker: the copy on the trust topic is refused, and the
+    same bytes on the release topic install (before: silently ignored as "already handled")."""
+    online = await (await stacks()).start()
+    envelope = hub.release("1")
+    group = GroupTopics("edgeagent", "lab")
+    await publish(broker.settings(), [group.trust], envelope)
+    await until(lambda: any(e.get("code") == "unknown_key" for e in online.device.events))
+    await publish(broker.settings(), [group.release], envelope)
+    await until(lambda: online.outcome() is not None, timeout=30)
+    assert online.outcome()["result"] == "succeeded", online.outcome()
+    assert online.device.serving() == "1"

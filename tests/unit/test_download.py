@@ -219,3 +219,40 @@ async def test_the_overall_deadline_stops_a_trickling_server(serve, tmp_path: Pa
     with pytest.raises(DownloadError, match="not complete within") as info:
         await _fetch(await serve(trickle), tmp_path / "s", limits=limits)
     assert info.value.code == "timeout"
+
+
+async def test_a_5000_digit_content_range_total_is_not_parsed(serve, tmp_path: Path) -> None:
+    """Network numbers are bounded before int(): a huge total is a range we did not ask for
+    (restart from zero), never a ValueError out of the download."""
+    staging = tmp_path / "s"
+    staging.mkdir()
+    (staging / f"{SHA}.part").write_bytes(DATA[:1000])
+
+    async def huge(request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Range"):
+            total = "9" * 5000
+            return web.Response(
+                status=206, body=DATA[1000:], headers={"Content-Range": f"bytes 1000-1/{total}"}
+            )
+        return web.Response(body=DATA)
+
+    job = await _fetch(await serve(huge), staging)
+    assert job.result.read_bytes() == DATA and job.resumed_from == []
+
+
+async def test_the_gap_timeout_covers_waiting_for_response_headers(serve, tmp_path) -> None:
+    """A server that accepts and then never answers is a stall like any other (before: the
+    download waited for headers until its overall deadline)."""
+    never = asyncio.Event()
+
+    async def silent(request: web.Request) -> web.StreamResponse:
+        await never.wait()
+        return web.Response(body=DATA)
+
+    limits = DownloadLimits(retries=0, gap_s=0.3, timeout_s=120, free_space_margin_bytes=0)
+    try:
+        with pytest.raises(DownloadError, match="no data for") as info:
+            await _fetch(await serve(silent), tmp_path / "s", limits=limits)
+    finally:
+        never.set()  # let the handler finish, so the server shuts down at once
+    assert info.value.code == "download_failed"

@@ -81,6 +81,17 @@ MALFORMED = {
     "deployment id empty": _set("deployment_id", ""),
     "deployment id wildcard": _set("deployment_id", "a/+/#"),
     "min agent version word": _set("min_agent_version", "new"),
+    # \A…\Z, ASCII only, bounded (issue 10 item 4): each of these was accepted before
+    "model trailing newline": _set("model", "tiny\n"),
+    "version trailing newline": _set("version", "21\n"),
+    "version arabic-indic digits": _set("version", "\u0662\u0661"),
+    "version 256 digits": _set("version", "1" * 256),
+    "version part of 10 digits": _set("version", "1.1234567890"),
+    "min agent version trailing newline": _set("min_agent_version", "1.0.0\n"),
+    "deployment id trailing newline": _set("deployment_id", "dep-1\n"),
+    "sha256 trailing newline": _set("artifact.sha256", "ab" * 32 + "\n"),
+    "target with newline": _set("targets.device_ids", ["dev-1\n"]),
+    "url of 3000 characters": _set("artifact.url", "http://hub/" + "a" * 3000),
 }
 
 
@@ -171,3 +182,9 @@ def test_artifact_too_large(sim: Simulator) -> None:
     error = refused("too_large", sim, limit=4095)
     assert "max_artifact_bytes" in error.message
     check(sim, limit=4096)
+
+
+def test_nesting_deeper_than_the_bound_is_malformed_not_a_recursion_error() -> None:
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(b"[" * 5000 + b"]" * 5000)
+    assert "nested deeper" in info.value.message

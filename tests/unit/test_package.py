@@ -44,6 +44,10 @@ def test_content_hash_changes_with_model_bytes(tiny_package: Path) -> None:
     [
         ('name = "tiny"', 'name = "../evil"', "name: must be"),
         ('version = "1"', 'version = "one"', "version: 'one' is not"),
+        ('version = "1"', 'version = "1\\n"', "version: '1\\n' is not"),
+        ('version = "1"', 'version = "\\u0661"', "version: '\u0661' is not"),
+        ('version = "1"', "version = 10000000000000", "version: '10000000000000' is not"),
+        ('name = "tiny"', 'name = "tiny\\n"', "name: must be"),
         ('runtime = "onnxruntime"', 'runtime = "tensorflow"', "variant[0].runtime: 'tensorflow'"),
         ('precision = "fp32"', 'precision = "int4"', "variant[0].precision"),
         ('dtype = "float32"', 'dtype = "complex64"', "inputs[0].dtype"),

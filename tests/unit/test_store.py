@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.updates.store import ModelStore, PendingInstall, StoreError
+from edgeagent.updates.store import (
+    ModelStore,
+    PendingInstall,
+    StoreError,
+    check_name,
+    check_version,
+)
 
 
 def _package(tmp: Path, name: str, text: str = "x") -> Path:
@@ -139,3 +145,15 @@ def test_recover_keeps_fresh_partial_downloads_and_drops_stale_ones(tmp_path: Pa
     os.utime(stale, (old, old))
     store.recover()
     assert fresh.exists() and not stale.exists()
+
+
+@pytest.mark.parametrize("version", ["21\n", "\u0662", "1" * 256, "1.2.3.4"])
+def test_the_store_refuses_versions_that_are_not_plain_bounded_ascii(version: str) -> None:
+    with pytest.raises(StoreError):
+        check_version(version)
+
+
+@pytest.mark.parametrize("name", ["tiny\n", "t\u0131ny", "a" * 65])
+def test_the_store_refuses_names_that_are_not_plain_bounded_ascii(name: str) -> None:
+    with pytest.raises(StoreError):
+        check_name(name)

@@ -98,6 +98,10 @@ TRUST_MALFORMED = {
     "duplicate role key": lambda sim, d: d["roles"]["root"]["keyids"].append(sim.keyid("root")),
     "missing role": lambda sim, d: d["roles"].pop("release"),
     "extra role": lambda sim, d: d["roles"].update(admin=d["roles"]["root"]),
+    "floor reset not an object": lambda sim, d: d.update(floor_resets=["tiny"]),
+    "floor reset bad model": lambda sim, d: d.update(floor_resets={"tiny\n": "1"}),
+    "floor reset int version": lambda sim, d: d.update(floor_resets={"tiny": 1}),
+    "floor reset long version": lambda sim, d: d.update(floor_resets={"tiny": "1" * 256}),
 }
 
 
@@ -182,6 +186,14 @@ def test_good_rotation_persists_and_revokes_old_keys(sim: Simulator, store, stat
     assert reloaded.version == 2
     assert reloaded.verify(sim.sign(b"x", "release2")) == b"x"
     refused(state, "unknown_key", lambda: reloaded.verify(sim.sign(b"x", "release")))
+
+
+def test_a_rotation_carries_its_floor_resets(sim: Simulator, store) -> None:
+    """Only a rotation's own (root-signed) resets are handed on; a loaded store has none."""
+    doc = {**rotation_doc(sim), "floor_resets": {"tiny": "3"}}
+    rotated = store.rotate(sim.sign(doc, "root", "root2"), now=NOW)
+    assert rotated.floor_resets == {"tiny": "3"} and rotated.root.floor_resets == {"tiny": "3"}
+    assert TrustStore.load(store.path).floor_resets == {}
 
 
 def test_rotation_walks_one_version_at_a_time(sim: Simulator, store) -> None:

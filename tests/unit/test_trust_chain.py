@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -63,13 +64,40 @@ def test_nothing_newer_is_same_version(sim: Simulator, store: TrustStore, tmp_pa
     assert snapshot(tmp_path) == before
 
 
-def test_a_forged_link_stops_the_walk_after_the_good_ones(sim, store, tmp_path) -> None:
-    v2, _ = chain(sim, 3)
+def test_a_forged_link_refuses_the_whole_chain(sim, store, tmp_path) -> None:
+    """All or nothing: the good v2 before a forged v3 is not applied either, so the store
+    (on disk and in memory) stays at v1 and the genuine chain still applies afterwards."""
+    v2, v3 = chain(sim, 3)
     forged_v3 = sim.sign(sim.trust_doc(version=3, root=("attacker",)), "attacker")
+    before = snapshot(tmp_path)
     with pytest.raises(TrustError) as info:
         store.update(bundle(v2, forged_v3), now=NOW)
     assert info.value.code == "unknown_key"
-    assert TrustStore.load(store.path).version == 2
+    assert snapshot(tmp_path) == before
+    assert store.update(bundle(v2, v3), now=NOW).version == 3
+
+
+def test_a_duplicated_link_refuses_the_whole_chain(sim, store, tmp_path) -> None:
+    v2, v3 = chain(sim, 3)
+    before = snapshot(tmp_path)
+    with pytest.raises(TrustError) as info:
+        store.update(bundle(v2, v2, v3), now=NOW)
+    assert info.value.code == "same_version"
+    assert snapshot(tmp_path) == before
+    assert store.update(bundle(v2, v3), now=NOW).version == 3
+
+
+def test_a_deeply_nested_unsigned_payload_is_refused(store: TrustStore, tmp_path) -> None:
+    """Bytes nobody signed never reach an unbounded parser: no RecursionError, just the
+    signature refusal."""
+    payload = base64.b64encode(b"[" * 5000 + b"]" * 5000).decode()
+    signature = {"keyid": "0" * 64, "sig": base64.b64encode(b"x" * 64).decode()}
+    deep = json.dumps({"payload": payload, "signatures": [signature]}).encode()
+    before = snapshot(tmp_path)
+    with pytest.raises(TrustError) as info:
+        store.update(deep, now=NOW)
+    assert info.value.code == "unknown_key"
+    assert snapshot(tmp_path) == before
 
 
 def test_a_missing_link_is_a_version_gap(sim, store, tmp_path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import tarfile
 from pathlib import Path
 
@@ -54,6 +55,9 @@ def test_a_package_in_one_top_directory_unpacks_with_safe_modes(tmp_path: Path) 
         ([("m/readme", b"x")], "no model.toml"),
         ([("model.toml", b"x" * 2000)], "size limit"),
         ([(f"m/f{i}", b"x") for i in range(11)], "file-count"),
+        # directories and "./" entries count too (before: 60,000 directories from 287 KB)
+        ([_special(f"m/d{i}", tarfile.DIRTYPE) for i in range(11)], "file-count"),
+        ([_special("./", tarfile.DIRTYPE) for _ in range(11)], "file-count"),
     ],
 )
 def test_hostile_archives_are_refused_and_nothing_is_left(
@@ -77,3 +81,29 @@ def test_garbage_is_not_a_readable_archive(tmp_path: Path) -> None:
     archive.write_bytes(b"\x1f\x8b not really gzip")
     with pytest.raises(UnpackError, match="not a readable"):
         _unpack(archive, tmp_path / "out")
+
+
+def _pax_archive(path: Path, header_bytes: int) -> Path:
+    """One entry whose pax header carries ``header_bytes`` of comment."""
+    info = tarfile.TarInfo("model.toml")
+    info.size = 1
+    info.pax_headers = {"comment": "x" * header_bytes}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(b"x"))
+    path.write_bytes(buffer.getvalue())
+    return path
+
+
+def test_an_oversized_pax_header_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    archive = _pax_archive(tmp_path / "a.tar.gz", 200_000)
+    with pytest.raises(UnpackError, match="extended tar header"):
+        unpack_archive(
+            archive, tmp_path / "out", max_bytes=1 << 20, max_files=10, max_header_bytes=65536
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_small_pax_header_is_fine(tmp_path: Path) -> None:
+    archive = _pax_archive(tmp_path / "a.tar.gz", 1000)
+    assert _unpack(archive, tmp_path / "out") == tmp_path / "out"
