@@ -26,11 +26,10 @@ from edgeagent.api.settings import ServerSettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
 
 
 class AgentServer:
@@ -72,12 +71,12 @@ class AgentServer:
         self._executor.shutdown()
 
     async def _start(self) -> None:
-        self.registry = ModelRegistry(
+        self.registry = serving_registry(
             lambda package: open_variant(package, threads=1),
             settings=self.engine_settings,
             metrics=EngineMetrics(self.metrics),
             executor=self._executor,
-            limits_provider=lambda: self.limits,
+            limits=lambda: self.limits,
         )
         for package in self.packages:
             self.registry.add(package)

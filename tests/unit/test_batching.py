@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate
+from edgeagent.engine.batcher import Batcher, BatchPolicy
 from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -21,8 +21,11 @@ from edgeagent.engine.errors import (
     ServingError,
     Throttled,
 )
+from edgeagent.engine.gate import DeviceGate
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from tests.helpers import write_tiny_package
@@ -66,8 +69,14 @@ class Recording:
             time.sleep(0.002)
             return self.inner.run(feeds)
 
+    # the ManagedSession extensions, as ResilientSession has them
+    candidate = None  # no profile candidate: the backend is the session's own
+
     def set_power_mode(self, mode: str) -> None:
         self.modes.append(mode)
+
+    def status(self) -> dict:
+        return {"modes": self.modes}
 
 
 @pytest.fixture
@@ -101,6 +110,7 @@ def make_batcher(
         limits=limits,
         metrics=EngineMetrics(CollectorRegistry()),
         stats=ModelStats(),
+        load=LoadCounter(),
     )
 
 
