@@ -91,7 +91,7 @@ def package(tmp_path: Path):
 
 
 def make_batcher(
-    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, **policy
+    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, load=None, **policy
 ):
     values = dict(
         max_batch_size=8, max_queue_delay_s=0.02, max_queue=64, timeout_s=10.0, default_priority=2
@@ -110,7 +110,7 @@ def make_batcher(
         limits=limits,
         metrics=EngineMetrics(CollectorRegistry()),
         stats=ModelStats(),
-        load=LoadCounter(),
+        load=load or LoadCounter(),
     )
 
 
@@ -320,3 +320,13 @@ async def test_urgent_requests_overtake_queued_ones(package, executor):
     await asyncio.gather(*tasks)
     assert order.index("urgent") <= 1, order  # at most the batch already started ran first
     await batcher.close(1.0)
+
+
+async def test_batcher_counts_each_batch_for_the_governor(package, executor):
+    counter = LoadCounter()
+    batcher = make_batcher(package, executor, load=counter, max_batch_size=1)
+    for x in distinct_inputs(3):
+        await batcher.submit({"input": x[:1]})
+    await batcher.close(1.0)
+    busy, batches = counter.totals()
+    assert batches == 3 and busy > 0
