@@ -5,6 +5,10 @@ answered one inference, and the version it replaces keeps answering what it alre
 before its session is closed (MLServer's registry does the same), so an update or a reload
 never fails a request. Sessions are opened by an ``opener`` (the hardware façade's
 ``Accelerators.open``: probe, choose, fallback); the registry never picks a runtime itself.
+Nor does it build what serves a session: a ``build`` callable (``serving.ModelFactory``) wraps
+each warmed session, and ``on_model_load`` / ``on_model_unload`` hooks (gauges, as MLServer's
+registry has them) see every version come and go. Lookups change no model's state: a canary is
+judged after each of its requests finishes, not inside ``get()``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.load import LoadCounter, LoadSource
+from edgeagent.engine.load import LoadSource
 from edgeagent.governor.actions import active_actions, effective_duty, serving_limits
 from edgeagent.governor.controller import DutyController
 from edgeagent.governor.engine_load import EngineLoad
@@ -42,11 +42,11 @@ class GovernorService:
         root: Path,
         metrics_registry: CollectorRegistry,
         *,
-        load: LoadSource | None = None,
+        load: LoadSource,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``load`` is the engine's LoadSource (the daemon passes its LoadCounter); without
-        one the engine counts as idle."""
+        """``load`` is the engine's LoadSource (the daemon passes its LoadCounter): required,
+        so that a governor wired without it cannot silently see an idle engine."""
         self.settings = settings
         self.profile = profile
         self.clock = clock
@@ -62,8 +62,8 @@ class GovernorService:
         self.thermal_loop = DutyController(settings.kp, settings.ki, settings.min_duty)
         self.power_loop = DutyController(settings.power_kp, settings.power_ki, settings.min_duty)
         self.metrics = GovernorMetrics(metrics_registry)
-        self._load: LoadSource = load if load is not None else LoadCounter()
-        self.engine_load = EngineLoad(self._load, clock)
+        self._load = load
+        self.engine_load = EngineLoad(load, clock)
         self.utilisation = 0.0
         self.duty = 1.0
         self.readings = Readings()

@@ -25,6 +25,7 @@ from edgeagent.api.http import create_app
 from edgeagent.api.settings import ServerSettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
+from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
@@ -46,6 +47,7 @@ class AgentServer:
         )
         self.packages = packages
         self.metrics = CollectorRegistry()
+        self.engine_load = LoadCounter()  # what the batchers count, for a governor
         self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
         self.limits = UNTHROTTLED  # what the governor would ask of the engine; tests change it
         self.url = ""
@@ -77,6 +79,7 @@ class AgentServer:
             metrics=EngineMetrics(self.metrics),
             executor=self._executor,
             limits=lambda: self.limits,
+            load=self.engine_load,
         )
         for package in self.packages:
             self.registry.add(package)
