@@ -6,6 +6,8 @@ the probe input; a session that cannot answer that is broken and demoted at once
 ``failure_threshold`` consecutive errors demote it. The failing request is retried once on the
 successor, so only a request the successor also refuses fails. A demoted candidate is re-probed
 after an exponential back-off and takes over again when it ranks higher than the active one.
+Every load (failover, re-probe, power mode) runs outside the lock: while a successor loads,
+status answers and other requests fail fast with the reason instead of waiting for the load.
 """
 
 from __future__ import annotations
@@ -139,8 +141,8 @@ class ResilientSession(Session):
             try:
                 outputs = lease.session.run(feeds)
             except Exception as exc:
+                successor = self._after_error(lease, exc)  # still holding it: not closed yet
                 self._release(lease)
-                successor = self._after_error(lease, exc)
                 if successor is None and self._loading:  # a failover is under way: say so
                     raise InferenceError(self._no_candidate_message()) from exc
                 if successor is None:
@@ -360,7 +362,7 @@ class ResilientSession(Session):
         timer.start()
 
     def _load(self, option: Option, *, use_cache: bool = True) -> Session | None:
-        """Load and prove one candidate; callers need not hold the lock (a load can be slow)."""
+        """Load and prove one candidate; never called with the lock held (a load can be slow)."""
         assert option.variant is not None
         session, result = self._prober.load(
             self.package,
