@@ -141,10 +141,10 @@ class ResilientSession(Session):
             try:
                 outputs = lease.session.run(feeds)
             except Exception as exc:
-                successor = self._after_error(lease, exc)  # still holding it: not closed yet
-                self._release(lease)
-                if successor is None and self._loading:  # a failover is under way: say so
-                    raise InferenceError(self._no_candidate_message()) from exc
+                try:
+                    successor = self._after_error(lease, exc)  # held: not closed under it
+                finally:
+                    self._release(lease)
                 if successor is None:
                     raise
                 if attempt == 2:
@@ -312,13 +312,18 @@ class ResilientSession(Session):
         else:
             log.warning("%s on %s: run error %d: %s", self.package.name, key, errors, exc)
             return None
+        claimed = None
         if reason:
-            with self._lock:
+            with self._lock:  # demote and claim the load at once: no gap without either
                 if self._lease is lease:
                     self._demote_locked(key, reason)
-            self._activate()
+                claimed = self._claim_load_locked()
+        if claimed is not None:
+            self._load_best(claimed)
         with self._lock:
             successor = self._lease
+            if successor is None and self._loading:  # another request's failover is under way
+                raise InferenceError(self._no_candidate_message()) from exc
             if successor is None:
                 return None
             successor.users += 1
@@ -395,16 +400,25 @@ class ResilientSession(Session):
         return True
 
     def _activate(self) -> None:
-        """With nothing to serve with: load the best eligible candidate, outside the lock.
-
-        One load at a time; a caller that finds one under way returns at once (and fails fast
-        in ``_acquire``) rather than queueing behind a load that can take minutes.
-        """
+        """With nothing to serve with: load the best eligible candidate, outside the lock."""
         with self._lock:
-            if self._loading or self._closed or self._lease is not None:
-                return
-            self._loading = True
-            eligible = self._eligible()
+            claimed = self._claim_load_locked()
+        if claimed is not None:
+            self._load_best(claimed)
+
+    def _claim_load_locked(self) -> list[Option] | None:
+        """Become the one loader when nothing serves; None when a load is already under way.
+
+        A caller that finds one under way fails fast (``_acquire``) rather than queueing behind
+        a load that can take minutes.
+        """
+        if self._loading or self._closed or self._lease is not None:
+            return None
+        self._loading = True
+        return self._eligible()
+
+    def _load_best(self, eligible: list[Option]) -> None:
+        """The claimed load: the first of ``eligible`` that loads and is still the best."""
         try:
             for option in eligible:
                 session = self._load(option)
