@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -29,9 +30,13 @@ from edgeagent import __version__
 from edgeagent.api.http import create_app
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
+from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.serving import ModelFactory
+from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
 from edgeagent.paths import default_models_dir
@@ -90,18 +95,37 @@ class Daemon:
             config.engine.worker_threads, thread_name_prefix="edgeagent-infer"
         )
         config.agent.state_dir.mkdir(parents=True, exist_ok=True)
-        self.accelerators = Accelerators(config.hardware, config.agent.state_dir)
+        # `fastest` keeps to the profile's power budget with the governor's power sensors.
+        self.accelerators = Accelerators(
+            config.hardware,
+            config.agent.state_dir,
+            power_reader=partial(power_reader, config.hardware.root, config.governor),
+        )
+        self.engine_load = LoadCounter()  # the batchers count, the governor reads
         self.governor = GovernorService(
-            config.governor, self.accelerators.profile, config.hardware.root, self.metrics
+            config.governor,
+            self.accelerators.profile,
+            config.hardware.root,
+            self.metrics,
+            load=self.engine_load,
         )
         # The engine reads the governor's limits before every batch.
         self.limits_provider: Callable[[], ServingLimits] = self.governor.limits
+        factory = ModelFactory(
+            config.engine,
+            executor=self.executor,
+            metrics=self.engine_metrics,
+            load=self.engine_load,
+            limits_provider=self.limits_provider,
+        )
+        gauges = ModelGauges(self.engine_metrics)
         self.registry = ModelRegistry(
             self.accelerators.open,
+            factory.build,
             settings=config.engine,
-            metrics=self.engine_metrics,
             executor=self.executor,
-            limits_provider=self.limits_provider,
+            on_model_load=[gauges.on_load],
+            on_model_unload=[gauges.on_unload],
         )
         self.dataplane = DataPlane(self.registry, config.engine)
         self.status_providers: dict[str, Callable[[], dict]] = {

@@ -16,9 +16,9 @@ from typing import Any
 
 from edgeagent.config import load_config
 from edgeagent.hardware.choose import Choice, time_session, why_not
-from edgeagent.hardware.probe import probe_feeds
 from edgeagent.hardware.profile import ProfileError
 from edgeagent.hardware.service import Accelerators
+from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.paths import default_models_dir
 from edgeagent.sections import ConfigError
@@ -89,7 +89,7 @@ def _explain(acc: Accelerators, package: ModelPackage, args: argparse.Namespace)
     _probe_rest(acc, package, choice, use_cache=not args.reprobe)
     latency = None
     if choice.session is not None:
-        latency = round(time_session(choice.session, probe_feeds(package), args.seconds), 3)
+        latency = round(time_session(choice.session, sample_feeds(package), args.seconds), 3)
         choice.session.close()
     candidates = []
     for option in choice.options:

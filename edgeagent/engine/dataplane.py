@@ -19,7 +19,8 @@ import numpy as np
 
 from edgeagent import __version__
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
-from edgeagent.engine.registry import READY, LoadedModel, ModelRegistry
+from edgeagent.engine.registry import READY, ModelRegistry
+from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import TensorSpec
 from edgeagent.models.preprocess import preprocess_image, top_k

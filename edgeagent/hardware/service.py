@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,9 @@ log = logging.getLogger(__name__)
 class Accelerators:
     """Board profile + probing + choice + fallback, behind three calls: open, report, profile.
 
-    ``power_reader`` (watts averaged since its previous call, or None) lets `fastest` mode keep
-    to the profile's power budget; the governor's sensors provide it where the board has them.
+    ``power_reader`` builds, for the detected profile, a reader of the board's power (watts
+    averaged since its previous call, or None) that lets `fastest` mode keep to the profile's
+    power budget; the daemon passes the governor's sensors, which know the profile's meters.
     """
 
     def __init__(
@@ -31,7 +33,7 @@ class Accelerators:
         settings: HardwareSettings,
         state_dir: Path,
         *,
-        power_reader: PowerReader | None = None,
+        power_reader: Callable[[Profile], PowerReader | None] | None = None,
     ) -> None:
         self.settings = settings
         self.state_dir = Path(state_dir)
@@ -53,7 +55,7 @@ class Accelerators:
             top_k=settings.fastest_top_k,
             seconds=settings.fastest_seconds,
             power_budget_w=self.profile.power_budget_w,
-            power_w=power_reader,
+            power_w=power_reader(self.profile) if power_reader is not None else None,
         )
         self._lock = threading.Lock()
         self._sessions: dict[str, ResilientSession] = {}

@@ -25,12 +25,12 @@ from edgeagent.api.http import create_app
 from edgeagent.api.settings import ServerSettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
+from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
 
 
 class AgentServer:
@@ -47,6 +47,7 @@ class AgentServer:
         )
         self.packages = packages
         self.metrics = CollectorRegistry()
+        self.engine_load = LoadCounter()  # what the batchers count, for a governor
         self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
         self.limits = UNTHROTTLED  # what the governor would ask of the engine; tests change it
         self.url = ""
@@ -72,12 +73,13 @@ class AgentServer:
         self._executor.shutdown()
 
     async def _start(self) -> None:
-        self.registry = ModelRegistry(
+        self.registry = serving_registry(
             lambda package: open_variant(package, threads=1),
             settings=self.engine_settings,
             metrics=EngineMetrics(self.metrics),
             executor=self._executor,
-            limits_provider=lambda: self.limits,
+            limits=lambda: self.limits,
+            load=self.engine_load,
         )
         for package in self.packages:
             self.registry.add(package)

@@ -116,3 +116,13 @@ async def test_hot_swap_over_http_fails_no_request(daemon, client, tmp_path: Pat
     assert versions[0] == "1" and versions[-1] == "2"
     async with client.post("/v2/repository/index") as response:
         assert [(m["name"], m["version"]) for m in await response.json()] == [("tiny", "2")]
+
+
+async def test_governor_reads_the_load_the_engine_counts(daemon, client):
+    x = np.ones((1, 3, 8, 8), np.float32)
+    async with client.post("/v2/models/tiny/infer", json=infer_body(x)) as response:
+        assert response.status == 200
+    busy, batches = daemon.engine_load.totals()
+    assert batches >= 1 and busy > 0  # the warm-up runs outside the batcher: not counted
+    await daemon.governor.tick()
+    assert daemon.governor.engine_load.batch_seconds is not None

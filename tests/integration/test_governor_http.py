@@ -32,7 +32,7 @@ class GovernedAgent(AgentServer):
     ):
         super().__init__(tmp_path, packages, max_queue_delay_ms=5.0)
         orin = {p.name: p for p in load_profiles()}["jetson-orin"]
-        self.governor = GovernorService(settings, orin, root, self.metrics)
+        self.governor = GovernorService(settings, orin, root, self.metrics, load=self.engine_load)
 
     @property  # type: ignore[override]
     def limits(self):  # type: ignore[no-untyped-def]

@@ -8,14 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import ModelRegistry
-from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
+from tests.helpers import serving_registry
 from tests.support.hardware import (
     FIXTURES,
     install_flaky,
@@ -45,13 +42,7 @@ def _setup(tmp_path: Path, executor, candidates: list[str], limits=lambda: UNTHR
         ),
         tmp_path / "state",
     )
-    registry = ModelRegistry(
-        accelerators.open,
-        settings=EngineSettings(),
-        metrics=EngineMetrics(CollectorRegistry()),
-        executor=executor,
-        limits_provider=limits,
-    )
+    registry = serving_registry(accelerators.open, executor=executor, limits=limits)
     registry.add(
         write_multi_package(
             tmp_path / "models" / "tiny", [("onnxruntime", "fp32"), ("openvino", "fp32")]

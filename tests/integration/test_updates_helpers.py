@@ -24,9 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from devtools.package import add_field, rehash_files
-from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
-from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.fleet.trust import open_trust_store
@@ -38,7 +36,7 @@ from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import ModelStore
 from edgeagent.updates.updater import Updater
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
 
 DEVICE = DeviceIdentity(device_id="dev-1", profile="generic_x86_64", device_class="test-box")
 
@@ -165,12 +163,7 @@ def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) ->
     )
     store = ModelStore(state_dir)
     store.recover()
-    registry = ModelRegistry(
-        open_variant,
-        settings=EngineSettings(),
-        metrics=EngineMetrics(CollectorRegistry()),
-        executor=executor,
-    )
+    registry = serving_registry(open_variant, executor=executor)
     events: list[dict[str, Any]] = []
     reporter = UpdateReporter(DEVICE.device_id, "default", metrics=CollectorRegistry())
     reporter.connect(lambda state: None, events.append)

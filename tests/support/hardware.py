@@ -71,7 +71,8 @@ class FlakySession(OnnxSession):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         self._plugin.calls += 1
         batch = next(iter(feeds.values())).shape[0]
-        broken = self._plugin.calls > self._plugin.good_calls
+        plugin = self._plugin
+        broken = plugin.good_calls < plugin.calls <= plugin.good_calls + plugin.bad_calls
         if broken or batch > self._plugin.max_batch:
             # onnxruntime itself rejects this: a wrong-rank tensor for the model's input
             feeds = {name: np.zeros((1, 1), np.float32) for name in feeds}
@@ -79,10 +80,14 @@ class FlakySession(OnnxSession):
 
 
 class FlakyOnnx(OnnxRuntime):
-    """The onnxruntime plugin, but each session breaks after ``good_calls`` runs in total."""
+    """The onnxruntime plugin, but each session breaks after ``good_calls`` runs in total (and
+    comes back after ``bad_calls`` failed runs: a device that recovers)."""
 
-    def __init__(self, good_calls: int = 10**9, max_batch: int = 10**9) -> None:
+    def __init__(
+        self, good_calls: int = 10**9, max_batch: int = 10**9, bad_calls: int = 10**9
+    ) -> None:
         self.good_calls = good_calls
+        self.bad_calls = bad_calls
         self.max_batch = max_batch
         self.calls = 0
         self.loads = 0

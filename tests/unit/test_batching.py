@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from devtools.package import set_fields
-from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate
+from edgeagent.engine.batcher import Batcher, BatchPolicy
 from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -22,8 +22,11 @@ from edgeagent.engine.errors import (
     ServingError,
     Throttled,
 )
+from edgeagent.engine.gate import DeviceGate
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from tests.helpers import write_tiny_package
@@ -68,8 +71,14 @@ class Recording:
             time.sleep(0.002)
             return self.inner.run(feeds)
 
+    # the ManagedSession extensions, as ResilientSession has them
+    candidate = None  # no profile candidate: the backend is the session's own
+
     def set_power_mode(self, mode: str) -> None:
         self.modes.append(mode)
+
+    def status(self) -> dict:
+        return {"modes": self.modes}
 
 
 @pytest.fixture
@@ -84,7 +93,7 @@ def package(tmp_path: Path):
 
 
 def make_batcher(
-    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, **policy
+    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, load=None, **policy
 ):
     values = dict(
         max_batch_size=8, max_queue_delay_s=0.02, max_queue=64, timeout_s=10.0, default_priority=2
@@ -103,6 +112,7 @@ def make_batcher(
         limits=limits,
         metrics=EngineMetrics(CollectorRegistry()),
         stats=ModelStats(),
+        load=load or LoadCounter(),
     )
 
 
@@ -313,3 +323,13 @@ async def test_urgent_requests_overtake_queued_ones(package, executor):
     await asyncio.gather(*tasks)
     assert order.index("urgent") <= 1, order  # at most the batch already started ran first
     await batcher.close(1.0)
+
+
+async def test_batcher_counts_each_batch_for_the_governor(package, executor):
+    counter = LoadCounter()
+    batcher = make_batcher(package, executor, load=counter, max_batch_size=1)
+    for x in distinct_inputs(3):
+        await batcher.submit({"input": x[:1]})
+    await batcher.close(1.0)
+    busy, batches = counter.totals()
+    assert batches == 3 and busy > 0

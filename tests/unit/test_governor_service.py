@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from edgeagent.engine.load import LoadCounter
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Profile, load_profiles
@@ -62,7 +63,9 @@ def orin(tmp_path: Path) -> tuple[GovernorService, Path, Clock, CollectorRegistr
     clock = Clock()
     registry = CollectorRegistry()
     settings = GovernorSettings(min_dwell_s=5.0)
-    governor = GovernorService(settings, profile("jetson-orin"), root, registry, clock=clock)
+    governor = GovernorService(
+        settings, profile("jetson-orin"), root, registry, clock=clock, load=LoadCounter()
+    )
     return governor, root, clock, registry
 
 
@@ -127,7 +130,9 @@ async def test_power_budget_paces_inference(tmp_path: Path) -> None:
     root = board("jetson_orin", tmp_path)
     clock = Clock()
     over = profile("jetson-orin", power_budget_w=5.0)  # the fixture draws 6.8 W
-    governor = GovernorService(GovernorSettings(), over, root, CollectorRegistry(), clock=clock)
+    governor = GovernorService(
+        GovernorSettings(), over, root, CollectorRegistry(), clock=clock, load=LoadCounter()
+    )
     duties = []
     for _ in range(5):  # the engine is busy 60 % of the time: the loop throttles from there
         clock.now += 1.0
@@ -148,7 +153,9 @@ async def test_raspberry_pi_firmware_throttling_and_under_voltage(tmp_path: Path
         pmic_command=f"{root}/vc/vcgencmd pmic_read_adc",
     )
     registry = CollectorRegistry()
-    governor = GovernorService(settings, profile("raspberry-pi-5"), root, registry, clock=clock)
+    governor = GovernorService(
+        settings, profile("raspberry-pi-5"), root, registry, clock=clock, load=LoadCounter()
+    )
     await step(governor, clock)
     snap = governor.snapshot()
     assert snap["state"] == "normal" and not snap["power_save"]
@@ -169,7 +176,12 @@ async def test_missing_vcgencmd_is_an_offline_sensor_not_a_crash(tmp_path: Path)
     clock = Clock()
     settings = GovernorSettings(throttle_command=f"{root}/nowhere/vcgencmd get_throttled")
     governor = GovernorService(
-        settings, profile("raspberry-pi-5"), root, CollectorRegistry(), clock=clock
+        settings,
+        profile("raspberry-pi-5"),
+        root,
+        CollectorRegistry(),
+        clock=clock,
+        load=LoadCounter(),
     )
     await step(governor, clock)
     offline = governor.snapshot()["offline"]
@@ -182,7 +194,7 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
     clock = Clock()
     registry = CollectorRegistry()
     governor = GovernorService(
-        GovernorSettings(), profile("intel-npu"), root, registry, clock=clock
+        GovernorSettings(), profile("intel-npu"), root, registry, clock=clock, load=LoadCounter()
     )
     await step(governor, clock)
     assert not governor.snapshot()["power_save"]
@@ -201,7 +213,9 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
     # the threshold can be set in [governor] over the profile's
     low = GovernorSettings(battery_low_percent=70.0)
     write(root, "sys/class/power_supply/AC/online", 0)
-    governor = GovernorService(low, profile("intel-npu"), root, CollectorRegistry(), clock=clock)
+    governor = GovernorService(
+        low, profile("intel-npu"), root, CollectorRegistry(), clock=clock, load=LoadCounter()
+    )
     write(root, "sys/class/power_supply/BAT0/capacity", 64)
     await step(governor, clock)
     assert governor.snapshot()["power_save"]
@@ -210,7 +224,9 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
 async def test_runs_on_its_own_loop_and_stops_cleanly(tmp_path: Path, started) -> None:
     root = board("jetson_orin", tmp_path)
     settings = GovernorSettings(interval_s=0.05)
-    governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
+    governor = GovernorService(
+        settings, profile("jetson-orin"), root, CollectorRegistry(), load=LoadCounter()
+    )
     await started(governor)
     assert governor.snapshot()["state"] == "normal"  # the first reading happens in start()
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
@@ -224,7 +240,11 @@ async def test_disabled_governor_never_throttles(tmp_path: Path, started) -> Non
     root = board("jetson_orin", tmp_path)
     write(root, "sys/class/thermal/thermal_zone4/temp", 99000)
     governor = GovernorService(
-        GovernorSettings(enabled=False), profile("jetson-orin"), root, CollectorRegistry()
+        GovernorSettings(enabled=False),
+        profile("jetson-orin"),
+        root,
+        CollectorRegistry(),
+        load=LoadCounter(),
     )
     await started(governor)
     assert governor.limits().shed_priority_from is None
@@ -233,7 +253,9 @@ async def test_disabled_governor_never_throttles(tmp_path: Path, started) -> Non
 
 async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path, started) -> None:
     settings = GovernorSettings(simulate=True, interval_s=0.05)
-    governor = GovernorService(settings, profile("generic-x86_64"), Path("/"), CollectorRegistry())
+    governor = GovernorService(
+        settings, profile("generic-x86_64"), Path("/"), CollectorRegistry(), load=LoadCounter()
+    )
     assert governor.simulator is not None
     sim_root = governor.simulator.root
     await started(governor)
@@ -250,7 +272,9 @@ async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
     root = board("jetson_orin", tmp_path)
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
     settings = GovernorSettings(interval_s=0.05)
-    governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
+    governor = GovernorService(
+        settings, profile("jetson-orin"), root, CollectorRegistry(), load=LoadCounter()
+    )
     await started(governor)
     hot = governor.limits()
     assert hot.shed_priority_from is not None

@@ -16,7 +16,7 @@ from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
 from tests.support.waiting import until
 
 
@@ -50,11 +50,8 @@ def make_registry(
     executor, opener=open_variant, **settings
 ) -> tuple[ModelRegistry, CollectorRegistry]:
     prom = CollectorRegistry()
-    registry = ModelRegistry(
-        opener,
-        settings=EngineSettings(**settings),
-        metrics=EngineMetrics(prom),
-        executor=executor,
+    registry = serving_registry(
+        opener, settings=EngineSettings(**settings), metrics=EngineMetrics(prom), executor=executor
     )
     return registry, prom
 
