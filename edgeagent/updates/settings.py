@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.sections import require
 
 
