@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "edgeagent.commands.run",
     "edgeagent.commands.status",
     "edgeagent.commands.profile",
+    "edgeagent.commands.config",
     "edgeagent.commands.hub",
 )
 

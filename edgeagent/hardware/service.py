@@ -11,7 +11,7 @@ from edgeagent.hardware.choose import Choice, Chooser, PowerReader, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
-from edgeagent.hardware.profile import Profile, load_profiles
+from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage
 from edgeagent.runtimes import RuntimeLoadError, runtime_status
@@ -35,7 +35,7 @@ class Accelerators:
     ) -> None:
         self.settings = settings
         self.state_dir = Path(state_dir)
-        profiles = load_profiles(settings.profiles_dir)
+        profiles = board_profiles(settings.profiles_dir)
         self.detection: Detection = detect(profiles, read_facts(settings.root), settings.profile)
         self.profile: Profile = self.detection.profile
         threads = settings.threads or self.profile.threads
