@@ -42,8 +42,7 @@ class AgentSettings:
     )
     models_dir: Path | None = setting(
         None,
-        "seed model packages; unset = $EDGEAGENT_MODELS_DIR, else ./zoo, else "
-        "<state_dir>/models",
+        "seed model packages; unset = $EDGEAGENT_MODELS_DIR, else ./zoo, else <state_dir>/models",
     )
     models: list[str] = computed_setting(list, "package names to serve; empty = every package")
     log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from edgeagent.config import Config, load_config
+from edgeagent.hardware.profile import ProfileError
 from edgeagent.models.package import PackageError
 from edgeagent.sections import ConfigError
 
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         asyncio.run(Daemon(config).serve(on_ready=announce))
-    except (ConfigError, PackageError) as exc:
+    except (ConfigError, PackageError, ProfileError) as exc:
         print(f"edgeagent run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except StartupError as exc:
