@@ -11,14 +11,17 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from edgeagent.config import load_config
 from edgeagent.hardware.choose import Choice, time_session, why_not
+from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.probe import probe_feeds
-from edgeagent.hardware.profile import ProfileError
+from edgeagent.hardware.profile import ProfileError, board_profiles
 from edgeagent.hardware.service import Accelerators
+from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.paths import default_models_dir
 from edgeagent.sections import ConfigError
@@ -67,6 +70,12 @@ def register(subparsers: Any) -> None:
         default=1.0,
         metavar="S",
         help="time the chosen candidate this long (1.0)",
+    )
+    parser.add_argument(
+        "--board",
+        action="store_true",
+        help="only detect the board: profile and the package extras its candidates need "
+        "(no probing; what scripts/install-device.sh asks)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(handler=run)
@@ -140,6 +149,33 @@ def _probe_rest(
             session.close()
 
 
+def wanted_extras(detection: Detection) -> list[str]:
+    """The edgeagent extras (``litert``, ``openvino``) that the profile's candidates run on.
+
+    Read from the installed distribution's ``Provides-Extra``, so a runtime without an extra
+    (onnxruntime is a base dependency) is never asked for.
+    """
+    try:
+        offered = set(metadata.metadata("edgeagent").get_all("Provides-Extra") or [])
+    except metadata.PackageNotFoundError:  # a source tree without an install: nothing to offer
+        offered = set()
+    return sorted({c.runtime for c in detection.profile.candidates} & offered)
+
+
+def _board(hardware: HardwareSettings, as_json: bool) -> int:
+    detection = detect(
+        board_profiles(hardware.profiles_dir), read_facts(hardware.root), hardware.profile
+    )
+    extras = wanted_extras(detection)
+    if as_json:
+        print(json.dumps({**detection.report(), "extras": extras}, indent=2))
+    else:
+        print(f"profile {detection.profile.name}: {detection.profile.description}")
+        print(f"why     {detection.reason}")
+        print(f"extras  {','.join(extras) or '-'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
@@ -151,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             "choice": args.choice,
         }
         hardware = replace(hardware, **{k: v for k, v in overrides.items() if v is not None})
+        if args.board:
+            return _board(hardware, args.json)
         state_dir = args.state_dir or config.agent.state_dir
         acc = Accelerators(hardware, state_dir)
     except (ConfigError, ProfileError) as exc:
