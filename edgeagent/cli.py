@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -46,12 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def log_format() -> str:
+    """The journal stamps each line itself (JOURNAL_STREAM is set there); a terminal needs it."""
+    plain = "%(levelname)s %(name)s: %(message)s"
+    return plain if os.environ.get("JOURNAL_STREAM") else "%(asctime)s " + plain
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        level=logging.DEBUG if args.verbose else logging.WARNING, format=log_format()
     )
     handler = getattr(args, "handler", None)
     if handler is None:

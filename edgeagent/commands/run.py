@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  listening on {where}", flush=True)
 
     try:
-        asyncio.run(Daemon(config).serve(on_ready=announce))
+        daemon = Daemon(config, reread=lambda: apply_flags(load_config(args.config), args))
+        asyncio.run(daemon.serve(on_ready=announce))
     except (ConfigError, PackageError, ProfileError) as exc:
         print(f"edgeagent run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
