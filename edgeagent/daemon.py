@@ -99,7 +99,11 @@ class Daemon:
             config.engine.worker_threads, thread_name_prefix="edgeagent-infer"
         )
         config.agent.state_dir.mkdir(parents=True, exist_ok=True)
-        self.accelerators = Accelerators(config.hardware, config.agent.state_dir)
+        self.accelerators = Accelerators(
+            config.hardware,
+            config.agent.state_dir,
+            on_demote=lambda model, key: self.engine_metrics.demotions.labels(model, key).inc(),
+        )
         self.governor = GovernorService(
             config.governor, self.accelerators.profile, config.hardware.root, self.metrics
         )

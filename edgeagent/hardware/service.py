@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ class Accelerators:
 
     ``power_reader`` (watts averaged since its previous call, or None) lets `fastest` mode keep
     to the profile's power budget; the governor's sensors provide it where the board has them.
+    ``on_demote(model, candidate)`` is told of every demotion (the daemon counts them).
     """
 
     def __init__(
@@ -32,8 +34,10 @@ class Accelerators:
         state_dir: Path,
         *,
         power_reader: PowerReader | None = None,
+        on_demote: Callable[[str, str], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._on_demote = on_demote
         self.state_dir = Path(state_dir)
         profiles = board_profiles(settings.profiles_dir)
         self.detection: Detection = detect(profiles, read_facts(settings.root), settings.profile)
@@ -88,6 +92,7 @@ class Accelerators:
             model_hash=package.content_hash(),
             initial=(choice.chosen, choice.session),
             results=choice.results,
+            on_demote=self._on_demote,
         )
         with self._lock:
             self._sessions[f"{package.name}:{package.version}"] = session
