@@ -13,6 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import (
     DEFAULT_CONFIG_PATH,
     SECTIONS,
@@ -29,6 +30,7 @@ EXIT_INVALID = 2
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "config",
+        formatter_class=DefaultsFormatter,
         help="check a config file, or show every key with its value, unit and meaning",
         description=(
             "check: validate an agent.toml without starting the agent (every problem is named "
@@ -40,6 +42,7 @@ def register(subparsers: Any) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     check = actions.add_parser(
         "check",
+        formatter_class=DefaultsFormatter,
         help="validate a config file; exit 0 when usable, 2 with every problem named",
         description=(
             "Validate FILE (default: /etc/edgeagent/agent.toml, or the built-in defaults when "
@@ -57,6 +60,7 @@ def register(subparsers: Any) -> None:
     check.set_defaults(handler=run_check)
     show = actions.add_parser(
         "show",
+        formatter_class=DefaultsFormatter,
         help="every key with its value or default, unit and description",
         description=(
             "Print every section and key as TOML: the value from --config (or the system file "

@@ -12,6 +12,7 @@ from typing import Any
 
 from edgeagent.api.client import AgentError, AgentUnreachable
 from edgeagent.commands.connection import add_connection_arguments, client_from_args
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
 from edgeagent.hardware.profile import ProfileError
 from edgeagent.models.locate import resolve_package
@@ -26,6 +27,7 @@ from edgeagent.sections import ConfigError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "infer",
+        formatter_class=DefaultsFormatter,
         help="classify JPEG/PNG images with a model",
         description=(
             "Classify images with MODEL (a package directory, or a package name in the models "
@@ -48,9 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
     """The variant-selection flags shared by infer and bench."""
-    parser.add_argument("--runtime", choices=RUNTIME_NAMES)
+    parser.add_argument(
+        "--runtime", choices=RUNTIME_NAMES, help="use this runtime (default: the profile chooses)"
+    )
     parser.add_argument("--device", help="runtime device (CPU, CUDAExecutionProvider, NPU…)")
-    parser.add_argument("--precision", choices=["fp32", "fp16", "int8"])
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="use this precision's variant (default: the profile chooses)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads")
     parser.add_argument(
         "--models-dir", type=Path, default=None, help="where named packages live (default ./zoo)"

@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
 from edgeagent.hardware.choose import Choice, time_session, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
@@ -30,6 +31,7 @@ from edgeagent.sections import ConfigError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "profile",
+        formatter_class=DefaultsFormatter,
         help="show the detected board, every accelerator candidate and the choice per model",
         description=(
             "Detect the board from its files (device tree, /etc/nv_tegra_release, cpuinfo, device "
@@ -69,7 +71,7 @@ def register(subparsers: Any) -> None:
         type=float,
         default=1.0,
         metavar="S",
-        help="time the chosen candidate this long (1.0)",
+        help="time the chosen candidate this long",
     )
     parser.add_argument(
         "--board",

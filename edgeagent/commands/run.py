@@ -9,6 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import Config, load_config
 from edgeagent.hardware.profile import ProfileError
 from edgeagent.models.package import PackageError
@@ -21,6 +22,7 @@ EXIT_STARTUP = 1  # could not start (listener in use, no permission)
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
+        formatter_class=DefaultsFormatter,
         help="run the agent daemon (serves models over HTTP on a Unix socket and TCP)",
         description=(
             "Run the agent until SIGTERM or Ctrl-C: detect the board, load every model package "

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from edgeagent.api.client import AgentError, AgentUnreachable
 from edgeagent.commands.connection import add_connection_arguments, client_from_args
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.sections import ConfigError
 
 LATENCY = "edgeagent_inference_latency_seconds"
@@ -27,6 +28,7 @@ LATENCY = "edgeagent_inference_latency_seconds"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
+        formatter_class=DefaultsFormatter,
         help="summarise a running agent: board, models and backends, governor, updates",
         description=(
             "Ask the running agent (GET /v1/status and /metrics) and print a summary: the board "
@@ -36,7 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "agent's config unless --socket or --url says otherwise. Exit status 2: bad "
             "arguments or config, or the agent cannot be reached; 1: it answered with an error."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_connection_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the whole status document")
