@@ -74,7 +74,8 @@ def test_the_wheel_carries_profiles_unit_sysusers_openapi_example_and_license(
 ) -> None:
     import zipfile
 
-    names = set(zipfile.ZipFile(wheel).namelist())
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
     for expected in (
         "edgeagent/device_profiles/jetson-orin.toml",
         "edgeagent/device_profiles/generic-x86_64.toml",
@@ -85,6 +86,23 @@ def test_the_wheel_carries_profiles_unit_sysusers_openapi_example_and_license(
     ):
         assert expected in names, expected
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_the_sdist_carries_the_license_and_the_package_data(tmp_path: Path) -> None:
+    import tarfile
+
+    subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])",
+         str(tmp_path)],
+        check=True, timeout=300, cwd=REPO, capture_output=True,
+    )  # fmt: skip
+    (sdist,) = tmp_path.glob("edgeagent-*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    expected = {"LICENSE", "edgeagent/device_profiles/rk3588.toml",
+                "edgeagent/systemd/edgeagent.service", "edgeagent/agent.example.toml"}  # fmt: skip
+    assert expected <= names
 
 
 def test_the_script_wrote_venv_unit_sysusers_config_and_drop_in(installed) -> None:
