@@ -182,6 +182,15 @@ import json, sys
 doc = {row["key"]: row["value"] for row in json.load(sys.stdin)["mqtt"]}
 print(doc["host"])')"
 fi
+resolv="${ROOT}/etc/resolv.conf"
+[[ -f "$resolv" ]] || resolv=/etc/resolv.conf
+if [[ -n "$broker" && ! "$broker" =~ ^[0-9.]+$|: ]]; then
+  # A broker named by host name needs DNS: allow the resolvers (a local stub is localhost).
+  while read -r keyword address _; do
+    [[ "$keyword" == nameserver ]] || continue
+    case "$address" in 127.*|::1) ;; *) ALLOW_IPS+=("$address") ;; esac
+  done < "$resolv"
+fi
 if [[ -n "$broker" ]]; then
   while read -r address _; do
     case "$address" in
@@ -196,7 +205,7 @@ fi
   echo "[Service]"
   if ((${#groups[@]})); then echo "SupplementaryGroups=${groups[*]}"; fi
   if ((${#ALLOW_IPS[@]})); then
-    echo "# The MQTT broker ([mqtt] host${broker:+ = $broker}), the hub and --allow-ip."
+    echo "# The MQTT broker ([mqtt] host${broker:+ = $broker}) and its DNS servers, --allow-ip."
     echo "IPAddressAllow=$(printf '%s\n' "${ALLOW_IPS[@]}" | sort -u | tr '\n' ' ' | sed 's/ $//')"
   fi
 } | write_file "$DROPIN" 0644

@@ -180,3 +180,27 @@ def test_an_unknown_argument_is_exit_2(tmp_path: Path) -> None:
         ["bash", str(SCRIPT), "--frobnicate"], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "unknown argument: --frobnicate" in result.stderr
+
+
+def test_a_rerun_keeps_the_config_and_allows_the_brokers_dns(
+    installed, wheel: Path, tmp_path: Path
+) -> None:
+    """Runs last: it edits the installed root's config, as an operator would before a rerun.
+
+    A broker given by name needs its resolvers allowed; loopback ones already are.
+    """
+    root, _ = installed
+    config = root / "etc/edgeagent/agent.toml"
+    config.write_text('[mqtt]\nhost = "localhost"\n')
+    (root / "etc/resolv.conf").write_text("nameserver 127.0.0.53\nnameserver 192.0.2.53\n")
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--root", str(root), "--source", str(wheel), "--extras", "",
+         "--allow-ip", "198.51.100.0/24"],
+        capture_output=True, text=True, timeout=600, env=_clean_env(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert f"keeping existing {config}" in result.stdout
+    assert config.read_text() == '[mqtt]\nhost = "localhost"\n'
+    dropin = (root / "etc/systemd/system/edgeagent.service.d/10-install.conf").read_text()
+    allowed = next(line for line in dropin.splitlines() if line.startswith("IPAddressAllow="))
+    assert allowed == "IPAddressAllow=192.0.2.53 198.51.100.0/24"
