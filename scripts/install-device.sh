@@ -36,7 +36,9 @@ BOARD_ROOT="/"
 PYTHON="${PYTHON:-python3}"
 OPTIONAL_GROUPS=(render video apex plugdev hailo)
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() {  # the header comment above, without its '# '
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
+}
 die() { echo "install-device: $1" >&2; exit "${2:-1}"; }
 
 while (($#)); do
