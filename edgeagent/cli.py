@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -30,11 +31,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "status": (
         "edgeagent.commands.status",
-        "show a running agent's profile, accelerators, governor, models and updates",
+        "summarise a running agent: board, models and backends, governor, updates",
     ),
     "profile": (
         "edgeagent.commands.profile",
         "show the detected board, every accelerator candidate and the choice per model",
+    ),
+    "config": (
+        "edgeagent.commands.config",
+        "check a config file, or show every key with its value, unit and meaning",
     ),
     "hub": (
         "edgeagent.commands.hub",
@@ -77,13 +82,18 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def log_format() -> str:
+    """The journal stamps each line itself (JOURNAL_STREAM is set there); a terminal needs it."""
+    plain = "%(levelname)s %(name)s: %(message)s"
+    return plain if os.environ.get("JOURNAL_STREAM") else "%(asctime)s " + plain
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(arguments)
     args = parser.parse_args(arguments)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        level=logging.DEBUG if args.verbose else logging.WARNING, format=log_format()
     )
     handler = getattr(args, "handler", None)
     if handler is None:

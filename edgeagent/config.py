@@ -16,7 +16,16 @@ from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.paths import default_state_dir
-from edgeagent.sections import ConfigError, load_section, require
+from edgeagent.sections import (
+    ConfigError,
+    KeyDoc,
+    collecting,
+    computed_setting,
+    describe_section,
+    load_section,
+    require,
+    setting,
+)
 from edgeagent.updates.settings import UpdateSettings
 
 DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
@@ -26,12 +35,18 @@ DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
 class AgentSettings:
     """[agent]: where the agent keeps its state and finds its seed model packages."""
 
-    state_dir: Path = field(default_factory=default_state_dir)
-    # Seed packages; default: $EDGEAGENT_MODELS_DIR, else ./zoo, else <state_dir>/models.
-    models_dir: Path | None = None
-    models: list[str] = field(default_factory=list)  # names to serve; empty = every package
-    log_level: str = "INFO"
-    device_id: str = ""  # default: the host name
+    state_dir: Path = computed_setting(
+        default_state_dir,
+        "model store, probe cache, trust store: $STATE_DIRECTORY under systemd, else "
+        "$XDG_STATE_HOME/edgeagent (~/.local/state/edgeagent)",
+    )
+    models_dir: Path | None = setting(
+        None,
+        "seed model packages; unset = $EDGEAGENT_MODELS_DIR, else ./zoo, else <state_dir>/models",
+    )
+    models: list[str] = computed_setting(list, "package names to serve; empty = every package")
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
+    device_id: str = setting("", "this device's id towards the hub; empty = the host name")
 
     def validate(self) -> None:
         levels = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -61,7 +76,7 @@ SECTIONS: dict[str, dict[str, type]] = {
 }
 
 
-def _load_table(section: str, table: object) -> dict[str, object]:
+def _load_table(section: str, table: object, problems: list[str]) -> dict[str, object]:
     """The Config fields that one TOML table fills, each from the keys its class declares."""
     owners = SECTIONS[section]
     if len(owners) == 1 or not isinstance(table, dict):
@@ -70,7 +85,7 @@ def _load_table(section: str, table: object) -> dict[str, object]:
     unknown = sorted(set(table) - set().union(*known.values()))
     if unknown:
         names = ", ".join(sorted(set().union(*known.values())))
-        raise ConfigError(f"[{section}] unknown key(s) {', '.join(unknown)}; known keys: {names}")
+        problems.append(f"[{section}] unknown key(s) {', '.join(unknown)}; known keys: {names}")
     return {
         attr: load_section(cls, {k: v for k, v in table.items() if k in known[attr]}, section)
         for attr, cls in owners.items()
@@ -78,22 +93,26 @@ def _load_table(section: str, table: object) -> dict[str, object]:
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:
-    """Validate TOML text into a Config; ConfigError names the source, section and key."""
+    """Validate TOML text into a Config.
+
+    Every problem is found, not only the first: ConfigError.problems lists each, prefixed with
+    the source and naming the section and key.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
-        )
     values: dict[str, object] = {}
-    try:
+    with collecting() as problems:
+        unknown = sorted(set(data) - set(SECTIONS))
+        if unknown:
+            problems.append(
+                f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
+            )
         for section in SECTIONS:
-            values.update(_load_table(section, data.get(section)))
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
+            values.update(_load_table(section, data.get(section), problems))
+    if problems:
+        raise ConfigError(*(f"{source}: {problem}" for problem in problems))
     return Config(**values)  # type: ignore[arg-type]
 
 
@@ -108,3 +127,11 @@ def load_config(path: Path | None) -> Config:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     return parse_config(text, str(path))
+
+
+def describe_config() -> dict[str, list[KeyDoc]]:
+    """Every TOML table with every key it accepts, as ``config show`` and the README list them."""
+    return {
+        section: [doc for cls in owners.values() for doc in describe_section(cls)]
+        for section, owners in SECTIONS.items()
+    }

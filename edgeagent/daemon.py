@@ -6,12 +6,17 @@ drain in the middle: STOPPING → services stop → listeners close (nothing new
 in-flight HTTP requests finish (``[server] drain_timeout_s``) → batchers drain → sessions close
 → socket removed. Parts never import each other sideways; what one needs of another is passed
 here (``limits_provider``, ``status_providers``, one CollectorRegistry).
+
+SIGHUP (``systemctl reload``) re-reads the config and the models directory: new packages load,
+changed ones hot-swap, removed ones unload; config keys other than ``[agent] models_dir``,
+``models`` and ``log_level`` are reported as needing a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -39,6 +44,7 @@ from edgeagent.engine.serving import ModelFactory
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
+from edgeagent.models.package import PackageError, load_package
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
@@ -86,8 +92,11 @@ def package_dirs(config: Config) -> list[Path]:
 class Daemon:
     """Builds and runs every part of the agent (see the module docstring)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, reread: Callable[[], Config] | None = None) -> None:
         self.config = config
+        self._reread = reread  # SIGHUP: the config as the file now says (None: keep this one)
+        self._reloading = asyncio.Lock()
+        self._seeded: dict[str, Path] = {}  # model name → its package in the models directory
         self.metrics = new_registry()
         self.engine_metrics = EngineMetrics(self.metrics)
         self.notifier = Notifier()
@@ -100,6 +109,7 @@ class Daemon:
             config.hardware,
             config.agent.state_dir,
             power_reader=partial(power_reader, config.hardware.root, config.governor),
+            on_demote=lambda model, key: self.engine_metrics.demotions.labels(model, key).inc(),
         )
         self.engine_load = LoadCounter()  # the batchers count, the governor reads
         self.governor = GovernorService(
@@ -191,7 +201,7 @@ class Daemon:
         self._background.append(asyncio.create_task(self.notifier.watchdog_loop()))
         self.notifier.status("loading models")
         for directory in package_dirs(self.config):
-            self.registry.add(directory)
+            self._seeded[self.registry.add(directory)] = directory
         for directory in self.updates.package_dirs() if self.updates else []:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
@@ -209,6 +219,59 @@ class Daemon:
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
         self.notifier.ready(summary)
         log.info("edgeagent %s %s", __version__, summary)
+
+    async def reload(self) -> None:
+        """SIGHUP: apply the config's [agent] model keys and serve the models directory anew.
+
+        A config that no longer validates is refused (logged) and the running one kept.
+        """
+        async with self._reloading:
+            if self._reread is not None:
+                try:
+                    config = self._reread()
+                except ConfigError as exc:
+                    log.error("reload refused, still running the previous config: %s", exc)
+                    return
+                changed = [
+                    f.name
+                    for f in dataclasses.fields(config)
+                    if f.name != "agent" and getattr(config, f.name) != getattr(self.config, f.name)
+                ]
+                if changed or config.agent.state_dir != self.config.agent.state_dir:
+                    log.warning(
+                        "reload: changes to %s apply after a restart", changed or "state_dir"
+                    )
+                self.config = dataclasses.replace(self.config, agent=config.agent)
+                logging.getLogger().setLevel(config.agent.log_level)
+            try:
+                wanted = {self.registry.add(d): d for d in package_dirs(self.config)}
+            except ConfigError as exc:
+                log.error("reload: %s", exc)
+                return
+            for name in set(self._seeded) - set(wanted):
+                await self.registry.unload(name)
+            for name, directory in wanted.items():
+                if self._serves(name, directory):
+                    continue
+                try:
+                    await self.registry.activate(directory)
+                except Exception as exc:
+                    log.error("reload: model %s is unavailable: %s", name, exc)
+            self._seeded = wanted
+            ready = [
+                f"{r['name']} {r['version']}"
+                for r in self.registry.index()
+                if r["state"] == "READY"
+            ]
+            self.notifier.status(f"reloaded: serving {', '.join(ready) or 'nothing'}")
+            log.info("reloaded: serving %s", ", ".join(ready) or "no models")
+
+    def _serves(self, name: str, directory: Path) -> bool:
+        """Whether the version in ``directory`` is already loaded (a reload leaves it be)."""
+        try:
+            return load_package(directory).version in self.registry.versions(name)
+        except PackageError:
+            return False  # activate() reports it
 
     def request_stop(self) -> None:
         """Begin the graceful shutdown (signal handler)."""
@@ -244,6 +307,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_soon)
         starting = asyncio.create_task(self.start())
         stopping = asyncio.create_task(self._stop.wait())
         try:
@@ -260,8 +324,12 @@ class Daemon:
         finally:
             stopping.cancel()
             await self.stop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+
+    def _reload_soon(self) -> None:
+        """The SIGHUP handler: reload in a task (serialised by ``reload``'s lock)."""
+        self._background.append(asyncio.create_task(self.reload()))
 
     # ---- listeners ---------------------------------------------------------------------------
 

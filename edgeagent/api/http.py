@@ -35,19 +35,16 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class HttpMetrics:
-    """Per-route request counts, latency and errors; the route label is the route template."""
+    """Per-route request counts (errors are their 4xx/5xx ``status``) and latency.
+
+    The route label is the route template, so the label set stays bounded.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "edgeagent_http_requests_total",
             "HTTP requests answered, by route template, method and status",
             ["route", "method", "status"],
-            registry=registry,
-        )
-        self.errors = Counter(
-            "edgeagent_http_errors_total",
-            "HTTP requests answered with a 4xx or 5xx status",
-            ["route", "status"],
             registry=registry,
         )
         self.latency = Histogram(
@@ -72,8 +69,6 @@ class HttpMetrics:
                 route = resource.canonical if resource is not None else "unmatched"
                 self.latency.labels(route, request.method).observe(time.perf_counter() - started)
                 self.requests.labels(route, request.method, str(status)).inc()
-                if status >= 400:
-                    self.errors.labels(route, str(status)).inc()
 
         return measure
 

@@ -7,11 +7,11 @@ The engine's keys share the [server] table for compatibility and live in
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from edgeagent.paths import default_socket_path
-from edgeagent.sections import require
+from edgeagent.sections import computed_setting, require, setting
 
 
 def is_loopback(host: str) -> bool:
@@ -28,12 +28,22 @@ def is_loopback(host: str) -> bool:
 class ServerSettings:
     """[server] listener keys: where the API listens and who may call it."""
 
-    unix_socket: Path | None = field(default_factory=default_socket_path)
-    socket_mode: int = 0o660
-    tcp_host: str = "127.0.0.1"
-    tcp_port: int = 8080  # 0 disables the TCP listener
-    token: str = ""  # bearer token; required when tcp_host is not loopback
-    max_body_bytes: int = 16 * 1024 * 1024
+    unix_socket: Path | None = computed_setting(
+        default_socket_path,
+        "Unix socket of the API: $RUNTIME_DIRECTORY/agent.sock under systemd, else "
+        "$XDG_RUNTIME_DIR/edgeagent/agent.sock, else /tmp/edgeagent-$UID/agent.sock",
+    )
+    socket_mode: int = setting(
+        0o660, "permissions of the socket (group edgeagent may connect)", "octal mode"
+    )
+    tcp_host: str = setting("127.0.0.1", "TCP listen address; a non-loopback address needs a token")
+    tcp_port: int = setting(8080, "TCP port; 0 disables the TCP listener")
+    token: str = setting(
+        "", "bearer token clients must send; required when tcp_host is not loopback"
+    )
+    max_body_bytes: int = setting(
+        16 * 1024 * 1024, "largest request body accepted (413 above)", "bytes"
+    )
 
     def validate(self) -> None:
         require(0 <= self.tcp_port <= 65535, "server", "tcp_port", "must be 0..65535")

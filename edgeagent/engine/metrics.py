@@ -16,6 +16,9 @@ from prometheus_client import (
     ProcessCollector,
 )
 
+from edgeagent import __version__
+from edgeagent.runtimes import runtime_status
+
 # Latency buckets from 0.5 ms (a tiny model on a desktop CPU) to 10 s (a cold accelerator).
 LATENCY_BUCKETS = (
     0.0005,
@@ -42,7 +45,25 @@ def new_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
+    register_build_info(registry)
     return registry
+
+
+def register_build_info(registry: CollectorRegistry) -> None:
+    """``edgeagent_build_info{version, onnxruntime, litert, openvino} 1``: what this agent is.
+
+    One label per runtime with its installed version ("" when not installed), read from package
+    metadata so no runtime is imported for it.
+    """
+    runtimes = runtime_status(load=False)
+    versions = {name: str(info.get("version", "")) for name, info in runtimes.items()}
+    info = Gauge(
+        "edgeagent_build_info",
+        "Always 1; the labels are the agent's version and each runtime's installed version",
+        ["version", *versions],
+        registry=registry,
+    )
+    info.labels(__version__, *versions.values()).set(1)
 
 
 class EngineMetrics:
@@ -107,6 +128,12 @@ class EngineMetrics:
         )
         self.cache_misses = Counter(
             "edgeagent_cache_misses_total", "Result-cache misses", ["model"], registry=registry
+        )
+        self.demotions = Counter(
+            "edgeagent_accelerator_demotions_total",
+            "Times a candidate (runtime:device:precision) was demoted for failing, by model",
+            ["model", "candidate"],
+            registry=registry,
         )
         self.loaded = Gauge(
             "edgeagent_model_loaded",

@@ -80,8 +80,10 @@ class ResilientSession(Session):
         initial: tuple[Option, Session] | None = None,
         results: Mapping[str, ProbeResult] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_demote: Callable[[str, str], None] | None = None,
     ) -> None:
         self.package = package
+        self._on_demote = on_demote  # (model name, candidate key): the demotion counter
         self._order = list(order)
         self._prober = prober
         self._settings = settings
@@ -332,6 +334,8 @@ class ResilientSession(Session):
     def _demote_locked(self, key: str, reason: str, *, load_failure: bool = False) -> None:
         health = self._health[key]
         health.demotions += 1
+        if self._on_demote is not None:
+            self._on_demote(self.package.name, key)
         health.errors = 0
         health.reason = reason
         backoff = min(

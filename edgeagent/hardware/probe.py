@@ -202,6 +202,9 @@ class Prober:
         self.failure_ttl_s = failure_ttl_s
         self.golden_agreement = golden_agreement
         self.clock = clock
+        # (candidate, error) → the first model it was said for: an accelerator's compiler error
+        # is the same for every model, and is logged in full once.
+        self._said: dict[tuple[str, str], str] = {}
 
     def request(self, package: ModelPackage, candidate: Candidate, variant: Variant) -> LoadRequest:
         return load_request(
@@ -238,7 +241,12 @@ class Prober:
             log.info("probe %s for %s: works (%.0f ms load)", candidate.key, package.name,
                      result.load_ms)  # fmt: skip
         else:  # an accelerator this board lacks is an expected answer, not a fault
-            log.info("probe %s for %s: dropped: %s", candidate.key, package.name, result.error)
+            first = self._said.setdefault((candidate.key, result.error), package.name)
+            if first == package.name:
+                log.info("probe %s for %s: dropped: %s", candidate.key, package.name, result.error)
+            else:
+                log.info("probe %s for %s: dropped (the same error as for %s)", candidate.key,
+                         package.name, first)  # fmt: skip
         return session, result
 
     def _load_with_timeout(

@@ -12,7 +12,7 @@ from edgeagent.hardware.choose import Choice, Chooser, PowerReader, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
-from edgeagent.hardware.profile import Profile, load_profiles
+from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage
 from edgeagent.runtimes import RuntimeLoadError, runtime_status
@@ -26,6 +26,7 @@ class Accelerators:
     ``power_reader`` builds, for the detected profile, a reader of the board's power (watts
     averaged since its previous call, or None) that lets `fastest` mode keep to the profile's
     power budget; the daemon passes the governor's sensors, which know the profile's meters.
+    ``on_demote(model, candidate)`` is told of every demotion (the daemon counts them).
     """
 
     def __init__(
@@ -34,10 +35,12 @@ class Accelerators:
         state_dir: Path,
         *,
         power_reader: Callable[[Profile], PowerReader | None] | None = None,
+        on_demote: Callable[[str, str], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._on_demote = on_demote
         self.state_dir = Path(state_dir)
-        profiles = load_profiles(settings.profiles_dir)
+        profiles = board_profiles(settings.profiles_dir)
         self.detection: Detection = detect(profiles, read_facts(settings.root), settings.profile)
         self.profile: Profile = self.detection.profile
         threads = settings.threads or self.profile.threads
@@ -90,6 +93,7 @@ class Accelerators:
             model_hash=package.content_hash(),
             initial=(choice.chosen, choice.session),
             results=choice.results,
+            on_demote=self._on_demote,
         )
         with self._lock:
             self._sessions[f"{package.name}:{package.version}"] = session

@@ -121,7 +121,7 @@ async def test_every_action_is_visible_through_the_http_api(orin_agent) -> None:
         assert [a.status for a in answers] == [200] * 8
         async with http.get("/metrics") as response:
             text = await response.text()
-        assert 'edgeagent_governor_state{edgeagent_governor_state="hot"} 1.0' in text
+        assert 'edgeagent_governor_state{state="hot"} 1.0' in text
         assert "edgeagent_governor_max_batch_size 1.0" in text
         assert 'edgeagent_governor_action_active{action="shedding"} 1.0' in text
         assert 'edgeagent_governor_temperature_celsius{sensor="zone:tj-thermal"} 91.0' in text

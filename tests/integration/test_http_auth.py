@@ -57,7 +57,7 @@ async def test_refused_requests_are_counted(exposed: AgentServer) -> None:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with http.get("/metrics", headers=headers) as response:
             text = await response.text()
-    assert 'edgeagent_http_errors_total{route="/v1/status",status="401"}' in text
+    assert 'edgeagent_http_requests_total{method="GET",route="/v1/status",status="401"}' in text
 
 
 def test_non_loopback_without_a_configured_token_refuses_everyone(tmp_path) -> None:

@@ -59,7 +59,7 @@ def test_help_lists_every_command_and_imports_none() -> None:
 
 def test_running_one_command_imports_only_its_module() -> None:
     report = run_cli("status", "--socket", str(REPO / "no-such-agent.sock"))
-    assert report["status"] == 1  # it ran: the agent is unreachable
+    assert report["status"] == 2  # it ran: the agent is unreachable (an input error)
     assert command_modules(report["modules"]) == {"edgeagent.commands.status"}
     assert "cryptography" not in report["modules"]  # the hub's signing stack
     assert "PIL" not in report["modules"]  # infer's image decoding

@@ -84,7 +84,7 @@ async def test_jetson_orin_normal_readings_and_offline_sensors(orin) -> None:  #
     tj = {"sensor": "zone:tj-thermal"}
     assert sample(registry, "edgeagent_governor_temperature_celsius", **tj) == 50.25
     assert sample(registry, "edgeagent_governor_sensor_up", sensor="zone:gpu-thermal") == 0
-    assert sample(registry, "edgeagent_governor_state", edgeagent_governor_state="normal") == 1
+    assert sample(registry, "edgeagent_governor_state", state="normal") == 1
 
 
 async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> None:  # type: ignore[no-untyped-def]
@@ -102,8 +102,8 @@ async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> No
     assert limits.shed_priority_from == 3 and limits.max_batch_size == 1
     assert limits.pause_downloads and limits.prefer_low_power
     assert limits.reason == "hot: zone:tj-thermal 91.5 °C"
-    state = "edgeagent_governor_state"
-    assert sample(registry, state, edgeagent_governor_state="hot") == 1
+    assert sample(registry, "edgeagent_governor_state", state="hot") == 1
+    assert sample(registry, "edgeagent_governor_state", state="normal") == 0
     assert sample(registry, "edgeagent_governor_action_active", action="shedding") == 1
     assert sample(registry, "edgeagent_governor_max_batch_size") == 1
     assert sample(registry, "edgeagent_governor_transitions_total", to="hot") == 1
@@ -198,7 +198,7 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
     )
     await step(governor, clock)
     assert not governor.snapshot()["power_save"]
-    assert sample(registry, "edgeagent_governor_battery_percent") == 64
+    assert sample(registry, "edgeagent_governor_battery_ratio") == 0.64
     assert sample(registry, "edgeagent_governor_on_ac_power") == 0
     write(root, "sys/class/power_supply/BAT0/capacity", 12)
     await step(governor, clock)
