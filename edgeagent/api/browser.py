@@ -1,0 +1,130 @@
+"""Requests a web browser was tricked into sending: DNS rebinding and cross-site forgery.
+
+A page on any site can make the browser of someone on the device send requests to
+127.0.0.1:8080. Two things tell such requests apart, and both are checked on TCP listeners (a
+browser cannot open the Unix socket, so nothing is checked there):
+
+- **Host**: a rebound name (``evil.example`` resolving to 127.0.0.1) arrives with its own name
+  in ``Host``. Only the listener's own names are answered: the bound address, the address the
+  connection arrived on, ``localhost``, and ``[server] allowed_hosts`` — else 403.
+- **Origin / content type** of a POST: a cross-site page either sends ``Origin`` naming itself
+  (refused unless it is this listener, 403), or, in browsers that omit it, can only send the
+  "simple" content types ``text/plain``, ``application/x-www-form-urlencoded`` and
+  ``multipart/form-data`` without asking first; the API takes none of them (415).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.parse
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from edgeagent.api.auth import over_tcp
+from edgeagent.api.settings import ServerSettings
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# What a browser may POST cross-site without a CORS preflight (Fetch standard).
+SIMPLE_CONTENT_TYPES = frozenset(
+    {"text/plain", "application/x-www-form-urlencoded", "multipart/form-data"}
+)
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def host_name(authority: str) -> str | None:
+    """The host of ``name[:port]`` or ``[v6][:port]``, lower-cased and canonical; None if bad."""
+    parsed = urllib.parse.urlsplit("//" + authority)
+    try:
+        name = parsed.hostname
+        parsed.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        return None
+    if not name:
+        return None
+    name = name.rstrip(".")
+    try:
+        return str(ipaddress.ip_address(name))
+    except ValueError:
+        return name
+
+
+def listener_names(request: web.Request, settings: ServerSettings) -> set[str]:
+    """Every name this TCP listener answers to (see the module docstring)."""
+    names = {"localhost", *(n.lower().rstrip(".") for n in settings.allowed_hosts)}
+    if settings.tcp_host not in WILDCARDS:
+        names.add(host_name(settings.tcp_host) or settings.tcp_host)
+    local = request.transport.get_extra_info("sockname") if request.transport else None
+    if isinstance(local, tuple) and local:
+        names.add(str(ipaddress.ip_address(local[0].split("%")[0])))
+    return names
+
+
+def _origin_authority(origin: str) -> str | None:
+    """``host:port`` of an Origin header value (default ports filled in); None if opaque."""
+    parsed = urllib.parse.urlsplit(origin)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return None
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return None
+    name = host_name(parsed.netloc)
+    return None if name is None else f"{name}:{port}"
+
+
+def _request_authority(request: web.Request) -> str | None:
+    host = request.headers.get("Host", "")
+    name = host_name(host)
+    if name is None:
+        return None
+    try:
+        port = urllib.parse.urlsplit("//" + host).port
+    except ValueError:
+        return None
+    return f"{name}:{port or 80}"
+
+
+def browser_refusal(request: web.Request, settings: ServerSettings) -> web.Response | None:
+    """The 403/415 answer for a foreign Host, a cross-site Origin or a simple-type POST."""
+    host = request.headers.get("Host")
+    if host is not None:
+        name = host_name(host)
+        if name is None or name not in listener_names(request, settings):
+            return _answer(
+                403,
+                f"Host {host!r} is not a name of this listener; add it to [server] "
+                "allowed_hosts if clients really use it",
+            )
+    if request.method in ("GET", "HEAD", "OPTIONS"):
+        return None
+    origin = request.headers.get("Origin")
+    if origin is not None and _origin_authority(origin) != _request_authority(request):
+        return _answer(403, f"cross-origin request from {origin!r} refused")
+    if request.content_type in SIMPLE_CONTENT_TYPES and request.headers.get("Content-Type"):
+        return _answer(
+            415,
+            f"Content-Type {request.content_type} is refused (a web page could send it "
+            "cross-site); send application/json, application/octet-stream or the image type",
+        )
+    return None
+
+
+def _answer(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def browser_middleware(settings: ServerSettings) -> Middleware:
+    """An aiohttp middleware refusing what ``browser_refusal`` describes, on TCP only."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if over_tcp(request):
+            refused = browser_refusal(request, settings)
+            if refused is not None:
+                return refused
+        return await handler(request)
+
+    return middleware
