@@ -34,21 +34,27 @@ SIMPLE_CONTENT_TYPES = frozenset(
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
 
 
-def host_name(authority: str) -> str | None:
-    """The host of ``name[:port]`` or ``[v6][:port]``, lower-cased and canonical; None if bad."""
-    parsed = urllib.parse.urlsplit("//" + authority)
+def split_authority(authority: str) -> tuple[str, int | None] | None:
+    """(host, port) of ``name[:port]`` or ``[v6][:port]``, the host lower-cased and canonical;
+    None when it is malformed."""
     try:
-        name = parsed.hostname
-        parsed.port  # noqa: B018 - raises ValueError on a malformed port
+        parsed = urllib.parse.urlsplit("//" + authority)
+        name, port = parsed.hostname, parsed.port
     except ValueError:
         return None
     if not name:
         return None
     name = name.rstrip(".")
     try:
-        return str(ipaddress.ip_address(name))
+        return str(ipaddress.ip_address(name)), port
     except ValueError:
-        return name
+        return name, port
+
+
+def host_name(authority: str) -> str | None:
+    """The host part of ``authority`` (see ``split_authority``)."""
+    split = split_authority(authority)
+    return None if split is None else split[0]
 
 
 def listener_names(request: web.Request, settings: ServerSettings) -> set[str]:
@@ -62,29 +68,18 @@ def listener_names(request: web.Request, settings: ServerSettings) -> set[str]:
     return names
 
 
-def _origin_authority(origin: str) -> str | None:
-    """``host:port`` of an Origin header value (default ports filled in); None if opaque."""
-    parsed = urllib.parse.urlsplit(origin)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+def _origin_authority(origin: str) -> tuple[str, int] | None:
+    """(host, port) of an Origin header value, default ports filled in; None if opaque."""
+    scheme, _, rest = origin.partition("://")
+    split = split_authority(rest) if scheme in ("http", "https") and "/" not in rest else None
+    if split is None:
         return None
-    try:
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    except ValueError:
-        return None
-    name = host_name(parsed.netloc)
-    return None if name is None else f"{name}:{port}"
+    return split[0], split[1] or (443 if scheme == "https" else 80)
 
 
-def _request_authority(request: web.Request) -> str | None:
-    host = request.headers.get("Host", "")
-    name = host_name(host)
-    if name is None:
-        return None
-    try:
-        port = urllib.parse.urlsplit("//" + host).port
-    except ValueError:
-        return None
-    return f"{name}:{port or 80}"
+def _request_authority(request: web.Request) -> tuple[str, int] | None:
+    split = split_authority(request.headers.get("Host", ""))
+    return None if split is None else (split[0], split[1] or 80)
 
 
 def browser_refusal(request: web.Request, settings: ServerSettings) -> web.Response | None:
