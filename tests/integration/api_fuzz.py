@@ -60,28 +60,43 @@ def fuzz_operation(
     pinned = {"name": model} if any(p.name == "name" for p in operation.path_parameters) else None
     session = requests.Session()
     for mode in MODES:
-
-        @given(case=operation.as_strategy(generation_mode=mode, path_parameters=pinned))
-        @settings(
-            max_examples=examples,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            derandomize=derandomize,
-            database=None,
-        )
-        def send(case: schemathesis.Case, mode: schemathesis.GenerationMode = mode) -> None:
-            response = case.call(base_url=base_url, session=session, headers=headers, timeout=60)
-            report.examples += 1
-            report.statuses[response.status_code] = report.statuses.get(response.status_code, 0) + 1
-            if is_server_error(response):
-                report.server_errors.append(
-                    f"{case.method} {case.formatted_path} ({mode.value}) answered "
-                    f"{response.status_code}: {response.text[:300]}"
-                )
-
         try:
-            send()
+            _draw(
+                operation, mode, pinned, base_url, session, headers, examples, report, derandomize
+            )
         except Unsatisfiable:  # nothing in this operation can be made invalid (no inputs)
             if mode is not schemathesis.GenerationMode.NEGATIVE:
                 raise
     session.close()
+
+
+def _draw(
+    operation: schemathesis.APIOperation,
+    mode: schemathesis.GenerationMode,
+    pinned: dict[str, str] | None,
+    base_url: str,
+    session: requests.Session,
+    headers: dict[str, str],
+    examples: int,
+    report: FuzzReport,
+    derandomize: bool,
+) -> None:
+    @given(case=operation.as_strategy(generation_mode=mode, path_parameters=pinned))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=derandomize,
+        database=None,
+    )
+    def send(case: schemathesis.Case) -> None:
+        response = case.call(base_url=base_url, session=session, headers=headers, timeout=60)
+        report.examples += 1
+        report.statuses[response.status_code] = report.statuses.get(response.status_code, 0) + 1
+        if is_server_error(response):
+            report.server_errors.append(
+                f"{case.method} {case.formatted_path} ({mode.value}) answered "
+                f"{response.status_code}: {response.text[:300]}"
+            )
+
+    send()
