@@ -9,7 +9,8 @@ The daemon is a real ``edgeagent run`` process serving the tiny test model (the 
 what is soaked, not a runtime). Every request has the status it must get (200 for the good
 ones, 400/404/413 for the bad ones); an *error* is any other status or a failed connection.
 RSS is measured after one warm-up round of every kind of request, so start-up allocation is
-not counted as growth.
+not counted as growth; the descriptors at the end are counted as the load stops, with the
+client's keep-alive connections still open.
 """
 
 from __future__ import annotations
