@@ -110,8 +110,14 @@ def test_no_token_configured_refuses_every_tcp_request(tmp_path) -> None:
 
 
 def test_tcp_auth_none_opens_the_user_scope_only(tmp_path) -> None:
-    with tiny_agent(tmp_path, token="", tcp_auth="none") as server:
+    with tiny_agent(tmp_path, token="", admin_token=ADMIN, tcp_auth="none") as server:
         assert asyncio.run(_status(server.url, "GET", "/v1/status", None))[0] == 200
-        status, body = asyncio.run(_status(server.url, "POST", UNLOAD, None))
-        assert status == 403 and "admin_token" in body["error"]
+        assert asyncio.run(_status(server.url, "POST", UNLOAD, None))[0] == 401
+        assert server.registry.status()["tiny"]["state"] == "READY"
+
+
+def test_without_an_admin_token_load_and_unload_are_socket_only(tmp_path) -> None:
+    with tiny_agent(tmp_path, token=TOKEN, admin_token="") as server:
+        status, body = asyncio.run(_status(server.url, "POST", UNLOAD, TOKEN))
+        assert status == 403 and "admin_token, which is not set" in body["error"]
         assert server.registry.status()["tiny"]["state"] == "READY"
