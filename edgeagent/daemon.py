@@ -29,7 +29,13 @@ from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.api.http import create_app
-from edgeagent.api.listeners import QuietLoopErrors, handler_args, tcp_site, unix_site
+from edgeagent.api.listeners import (
+    GuardedSite,
+    QuietLoopErrors,
+    handler_args,
+    tcp_site,
+    unix_site,
+)
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import ServingLimits
@@ -250,11 +256,13 @@ class Daemon:
     async def _listen(self, runner: web.AppRunner) -> None:
         server = self.config.server
         asyncio.get_running_loop().set_exception_handler(QuietLoopErrors())
+        sites: list[GuardedSite] = []
         if server.unix_socket is not None:
             path = Path(server.unix_socket)
             _claim_socket_path(path)
+            site = unix_site(runner, path, server)
             try:
-                await unix_site(runner, path, server).start()
+                await site.start()
             except OSError as exc:
                 raise StartupError(
                     f"cannot listen on {path}: {exc.strerror} ([server] unix_socket, --socket)"
@@ -262,9 +270,11 @@ class Daemon:
             os.chmod(path, server.socket_mode)
             self._socket_path = path
             self.listening.append(str(path))
+            sites.append(site)
         if server.tcp_port:
+            site = tcp_site(runner, server.tcp_host, server.tcp_port, server)
             try:
-                await tcp_site(runner, server.tcp_host, server.tcp_port, server).start()
+                await site.start()
             except OSError as exc:
                 raise StartupError(
                     f"cannot listen on {server.tcp_host}:{server.tcp_port}: {exc.strerror} "
@@ -272,6 +282,7 @@ class Daemon:
                 ) from exc
             host = f"[{server.tcp_host}]" if ":" in server.tcp_host else server.tcp_host
             self.listening.append(f"http://{host}:{server.tcp_port}")
+            sites.append(site)
             if server.tcp_auth == "token" and not server.token:
                 log.warning(
                     "TCP listener %s refuses every request: no [server] token is set "
@@ -281,6 +292,10 @@ class Daemon:
         if not self.listening:
             raise StartupError("no listener: set [server] unix_socket or tcp_port")
         _ensure_descriptors(server.max_connections * len(self.listening))
+        self.status_providers["listeners"] = lambda: {  # a flood shows here as "refused"
+            site.name: {"open": site.cap.open, "limit": site.cap.limit, "refused": site.cap.refused}
+            for site in sites
+        }
 
 
 # Descriptors the agent needs besides its connections: models, logs, sensors, MQTT, downloads.

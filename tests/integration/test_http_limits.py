@@ -170,6 +170,15 @@ def test_the_decoding_budget_is_per_listener_and_refuses_with_503(tmp_path) -> N
     assert (tcp_status, retry, unix_status) == (503, b"1", 200)
 
 
+async def _unix_status(agent_socket) -> dict:
+    connector = aiohttp.UnixConnector(path=str(agent_socket))
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.get("http://agent/v1/status") as response,
+    ):
+        return await response.json()
+
+
 def _limit_descriptors() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
@@ -189,6 +198,8 @@ def test_the_daemon_survives_300_slow_connections_with_256_descriptors(tmp_path)
         assert live == 200
         assert outcomes.count("refused") >= 200 and set(outcomes) <= {"refused", "closed"}
         assert asyncio.run(_unix_live(daemon.socket)) == 200 and daemon.alive()
+        listeners = asyncio.run(_unix_status(daemon.socket))["listeners"]
+        assert listeners[daemon.url]["refused"] >= 200  # what an operator sees of the flood
     log = daemon.log.read_text()
     assert "out of system resource" not in log
     assert len(log.splitlines()) < 20, log[-2000:]
