@@ -10,6 +10,8 @@ hundred slow clients exhaust the process's file descriptors and take every liste
   opening or of its previous answer, else it is closed (aiohttp's keep-alive timer, which
   closes a connection that is still waiting for a head when it fires);
 - bodies are paced by ``edgeagent.api.body``;
+- a client that stops reading its answers (the agent's send buffer stays full for
+  ``[server] send_timeout_s``) is disconnected, so it cannot pin a handler and a slot for ever;
 - errors the event loop reports (``accept()`` failing with EMFILE) are logged at most once per
   ``LOG_EVERY_S`` per kind, with a count of those suppressed.
 
@@ -55,12 +57,18 @@ class ConnectionCap:
 
 
 class _Guard(asyncio.Protocol):
-    """Stands between the transport and aiohttp's per-connection protocol, admitting or not."""
+    """Stands between the transport and aiohttp's per-connection protocol, admitting or not,
+    and watching how long the client leaves the agent's answers unread."""
 
-    def __init__(self, make: Callable[[], asyncio.Protocol], cap: ConnectionCap) -> None:
+    def __init__(
+        self, make: Callable[[], asyncio.Protocol], cap: ConnectionCap, send_timeout_s: float
+    ) -> None:
         self._make = make
         self._cap = cap
+        self._send_timeout_s = send_timeout_s
         self._inner: asyncio.Protocol | None = None
+        self._transport: asyncio.BaseTransport | None = None
+        self._stalled: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._cap.open >= self._cap.limit:
@@ -70,6 +78,7 @@ class _Guard(asyncio.Protocol):
             transport.close()
             return
         self._cap.open += 1
+        self._transport = transport
         self._inner = self._make()
         self._inner.connection_made(transport)
 
@@ -83,12 +92,29 @@ class _Guard(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._inner is not None:
             self._inner.pause_writing()
+            loop = asyncio.get_running_loop()
+            self._stalled = loop.call_later(self._send_timeout_s, self._drop_stalled)
 
     def resume_writing(self) -> None:
+        self._cancel_stall()
         if self._inner is not None:
             self._inner.resume_writing()
 
+    def _drop_stalled(self) -> None:
+        """The client has read nothing for ``send_timeout_s``: abort (a close would wait to
+        flush the very buffer it does not read)."""
+        self._stalled = None
+        if isinstance(self._transport, asyncio.WriteTransport):
+            self._transport.abort()
+
+    def _cancel_stall(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_stall()
+        self._transport = None
         if self._inner is not None:
             self._cap.open -= 1
             self._inner.connection_lost(exc)
@@ -101,11 +127,14 @@ Opener = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.AbstractSe
 class GuardedSite(web.BaseSite):
     """An aiohttp site whose connections pass through a ``ConnectionCap``."""
 
-    def __init__(self, runner: web.BaseRunner, label: str, opener: Opener, limit: int) -> None:
+    def __init__(
+        self, runner: web.BaseRunner, label: str, opener: Opener, settings: ServerSettings
+    ) -> None:
         super().__init__(runner)
         self._label = label
         self._opener = opener
-        self.cap = ConnectionCap(limit)
+        self._send_timeout_s = settings.send_timeout_s
+        self.cap = ConnectionCap(settings.max_connections)
 
     @property
     def name(self) -> str:
@@ -119,7 +148,7 @@ class GuardedSite(web.BaseSite):
         await super().start()
         server = self._runner.server
         assert server is not None
-        self._server = await self._opener(lambda: _Guard(server, self.cap))
+        self._server = await self._opener(lambda: _Guard(server, self.cap, self._send_timeout_s))
 
 
 def unix_site(runner: web.BaseRunner, path: Path, settings: ServerSettings) -> GuardedSite:
@@ -128,7 +157,7 @@ def unix_site(runner: web.BaseRunner, path: Path, settings: ServerSettings) -> G
     async def opener(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
         return await asyncio.get_running_loop().create_unix_server(factory, str(path))
 
-    return GuardedSite(runner, f"unix:{path}", opener, settings.max_connections)
+    return GuardedSite(runner, f"unix:{path}", opener, settings)
 
 
 def tcp_site(runner: web.BaseRunner, host: str, port: int, settings: ServerSettings) -> GuardedSite:
@@ -137,7 +166,7 @@ def tcp_site(runner: web.BaseRunner, host: str, port: int, settings: ServerSetti
     async def opener(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
         return await asyncio.get_running_loop().create_server(factory, host, port)
 
-    return GuardedSite(runner, f"http://{host}:{port}", opener, settings.max_connections)
+    return GuardedSite(runner, f"http://{host}:{port}", opener, settings)
 
 
 class QuietLoopErrors:

@@ -50,6 +50,7 @@ class ServerSettings:
     header_timeout_s: float = 15.0  # a request head must be complete this long after the last
     body_timeout_s: float = 10.0  # grace before a body must arrive at body_min_bytes_per_s
     body_min_bytes_per_s: int = 64 * 1024
+    send_timeout_s: float = 30.0  # a client that reads none of its answer this long is dropped
     # Bytes of request bodies being read and decoded at once per listener; JSON counts 4×.
     max_decoding_bytes: int = 64 * 1024 * 1024
 
@@ -80,7 +81,7 @@ class ServerSettings:
             f"must be set when TCP listens on the non-loopback address {self.tcp_host!r}",
         )
         require(self.max_connections >= 1, "server", "max_connections", "must be at least 1")
-        for key in ("header_timeout_s", "body_timeout_s"):
+        for key in ("header_timeout_s", "body_timeout_s", "send_timeout_s"):
             require(getattr(self, key) > 0, "server", key, "must be positive")
         require(self.body_min_bytes_per_s > 0, "server", "body_min_bytes_per_s", "must be positive")
         require(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+import socket
 from collections.abc import Iterator
 
 import aiohttp
@@ -132,6 +133,31 @@ async def test_slow_clients_on_tcp_leave_the_unix_socket_answering(
     outcomes = await _outcomes(flood)
     assert outcomes.count("refused") >= 36  # at most the cap was admitted, then timed out
     assert set(outcomes) <= {"refused", "closed"}
+
+
+def test_a_client_that_never_reads_its_answers_is_dropped(tmp_path) -> None:
+    """Hundreds of pipelined requests whose answers (megabytes) are never read: once the send
+    buffer has stayed full for send_timeout_s the agent drops the connection and its slot."""
+    # The head time-out is longer than the bound, so only the send time-out can drop it.
+    with tiny_agent(tmp_path, send_timeout_s=0.5, header_timeout_s=BOUND_S * 4) as agent:
+
+        async def scenario() -> None:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(_address(agent.url))
+            request = (
+                b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Authorization: Bearer " + agent.settings.token.encode() + b"\r\n\r\n"
+            )
+            sock.sendall(request * 400)  # ~10 MB of answers, none of them read
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + BOUND_S
+            while agent.tcp.cap.open and loop.time() < deadline:  # the condition, polled
+                await asyncio.sleep(0.05)
+            assert agent.tcp.cap.open == 0, "the stalled reader still holds its connection"
+            sock.close()
+
+        asyncio.run(scenario())
 
 
 def test_the_decoding_budget_is_per_listener_and_refuses_with_503(tmp_path) -> None:

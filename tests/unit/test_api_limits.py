@@ -90,6 +90,7 @@ def test_loop_errors_are_logged_once_per_period_with_a_count(caplog) -> None:
         ("tcp_auth = 'open'", "[server] tcp_auth: must be one of"),
         ("max_connections = 0", "[server] max_connections"),
         ("header_timeout_s = 0", "[server] header_timeout_s"),
+        ("send_timeout_s = -1", "[server] send_timeout_s"),
         ("body_min_bytes_per_s = 0", "[server] body_min_bytes_per_s"),
         ("max_body_bytes = 100\nmax_decoding_bytes = 99", "[server] max_decoding_bytes"),
     ],
