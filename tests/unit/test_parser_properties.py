@@ -42,6 +42,10 @@ json_values = st.recursive(
 )
 
 
+# Zero (an empty tensor, whose other dimensions numpy still multiplies) next to huge ones.
+DIMENSIONS = st.sampled_from([0, 1, 3, 8, 2**31, 2**62, 2**64, 10**30]) | st.integers(-2, 2**64)
+
+
 def _tensor_entries() -> st.SearchStrategy[dict]:
     """Tensor objects that are plausible in places and wrong in others."""
     return st.fixed_dictionaries(
@@ -49,8 +53,8 @@ def _tensor_entries() -> st.SearchStrategy[dict]:
         optional={
             "name": st.sampled_from(["input", "", "x"]) | json_values,
             "datatype": st.sampled_from([*v2._NUMPY, "BF16", "BYTES", "fp32"]) | json_values,
-            "shape": st.lists(st.integers(min_value=-2, max_value=2**64), max_size=5) | json_values,
-            "data": json_values,
+            "shape": st.lists(DIMENSIONS, max_size=6) | json_values,
+            "data": st.just([]) | json_values,
             "parameters": st.fixed_dictionaries(
                 {}, optional={"binary_data_size": st.integers(-1, 64) | json_values}
             )
@@ -92,6 +96,29 @@ def test_any_message_is_decoded_or_refused_as_invalid_input(message: dict, tail:
     head = json.dumps(message).encode()
     with contextlib.suppress(InvalidInput):
         v2.decode_request(head + tail, str(len(head)) if tail else None)
+
+
+@FAST
+@given(st.lists(DIMENSIONS, max_size=40), st.sampled_from(list(v2._NUMPY)), st.booleans())
+def test_any_shape_is_decoded_or_refused(shape: list[int], datatype: str, binary: bool) -> None:
+    """Well-formed tensors but for their shape: empty data, or an empty binary blob."""
+    tensor: dict = {"name": "x", "datatype": datatype, "shape": shape}
+    if binary:
+        tensor["parameters"] = {"binary_data_size": 0}
+    else:
+        tensor["data"] = []
+    head = json.dumps({"inputs": [tensor]}).encode()
+    with contextlib.suppress(InvalidInput):
+        v2.decode_request(head, str(len(head)))
+
+
+@FAST
+@given(st.integers(1, 20_000), st.sampled_from(["[", '{"a":', '[{"b":']))
+def test_nesting_of_any_depth_is_decoded_or_refused(depth: int, opener: str) -> None:
+    closer = {"[": "]", '{"a":': "}", '[{"b":': "}]"}[opener]
+    body = ('{"inputs":' + opener * depth + "1" + closer * depth + "}").encode()
+    with contextlib.suppress(InvalidInput):
+        v2.decode_request(body, None)
 
 
 @FAST
