@@ -20,8 +20,10 @@ import dataclasses
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +35,13 @@ from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.api.http import create_app
+from edgeagent.api.listeners import (
+    GuardedSite,
+    QuietLoopErrors,
+    handler_args,
+    tcp_site,
+    unix_site,
+)
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges
@@ -209,7 +218,10 @@ class Daemon:
             self.dataplane, settings=self.config.server, metrics=self.metrics, status=self.status
         )
         self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=self.config.engine.drain_timeout_s
+            app,
+            access_log=None,
+            shutdown_timeout=self.config.engine.drain_timeout_s,
+            **handler_args(self.config.server),
         )
         await self._runner.setup()
         await self._listen(self._runner)
@@ -335,10 +347,12 @@ class Daemon:
 
     async def _listen(self, runner: web.AppRunner) -> None:
         server = self.config.server
+        asyncio.get_running_loop().set_exception_handler(QuietLoopErrors())
+        sites: list[GuardedSite] = []
         if server.unix_socket is not None:
             path = Path(server.unix_socket)
             _claim_socket_path(path)
-            site = web.UnixSite(runner, str(path))
+            site = unix_site(runner, path, server)
             try:
                 await site.start()
             except OSError as exc:
@@ -348,10 +362,11 @@ class Daemon:
             os.chmod(path, server.socket_mode)
             self._socket_path = path
             self.listening.append(str(path))
+            sites.append(site)
         if server.tcp_port:
-            tcp = web.TCPSite(runner, server.tcp_host, server.tcp_port)
+            site = tcp_site(runner, server.tcp_host, server.tcp_port, server)
             try:
-                await tcp.start()
+                await site.start()
             except OSError as exc:
                 raise StartupError(
                     f"cannot listen on {server.tcp_host}:{server.tcp_port}: {exc.strerror} "
@@ -359,13 +374,57 @@ class Daemon:
                 ) from exc
             host = f"[{server.tcp_host}]" if ":" in server.tcp_host else server.tcp_host
             self.listening.append(f"http://{host}:{server.tcp_port}")
+            sites.append(site)
+            if server.tcp_auth == "token" and not server.token:
+                log.warning(
+                    "TCP listener %s refuses every request: no [server] token is set "
+                    "(the Unix socket needs none)",
+                    self.listening[-1],
+                )
         if not self.listening:
             raise StartupError("no listener: set [server] unix_socket or tcp_port")
+        _ensure_descriptors(server.max_connections * len(self.listening))
+        self.status_providers["listeners"] = lambda: {  # a flood shows here as "refused"
+            site.name: {"open": site.cap.open, "limit": site.cap.limit, "refused": site.cap.refused}
+            for site in sites
+        }
+
+
+# Descriptors the agent needs besides its connections: models, logs, sensors, MQTT, downloads.
+FD_RESERVE = 128
+
+
+def _ensure_descriptors(connections: int) -> None:
+    """Raise the open-file soft limit so every listener's full cap fits, or say it cannot."""
+    needed = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "open-file limit %d is below the %d that [server] max_connections needs per "
+            "listener plus %d; a connection flood could exhaust it",
+            soft,
+            needed,
+            FD_RESERVE,
+        )
 
 
 def _claim_socket_path(path: Path) -> None:
-    """Create the socket's directory, and remove a stale socket that nobody listens on."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    """Create the socket's directory, and remove a stale socket that nobody listens on.
+
+    The directory must be ours (or root's) and writable by nobody else: whoever can write
+    there can replace the socket and answer as the agent (``/tmp/edgeagent-UID`` can be
+    created by any user before the agent starts). A directory we own but left open is
+    tightened; one someone else owns, or a symbolic link, is refused. A sticky directory such
+    as /tmp itself is accepted: nobody else can remove or rename our socket there.
+    """
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    _check_directory(directory)
     if not path.exists() and not path.is_symlink():
         return
     if not path.is_socket():
@@ -381,3 +440,20 @@ def _claim_socket_path(path: Path) -> None:
         raise StartupError(f"{path}: another edgeagent is already listening there")
     finally:
         probe.close()
+
+
+def _check_directory(directory: Path) -> None:
+    info = directory.lstat()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise StartupError(f"{directory} is not a plain directory; remove it or set --socket")
+    if info.st_uid not in (os.geteuid(), 0):
+        raise StartupError(
+            f"{directory} belongs to uid {info.st_uid}, not to this agent (uid {os.geteuid()}): "
+            "another user could answer in its place; remove it or set --socket"
+        )
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:  # sticky /tmp itself is fine
+        if info.st_uid != os.geteuid():
+            raise StartupError(
+                f"{directory} is writable by other users; fix its mode or set --socket"
+            )
+        os.chmod(directory, stat.S_IMODE(info.st_mode) & ~0o022)

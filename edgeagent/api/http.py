@@ -19,7 +19,10 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from edgeagent.api.auth import auth_middleware
-from edgeagent.api.keys import DATAPLANE, METRICS, SETTINGS, STATUS
+from edgeagent.api.body import BodyTooSlow
+from edgeagent.api.browser import browser_middleware
+from edgeagent.api.budget import ByteBudget
+from edgeagent.api.keys import BUDGETS, DATAPLANE, METRICS, SETTINGS, STATUS
 from edgeagent.api.routes_edge import edge_routes
 from edgeagent.api.routes_v2 import v2_routes
 from edgeagent.api.settings import ServerSettings
@@ -31,7 +34,7 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # ---------------------------------------------------------------------------------------------
-# Middleware: metrics (outermost) → errors → auth → handler
+# Middleware: metrics (outermost) → errors → browser checks → auth → handler
 
 
 class HttpMetrics:
@@ -82,6 +85,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     """Every failure becomes ``{"error": ...}`` with its status; nothing escapes as a crash."""
     try:
         return await handler(request)
+    except BodyTooSlow as exc:
+        return await _answer_then_close(request, error_json(exc.message, exc.status))
     except ServingError as exc:
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
         return error_json(exc.message, exc.status, headers)
@@ -95,6 +100,16 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_json(f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
+async def _answer_then_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send ``response`` and drop the connection at once: aiohttp would otherwise keep reading
+    (lingering) the rest of a body from a client already known to be too slow."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
 def create_app(
     dataplane: DataPlane,
     *,
@@ -105,12 +120,18 @@ def create_app(
     """The HTTP application over ``dataplane``; serve it on any listener."""
     http_metrics = HttpMetrics(metrics)
     app = web.Application(
-        middlewares=[http_metrics.middleware(), errors_middleware, auth_middleware(settings)],
+        middlewares=[
+            http_metrics.middleware(),
+            errors_middleware,
+            browser_middleware(settings),
+            auth_middleware(settings),
+        ],
         client_max_size=settings.max_body_bytes,
     )
     app[DATAPLANE] = dataplane
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[STATUS] = status
+    app[BUDGETS] = {kind: ByteBudget(settings.max_decoding_bytes) for kind in ("unix", "tcp")}
     app.add_routes([*v2_routes(), *edge_routes()])
     return app

@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from edgeagent.api.budget import ByteBudget
 from edgeagent.api.settings import ServerSettings
 from edgeagent.engine.dataplane import DataPlane
 
@@ -15,3 +16,5 @@ DATAPLANE = web.AppKey("dataplane", DataPlane)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", CollectorRegistry)
 STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
+# One decoding budget per kind of listener, so TCP clients cannot starve the local socket.
+BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")

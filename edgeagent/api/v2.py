@@ -117,18 +117,43 @@ def header_length(value: str | None, body_length: int) -> int | None:
     return length
 
 
+# No number in the protocol is wider than 64 bits (shapes, sizes, UINT64/INT64 data, µs).
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+MAX_INT_DIGITS = 20
+
+
+def _bounded_int(text: str) -> int:
+    """json's ``parse_int``: refuse integers no tensor or parameter can hold, before ``int()``
+    spends time on thousands of digits (or Python refuses them with an unexpected error)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS or not INT_MIN <= (value := int(text)) <= INT_MAX:
+        shown = text if len(text) <= 24 else text[:24] + "…"
+        raise InvalidInput(f"JSON integer {shown} is out of the 64-bit range")
+    return value
+
+
+def parse_json_object(data: bytes | memoryview) -> dict[str, Any]:
+    """A JSON object from untrusted bytes; every way it can be wrong is ``InvalidInput``.
+
+    Nesting deeper than the interpreter's recursion limit and integers beyond 64 bits are
+    refused here with the rest of malformed JSON (``NaN`` stays: tensors may carry it).
+    """
+    try:
+        value = json.loads(bytes(data), parse_int=_bounded_int)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("request body is not valid JSON: nested too deeply") from None
+    if not isinstance(value, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return value
+
+
 def _split(body: bytes, length: int | None) -> tuple[dict[str, Any], memoryview]:
     """Separate the JSON object from the binary tail and parse it."""
     view = memoryview(body)
     json_part = view if length is None else view[:length]
     tail = view[len(view) :] if length is None else view[length:]
-    try:
-        message = json.loads(bytes(json_part))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise InvalidInput("request body must be a JSON object")
-    return message, tail
+    return parse_json_object(json_part), tail
 
 
 class _JsonData:
@@ -171,11 +196,20 @@ class _JsonData:
 # Tensors
 
 
+# numpy refuses arrays beyond these even when a zero dimension leaves them empty.
+MAX_DIMS = 32
+MAX_ELEMENTS = 2**40
+
+
 def _shape(value: Any, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
         raise InvalidInput(f"{where}: shape must be a list of non-negative integers, got {value!r}")
+    if len(value) > MAX_DIMS:
+        raise InvalidInput(f"{where}: shape has {len(value)} dimensions, at most {MAX_DIMS}")
+    if math.prod(d for d in value if d) > MAX_ELEMENTS:
+        raise InvalidInput(f"{where}: shape {value!r} is larger than any tensor can be")
     return tuple(value)
 
 

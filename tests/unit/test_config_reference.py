@@ -39,12 +39,20 @@ def test_every_key_of_every_section_has_a_description() -> None:
 
 
 def test_units_follow_the_key_suffix() -> None:
-    suffixes = {"_s": "s", "_ms": "ms", "_c": "°C", "_bytes": "bytes", "_percent": "%"}
+    suffixes = {
+        "_s": "s",
+        "_ms": "ms",
+        "_c": "°C",
+        "_bytes": "bytes",
+        "_percent": "%",
+        "_bytes_per_s": "bytes/s",
+    }
     for section, docs in describe_config().items():
         for doc in docs:
-            for suffix, unit in suffixes.items():
-                if doc.key.endswith(suffix):
-                    assert doc.unit == unit, f"[{section}] {doc.key}: unit {doc.unit!r}"
+            matching = [suffix for suffix in suffixes if doc.key.endswith(suffix)]
+            if matching:  # the longest suffix names the unit: _bytes_per_s, not _s
+                unit = suffixes[max(matching, key=len)]
+                assert doc.unit == unit, f"[{section}] {doc.key}: unit {doc.unit!r}"
 
 
 def test_a_key_declared_without_a_description_is_refused() -> None:
