@@ -10,7 +10,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgeagent._toml import tomllib
+from edgeagent.api.grpc_settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
@@ -47,6 +49,20 @@ class Config:
     governor: GovernorSettings = field(default_factory=GovernorSettings)
     updates: UpdateSettings = field(default_factory=UpdateSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
+
+    def __post_init__(self) -> None:
+        # The one rule across sections: gRPC beyond loopback needs the [server] token too.
+        require(
+            not self.grpc.enabled
+            or self.grpc.port == 0
+            or not self.grpc.tcp_needs_token()
+            or bool(self.server.token),
+            "grpc",
+            "host",
+            f"listens on the non-loopback address {self.grpc.host!r}: set [server] token",
+        )
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -58,6 +74,8 @@ SECTIONS: dict[str, dict[str, type]] = {
     "governor": {"governor": GovernorSettings},
     "updates": {"updates": UpdateSettings},
     "mqtt": {"mqtt": MqttSettings},
+    "grpc": {"grpc": GrpcSettings},
+    "shared_memory": {"shared_memory": SharedMemorySettings},
 }
 
 

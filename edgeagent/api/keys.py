@@ -9,9 +9,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.engine.dataplane import DataPlane
 
 DATAPLANE = web.AppKey("dataplane", DataPlane)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", CollectorRegistry)
 STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
+SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)

@@ -15,7 +15,7 @@ from aiohttp import web
 from edgeagent.api import v2
 from edgeagent.api.auth import over_tcp
 from edgeagent.api.body import read_body, read_json_object
-from edgeagent.api.keys import DATAPLANE
+from edgeagent.api.keys import DATAPLANE, SHARED_MEMORY
 from edgeagent.engine.dataplane import infer_options
 from edgeagent.engine.errors import InvalidInput
 
@@ -71,6 +71,7 @@ def _json_size(body_length: int, header: str | None) -> int:
 
 async def infer(request: web.Request) -> web.Response:
     dataplane = request.app[DATAPLANE]
+    regions = request.app[SHARED_MEMORY]
     model = dataplane.model(*_names(request))
     package = model.package
     body = await read_body(request)
@@ -84,9 +85,9 @@ async def infer(request: web.Request) -> web.Response:
         decoded = v2.decode_raw_request(body, package.inputs[0])
     elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
         # Parsing megabytes of JSON takes tens of ms; off the loop, other requests keep moving.
-        decoded = await asyncio.to_thread(v2.decode_request, body, header)
+        decoded = await asyncio.to_thread(v2.decode_request, body, header, regions)
     else:
-        decoded = v2.decode_request(body, header)
+        decoded = v2.decode_request(body, header, regions)
     chosen = v2.select_outputs(decoded, [spec.name for spec in package.outputs])
     options = infer_options(decoded.parameters, dataplane.settings)
     results = await dataplane.infer(model, decoded.inputs, options, [n for n, _ in chosen])
@@ -95,6 +96,7 @@ async def infer(request: web.Request) -> web.Response:
         model_version=model.version,
         outputs=[(name, results[name], binary) for name, binary in chosen],
         request_id=decoded.id,
+        regions=regions,
     )
     if length is None:
         response = web.Response(body=payload, content_type="application/json")
