@@ -23,6 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from edgeagent.api.http import create_app
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.engine.metrics import EngineMetrics
@@ -41,9 +43,13 @@ class AgentServer:
         defaults: dict[str, Any] = {"unix_socket": self.socket, "tcp_port": 0}
         merged = {**defaults, **settings}
         listener = {f.name for f in dataclasses.fields(ServerSettings)}
+        regions = {f.name for f in dataclasses.fields(SharedMemorySettings)}
         self.settings = ServerSettings(**{k: v for k, v in merged.items() if k in listener})
+        self.shared_memory = SharedMemoryRegistry(
+            SharedMemorySettings(**{k: v for k, v in merged.items() if k in regions})
+        )
         self.engine_settings = EngineSettings(
-            **{k: v for k, v in merged.items() if k not in listener}
+            **{k: v for k, v in merged.items() if k not in listener | regions}
         )
         self.packages = packages
         self.metrics = CollectorRegistry()
@@ -87,6 +93,7 @@ class AgentServer:
             settings=self.settings,
             metrics=self.metrics,
             status=lambda: {**self.status_extra, "models": self.registry.status()},
+            shared_memory=self.shared_memory,
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -99,6 +106,7 @@ class AgentServer:
     async def _stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        self.shared_memory.close()
         await self.registry.close()
 
 
