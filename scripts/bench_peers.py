@@ -122,6 +122,11 @@ class OnnxModel(MLModel):
 '''
 
 
+# MLServer 1.7.1's inference workers call asyncio.get_event_loop() in a fresh process, which
+# uvloop 0.22 and later refuse ("There is no current event loop"): every worker dies at start.
+MLSERVER_UVLOOP = "uvloop<0.22"
+
+
 def mlserver_venv(log) -> Path | str:
     """``.venv-mlserver/bin/mlserver``, creating the venv on first use; or why it cannot be."""
     binary = MLSERVER_VENV / "bin" / "mlserver"

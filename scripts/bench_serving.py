@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -339,6 +340,23 @@ async def wait_http(endpoint: Endpoint, path: str, process: subprocess.Popen, wh
             pass
         await asyncio.sleep(0.2)
     raise SystemExit(f"{what} did not become ready")
+
+
+def stop_tree(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL for the process and its children (MLServer's workers) if it hangs."""
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for child in children:  # orphaned workers of a server that died or hung
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 def free_port() -> int:
@@ -826,11 +844,7 @@ async def run(args: argparse.Namespace) -> dict:
             if regions is not None:
                 regions.close()
             for each in [process, *peers.processes()]:
-                each.terminate()
-                try:
-                    each.wait(60)
-                except subprocess.TimeoutExpired:
-                    each.kill()
+                stop_tree(each)
     add_ratios(rows)
     binary = {
         r["concurrency"]: r

@@ -214,3 +214,29 @@ def test_token_rule_matches_http(tmp_path: Path) -> None:
             unix.close()
         finally:
             guarded.stop()
+
+
+def test_typed_contents_are_accepted_and_counted(served: GrpcAgent, reference) -> None:
+    """A client that sends typed ``contents`` (not raw bytes) is served; a short one refused."""
+    import grpc
+
+    from edgeagent.api.proto import inference_pb2 as pb
+
+    batch = _batch(2, seed=11)
+    with grpc.insecure_channel(served.unix) as channel:
+        infer = channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer",
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=pb.ModelInferResponse.FromString,
+        )
+        request = pb.ModelInferRequest(model_name="tiny")
+        tensor = request.inputs.add(name="input", datatype="FP32", shape=batch.shape)
+        tensor.contents.fp32_contents.extend(batch.ravel().tolist())
+        response = infer(request)
+        logits = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(2, 4)
+        np.testing.assert_allclose(logits, reference(batch), rtol=1e-5)
+        del tensor.contents.fp32_contents[-1]
+        with pytest.raises(grpc.RpcError) as caught:
+            infer(request)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "contents has 383 elements" in caught.value.details()
