@@ -124,15 +124,21 @@ class OnnxModel(MLModel):
 
 # MLServer 1.7.1's inference workers call asyncio.get_event_loop() in a fresh process, which
 # uvloop 0.22 and later refuse ("There is no current event loop"): every worker dies at start.
-MLSERVER_UVLOOP = "uvloop<0.22"
+MLSERVER_REQUIREMENTS = ["mlserver", "onnxruntime", "uvloop<0.22"]
 
 
 def mlserver_venv(log) -> Path | str:
-    """``.venv-mlserver/bin/mlserver``, creating the venv on first use; or why it cannot be."""
+    """``.venv-mlserver/bin/mlserver``, installing it on first use; or why it cannot be.
+
+    A stamp naming the requirements marks a finished install, so an interrupted or older one
+    is completed rather than used.
+    """
     binary = MLSERVER_VENV / "bin" / "mlserver"
-    if binary.exists():
+    stamp = MLSERVER_VENV / "bench-requirements.txt"
+    wanted = "\n".join(MLSERVER_REQUIREMENTS) + "\n"
+    if binary.exists() and stamp.is_file() and stamp.read_text() == wanted:
         return binary
-    log(f"installing MLServer and onnxruntime into {MLSERVER_VENV} (once)")
+    log(f"installing {', '.join(MLSERVER_REQUIREMENTS)} into {MLSERVER_VENV}")
     try:
         subprocess.run([sys.executable, "-m", "venv", str(MLSERVER_VENV)], check=True)
         subprocess.run(
@@ -141,8 +147,7 @@ def mlserver_venv(log) -> Path | str:
                 "install",
                 "-q",
                 "--disable-pip-version-check",
-                "mlserver",
-                "onnxruntime",
+                *MLSERVER_REQUIREMENTS,
             ],
             check=True,
             capture_output=True,
@@ -150,6 +155,7 @@ def mlserver_venv(log) -> Path | str:
         )
     except subprocess.CalledProcessError as exc:
         return f"MLServer could not be installed: {(exc.stderr or str(exc)).strip()[-500:]}"
+    stamp.write_text(wanted)
     return binary
 
 

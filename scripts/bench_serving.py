@@ -547,8 +547,20 @@ class Peers:
         return [p for p in (self.naive, self.mlserver) if p is not None]
 
 
-async def start_peers(args, model_file: Path, name: str, work: Path) -> Peers:
+async def start_peers(args, model_file: Path, package, work: Path, frame: np.ndarray) -> Peers:
+    """Start the naive server and MLServer; a peer that fails to start stops the others."""
     peers = Peers(notes=[])
+    try:
+        await _start_peers(peers, args, model_file, package, work, frame)
+    except BaseException:
+        for each in peers.processes():
+            stop_tree(each)
+        raise
+    return peers
+
+
+async def _start_peers(peers: Peers, args, model_file: Path, package, work: Path, frame) -> None:
+    name = package.name
     peers.naive_sock = work / "naive.sock"
     peers.naive_port = free_port()
     command = [sys.executable, str(Path(bench_peers.__file__)), "naive", "--model", str(model_file)]
@@ -558,18 +570,44 @@ async def start_peers(args, model_file: Path, name: str, work: Path) -> Peers:
     await wait_http(peers.naive_sock, "/v2/health/ready", peers.naive, "the naive server")
     if args.skip_mlserver:
         peers.notes.append("MLServer skipped (--skip-mlserver)")
-        return peers
+        return
     binary = bench_peers.mlserver_venv(progress)
     if isinstance(binary, str):
         peers.notes.append(binary)
         progress(binary)
-        return peers
+        return
     peers.mlserver_port = free_port()
     peers.mlserver = bench_peers.start_mlserver(
         binary, work, model_file, name, args.threads, peers.mlserver_port, free_port()
     )
-    await wait_http(peers.mlserver_port, f"/v2/models/{name}/ready", peers.mlserver, "MLServer")
-    return peers
+    try:
+        await wait_http(peers.mlserver_port, f"/v2/models/{name}/ready", peers.mlserver, "MLServer")
+    except SystemExit as exc:  # the other servers are still worth measuring
+        peers.notes.append(f"MLServer left out: {str(exc)[-300:]}")
+        progress(peers.notes[-1])
+        stop_tree(peers.mlserver)
+        peers.mlserver = None
+
+
+async def probe_binary(port: int, name: str, feeds: dict[str, np.ndarray]) -> str:
+    """Whether MLServer answers the binary tensor extension; never benchmarked, since 1.7.1
+    answers nothing to it and, from then on, nothing to JSON requests either."""
+    body, length = encode_request(feeds, binary=True)
+    headers = {HEADER_LENGTH: str(length)}
+    try:
+        async with (
+            http_client(port) as client,
+            client.post(
+                f"/v2/models/{name}/infer",
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=10),
+            ) as response,
+        ):
+            answer = f"HTTP {response.status}: {(await response.text())[:200]}"
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        answer = f"no answer ({type(exc).__name__})"
+    return f"MLServer, one v2 binary request (not benchmarked): {answer}"
 
 
 def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -> list[Cell]:
@@ -782,7 +820,7 @@ async def run(args: argparse.Namespace) -> dict:
             ]
             if args.peers:
                 model_file = pinned / package.variant("onnxruntime", args.precision).files[0]
-                peers = await start_peers(args, model_file, package.name, Path(tmp))
+                peers = await start_peers(args, model_file, package, Path(tmp), frame)
                 regions = ShmRegions(package, frame, max(args.concurrency))
                 shm_bodies = await regions.register(daemon.sock)
                 cells += peer_cells(args, package, frame, daemon, peers, shm_bodies)
@@ -838,6 +876,9 @@ async def run(args: argparse.Namespace) -> dict:
                 for sampler in samplers.values():
                     sampler.__exit__()
             session.close()
+            if peers.mlserver is not None:  # last: MLServer answers nothing after this request
+                feeds = {spec.name: frame}
+                peers.notes.append(await probe_binary(peers.mlserver_port, package.name, feeds))
             raw = summarize("raw batch-1", 1, all_raw, raw_time, 0)
             runtimes = mapped_runtimes(process.pid)
         finally:
