@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +35,16 @@ async def test_daemon_serves_grpc_on_its_unix_socket_and_removes_it(tmp_path: Pa
         tensor.set_data_from_numpy(x)
         result = await client.infer("tiny", [tensor])
         assert result.as_numpy("logits").shape == (1, 4)
+        region = shared_memory.SharedMemory(create=True, size=64)
+        await client.register_system_shared_memory("frame", "/" + region.name, 64)
+        mapping = daemon.shared_memory.get("frame").mapping  # HTTP and gRPC share the regions
         await client.close()
     finally:
         await daemon.stop()
     assert not grpc_socket.exists()
+    assert mapping.closed, "the daemon unmaps every region when it stops"
+    region.close()
+    region.unlink()
 
 
 @pytest.mark.parametrize(

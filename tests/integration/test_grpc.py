@@ -240,3 +240,29 @@ def test_typed_contents_are_accepted_and_counted(served: GrpcAgent, reference) -
             infer(request)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "contents has 383 elements" in caught.value.details()
+
+
+def test_messages_over_max_message_bytes_are_refused(tmp_path: Path) -> None:
+    """[grpc] max_message_bytes bounds what a client may send; the server keeps serving."""
+    with tiny_agent(tmp_path) as agent:
+        server = GrpcServer(
+            DataPlane(agent.registry, agent.engine_settings),
+            GrpcSettings(
+                enabled=True, port=0, unix_socket=tmp_path / "g.sock", max_message_bytes=1024
+            ),
+            token="",
+            regions=SharedMemoryRegistry(SharedMemorySettings()),
+        )
+        agent.run(server.start)
+        client = triton.InferenceServerClient(f"unix:{tmp_path / 'g.sock'}")
+        try:
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("tiny", [_input(_batch(2, seed=1))])  # 1536 bytes of tensor
+            assert caught.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+            assert client.infer("tiny", [_input(_batch(1, seed=1))]).as_numpy("logits").shape == (
+                1,
+                4,
+            )
+        finally:
+            client.close()
+            agent.run(lambda: server.stop(5))

@@ -217,8 +217,14 @@ def test_regions_are_unmapped_when_released(regions) -> None:
     registry.register("in", _key(inp), 0, INPUT_BYTES)
     registry.register("out", _key(out), 0, OUTPUT_BYTES)
     mapped = [registry.get(name).mapping for name in ("in", "out")]
+    in_flight = registry.view("out", 0, 16, "a request still reading")
     registry.unregister("in")
     assert mapped[0].closed and not mapped[1].closed
+    registry.unregister("out")  # while a request views it: no error, the view stays valid
+    assert bytes(in_flight) == bytes(16)
+    in_flight.release()
+    registry.register("out", _key(out), 0, OUTPUT_BYTES)
+    mapped[1] = registry.get("out").mapping
     registry.close()
     assert mapped[1].closed
     assert registry.status() == []
