@@ -10,7 +10,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgeagent._toml import tomllib
-from edgeagent.api.settings import ServerSettings
+from edgeagent.api.grpc_settings import GrpcSettings
+from edgeagent.api.settings import ServerSettings, is_loopback
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
@@ -62,6 +64,21 @@ class Config:
     governor: GovernorSettings = field(default_factory=GovernorSettings)
     updates: UpdateSettings = field(default_factory=UpdateSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
+
+    def __post_init__(self) -> None:
+        # The one rule across sections: gRPC's TCP listener takes [server]'s token rule, so
+        # "none" (open user scope) is as loopback-only there as on HTTP.
+        require(
+            not self.grpc.enabled
+            or self.grpc.port == 0
+            or self.server.tcp_auth == "token"
+            or is_loopback(self.grpc.host),
+            "grpc",
+            "host",
+            f"[server] tcp_auth = 'none' is only allowed on loopback, not {self.grpc.host!r}",
+        )
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -73,6 +90,8 @@ SECTIONS: dict[str, dict[str, type]] = {
     "governor": {"governor": GovernorSettings},
     "updates": {"updates": UpdateSettings},
     "mqtt": {"mqtt": MqttSettings},
+    "grpc": {"grpc": GrpcSettings},
+    "shared_memory": {"shared_memory": SharedMemorySettings},
 }
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -42,6 +42,7 @@ from edgeagent.api.listeners import (
     tcp_site,
     unix_site,
 )
+from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges
@@ -175,6 +176,9 @@ class Daemon:
         self.listening: list[str] = []  # where clients reach us, for the operator
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
+        # Shared memory regions and the gRPC listener (issue 15): see _start_grpc.
+        self.shared_memory = SharedMemoryRegistry(config.shared_memory)
+        self._grpc: Any = None  # api.grpc_server.GrpcServer once started ([grpc] enabled)
         self._socket_path: Path | None = None
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
@@ -215,7 +219,11 @@ class Daemon:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
         app = create_app(
-            self.dataplane, settings=self.config.server, metrics=self.metrics, status=self.status
+            self.dataplane,
+            settings=self.config.server,
+            metrics=self.metrics,
+            status=self.status,
+            shared_memory=self.shared_memory,
         )
         self._runner = web.AppRunner(
             app,
@@ -225,6 +233,7 @@ class Daemon:
         )
         await self._runner.setup()
         await self._listen(self._runner)
+        await self._start_grpc()
         for service in self.services:
             await service.start()
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
@@ -299,8 +308,11 @@ class Daemon:
                 await service.stop()
             except Exception:
                 log.exception("stopping %s failed", type(service).__name__)
+        if self._grpc is not None:
+            await self._grpc.stop(self.config.engine.drain_timeout_s)
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting, then wait for in-flight handlers
+        self.shared_memory.close()
         await self.registry.close()
         for task in self._background:
             task.cancel()
@@ -344,6 +356,27 @@ class Daemon:
         self._background.append(asyncio.create_task(self.reload()))
 
     # ---- listeners ---------------------------------------------------------------------------
+
+    async def _start_grpc(self) -> None:
+        """The KServe v2 gRPC listener when [grpc] enabled (needs the optional [grpc] extra)."""
+        settings = self.config.grpc
+        if not settings.enabled:
+            return
+        try:
+            from edgeagent.api.grpc_server import GrpcServer
+        except ImportError as exc:
+            raise StartupError(
+                f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"
+            ) from exc
+        self._grpc = GrpcServer(
+            self.dataplane, settings, server=self.config.server, regions=self.shared_memory
+        )
+        try:
+            self.listening += await self._grpc.start()
+        except RuntimeError as exc:  # grpc reports a port it cannot bind as RuntimeError
+            raise StartupError(
+                f"cannot listen for gRPC: {exc} ([grpc] host / port / unix_socket)"
+            ) from exc
 
     async def _listen(self, runner: web.AppRunner) -> None:
         server = self.config.server

@@ -65,32 +65,43 @@ def _matches(presented: bytes, token: str) -> bool:
     return bool(token) and hmac.compare_digest(presented, token.encode())
 
 
-def refusal(request: web.Request, settings: ServerSettings) -> web.Response | None:
-    """The 401/403 answer for a TCP request whose token does not reach its route's scope."""
-    admin = needs_admin(request)
+def scope_problem(
+    presented: bytes | None, admin: bool, settings: ServerSettings
+) -> tuple[int, str] | None:
+    """(401 or 403, why) when a TCP caller's token does not reach the scope it asks for.
+
+    Transport-neutral: HTTP answers with the status, gRPC maps it to UNAUTHENTICATED or
+    PERMISSION_DENIED, so both listeners apply the very same rule.
+    """
     if not admin and settings.tcp_auth == "none":
         return None
     wanted = settings.admin_token if admin else settings.token
     if admin and not settings.admin_token:
-        return _answer(
+        return (
             403,
             "repository load/unload over TCP needs [server] admin_token, which is not set; "
             "use the Unix socket",
         )
     if not admin and not settings.token:
-        return _answer(
+        return (
             401,
             "no [server] token is configured, so TCP requests are refused until one is set "
             "(or use the Unix socket)",
         )
-    presented = presented_token(request.headers.get("Authorization"))
     if presented is None:
-        return _answer(401, "missing bearer token: send 'Authorization: Bearer <token>'")
+        return 401, "missing bearer token: send 'Authorization: Bearer <token>'"
     if _matches(presented, wanted) or (not admin and _matches(presented, settings.admin_token)):
         return None
     if admin and _matches(presented, settings.token):
-        return _answer(403, "repository load/unload needs the admin token ([server] admin_token)")
-    return _answer(401, "wrong bearer token")
+        return 403, "repository load/unload needs the admin token ([server] admin_token)"
+    return 401, "wrong bearer token"
+
+
+def refusal(request: web.Request, settings: ServerSettings) -> web.Response | None:
+    """The 401/403 answer for a TCP request whose token does not reach its route's scope."""
+    presented = presented_token(request.headers.get("Authorization"))
+    problem = scope_problem(presented, needs_admin(request), settings)
+    return None if problem is None else _answer(*problem)
 
 
 def _answer(status: int, message: str) -> web.Response:

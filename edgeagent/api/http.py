@@ -22,10 +22,13 @@ from edgeagent.api.auth import auth_middleware
 from edgeagent.api.body import BodyTooSlow
 from edgeagent.api.browser import browser_middleware
 from edgeagent.api.budget import ByteBudget
-from edgeagent.api.keys import BUDGETS, DATAPLANE, METRICS, SETTINGS, STATUS
+from edgeagent.api.keys import BUDGETS, DATAPLANE, METRICS, SETTINGS, SHARED_MEMORY, STATUS
 from edgeagent.api.routes_edge import edge_routes
+from edgeagent.api.routes_shm import shm_routes
 from edgeagent.api.routes_v2 import v2_routes
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError
 
@@ -116,8 +119,13 @@ def create_app(
     settings: ServerSettings,
     metrics: CollectorRegistry,
     status: Callable[[], dict],
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> web.Application:
-    """The HTTP application over ``dataplane``; serve it on any listener."""
+    """The HTTP application over ``dataplane``; serve it on any listener.
+
+    ``shared_memory`` is the daemon's region registry (shared with gRPC, released by the
+    daemon); without one the app keeps its own and releases it on cleanup.
+    """
     http_metrics = HttpMetrics(metrics)
     app = web.Application(
         middlewares=[
@@ -133,5 +141,13 @@ def create_app(
     app[METRICS] = metrics
     app[STATUS] = status
     app[BUDGETS] = {kind: ByteBudget(settings.max_decoding_bytes) for kind in ("unix", "tcp")}
-    app.add_routes([*v2_routes(), *edge_routes()])
+    if shared_memory is None:
+        shared_memory = SharedMemoryRegistry(SharedMemorySettings())
+        app.on_cleanup.append(lambda _: _close_regions(shared_memory))
+    app[SHARED_MEMORY] = shared_memory
+    app.add_routes([*v2_routes(), *edge_routes(), *shm_routes()])
     return app
+
+
+async def _close_regions(regions: SharedMemoryRegistry) -> None:
+    regions.close()

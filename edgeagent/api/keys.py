@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from edgeagent.api.budget import ByteBudget
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.engine.dataplane import DataPlane
 
 DATAPLANE = web.AppKey("dataplane", DataPlane)
@@ -18,3 +19,4 @@ METRICS = web.AppKey("metrics", CollectorRegistry)
 STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
 # One decoding budget per kind of listener, so TCP clients cannot starve the local socket.
 BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")
+SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)

@@ -15,7 +15,7 @@ from aiohttp import web
 from edgeagent.api import v2
 from edgeagent.api.auth import admin_scope, over_tcp
 from edgeagent.api.body import read_json_object, received_body
-from edgeagent.api.keys import DATAPLANE
+from edgeagent.api.keys import DATAPLANE, SHARED_MEMORY
 from edgeagent.engine.dataplane import infer_options
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import ModelPackage
@@ -72,6 +72,7 @@ def _json_size(body_length: int, header: str | None) -> int:
 
 async def infer(request: web.Request) -> web.Response:
     dataplane = request.app[DATAPLANE]
+    regions = request.app[SHARED_MEMORY]
     model = dataplane.model(*_names(request))
     header = request.headers.get(v2.HEADER_LENGTH)
     raw = header is not None and header.strip() == "0"
@@ -80,9 +81,9 @@ async def infer(request: web.Request) -> web.Response:
             decoded = _decode_raw(model.package, body)
         elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
             # Parsing megabytes of JSON takes tens of ms; off the loop, other requests keep moving.
-            decoded = await asyncio.to_thread(v2.decode_request, body, header)
+            decoded = await asyncio.to_thread(v2.decode_request, body, header, regions)
         else:
-            decoded = v2.decode_request(body, header)
+            decoded = v2.decode_request(body, header, regions)
         del body
         package = model.package
         chosen = v2.select_outputs(decoded, [spec.name for spec in package.outputs])
@@ -93,6 +94,7 @@ async def infer(request: web.Request) -> web.Response:
             model_version=model.version,
             outputs=[(name, results[name], binary) for name, binary in chosen],
             request_id=decoded.id,
+            regions=regions,
         )
     if length is None:
         response = web.Response(body=payload, content_type="application/json")

@@ -26,7 +26,13 @@ from edgeagent.models.package import TensorSpec
 from edgeagent.models.preprocess import preprocess_image, top_k
 from edgeagent.runtimes.facts import v2_platform
 
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_repository",
+    "statistics",
+    "model_configuration",
+    "system_shared_memory",
+]
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from tritonclient._plugin import InferenceServerClientPlugin
 from edgeagent.api.http import create_app
 from edgeagent.api.listeners import handler_args, tcp_site, unix_site
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.engine.load import LoadCounter
@@ -55,9 +57,13 @@ class AgentServer:
         }
         merged = {**defaults, **settings}
         listener = {f.name for f in dataclasses.fields(ServerSettings)}
+        regions = {f.name for f in dataclasses.fields(SharedMemorySettings)}
         self.settings = ServerSettings(**{k: v for k, v in merged.items() if k in listener})
+        self.shared_memory = SharedMemoryRegistry(
+            SharedMemorySettings(**{k: v for k, v in merged.items() if k in regions})
+        )
         self.engine_settings = EngineSettings(
-            **{k: v for k, v in merged.items() if k not in listener}
+            **{k: v for k, v in merged.items() if k not in listener | regions}
         )
         self.packages = packages
         self.metrics = CollectorRegistry()
@@ -104,6 +110,7 @@ class AgentServer:
             settings=self.settings,
             metrics=self.metrics,
             status=lambda: {**self.status_extra, "models": self.registry.status()},
+            shared_memory=self.shared_memory,
         )
         self._runner = web.AppRunner(app, access_log=None, **handler_args(self.settings))
         await self._runner.setup()
@@ -116,6 +123,7 @@ class AgentServer:
     async def _stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        self.shared_memory.close()
         await self.registry.close()
 
 
