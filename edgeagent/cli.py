@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "edgeagent.commands.status",
     "edgeagent.commands.profile",
     "edgeagent.commands.hub",
+    "edgeagent.commands.package",
 )
 
 

@@ -10,7 +10,7 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 step "runtime environment (.venv)"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[litert,openvino,hub,dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[litert,openvino,hub,package,dev]"
 
 step "model-building environment (.venv-build, torch $(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3))"
 [ -x .venv-build/bin/python ] || "$PYTHON" -m venv .venv-build

@@ -6,7 +6,6 @@ three INT8 variants and their top-1 agreement with FP32 can be compared across r
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -36,44 +35,12 @@ def export_onnx(model: nn.Module, sample: np.ndarray, path: Path) -> None:
     )
 
 
-class _Calibration:
-    """onnxruntime CalibrationDataReader over an in-memory float32 NCHW array."""
-
-    def __init__(self, images: np.ndarray, batch_size: int = 8) -> None:
-        self._batches = iter(
-            [{INPUT_NAME: images[i : i + batch_size]} for i in range(0, len(images), batch_size)]
-        )
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self._batches, None)
-
-
 def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path) -> None:
-    """Static INT8 QDQ: uint8 activations (MinMax-calibrated), per-channel int8 weights.
+    """Static INT8 QDQ (uint8 activations, per-channel int8 weights), as ``edgeagent package``
+    makes it: one quantizer for the zoo and for users' models."""
+    from edgeagent.packaging.quantize import quantize_onnx as quantize
 
-    U8S8 is the pairing x86 VNNI (VPDPBUSD: u8 × s8) and ARM dot-product kernels execute
-    natively; with int8 activations onnxruntime ran MobileNetV2 only 1.1× faster than FP32 on
-    this CPU, with uint8 about 1.8×. OpenVINO reads the same QDQ file.
-
-    ``quant_pre_process`` first folds BatchNorm into the convolutions and infers shapes, as
-    onnxruntime's quantization guide recommends, so the scales belong to the fused weights.
-    """
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    logging.getLogger("root").setLevel(logging.WARNING)
-    prepared = workdir / f"{fp32.stem}.prepared.onnx"
-    quant_pre_process(str(fp32), str(prepared))
-    quantize_static(
-        str(prepared),
-        str(out),
-        _Calibration(calibration),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-    )
-    prepared.unlink()
+    quantize(fp32, out, {INPUT_NAME: calibration}, workdir)
 
 
 def _channels_last(model: nn.Module) -> nn.Module:
