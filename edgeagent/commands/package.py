@@ -90,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"{','.join(DEFAULT_VARIANTS)}, plus int8 with --calibration)",
     )
     parser.add_argument("--weights", type=Path, help="PyTorch state_dict for file.py:factory")
+    parser.add_argument("--channels", type=int, default=3, help="input channels of file.py:factory")
     parser.add_argument(
         "--calibration",
         type=Path,
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         crop=args.crop,
         variants=args.variants,
         weights=args.weights,
+        channels=args.channels,
         calibration=args.calibration,
         calibration_method=args.calibration_method,
         reduce_range=args.reduce_range,

@@ -146,7 +146,9 @@ def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) 
         from edgeagent.packaging.torch_export import export_factory
 
         progress(f"PyTorch export to ONNX: {spec}")
-        return read_source(export_factory(spec, options, work))
+        exported = work / f"{Path(spec.rpartition(':')[0]).stem}.onnx"
+        size = options.input_size
+        return read_source(export_factory(spec, options.weights, size, options.channels, exported))
     return read_source(Path(spec))
 
 

@@ -31,6 +31,7 @@ class PackageOptions:
     crop: bool = False
     variants: tuple[str, ...] = ()
     weights: Path | None = None  # state_dict for a PyTorch file.py:factory source
+    channels: int = 3  # image channels of a PyTorch source (the module does not say)
     calibration: Path | None = None
     calibration_method: str = "minmax"
     reduce_range: str = "auto"  # auto | on | off

@@ -14,25 +14,13 @@ from torch import nn
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
-ONNX_OPSET = 18  # the exporter's native opset: no lossy version conversion; ORT ≥ 1.14 reads it
 
 
 def export_onnx(model: nn.Module, sample: np.ndarray, path: Path) -> None:
-    """FP32 ONNX with a dynamic batch dimension, weights embedded in the one file."""
-    batch = torch.export.Dim("batch", max=1024)
-    torch.onnx.export(
-        model,
-        (torch.from_numpy(sample[:2]),),  # batch 1 would be specialised away
-        str(path),
-        input_names=[INPUT_NAME],
-        output_names=[OUTPUT_NAME],
-        dynamic_shapes=({0: batch},),
-        opset_version=ONNX_OPSET,
-        dynamo=True,
-        external_data=False,
-        optimize=True,
-        verbose=False,
-    )
+    """FP32 ONNX with a dynamic batch dimension, exported as ``edgeagent package`` exports."""
+    from edgeagent.packaging.torch_export import export_onnx as export
+
+    export(model, sample, path, INPUT_NAME, OUTPUT_NAME)
 
 
 def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path) -> None:
