@@ -229,7 +229,12 @@ def _variants(
                 )
             names = tuple(labels.read_text().splitlines()) if labels else ()
             samples = load_samples(
-                options.calibration, preprocess, "--calibration", options.max_images, names
+                options.calibration,
+                preprocess,
+                "--calibration",
+                options.max_images,
+                names,
+                logical.inputs[0].shape,
             )
             calibration = {logical.inputs[0].name: samples.inputs}
         made = make_variants(
@@ -278,7 +283,8 @@ def _heldout(
     names = tuple(labels.read_text(encoding="utf-8").splitlines()) if labels else ()
     for flag, source in (("--heldout", options.heldout), ("--calibration", options.calibration)):
         if source is not None:
-            samples = load_samples(source, preprocess, flag, options.max_images, names)
+            shape = logical.inputs[0].shape
+            samples = load_samples(source, preprocess, flag, options.max_images, names, shape)
             return samples, f"{flag} {source}"
     shape = tuple(1 if d == -1 else d for d in logical.inputs[0].shape)
     noise = np.random.default_rng(0).standard_normal((32, *shape[1:])).astype(np.float32)

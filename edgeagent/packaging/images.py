@@ -29,11 +29,17 @@ class Samples:
 
 
 def load_samples(
-    source: Path, preprocess: Preprocess | None, flag: str, limit: int, labels: tuple[str, ...]
+    source: Path,
+    preprocess: Preprocess | None,
+    flag: str,
+    limit: int,
+    labels: tuple[str, ...],
+    shape: tuple[int, ...],
 ) -> Samples:
-    """Read ``source`` for ``flag`` (--calibration or --heldout), at most ``limit`` rows."""
+    """Read ``source`` for ``flag`` (--calibration or --heldout), at most ``limit`` rows, as
+    tensors of the model's input ``shape`` (-1 = the batch)."""
     if source.suffix == ".npz" and source.is_file():
-        return _from_npz(source, flag, limit)
+        return _conform(_from_npz(source, flag, limit), shape, f"{flag} {source}")
     if not source.is_dir():
         raise PackagingError(f"{flag} {source}: neither a directory of images nor an .npz file")
     if preprocess is None:
@@ -58,6 +64,21 @@ def load_samples(
     index = {name: _class_index(name, i, labels) for i, name in enumerate(classes)}
     rows = np.asarray([index[p.relative_to(source).parts[0]] for p in files], dtype=np.int64)
     return Samples(inputs, rows, classes)
+
+
+def _conform(samples: Samples, shape: tuple[int, ...], where: str) -> Samples:
+    """Tensors in the model's layout: an NCHW array for an NHWC input (or back) is transposed."""
+    have = tuple(samples.inputs.shape[1:])
+    want = tuple(shape[1:])
+    if have == want:
+        return samples
+    if len(want) == 3 and have == (want[2], want[0], want[1]):
+        return Samples(samples.inputs.transpose(0, 2, 3, 1).copy(), samples.labels)
+    if len(want) == 3 and have == (want[1], want[2], want[0]):
+        return Samples(samples.inputs.transpose(0, 3, 1, 2).copy(), samples.labels)
+    raise PackagingError(
+        f"{where}: inputs of shape {list(have)} do not fit the model's input {list(want)}"
+    )
 
 
 def _class_index(directory: str, position: int, labels: tuple[str, ...]) -> int:

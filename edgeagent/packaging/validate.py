@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeagent.models.tasks.classification import ranked
+from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.sources import SUFFIXES
 from edgeagent.packaging.variants import Made, Progress
 
@@ -145,7 +146,7 @@ def validate(
         reference, SUFFIXES[reference.suffix], names, inputs, workdir, None, threads
     )
     if isinstance(ref_run, str):
-        raise RuntimeError(f"{reference}: the fp32 reference does not run here: {ref_run}")
+        raise PackagingError(f"{reference}: the fp32 reference does not run here: {ref_run}")
     ref_timing, ref_outputs = ref_run
     if classifier and labels is not None:
         first = next(iter(ref_outputs))
