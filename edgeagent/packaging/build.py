@@ -23,9 +23,11 @@ from edgeagent.packaging.sources import SourceModel, read_source
 from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
 from edgeagent.packaging.variants import (
     DEFAULT_VARIANTS,
+    Failed,
     Made,
     Progress,
     make_variants,
+    pin_input_shape,
     reduce_range_for,
 )
 
@@ -64,8 +66,18 @@ def build_package(
         preprocess = _preprocess(reference, logical, options)
         labels = _labels(options, logical)
         name = options.name or reference.path.stem.split(".")[0]
-        made = _variants(
-            models, reference, name, staging, logical, preprocess, labels, options, progress
+        source = _pinned(reference, logical, work)
+        made, failed = _variants(
+            models,
+            reference,
+            source,
+            name,
+            staging,
+            logical,
+            preprocess,
+            labels,
+            options,
+            progress,
         )
         data, what = _heldout(options, preprocess, logical, labels)
         feeds_path = work / "heldout.npz"
@@ -73,7 +85,7 @@ def build_package(
         names = ([t.name for t in logical.inputs], [t.name for t in logical.outputs])
         reports, ref_outputs, ref_timing, outputs = validate(
             made,
-            reference.path,
+            source,
             names,
             feeds_path,
             work,
@@ -85,12 +97,16 @@ def build_package(
         )
         judge(reports, options.max_top1_drop)
         kept = [m for m, r in zip(made, reports, strict=True) if r.kept]
+        reports += [
+            VariantReport(f.runtime, f.precision, f.device_class, f.how, False, f.reason)
+            for f in failed
+        ]
         if not kept:
             raise PackagingError(
                 f"{reference.path}: no variant passed validation: "
                 + "; ".join(f"{r.key}: {r.reason}" for r in reports)
             )
-        for item, report in zip(made, reports, strict=True):
+        for item, report in zip(made, reports, strict=False):  # failed ones have no files
             if not report.kept:
                 for path in item.files:
                     path.unlink(missing_ok=True)
@@ -152,6 +168,15 @@ def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) 
     return read_source(Path(spec))
 
 
+def _pinned(reference: SourceModel, logical: LogicalModel, work: Path) -> Path:
+    """The fp32 file variants are made from: the ONNX with --input-size written into it."""
+    native = [t.shape[1:] for t in reference.inputs]
+    if reference.runtime != "onnxruntime" or all(None not in shape for shape in native):
+        return reference.path
+    shapes = {t.name: t.shape for t in logical.inputs}
+    return pin_input_shape(reference.path, shapes, work / reference.path.name)
+
+
 def _reference(models: list[SourceModel]) -> SourceModel:
     """The fp32 file the others are judged against: ONNX first, it is what variants come from."""
     fp32 = [m for m in models if m.precision == "fp32"]
@@ -208,6 +233,7 @@ def _labels(options: PackageOptions, logical: LogicalModel) -> Path | None:
 def _variants(
     models: list[SourceModel],
     reference: SourceModel,
+    source: Path,
     stem: str,
     staging: Path,
     logical: LogicalModel,
@@ -215,9 +241,10 @@ def _variants(
     labels: Path | None,
     options: PackageOptions,
     progress: Progress,
-) -> list[Made]:
+) -> tuple[list[Made], list[Failed]]:
     """Made variants from the fp32 ONNX, then every other source passed through as it is."""
     made: list[Made] = []
+    failed: list[Failed] = []
     if reference.runtime == "onnxruntime":
         wanted = options.variants or DEFAULT_VARIANTS + (("int8",) if options.calibration else ())
         calibration = None
@@ -237,8 +264,8 @@ def _variants(
                 logical.inputs[0].shape,
             )
             calibration = {logical.inputs[0].name: samples.inputs}
-        made = make_variants(
-            reference.path,
+        made, failed = make_variants(
+            source,
             stem,
             staging,
             wanted,
@@ -271,7 +298,7 @@ def _variants(
                 f"{item.files[0].name}: a second {key} variant (one file per runtime and precision)"
             )
         seen[key] = item
-    return made
+    return made, failed
 
 
 def _heldout(

@@ -65,7 +65,9 @@ def quantize_onnx(
     """Write the INT8 QDQ model of ``fp32`` to ``out``, calibrated on ``calibration``.
 
     ``quant_pre_process`` first folds BatchNorm into the convolutions and infers shapes, as
-    onnxruntime's quantization guide recommends, so the scales belong to the fused weights.
+    onnxruntime's quantization guide recommends, so the scales belong to the fused weights;
+    where its symbolic shape inference fails, the model is quantized as it is (shapes from
+    ONNX's plain inference, no fusion first).
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -77,7 +79,16 @@ def quantize_onnx(
     }
     logging.getLogger("root").setLevel(logging.WARNING)
     prepared = workdir / f"{fp32.stem}.prepared.onnx"
-    quant_pre_process(str(fp32), str(prepared))
+    try:
+        quant_pre_process(str(fp32), str(prepared))
+    except Exception:
+        # onnxruntime's symbolic shape inference asserts on some graphs (PaddleOCR's Concat on
+        # axis -1); its optimiser then also leaves a bias reshape the quantizer turns into an
+        # invalid int32 DequantizeLinear, so the fallback skips both and keeps ONNX's own
+        # shape inference.
+        quant_pre_process(
+            str(fp32), str(prepared), skip_symbolic_shape=True, skip_optimization=True
+        )
     try:
         quantize_static(
             str(prepared),
