@@ -41,6 +41,9 @@ def test_compare_reports_errors_agreement_recall_and_accuracy() -> None:
     assert report.accuracy == 100.0
     assert report.max_abs_error == pytest.approx(2.0)
     assert report.cosine_min == pytest.approx(0.6)
+    silent = {"y": np.zeros((2, 6), np.float32)}  # a segmentation map with nothing in it
+    compare(report, silent, silent, classifier=False, labels=None)
+    assert report.cosine_min == 1.0 and report.max_abs_error == 0.0
 
 
 @pytest.mark.parametrize(
