@@ -151,8 +151,8 @@ def build_package(
             encoding="utf-8",
         )
         load_package(staging)  # the result must load exactly as the agent will load it
-        out.mkdir(exist_ok=True)
-        out.rmdir()
+        if out.exists():
+            out.rmdir()  # empty (checked above): the staged package takes its place
         staging.rename(out)
     return Result(out, reports, reference_figures, seconds, what)
 
@@ -218,9 +218,7 @@ def _labels(options: PackageOptions, logical: LogicalModel) -> Path | None:
         return None
     if not options.labels.is_file():
         raise PackagingError(f"--labels {options.labels}: no such file")
-    count = sum(
-        1 for line in options.labels.read_text(encoding="utf-8").splitlines() if line.strip()
-    )
+    count = len(_label_names(options.labels))
     classes = logical.outputs[0].shape[-1]
     if logical.task == "classification" and classes > 0 and count != classes:
         raise PackagingError(
@@ -228,6 +226,14 @@ def _labels(options: PackageOptions, logical: LogicalModel) -> Path | None:
             f"{classes} classes: pass a file with one label per class"
         )
     return options.labels
+
+
+def _label_names(labels: Path | None) -> tuple[str, ...]:
+    if labels is None:
+        return ()
+    return tuple(
+        line.strip() for line in labels.read_text(encoding="utf-8").splitlines() if line.strip()
+    )
 
 
 def _variants(
@@ -254,7 +260,7 @@ def _variants(
                     f"{reference.path}: an int8 variant needs calibration "
                     "data: pass --calibration DIR (images) or FILE.npz"
                 )
-            names = tuple(labels.read_text().splitlines()) if labels else ()
+            names = _label_names(labels)
             samples = load_samples(
                 options.calibration,
                 preprocess,
@@ -307,7 +313,7 @@ def _heldout(
     logical: LogicalModel,
     labels: Path | None,
 ) -> tuple[Samples, str]:
-    names = tuple(labels.read_text(encoding="utf-8").splitlines()) if labels else ()
+    names = _label_names(labels)
     for flag, source in (("--heldout", options.heldout), ("--calibration", options.calibration)):
         if source is not None:
             shape = logical.inputs[0].shape

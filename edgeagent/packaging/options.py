@@ -54,6 +54,12 @@ class LogicalModel:
 
 def logical_model(reference: SourceModel, options: PackageOptions) -> LogicalModel:
     """The logical tensors from the reference file plus the flags; refuse what stays open."""
+    if len(reference.inputs) != 1:
+        names = ", ".join(t.name for t in reference.inputs)
+        raise PackagingError(
+            f"{reference.path}: {len(reference.inputs)} inputs ({names}): edgeagent package "
+            "handles one-input models; write model.toml by hand for this one"
+        )
     layout = options.layout or reference.layout
     if len(reference.inputs[0].shape) == 4 and layout is None:
         raise PackagingError(

@@ -81,6 +81,21 @@ def test_unknown_task_asks_for_task(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "pass --task classification|detection|segmentation|tensor" in err
 
 
+def test_a_model_with_two_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "two.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    err = refusal(capsys, str(path), "--out", str(tmp_path / "p"))
+    assert f"{path}: 2 inputs (a, b): edgeagent package handles one-input models" in err
+
+
 def test_ambiguous_layout_asks_for_layout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
