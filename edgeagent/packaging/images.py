@@ -25,7 +25,6 @@ class Samples:
 
     inputs: np.ndarray
     labels: np.ndarray | None
-    classes: tuple[str, ...] = ()  # ImageFolder directory names, in label order
 
 
 def load_samples(
@@ -63,7 +62,7 @@ def load_samples(
         return Samples(inputs, None)
     index = {name: _class_index(name, i, labels) for i, name in enumerate(classes)}
     rows = np.asarray([index[p.relative_to(source).parts[0]] for p in files], dtype=np.int64)
-    return Samples(inputs, rows, classes)
+    return Samples(inputs, rows)
 
 
 def _conform(samples: Samples, shape: tuple[int, ...], where: str) -> Samples:
