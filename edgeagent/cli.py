@@ -41,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "edgeagent.commands.config",
         "check a config file, or show every key with its value, unit and meaning",
     ),
+    "package": (
+        "edgeagent.commands.package",
+        "turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
+    ),
     "hub": (
         "edgeagent.commands.hub",
         "fleet manager: keys, signing, publishing, artifact server, rollouts, fleet status",
