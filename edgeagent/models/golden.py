@@ -7,11 +7,13 @@ here once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from edgeagent.models.package import ModelPackage
+from edgeagent.models.tasks import golden_problem
 
 
 class GoldenError(ValueError):
@@ -20,10 +22,26 @@ class GoldenError(ValueError):
 
 @dataclass(frozen=True)
 class GoldenSet:
-    """Golden inputs (a batch per input tensor) and the top-1 class each row must keep."""
+    """Golden inputs (a batch per input tensor) and what the package's task expects of them:
+    the top-1 class of each row for a classifier, reference tensors and a tolerance otherwise."""
 
+    package: ModelPackage
     feeds: dict[str, np.ndarray]
-    top1: np.ndarray  # one expected class per row
+    record: dict[str, np.ndarray]
+
+    @property
+    def top1(self) -> np.ndarray | None:
+        """A classifier's expected class per row (None for other tasks)."""
+        value = self.record.get("top1")
+        return None if value is None else np.asarray(value).reshape(-1)
+
+    def problem(self, outputs: Mapping[str, np.ndarray], top_k: int) -> str:
+        """Why ``outputs`` (the answers to ``feeds``) break the golden record, or "".
+
+        The task decides how: classes in the top k, or tensors within the recorded tolerance.
+        """
+        names = [spec.name for spec in self.package.outputs]
+        return golden_problem(self.package.task, names, self.record, outputs, top_k)
 
 
 def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
@@ -47,7 +65,8 @@ def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
 def load_golden(package: ModelPackage) -> GoldenSet | None:
     """The package's golden set, or None when it ships none; GoldenError when it is unusable.
 
-    The file holds one array per input name (``inputs`` for a single-input model) and ``top1``.
+    The file holds one array per input name (``inputs`` for a single-input model) and the
+    task's record (``top1`` for a classifier; see ``edgeagent.models.tasks``).
     """
     if package.golden is None:
         return None
@@ -59,7 +78,9 @@ def load_golden(package: ModelPackage) -> GoldenSet | None:
     if "inputs" in data and len(package.inputs) == 1:
         data[package.inputs[0].name] = data.pop("inputs")
     missing = [s.name for s in package.inputs if s.name not in data]
-    if missing or "top1" not in data:
-        raise GoldenError(f"{package.golden.name} lacks {', '.join([*missing, 'top1'][:3])}")
-    feeds = {s.name: data[s.name].astype(s.dtype) for s in package.inputs}
-    return GoldenSet(feeds, data["top1"].reshape(-1))
+    if package.task == "classification" and "top1" not in data:
+        missing.append("top1")
+    if missing:
+        raise GoldenError(f"{package.golden.name} lacks {', '.join(missing[:3])}")
+    feeds = {s.name: data.pop(s.name).astype(s.dtype) for s in package.inputs}
+    return GoldenSet(package, feeds, data)
