@@ -147,7 +147,7 @@ class Daemon:
             on_model_load=[gauges.on_load],
             on_model_unload=[gauges.on_unload],
         )
-        self.dataplane = DataPlane(self.registry, config.engine)
+        self.dataplane = DataPlane(self.registry, config.engine, self.engine_metrics)
         self.status_providers: dict[str, Callable[[], dict]] = {
             "profile": self.accelerators.report,
             "models": self.registry.status,

@@ -41,6 +41,22 @@ def needs_admin(request: web.Request) -> bool:
     return bool(getattr(request.match_info.handler, _ADMIN, False))
 
 
+_FORM = "_edgeagent_form_credentials"
+
+
+def form_credentials(handler: H) -> H:
+    """Mark a route whose clients send their token in a form field (DeepStack's ``api_key``):
+    the handler checks the user scope itself with ``scope_problem`` once it has read the form,
+    and the browser guard lets its ``multipart/form-data`` through (the token it must carry is
+    what a cross-site page cannot know)."""
+    setattr(handler, _FORM, True)
+    return handler
+
+
+def takes_form_credentials(request: web.Request) -> bool:
+    return bool(getattr(request.match_info.handler, _FORM, False))
+
+
 def over_tcp(request: web.Request) -> bool:
     """True when the request arrived on a TCP connection (not the Unix socket)."""
     transport = request.transport
@@ -114,7 +130,7 @@ def auth_middleware(settings: ServerSettings) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if over_tcp(request):
+        if over_tcp(request) and not takes_form_credentials(request):
             refused = refusal(request, settings)
             if refused is not None:
                 return refused

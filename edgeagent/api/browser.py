@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from edgeagent.api.auth import over_tcp
+from edgeagent.api.auth import over_tcp, takes_form_credentials
 from edgeagent.api.settings import ServerSettings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -98,7 +98,12 @@ def browser_refusal(request: web.Request, settings: ServerSettings) -> web.Respo
     origin = request.headers.get("Origin")
     if origin is not None and _origin_authority(origin) != _request_authority(request):
         return _answer(403, f"cross-origin request from {origin!r} refused")
-    if request.content_type in SIMPLE_CONTENT_TYPES and request.headers.get("Content-Type"):
+    form_route = takes_form_credentials(request) and request.content_type == "multipart/form-data"
+    if (
+        request.content_type in SIMPLE_CONTENT_TYPES
+        and request.headers.get("Content-Type")
+        and not form_route
+    ):
         return _answer(
             415,
             f"Content-Type {request.content_type} is refused (a web page could send it "

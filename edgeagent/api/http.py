@@ -23,6 +23,7 @@ from edgeagent.api.body import BodyTooSlow
 from edgeagent.api.browser import browser_middleware
 from edgeagent.api.budget import ByteBudget
 from edgeagent.api.keys import BUDGETS, DATAPLANE, METRICS, SETTINGS, SHARED_MEMORY, STATUS
+from edgeagent.api.routes_detect import detect_routes
 from edgeagent.api.routes_edge import edge_routes
 from edgeagent.api.routes_shm import shm_routes
 from edgeagent.api.routes_v2 import v2_routes
@@ -145,7 +146,7 @@ def create_app(
         shared_memory = SharedMemoryRegistry(SharedMemorySettings())
         app.on_cleanup.append(lambda _: _close_regions(shared_memory))
     app[SHARED_MEMORY] = shared_memory
-    app.add_routes([*v2_routes(), *edge_routes(), *shm_routes()])
+    app.add_routes([*v2_routes(), *edge_routes(), *detect_routes(), *shm_routes()])
     return app
 
 

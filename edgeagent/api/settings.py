@@ -56,6 +56,9 @@ class ServerSettings:
     allowed_hosts: list[str] = computed_setting(
         list, "extra Host header names the TCP listener answers to (DNS rebinding guard)"
     )
+    deepstack_model: str = setting(
+        "", "detection model that answers DeepStack's POST /v1/vision/detection (empty: none)"
+    )
     max_body_bytes: int = setting(
         16 * 1024 * 1024, "largest request body accepted (413 above)", "bytes"
     )

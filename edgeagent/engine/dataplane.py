@@ -19,11 +19,12 @@ import numpy as np
 
 from edgeagent import __version__
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
+from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
-from edgeagent.models.package import TensorSpec
-from edgeagent.models.preprocess import preprocess_image, top_k
+from edgeagent.models.package import ModelPackage, TensorSpec
+from edgeagent.models.preprocess import prepare_image, preprocess_image, top_k
 from edgeagent.runtimes.facts import v2_platform
 
 EXTENSIONS = [
@@ -84,9 +85,15 @@ def tensor_metadata(spec: TensorSpec, datatype: str) -> dict[str, Any]:
 class DataPlane:
     """The engine as transports see it: one instance over the daemon's registry."""
 
-    def __init__(self, registry: ModelRegistry, settings: EngineSettings) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        settings: EngineSettings,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
         self.registry = registry
         self.settings = settings
+        self.metrics = metrics
         # A decoded image may take ~120 MB (40 Mpx RGB): decode no more at once than there are
         # inference threads, so a burst of large uploads cannot exhaust a small board's memory.
         self._decode_slots = asyncio.Semaphore(settings.worker_threads)
@@ -216,6 +223,58 @@ class DataPlane:
             "latency_ms": round(latency_ms, 3),
         }
 
+    async def detect(
+        self, name: str, version: str | None, image: bytes, min_score: float | None = None
+    ) -> dict[str, Any]:
+        """One image through a detector: decode, preprocess, infer, decode the head, and boxes
+        mapped back to the image's own pixels, best score first.
+
+        ``min_score`` raises the package's score threshold for this request.
+        """
+        model = self.model(name, version)
+        package = model.package
+        if package.detection is None or package.preprocess is None:
+            raise InvalidInput(
+                f"model {package.name!r} is a {package.task} model, not a detector with a "
+                "[preprocess] section; use /v2/models/{name}/infer for its tensors"
+            )
+        if min_score is not None and not 0 <= min_score <= 1:
+            raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+        started = time.perf_counter()
+        try:
+            async with self._decode_slots:
+                tensor, geometry = await asyncio.to_thread(prepare_image, image, package.preprocess)
+        except ValueError as exc:
+            raise InvalidInput(f"request body: {exc}") from None
+        answer = await model.infer({package.inputs[0].name: tensor})
+        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
+        height, width = package.preprocess.size
+        found = package.detection.decode(
+            outputs, (width, height), geometry, _classes(package), package.anchors, min_score
+        )
+        if self.metrics is not None:
+            self.metrics.detections.labels(package.name).inc(len(found))
+        labels = package.labels
+        backend = model.backend
+        return {
+            "model_name": package.name,
+            "model_version": model.version,
+            "detections": [
+                {
+                    "label": labels[c] if c < len(labels) else str(c),
+                    "index": int(c),
+                    "score": round(float(s), 6),
+                    "box": [round(float(v), 2) for v in box],
+                }
+                for box, s, c in zip(found.boxes, found.scores, found.classes, strict=True)
+            ],
+            "image_size": list(geometry.size),
+            "backend": backend["runtime"],
+            "device": backend["device"],
+            "precision": backend["precision"],
+            "latency_ms": round((time.perf_counter() - started) * 1000.0, 3),
+        }
+
     # -- repository and statistics ------------------------------------------------------------
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, Any]]:
@@ -242,3 +301,14 @@ class DataPlane:
                     continue  # unloaded versions have nothing to report
                 stats.append(model.stats.to_v2(each, model.version))
         return stats
+
+
+def _classes(package: ModelPackage) -> int:
+    """How many classes a detector scores: its labels, else what its score output says."""
+    if package.labels:
+        return len(package.labels)
+    assert package.detection is not None
+    if package.detection.style == "ssd":
+        return max(1, package.outputs[-1].shape[-1] - int(package.detection.background))
+    rows = min(package.outputs[0].shape[-2:])  # [N, 4 + C] or its transpose [4 + C, N]
+    return max(1, rows - (5 if package.detection.objectness else 4))

@@ -129,6 +129,12 @@ class EngineMetrics:
         self.cache_misses = Counter(
             "edgeagent_cache_misses_total", "Result-cache misses", ["model"], registry=registry
         )
+        self.detections = Counter(
+            "edgeagent_detections_total",
+            "Objects a detection model reported (after thresholds and NMS), by model",
+            ["model"],
+            registry=registry,
+        )
         self.demotions = Counter(
             "edgeagent_accelerator_demotions_total",
             "Times a candidate (runtime:device:precision) was demoted for failing, by model",

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgeagent._toml import tomllib
 from edgeagent.models.tasks import TASK_NAMES
+from edgeagent.models.tasks.detection import DetectionHead, ssd_anchors
 from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES
 
 RUNTIMES = RUNTIME_NAMES
@@ -67,6 +70,9 @@ class Preprocess:
     scale: float  # pixel * scale before mean/std (1/255 maps 0..255 to 0..1)
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    # Scale to fit inside size keeping the aspect ratio and pad the rest (detectors trained on
+    # letterboxed images, e.g. YOLO); excludes resize.
+    letterbox: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +120,8 @@ class ModelPackage:
     variants: tuple[Variant, ...]
     serving: ServingHints = field(default_factory=ServingHints)
     golden: Path | None = None  # optional .npz of inputs + expected answers for health checks
+    detection: DetectionHead | None = None  # how a detector's outputs become boxes
+    anchors: np.ndarray | None = field(default=None, compare=False)  # SSD-style heads
 
     @property
     def input_layout(self) -> str:
@@ -220,6 +228,7 @@ def load_package(directory: str | Path) -> ModelPackage:
             "serving",
             "variant",
             "golden",
+            "detection",
         }
     )
     name = top.get("name", str)
@@ -282,6 +291,12 @@ def load_package(directory: str | Path) -> ModelPackage:
             raise PackageError(f"{manifest}: variant: {variant.key} is declared twice")
         seen.add(variant.key)
 
+    detection, anchors = None, None
+    if task == "detection":
+        detection, anchors = _detection(root, manifest, top.get("detection", dict), outputs)
+    elif "detection" in data:
+        top.fail(f'a [detection] table needs task = "detection", not {task!r}', "detection")
+
     return ModelPackage(
         root=root,
         name=name,
@@ -296,6 +311,8 @@ def load_package(directory: str | Path) -> ModelPackage:
         variants=variants,
         serving=serving,
         golden=golden,
+        detection=detection,
+        anchors=anchors,
     )
 
 
@@ -343,7 +360,7 @@ def _preprocess(
     if table is None:
         return None
     fields = _Fields(manifest, "preprocess", table)
-    fields.unknown({"size", "resize", "layout", "color", "scale", "mean", "std"})
+    fields.unknown({"size", "resize", "layout", "color", "scale", "mean", "std", "letterbox"})
     size = fields.get("size", list)
     if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
         fields.fail("must be [height, width] in pixels", "size")
@@ -359,6 +376,9 @@ def _preprocess(
     resize = fields.get("resize", int, None)
     if resize is not None and resize < min(size):
         fields.fail(f"{resize} is smaller than the crop size {size}", "resize")
+    letterbox = fields.get("letterbox", bool, False)
+    if letterbox and resize is not None:
+        fields.fail("letterbox pads instead of cropping: give it or resize, not both", "letterbox")
     return Preprocess(
         size=(size[0], size[1]),
         resize=resize,
@@ -367,6 +387,7 @@ def _preprocess(
         scale=float(fields.get("scale", (int, float), 1.0 / 255.0)),
         mean=mean,
         std=std,
+        letterbox=letterbox,
     )
 
 
@@ -430,3 +451,85 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
         layout=fields.get("layout", str, None, choices=LAYOUTS),
         sha256=dict(sha256),
     )
+
+
+def _detection(
+    root: Path, manifest: Path, table: dict, outputs: tuple[TensorSpec, ...]
+) -> tuple[DetectionHead, np.ndarray | None]:
+    """The ``[detection]`` table: head style, thresholds, and the anchors of an SSD-style head
+    (a ``.npy`` file in the package, or ``[detection.anchors]`` to generate them)."""
+    fields = _Fields(manifest, "detection", table)
+    fields.unknown(
+        {
+            "style",
+            "box_format",
+            "normalized",
+            "objectness",
+            "activation",
+            "background",
+            "variances",
+            "score_threshold",
+            "iou_threshold",
+            "max_detections",
+            "anchors",
+        }
+    )
+    variances = _floats(fields, "variances", (0.1, 0.2))
+    if len(variances) != 2 or min(variances) <= 0:
+        fields.fail("must be two positive numbers [centre, size]", "variances")
+    head = DetectionHead(
+        style=fields.get("style", str, "yolo", choices=("yolo", "ssd")),
+        box_format=fields.get("box_format", str, "cxcywh", choices=("cxcywh", "xyxy")),
+        normalized=fields.get("normalized", bool, False),
+        objectness=fields.get("objectness", bool, False),
+        activation=fields.get("activation", str, "none", choices=("none", "sigmoid", "softmax")),
+        background=fields.get("background", bool, False),
+        variances=(variances[0], variances[1]),
+        score_threshold=float(fields.get("score_threshold", (int, float), 0.25)),
+        iou_threshold=float(fields.get("iou_threshold", (int, float), 0.45)),
+        max_detections=fields.get("max_detections", int, 100),
+    )
+    for key in ("score_threshold", "iou_threshold"):
+        if not 0 <= getattr(head, key) <= 1:
+            fields.fail("must be between 0 and 1", key)
+    if not 1 <= head.max_detections <= 10_000:
+        fields.fail("must be 1..10000", "max_detections")
+    wanted = 2 if head.style == "ssd" else 1
+    if len(outputs) != wanted:
+        fields.fail(
+            f"a {head.style}-style head has {wanted} output(s), the package declares "
+            f"{len(outputs)}",
+            "style",
+        )
+    if head.style == "yolo":
+        if "anchors" in fields.table:
+            fields.fail("a YOLO-style head has no anchors", "anchors")
+        return head, None
+    return head, _anchors(root, manifest, fields)
+
+
+def _anchors(root: Path, manifest: Path, fields: _Fields) -> np.ndarray:
+    value = fields.get("anchors", (str, dict))
+    if isinstance(value, str):
+        path = _inside(root, manifest, "detection.anchors", value)
+        try:
+            anchors = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            fields.fail(f"cannot read {value!r} as a .npy array: {exc}", "anchors")
+    else:
+        generator = _Fields(manifest, "detection.anchors", value)
+        generator.unknown({"feature_maps", "scales", "aspect_ratios"})
+        maps = generator.get("feature_maps", list)
+        if not maps or not all(isinstance(m, int) and 0 < m <= 1024 for m in maps):
+            generator.fail("must be a list of feature-map sizes (1..1024)", "feature_maps")
+        scales = _floats(generator, "scales", ())
+        ratios = _floats(generator, "aspect_ratios", (1.0, 2.0, 0.5))
+        try:
+            anchors = ssd_anchors(maps, list(scales), ratios)
+        except ValueError as exc:
+            generator.fail(str(exc), "scales")
+    if anchors.ndim != 2 or anchors.shape[1] != 4 or not np.all(np.isfinite(anchors)):
+        fields.fail(
+            f"anchors must be a finite [A, 4] array (cx, cy, w, h), got {anchors.shape}", "anchors"
+        )
+    return anchors.astype(np.float32)

@@ -14,6 +14,12 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from edgeagent.models.package import Preprocess
+from edgeagent.models.tasks.detection import (
+    Geometry,
+    crop_geometry,
+    letterbox_geometry,
+    stretch_geometry,
+)
 
 ACCEPTED_FORMATS = ("JPEG", "PNG")
 MAX_IMAGE_PIXELS = 40_000_000  # ~ a 7700×5200 photo; larger images are refused, not decoded
@@ -54,9 +60,23 @@ def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image
     return image
 
 
+LETTERBOX_FILL = 114  # the grey YOLO-family detectors are trained to ignore
+
+
 def resize_and_crop(image: Image.Image, spec: Preprocess) -> Image.Image:
-    """Shorter side to ``spec.resize`` then centre crop, or straight to ``spec.size``."""
+    """Shorter side to ``spec.resize`` then centre crop, a letterbox, or straight to size."""
     height, width = spec.size
+    if spec.letterbox:
+        fit = letterbox_geometry(image.size, (width, height))
+        mode = "L" if spec.color == "L" else "RGB"
+        scaled = image.convert(mode).resize(
+            (max(1, round(image.width * fit.scale[0])), max(1, round(image.height * fit.scale[1]))),
+            Image.Resampling.BILINEAR,
+        )
+        fill = LETTERBOX_FILL if mode == "L" else (LETTERBOX_FILL,) * 3
+        canvas = Image.new(mode, (width, height), fill)
+        canvas.paste(scaled, (int(fit.offset[0]), int(fit.offset[1])))
+        return canvas
     if spec.resize is None:
         return image.resize((width, height), Image.Resampling.BILINEAR)
     scale = spec.resize / min(image.size)
@@ -88,6 +108,23 @@ def to_tensor(image: Image.Image, spec: Preprocess) -> np.ndarray:
 def preprocess_image(data: bytes, spec: Preprocess) -> np.ndarray:
     """Encoded image bytes → a batch-of-one input tensor for the package's model."""
     return to_tensor(resize_and_crop(decode_image(data), spec), spec)
+
+
+def geometry_of(image_size: tuple[int, int], spec: Preprocess) -> Geometry:
+    """How ``resize_and_crop`` maps an image of ``image_size`` (width, height) to the input."""
+    model = (spec.size[1], spec.size[0])
+    if spec.letterbox:
+        return letterbox_geometry(image_size, model)
+    if spec.resize is None:
+        return stretch_geometry(image_size, model)
+    return crop_geometry(image_size, model, spec.resize)
+
+
+def prepare_image(data: bytes, spec: Preprocess) -> tuple[np.ndarray, Geometry]:
+    """``preprocess_image`` plus the geometry that maps input pixels back to the image's own
+    (what a detector's boxes need)."""
+    image = decode_image(data)
+    return to_tensor(resize_and_crop(image, spec), spec), geometry_of(image.size, spec)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

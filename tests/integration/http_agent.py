@@ -67,6 +67,7 @@ class AgentServer:
         )
         self.packages = packages
         self.metrics = CollectorRegistry()
+        self.engine_metrics = EngineMetrics(self.metrics)
         self.engine_load = LoadCounter()  # what the batchers count, for a governor
         self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
         self.limits = UNTHROTTLED  # what the governor would ask of the engine; tests change it
@@ -97,7 +98,7 @@ class AgentServer:
         self.registry = serving_registry(
             lambda package: open_variant(package, threads=1),
             settings=self.engine_settings,
-            metrics=EngineMetrics(self.metrics),
+            metrics=self.engine_metrics,
             executor=self._executor,
             limits=lambda: self.limits,
             load=self.engine_load,
@@ -106,7 +107,7 @@ class AgentServer:
             self.registry.add(package)
         await self.registry.load_all()
         app = create_app(
-            DataPlane(self.registry, self.engine_settings),
+            DataPlane(self.registry, self.engine_settings, self.engine_metrics),
             settings=self.settings,
             metrics=self.metrics,
             status=lambda: {**self.status_extra, "models": self.registry.status()},
