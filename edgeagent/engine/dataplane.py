@@ -235,8 +235,8 @@ class DataPlane:
         package = model.package
         if package.detection is None or package.preprocess is None:
             raise InvalidInput(
-                f"model {package.name!r} is a {package.task} model, not a detector with a "
-                "[preprocess] section; use /v2/models/{name}/infer for its tensors"
+                f"model {package.name!r} ({package.task}) is not a detector with [detection] "
+                f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
             )
         if min_score is not None and not 0 <= min_score <= 1:
             raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")

@@ -291,8 +291,9 @@ def load_package(directory: str | Path) -> ModelPackage:
             raise PackageError(f"{manifest}: variant: {variant.key} is declared twice")
         seen.add(variant.key)
 
+    # A detector without [detection] is served as raw tensors (its head unknown to the agent).
     detection, anchors = None, None
-    if task == "detection":
+    if task == "detection" and "detection" in data:
         detection, anchors = _detection(root, manifest, top.get("detection", dict), outputs)
     elif "detection" in data:
         top.fail(f'a [detection] table needs task = "detection", not {task!r}', "detection")

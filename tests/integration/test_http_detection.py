@@ -141,7 +141,7 @@ def test_min_score_raises_the_threshold_for_one_request(agent: AgentServer) -> N
 
 def test_a_classifier_is_not_a_detector(agent: AgentServer) -> None:
     response = tcp(agent, "POST", "/v1/models/tiny/detect", data=image_bytes(), headers=bearer())
-    assert response.status_code == 400 and "not a detector" in response.json()["error"]
+    assert response.status_code == 400 and "is not a detector" in response.json()["error"]
 
 
 def frigate_post(agent: AgentServer, api_key: str, jpeg: bytes) -> requests.Response:
