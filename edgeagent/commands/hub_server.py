@@ -8,8 +8,10 @@ wrapper that sends ``status`` and ``rollout`` to a running server when ``--serve
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -96,6 +98,10 @@ def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
             max_page_size=args.max_page_size,
             max_wait_s=args.max_wait_s,
         )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         try:
             settings.validate()
             await serve(
@@ -103,6 +109,7 @@ def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
                 client_id=args.client_id,
                 trust_file=args.trust,
                 ready=lambda url: print(f"hub server listening on {url}", flush=True),
+                stop=stop,
             )
         except ValueError as exc:
             raise HubError(str(exc)) from exc

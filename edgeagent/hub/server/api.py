@@ -170,11 +170,24 @@ async def list_devices(request: web.Request) -> web.Response:
     return web.json_response(page)
 
 
+async def _long_poll(request: web.Request) -> None:
+    """``?wait=S&after=N``: return once anything changed since version N (or after S)."""
+    hub = _context(request)
+    wait = _float(request, "wait", hub.settings.max_wait_s)
+    if wait:
+        after = _int(request, "after", hub.changes.version, 0, 2**62)
+        await hub.changes.wait_past(after, wait)
+
+
 async def get_device(request: web.Request) -> web.Response:
-    async with _context(request).engine.connect() as connection:
+    """One device; ``?wait=S&after=N`` long-polls for its next change."""
+    hub = _context(request)
+    await _long_poll(request)
+    async with hub.engine.connect() as connection:
         device = await fleetdb.get_device(connection, request.match_info["device_id"])
     if device is None:
         raise BadRequest(404, f"no device {request.match_info['device_id']!r}")
+    device["version"] = hub.changes.version
     return web.json_response(device)
 
 
@@ -352,12 +365,8 @@ async def list_deployments(request: web.Request) -> web.Response:
 
 async def get_deployment(request: web.Request) -> web.Response:
     """``?wait=S&after=N``: answer as soon as anything changed since version N (long poll)."""
-    hub = _context(request)
-    wait = _float(request, "wait", hub.settings.max_wait_s)
-    if wait:
-        after = _int(request, "after", hub.changes.version, 0, 2**62)
-        await hub.changes.wait_past(after, wait)
-    return await _deployment_response(hub, request.match_info["deployment_id"])
+    await _long_poll(request)
+    return await _deployment_response(_context(request), request.match_info["deployment_id"])
 
 
 @needs("admin")

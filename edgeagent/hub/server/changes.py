@@ -1,9 +1,9 @@
 """A change counter that long-polling clients wait on (``?wait=S&after=N``).
 
-The controller and the ingest loop ``bump`` it whenever a deployment or a device answer
-changed; a request that saw version N waits until the version differs from N. The counter
-starts again at 0 in a new process, which a client's ``after`` from before a restart simply
-sees as a change.
+The controller bumps it whenever a deployment changed, the ingest loop after every batch of
+device reports it stored; a request that saw version N waits until the version differs from
+N. The counter starts again at 0 in a new process, which a client's ``after`` from before a
+restart simply sees as a change.
 """
 
 from __future__ import annotations

@@ -58,12 +58,12 @@ class Ingest:
         *,
         max_report_bytes: int,
         queue_size: int = 10_000,
-        on_outcome: Callable[[], Awaitable[None]] | None = None,
+        on_batch: Callable[[bool], Awaitable[None]] | None = None,
     ) -> None:
         self.engine = engine
         self.prefix = prefix
         self.max_report_bytes = max_report_bytes
-        self.on_outcome = on_outcome
+        self.on_batch = on_batch  # after each stored batch; True when a device answered
         self.queue: asyncio.Queue[Incoming | SyncMarker] = asyncio.Queue(queue_size)
         self.synced = asyncio.Event()
         self.sync_token = ""  # the marker the link is waiting for (a new one per connection)
@@ -91,8 +91,8 @@ class Ingest:
         except Exception:
             log.warning("storing %d reports failed; retrying one by one", len(messages))
             outcomes = [await self._apply_alone(m) for m in messages]
-        if any(outcomes) and self.on_outcome is not None:
-            await self.on_outcome()
+        if self.on_batch is not None:
+            await self.on_batch(any(outcomes))
         for marker in batch:
             if isinstance(marker, SyncMarker) and marker.token == self.sync_token:
                 self.retained_devices = len(self._retained_seen)

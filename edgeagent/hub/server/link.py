@@ -76,32 +76,44 @@ class HubLink:
             clean_start=False,
             properties=properties,
         )
-        async with client:
-            prefix = self.settings.topic_prefix
-            for kind in KINDS:
-                await client.subscribe(f"{prefix}/device/+/{kind}", qos=1)
-            token = secrets.token_hex(8)
-            self.ingest.sync_token = token
-            await client.subscribe(self._sync_topic(token), qos=1)
-            await client.publish(self._sync_topic(token), b"", qos=1)
-            self._client = client
-            self.connected.set()
-            log.info(
-                "MQTT connected to %s:%s as %s",
-                self.settings.host,
-                self.settings.port,
-                self.client_id,
-            )
-            self.on_connect()
-            sync_prefix = self._sync_topic("")
-            async for message in client.messages:
-                topic = message.topic.value
-                if topic.startswith(sync_prefix):
-                    await self.ingest.submit(SyncMarker(topic[len(sync_prefix) :]))
-                    with contextlib.suppress(aiomqtt.MqttError):
-                        await client.unsubscribe(topic)
-                    continue
-                payload = message.payload
-                if not isinstance(payload, (bytes, bytearray)):
-                    payload = str(payload or "").encode()
-                await self.ingest.submit(Incoming(topic, bytes(payload), bool(message.retain)))
+        await client.__aenter__()
+        try:
+            await self._serve(client)
+        finally:
+            # aiomqtt's exit waits, without a time-out, for the broker to acknowledge the
+            # DISCONNECT, which never comes while we are being cancelled: bound it.
+            with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
+                await asyncio.wait_for(
+                    client.__aexit__(None, None, None), self.settings.connect_timeout_s
+                )
+
+    async def _serve(self, client: aiomqtt.Client) -> None:
+        """Subscribe, send the sync marker, then hand every message to the ingest queue."""
+        prefix = self.settings.topic_prefix
+        for kind in KINDS:
+            await client.subscribe(f"{prefix}/device/+/{kind}", qos=1)
+        token = secrets.token_hex(8)
+        self.ingest.sync_token = token
+        await client.subscribe(self._sync_topic(token), qos=1)
+        await client.publish(self._sync_topic(token), b"", qos=1)
+        self._client = client
+        self.connected.set()
+        log.info(
+            "MQTT connected to %s:%s as %s",
+            self.settings.host,
+            self.settings.port,
+            self.client_id,
+        )
+        self.on_connect()
+        sync_prefix = self._sync_topic("")
+        async for message in client.messages:
+            topic = message.topic.value
+            if topic.startswith(sync_prefix):
+                await self.ingest.submit(SyncMarker(topic[len(sync_prefix) :]))
+                with contextlib.suppress(aiomqtt.MqttError):
+                    await client.unsubscribe(topic)
+                continue
+            payload = message.payload
+            if not isinstance(payload, (bytes, bytearray)):
+                payload = str(payload or "").encode()
+            await self.ingest.submit(Incoming(topic, bytes(payload), bool(message.retain)))

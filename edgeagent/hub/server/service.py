@@ -2,16 +2,14 @@
 
 Start order: migrate the database, start the HTTP listener (the API answers ``synced: false``
 until the retained reports are read), the ingest writer, the MQTT link and the controller.
-SIGTERM/SIGINT stop it; SIGKILL is fine too — every decision is already in the database and
-the MQTT session is persistent.
+``stop`` ends it (the CLI sets it on SIGTERM/SIGINT); SIGKILL is fine too — every decision is
+already in the database and the MQTT session is persistent.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,8 +50,10 @@ async def serve(
     client_id: str = "edgeagent-hub-server",
     trust_file: Path | None = None,
     ready: Callable[[str], None] = lambda url: None,
+    stop: asyncio.Event | None = None,
 ) -> None:
-    """Run the hub server until SIGTERM/SIGINT (or cancellation)."""
+    """Run the hub server until ``stop`` is set (or cancellation); ``ready(url)`` once it
+    listens."""
     settings.validate()
     tokens = Tokens.load(settings.token_file)
     engine = open_engine(settings.database_url)
@@ -61,8 +61,8 @@ async def serve(
     changes = Changes()
     controller: RolloutController | None = None
 
-    async def answered() -> None:
-        if controller is not None:
+    async def stored(answered: bool) -> None:
+        if answered and controller is not None:
             controller.wake()
         await changes.bump()
 
@@ -70,7 +70,7 @@ async def serve(
         engine,
         settings.mqtt.topic_prefix,
         max_report_bytes=settings.max_report_bytes,
-        on_outcome=answered,
+        on_batch=stored,
     )
     link = HubLink(settings.mqtt, ingest, client_id=client_id)
     controller = RolloutController(engine, link.publish, settings.mqtt.topic_prefix, changes)
@@ -92,11 +92,7 @@ async def serve(
             ("retention", _prune_forever(ingest, settings)),
         )
     ]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop = stop or asyncio.Event()
     ready(url)
     try:
         done, _ = await asyncio.wait(

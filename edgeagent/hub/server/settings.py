@@ -55,19 +55,17 @@ class ServerSettings:
     page_size: int = 100  # default page of /devices
     max_page_size: int = 1000  # the largest page a client may ask for
     max_wait_s: float = 3600.0  # cap on a stage's in-progress time-out and on rollout waits
-    sync_timeout_s: float = 30.0  # how long to wait for the broker's retained reports at start
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
         checks = [
-            (0 < self.port <= 65535, "--port must be 1..65535"),
+            (0 <= self.port <= 65535, "--port must be 0..65535 (0: any free port)"),
             (self.retention_days > 0, "--retention-days must be positive"),
             (self.prune_interval_s > 0, "--prune-interval must be positive"),
             (self.max_report_bytes > 0, "--max-report-bytes must be positive"),
             (self.max_body_bytes > 0, "--max-body-bytes must be positive"),
             (0 < self.page_size <= self.max_page_size, "--page-size must be 1..--max-page-size"),
             (self.max_wait_s > 0, "--max-wait must be positive"),
-            (self.sync_timeout_s > 0, "--sync-timeout must be positive"),
             (
                 self.token_file is not None or is_loopback(self.host),
                 f"listening on {self.host} needs --token-file (bearer tokens with scopes)",

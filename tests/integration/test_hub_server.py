@@ -1,0 +1,152 @@
+"""The hub server against a real Mosquitto and a real database (SQLite file and PostgreSQL):
+ingest of retained and live reports, hostile messages, the REST API, staged deployments."""
+
+from __future__ import annotations
+
+import json
+
+import aiomqtt
+import pytest
+
+from edgeagent.fleet.mqtt import client_options
+from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
+from tests.integration.hub_fleet import Api, fleet, hub_server, make_release
+from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
+
+HOSTILE = [
+    ("edgeagent/device/bad-json/state", b"{not json", True),
+    ("edgeagent/device/a-list/state", b"[1, 2, 3]", True),
+    ("edgeagent/device/huge/state", b'{"x": "' + b"A" * 70_000 + b'"}', True),
+    ("edgeagent/device/odd-types/state", json.dumps({"models": [1], "governor": 7}).encode(), True),
+    ("edgeagent/device/bad$id/state", b"{}", True),
+    ("edgeagent/device/weird/availability", b"maybe", True),
+    ("edgeagent/device/weird/events", b'{"no": "step"}', False),
+]
+
+
+async def _publish_hostile(broker: Broker) -> None:
+    async with aiomqtt.Client(**client_options(broker.settings(), "hostile")) as client:
+        for topic, payload, retain in HOSTILE:
+            await client.publish(topic, payload, qos=1, retain=retain)
+
+
+async def test_retained_fleet_is_read_completely_and_hostile_reports_are_skipped(
+    broker: Broker, database_url: str
+) -> None:
+    settings = broker.settings()
+    await _publish_hostile(broker)
+    async with fleet(settings, 12, group="lab") as devices:
+        other = devices[:3]
+        for device in other:  # three of them run version 1.1.0
+            device.version = "1.1.0"
+            device.reporter.refresh()
+            await device._flush()
+        async with hub_server(database_url, settings) as url:
+            api = Api(url)
+            health = await api.synced()
+            # 12 real devices plus "odd-types" (a valid object, wrong field types: stored
+            # with what could be read); the other hostile reports were skipped.
+            assert health["retained_devices"] == 13
+            assert health["ingest"]["skipped"] == 5
+
+            page = await api.call("GET", "/api/v1/devices?group=lab&limit=5&offset=10")
+            assert page["total"] == 12 and page["counts"] == {"online": 12}
+            assert [d["device_id"] for d in page["devices"]] == ["dev-010", "dev-011"]
+            assert page["synced"] is True
+
+            newer = await api.call("GET", "/api/v1/devices?model=mobilenet_v2&version=1.1.0")
+            assert sorted(d["device_id"] for d in newer["devices"]) == [
+                d.topics.device_id for d in other
+            ]
+            device = await api.call("GET", "/api/v1/devices/dev-005")
+            assert device["models"] == {"mobilenet_v2": "1.0.0"}
+            assert device["backends"]["mobilenet_v2"]["precision"] == "int8"
+            assert device["board"] == "Test Board 4"
+            assert device["profile"] == "generic-x86_64"
+            assert (device["governor_state"], device["max_temp_c"]) == ("normal", 51.5)
+            assert device["power_w"] == 4.25
+
+            odd = await api.call("GET", "/api/v1/devices/odd-types")
+            assert odd["models"] == {} and odd["governor_state"] == ""
+
+            history = await api.call("GET", "/api/v1/devices/dev-005/history")
+            assert {e["kind"] for e in history["events"]} == {"state", "availability"}
+            await api.call("GET", "/api/v1/devices/nobody", expect=404)
+            await api.call("GET", "/api/v1/devices?limit=0", expect=400)
+            await api.call("GET", "/api/v1/devices?version=1.0.0", expect=400)
+
+            # a device going away live reaches the table
+            went = devices[0]
+            await went.stop()
+            offline = await _wait_for_availability(api, went.topics.device_id, "offline")
+            assert offline["online"] is False
+
+
+async def _wait_for_availability(api: Api, device_id: str, wanted: str) -> dict:
+    """Long-poll the device until its availability is ``wanted``."""
+    found = await api.call("GET", f"/api/v1/devices/{device_id}")
+    while found["availability"] != wanted:
+        found = await api.call(
+            "GET", f"/api/v1/devices/{device_id}?wait=30&after={found['version']}"
+        )
+    return found
+
+
+async def test_staged_rollout_succeeds_stage_by_stage(broker: Broker, database_url: str) -> None:
+    settings = broker.settings()
+    async with fleet(settings, 10) as devices, hub_server(database_url, settings) as url:
+        api = Api(url)
+        await api.synced()
+        envelope = make_release("2.0.0")
+        release = await api.call("POST", "/api/v1/releases", expect=201, data=envelope)
+        again = await api.call("POST", "/api/v1/releases", expect=200, data=envelope)
+        assert again == release  # the same bytes are stored once
+        created = await api.call(
+            "POST",
+            "/api/v1/deployments",
+            expect=201,
+            json={"release_id": release["id"], "group": "lab", "stages_pct": [10, 50, 100]},
+        )
+        assert [s["devices"] for s in created["stages"]] == [1, 4, 5]
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "succeeded", done
+        assert done["totals"]["succeeded"] == 10
+        assert all(d.received[-1].version == "2.0.0" for d in devices)
+        table = await api.call("GET", "/api/v1/devices?model=mobilenet_v2&version=2.0.0")
+        assert table["total"] == 10
+        history = await api.call("GET", "/api/v1/devices/dev-000/history?kind=event")
+        assert history["events"][0]["result"] == "succeeded"
+
+
+async def test_failures_in_stage_one_abort_before_stage_two(
+    broker: Broker, database_url: str
+) -> None:
+    settings = broker.settings()
+    async with (
+        fleet(settings, 10, failing=3) as devices,
+        hub_server(database_url, settings) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
+        created = await api.call(
+            "POST",
+            "/api/v1/deployments",
+            expect=201,
+            json={
+                "model": "mobilenet_v2",
+                "version": "2.0.0",
+                "group": "lab",
+                "stages_pct": [30, 100],
+                "abort_threshold_pct": 30,
+            },
+        )
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "aborted"
+        assert "3 of 3 devices failed" in done["reason"]
+        assert done["totals"]["queued"] == 7  # stage 2 was never sent
+        assert all(not d.received for d in devices[3:])
+        codes = {d["device_id"]: d["code"] for d in done["devices"] if d["stage"] == 1}
+        assert codes == {f"dev-{i:03d}": "health_check" for i in range(3)}
