@@ -81,9 +81,10 @@ def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
         from edgeagent.hub.server.service import serve
         from edgeagent.hub.server.settings import default_database_url
 
-        logging.basicConfig(
-            level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        try:  # a service logs what it does (the sync count, every stage); the CLI's default
+            logging.getLogger().setLevel(args.log_level.upper())  # is warnings only
+        except ValueError as exc:
+            raise HubError(f"--log-level: {exc}") from exc
         settings = ServerSettings(
             database_url=args.db or default_database_url(args.state_dir),
             host=args.host,

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -75,6 +77,7 @@ class FakeDevice:
         self.hold = hold
         self.received: list[ReleaseManifest] = []
         self.got_release = asyncio.Event()
+        self.answered = asyncio.Event()  # its outcome event was acknowledged by the broker
         self.reporter = UpdateReporter(
             device_id,
             group,
@@ -157,6 +160,7 @@ class FakeDevice:
             else:
                 self.reporter.outcome(release, "failed", "health_check", "golden mismatch")
             await self._flush()
+            self.answered.set()
 
     async def stop(self) -> None:
         """Say "offline" and leave, as the agent does on a graceful stop."""
@@ -211,6 +215,51 @@ async def hub_server(database_url: str, mqtt: MqttSettings, **overrides: Any) ->
     finally:
         stop.set()
         await task
+
+
+class HubProcess:
+    """``edgeagent hub server`` as its own process (what an operator runs)."""
+
+    def __init__(self, database_url: str, mqtt: MqttSettings, *extra: str) -> None:
+        self.command = [
+            sys.executable,
+            "-m",
+            "edgeagent.cli",
+            "hub",
+            "server",
+            "--db",
+            database_url,
+            "--port",
+            "0",
+            "--broker",
+            f"{mqtt.host}:{mqtt.port}",
+            "--client-id",
+            "hub-process-under-test",
+            *extra,
+        ]
+        self.process: subprocess.Popen[str] | None = None
+
+    async def start(self) -> str:
+        """Start it and return its URL once it printed that it listens."""
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        output = []
+        while True:
+            line = await asyncio.to_thread(self.process.stdout.readline)  # type: ignore[union-attr]
+            if not line:
+                raise RuntimeError("hub server exited:\n" + "".join(output))
+            output.append(line)
+            if line.startswith("hub server listening on "):
+                return line.split()[-1]
+
+    def stop(self, sig: int) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(30)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+        return code
 
 
 class Api:
