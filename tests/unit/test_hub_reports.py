@@ -77,7 +77,7 @@ def test_a_real_state_report_gives_the_devices_columns() -> None:
 )
 def test_wrong_field_types_are_ignored_not_fatal(payload: dict) -> None:
     values = parse_state(json.dumps(payload).encode()).values
-    assert values["models"] == {} or values["models"] == {}
+    assert values["models"] == {} and values["temperatures"] == {}
     assert values["max_temp_c"] is None and values["power_w"] is None
     assert values["reported_at"] is None and values["group_name"] == ""
 
