@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 from openapi_spec_validator import validate
 
@@ -163,7 +164,8 @@ def test_openapi_document_is_valid_and_names_every_route() -> None:
     routes = set()
     for route in app.router.routes():
         path = route.resource.canonical.replace("{action:pause|resume|abort}", "{action}")
-        routes.add((route.method.lower(), path))
+        if path.startswith("/api/") or path == "/openapi.json":  # the rest are HTML pages
+            routes.add((route.method.lower(), path))
     documented = {(m, p) for p, item in document["paths"].items() for m in item}
     assert routes - {("head", p) for _, p in routes} == documented
 
@@ -207,3 +209,50 @@ async def test_hub_status_and_rollout_as_clients_of_the_server(
         assert code == 0, out
         assert "succeeded" in out.splitlines()[-1]
         assert all(d.version == "2.0.0" for d in devices)
+
+
+async def test_dashboard_pages_with_sign_in(broker: Broker, tmp_path: Path) -> None:
+    settings = broker.settings()
+    tokens = write_tokens(tmp_path / "tokens", read=READ, admin=ADMIN)
+    async with (
+        fleet(settings, 3) as devices,
+        hub_server(sqlite_url(tmp_path), settings, token_file=tokens) as url,
+    ):
+        hot = devices[1]
+        hot.reporter.sources["governor"] = lambda: {
+            "state": "hot",
+            "temperatures": [{"sensor": "cpu-thermal", "celsius": 83.0}],
+        }
+        hot.reporter.refresh()
+        await hot._flush()
+        api = Api(url, ADMIN)
+        await api.synced()
+        found = await api.call("GET", "/api/v1/devices/dev-001")
+        while found["governor_state"] != "hot":
+            found = await api.call(
+                "GET", f"/api/v1/devices/dev-001?wait=30&after={found['version']}"
+            )
+        created = await _deploy(api, "2.0.0", stages_pct=[100])
+        await api.until(created["id"], "succeeded")
+
+        # a browser keeps cookies for 127.0.0.1 too (aiohttp only when told it is safe)
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
+            async with browser.get(f"{url}/", allow_redirects=False) as response:
+                assert (response.status, response.headers["Location"]) == (303, "/login")
+            async with browser.post(f"{url}/login", data={"token": READ}) as response:
+                assert response.status == 200  # followed to the fleet page
+                page = await response.text()
+            assert "3 devices" in page and page.count("/ui/devices/dev-") == 3
+            async with browser.get(f"{url}/?governor_state=hot") as response:
+                page = await response.text()
+            assert "1 devices" in page and "dev-001" in page and "dev-002" not in page
+            async with browser.get(f"{url}/ui/devices/dev-001") as response:
+                page = await response.text()
+            assert "<svg id='temperature'" in page and "83.0 °C" in page
+            assert "onnxruntime" in page and "succeeded" in page
+            async with browser.get(f"{url}/ui/deployments/{created['id']}") as response:
+                page = await response.text()
+            assert "State <b>succeeded</b>" in page and page.count("installed") == 3
+            async with browser.get(f"{url}/ui/devices/<script>") as response:
+                assert response.status == 404
+                assert "<script>" not in await response.text()

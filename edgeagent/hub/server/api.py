@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from edgeagent.fleet.manifest import ManifestError, ReleaseManifest, parse_manifest
 from edgeagent.fleet.signing import TrustError, decode_envelope
@@ -25,39 +23,24 @@ from edgeagent.hub.keys import HubError
 from edgeagent.hub.rollout import RolloutPlan
 from edgeagent.hub.server import deploydb, fleetdb
 from edgeagent.hub.server.auth import Tokens, auth_middleware, needs
-from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.context import (
+    CONTEXT,
+    BadRequest,
+    HubContext,
+    context_of,
+    query_filter,
+    query_float,
+    query_int,
+    query_page,
+)
+from edgeagent.hub.server.dashboard import dashboard_routes
 from edgeagent.hub.server.database import head_revision
 from edgeagent.hub.server.deploydb import DeploymentError, TargetSpec
-from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
 MAX_ENVELOPE_BYTES = 64 * 1024  # what devices accept ([mqtt] max_message_bytes)
-
-
-@dataclass
-class HubContext:
-    """What the handlers share: the database, the live parts, the settings."""
-
-    engine: AsyncEngine
-    settings: ServerSettings
-    ingest: Ingest
-    changes: Changes
-    wake_controller: Any  # () -> None
-    trust_file: Path | None = None
-
-
-CONTEXT = web.AppKey("hub", HubContext)
-
-
-class BadRequest(Exception):
-    """A 4xx; ``errors_middleware`` answers it as ``{"error": message}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @web.middleware
@@ -70,42 +53,6 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
         if exc.status < 400:
             raise
         return web.json_response({"error": exc.reason}, status=exc.status)
-
-
-def _context(request: web.Request) -> HubContext:
-    return request.app[CONTEXT]
-
-
-def _int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(400, f"?{name}= must be an integer, got {raw[:32]!r}") from None
-    if not low <= value <= high:
-        raise BadRequest(400, f"?{name}= must be {low}..{high}, got {value}")
-    return value
-
-
-def _float(request: web.Request, name: str, high: float) -> float | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(400, f"?{name}= must be a number, got {raw[:32]!r}") from None
-    if not 0 <= value <= high:
-        raise BadRequest(400, f"?{name}= must be 0..{high:g}, got {value:g}")
-    return value
-
-
-def _page(request: web.Request) -> tuple[int, int]:
-    settings = _context(request).settings
-    limit = _int(request, "limit", settings.page_size, 1, settings.max_page_size)
-    return limit, _int(request, "offset", 0, 0, 10**9)
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
@@ -123,8 +70,8 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 
 async def health(request: web.Request) -> web.Response:
     """Whether the retained reports were read (``?wait=S`` waits for it) and how many."""
-    hub = _context(request)
-    wait = _float(request, "wait", hub.settings.max_wait_s)
+    hub = context_of(request)
+    wait = query_float(request, "wait", hub.settings.max_wait_s)
     if wait and not hub.ingest.synced.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(hub.ingest.synced.wait(), wait)
@@ -143,27 +90,10 @@ async def health(request: web.Request) -> web.Response:
     )
 
 
-def _filter(request: web.Request) -> fleetdb.DeviceFilter:
-    query = request.query
-    where = fleetdb.DeviceFilter(
-        group=query.get("group", ""),
-        model=query.get("model", ""),
-        version=query.get("version", ""),
-        profile=query.get("profile", ""),
-        availability=query.get("availability", ""),
-        governor_state=query.get("governor_state", ""),
-    )
-    if where.version and not where.model:
-        raise BadRequest(400, "?version= needs ?model= (the version of which model)")
-    if where.availability not in ("", "online", "offline", "unknown"):
-        raise BadRequest(400, "?availability= must be online, offline or unknown")
-    return where
-
-
 async def list_devices(request: web.Request) -> web.Response:
-    hub = _context(request)
-    where = _filter(request)
-    limit, offset = _page(request)
+    hub = context_of(request)
+    where = query_filter(request)
+    limit, offset = query_page(request)
     async with hub.engine.connect() as connection:
         page = await fleetdb.list_devices(connection, where, limit=limit, offset=offset)
     page["synced"] = hub.ingest.synced.is_set()
@@ -172,16 +102,16 @@ async def list_devices(request: web.Request) -> web.Response:
 
 async def _long_poll(request: web.Request) -> None:
     """``?wait=S&after=N``: return once anything changed since version N (or after S)."""
-    hub = _context(request)
-    wait = _float(request, "wait", hub.settings.max_wait_s)
+    hub = context_of(request)
+    wait = query_float(request, "wait", hub.settings.max_wait_s)
     if wait:
-        after = _int(request, "after", hub.changes.version, 0, 2**62)
+        after = query_int(request, "after", hub.changes.version, 0, 2**62)
         await hub.changes.wait_past(after, wait)
 
 
 async def get_device(request: web.Request) -> web.Response:
     """One device; ``?wait=S&after=N`` long-polls for its next change."""
-    hub = _context(request)
+    hub = context_of(request)
     await _long_poll(request)
     async with hub.engine.connect() as connection:
         device = await fleetdb.get_device(connection, request.match_info["device_id"])
@@ -192,9 +122,9 @@ async def get_device(request: web.Request) -> web.Response:
 
 
 async def device_history(request: web.Request) -> web.Response:
-    hub = _context(request)
-    limit = _int(request, "limit", hub.settings.page_size, 1, hub.settings.max_page_size)
-    before = _float(request, "before", 1e12)
+    hub = context_of(request)
+    limit = query_int(request, "limit", hub.settings.page_size, 1, hub.settings.max_page_size)
+    before = query_float(request, "before", 1e12)
     kind = request.query.get("kind", "")
     if kind not in ("", "event", "state", "availability"):
         raise BadRequest(400, "?kind= must be event, state or availability")
@@ -227,7 +157,7 @@ def check_envelope(envelope: bytes, trust_file: Path | None) -> ReleaseManifest:
 @needs("admin")
 async def create_release(request: web.Request) -> web.Response:
     """The body is a ``*.release.json`` exactly as ``hub sign`` wrote it."""
-    hub = _context(request)
+    hub = context_of(request)
     envelope = await request.read()
     try:
         manifest = check_envelope(envelope, hub.trust_file)
@@ -239,7 +169,7 @@ async def create_release(request: web.Request) -> web.Response:
 
 
 async def list_releases(request: web.Request) -> web.Response:
-    async with _context(request).engine.connect() as connection:
+    async with context_of(request).engine.connect() as connection:
         rows = await deploydb.list_releases(connection, request.query.get("model", ""))
     return web.json_response({"releases": rows})
 
@@ -248,7 +178,7 @@ async def _release(request: web.Request) -> dict[str, Any]:
     raw = request.match_info["release_id"]
     if not raw.isdigit():
         raise BadRequest(400, f"release id must be an integer, got {raw[:32]!r}")
-    async with _context(request).engine.connect() as connection:
+    async with context_of(request).engine.connect() as connection:
         row = await deploydb.get_release(connection, int(raw))
     if row is None:
         raise BadRequest(404, f"no release {raw}")
@@ -338,7 +268,7 @@ async def _deployment_response(
 
 @needs("admin")
 async def create_deployment(request: web.Request) -> web.Response:
-    hub = _context(request)
+    hub = context_of(request)
     body = await _json_body(request)
     plan, targets = _plan(body, hub.settings), _targets(body)
     try:
@@ -353,11 +283,11 @@ async def create_deployment(request: web.Request) -> web.Response:
 
 
 async def list_deployments(request: web.Request) -> web.Response:
-    hub = _context(request)
+    hub = context_of(request)
     state = request.query.get("state", "")
     if state and state not in deploydb.STATES:
         raise BadRequest(400, f"?state= must be one of {', '.join(deploydb.STATES)}")
-    limit, offset = _page(request)
+    limit, offset = query_page(request)
     async with hub.engine.connect() as connection:
         rows = await deploydb.list_deployments(connection, state=state, limit=limit, offset=offset)
     return web.json_response({"deployments": rows})
@@ -366,13 +296,13 @@ async def list_deployments(request: web.Request) -> web.Response:
 async def get_deployment(request: web.Request) -> web.Response:
     """``?wait=S&after=N``: answer as soon as anything changed since version N (long poll)."""
     await _long_poll(request)
-    return await _deployment_response(_context(request), request.match_info["deployment_id"])
+    return await _deployment_response(context_of(request), request.match_info["deployment_id"])
 
 
 @needs("admin")
 async def act_on_deployment(request: web.Request) -> web.Response:
     """pause, resume or abort (``{"reason": ...}`` optional)."""
-    hub = _context(request)
+    hub = context_of(request)
     action = request.match_info["action"]
     body = await _json_body(request) if request.can_read_body else {}
     reason = body.get("reason", "")
@@ -394,7 +324,7 @@ async def act_on_deployment(request: web.Request) -> web.Response:
 async def rollback_deployment(request: web.Request) -> web.Response:
     """Stop this deployment and send ``{"version": V}`` of the same model to every device it
     reached; answers the new deployment (201)."""
-    hub = _context(request)
+    hub = context_of(request)
     body = await _json_body(request)
     version = body.get("version")
     if not isinstance(version, str) or not version:
@@ -448,6 +378,7 @@ def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
     )
     app[CONTEXT] = hub
     base = "/api/v1"
+    app.add_routes(dashboard_routes())
     app.add_routes(
         [
             web.get("/openapi.json", openapi),

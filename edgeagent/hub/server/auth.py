@@ -1,5 +1,7 @@
 """Bearer tokens with two scopes: ``read`` (look) and ``admin`` (also change deployments).
 
+The dashboard sends the same token from a cookie set by ``/login``.
+
 Tokens live in a file the operator writes, one ``SCOPE TOKEN`` pair a line (``#`` comments),
 so they never appear on a command line. Without a token file the server may listen on loopback
 only, and everyone there is admin — the agent's own rule for its API.
@@ -16,7 +18,8 @@ from aiohttp import web
 
 SCOPES = ("read", "admin")
 MIN_TOKEN_CHARS = 16
-OPEN_PATHS = ("/openapi.json",)  # the API's description is public
+OPEN_PATHS = ("/openapi.json", "/login")  # the API's description and the sign-in page
+COOKIE = "edgeagent_hub_token"  # where /login keeps a browser's token (HttpOnly, SameSite)
 
 
 class TokenFileError(ValueError):
@@ -54,12 +57,15 @@ class Tokens:
             raise TokenFileError(f"{path}: no tokens in the file")
         return cls(scopes)
 
-    def scope_of(self, header: str) -> str | None:
-        """The scope the ``Authorization`` header grants, or None (constant-time compare)."""
+    def scope_of(self, header: str, cookie: str = "") -> str | None:
+        """The scope the ``Authorization`` header (or the dashboard's cookie) grants, or
+        None; tokens are compared in constant time."""
         if self.open:
             return "admin"
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer":
+            presented = cookie
+        if not presented:
             return None
         found = None
         for token, scope in self.scopes.items():
@@ -86,7 +92,11 @@ def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamRespons
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        scope = tokens.scope_of(request.headers.get("Authorization", ""))
+        scope = tokens.scope_of(
+            request.headers.get("Authorization", ""), request.cookies.get(COOKIE, "")
+        )
+        if scope is None and not request.path.startswith("/api/"):
+            raise web.HTTPSeeOther("/login")  # a person at the dashboard: sign in first
         if scope is None:
             return web.json_response(
                 {"error": "missing or unknown bearer token: send 'Authorization: Bearer TOKEN'"},
