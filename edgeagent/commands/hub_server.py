@@ -69,6 +69,9 @@ def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
         ("--page-size", "page_size", int, "default page of /devices"),
         ("--max-page-size", "max_page_size", int, "largest page a client may ask for"),
         ("--max-wait", "max_wait_s", float, "cap on stage time-outs and long polls, seconds"),
+        ("--ingest-queue", "ingest_queue", int, "reports waiting for the database"),
+        ("--ingest-batch", "ingest_batch", int, "reports stored per transaction"),
+        ("--send-batch", "send_batch", int, "releases sent between two commits"),
     ):
         default = getattr(defaults, attr)
         limits.add_argument(
@@ -98,6 +101,9 @@ def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
             page_size=args.page_size,
             max_page_size=args.max_page_size,
             max_wait_s=args.max_wait_s,
+            ingest_queue=args.ingest_queue,
+            ingest_batch=args.ingest_batch,
+            send_batch=args.send_batch,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -150,3 +150,24 @@ async def test_failures_in_stage_one_abort_before_stage_two(
         assert all(not d.received for d in devices[3:])
         codes = {d["device_id"]: d["code"] for d in done["devices"] if d["stage"] == 1}
         assert codes == {f"dev-{i:03d}": "health_check" for i in range(3)}
+
+
+async def test_more_retained_reports_than_the_broker_queues_are_all_read(
+    broker: Broker, tmp_path
+) -> None:
+    """Mosquitto queues at most ``max_queued_messages`` (1000 here, its default) QoS 1
+    messages per client and drops the rest; a subscription's retained reports arrive all at
+    once, so the hub must read them in a way that loses none, and count them."""
+    settings = broker.settings()
+    count = 1100
+    state = json.dumps({"group": "big", "updated_at": 1.0}).encode()
+    async with aiomqtt.Client(**client_options(settings, "many")) as client:
+        for i in range(count):  # the last one acknowledged: the broker has handled them all
+            topic = f"edgeagent/device/big-{i:04d}/state"
+            await client.publish(topic, state, qos=1 if i == count - 1 else 0, retain=True)
+    async with hub_server(f"sqlite:///{tmp_path / 'hub.db'}", settings) as url:
+        api = Api(url)
+        health = await api.synced()
+        assert health["retained_devices"] == count
+        page = await api.call("GET", "/api/v1/devices?group=big&limit=1")
+        assert page["total"] == count

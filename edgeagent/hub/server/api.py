@@ -81,6 +81,7 @@ async def health(request: web.Request) -> web.Response:
         {
             "synced": hub.ingest.synced.is_set(),
             "retained_devices": hub.ingest.retained_devices,
+            "sync_s": hub.ingest.sync_seconds,
             "devices": sum(counts.values()),
             "counts": counts,
             "ingest": hub.ingest.stats,

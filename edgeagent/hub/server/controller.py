@@ -33,19 +33,25 @@ from edgeagent.hub.server.schema import deployment_devices, deployments, release
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, bytes], Awaitable[None]]
-SEND_BATCH = 100  # devices published to between two commits (bounds re-sends after a crash)
 
 
 class RolloutController:
     """One per server. ``publish`` sends one QoS 1 message (raises when the broker is down)."""
 
     def __init__(
-        self, engine: AsyncEngine, publish: Publish, prefix: str, changes: Changes
+        self,
+        engine: AsyncEngine,
+        publish: Publish,
+        prefix: str,
+        changes: Changes,
+        *,
+        send_batch: int = 100,
     ) -> None:
         self.engine = engine
         self.publish = publish
         self.prefix = prefix
         self.changes = changes  # bumped after every pass that changed a deployment
+        self.send_batch = send_batch  # devices published to between two commits
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -131,7 +137,7 @@ class RolloutController:
         sent_any = False
         while True:
             async with self.engine.connect() as connection:
-                queued = await self._devices(connection, deployment, ("queued",), SEND_BATCH)
+                queued = await self._devices(connection, deployment, ("queued",), self.send_batch)
             if not queued:
                 return sent_any
             group = deployment["group_name"]

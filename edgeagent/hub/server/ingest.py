@@ -33,8 +33,6 @@ from edgeagent.hub.server.schema import devices
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 500  # messages per transaction
-
 
 @dataclass(frozen=True)
 class Incoming:
@@ -58,18 +56,27 @@ class Ingest:
         *,
         max_report_bytes: int,
         queue_size: int = 10_000,
+        batch_size: int = 500,
         on_batch: Callable[[bool], Awaitable[None]] | None = None,
     ) -> None:
         self.engine = engine
         self.prefix = prefix
         self.max_report_bytes = max_report_bytes
         self.on_batch = on_batch  # after each stored batch; True when a device answered
+        self.batch_size = batch_size
         self.queue: asyncio.Queue[Incoming | SyncMarker] = asyncio.Queue(queue_size)
         self.synced = asyncio.Event()
         self.sync_token = ""  # the marker the link is waiting for (a new one per connection)
+        self.sync_started = 0.0  # monotonic time the link subscribed
+        self.sync_seconds: float | None = None  # subscribe → every retained report stored
         self.retained_devices = 0
         self.stats = {"received": 0, "stored": 0, "skipped": 0, "retained": 0}
         self._retained_seen: set[str] = set()
+
+    def expect_sync(self, token: str) -> None:
+        """The link subscribed and will send marker ``token`` through the broker."""
+        self.sync_token = token
+        self.sync_started = time.monotonic()
 
     async def submit(self, item: Incoming | SyncMarker) -> None:
         """Queue a message (waits when the writer is behind: back-pressure on the broker)."""
@@ -79,7 +86,7 @@ class Ingest:
         """The writer: batch what is waiting, store it, repeat until cancelled."""
         while True:
             batch = [await self.queue.get()]
-            while len(batch) < MAX_BATCH and not self.queue.empty():
+            while len(batch) < self.batch_size and not self.queue.empty():
                 batch.append(self.queue.get_nowait())
             await self._store(batch)
 
@@ -96,9 +103,11 @@ class Ingest:
         for marker in batch:
             if isinstance(marker, SyncMarker) and marker.token == self.sync_token:
                 self.retained_devices = len(self._retained_seen)
+                self.sync_seconds = time.monotonic() - self.sync_started
                 log.info(
-                    "read the broker's retained reports: %d device(s), %d message(s), "
+                    "read the broker's retained reports in %.2f s: %d device(s), %d message(s), "
                     "%d skipped so far",
+                    self.sync_seconds,
                     self.retained_devices,
                     self.stats["retained"],
                     self.stats["skipped"],

@@ -25,7 +25,12 @@ from edgeagent.hub.server.ingest import Incoming, Ingest, SyncMarker
 
 log = logging.getLogger(__name__)
 
-KINDS = ("state", "availability", "events")
+# Retained kinds are read at QoS 0: the broker sends a subscription's retained messages all at
+# once, and at QoS 1 it queues at most max_queued_messages (Mosquitto: 1000) beyond its
+# in-flight window and silently drops the rest — most of a large fleet. They are the latest
+# picture and come again on every resubscribe, so nothing is lost at QoS 0. Events stay QoS 1:
+# those sent while the hub is down must wait for it in its persistent session.
+SUBSCRIPTIONS = (("state", 0), ("availability", 0), ("events", 1))
 
 
 class BrokerUnavailable(ConnectionError):
@@ -90,10 +95,10 @@ class HubLink:
     async def _serve(self, client: aiomqtt.Client) -> None:
         """Subscribe, send the sync marker, then hand every message to the ingest queue."""
         prefix = self.settings.topic_prefix
-        for kind in KINDS:
-            await client.subscribe(f"{prefix}/device/+/{kind}", qos=1)
         token = secrets.token_hex(8)
-        self.ingest.sync_token = token
+        self.ingest.expect_sync(token)
+        for kind, qos in SUBSCRIPTIONS:
+            await client.subscribe(f"{prefix}/device/+/{kind}", qos=qos)
         await client.subscribe(self._sync_topic(token), qos=1)
         await client.publish(self._sync_topic(token), b"", qos=1)
         self._client = client

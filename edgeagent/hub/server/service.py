@@ -70,10 +70,14 @@ async def serve(
         engine,
         settings.mqtt.topic_prefix,
         max_report_bytes=settings.max_report_bytes,
+        queue_size=settings.ingest_queue,
+        batch_size=settings.ingest_batch,
         on_batch=stored,
     )
     link = HubLink(settings.mqtt, ingest, client_id=client_id)
-    controller = RolloutController(engine, link.publish, settings.mqtt.topic_prefix, changes)
+    controller = RolloutController(
+        engine, link.publish, settings.mqtt.topic_prefix, changes, send_batch=settings.send_batch
+    )
     link.on_connect = controller.wake
     context = HubContext(engine, settings, ingest, changes, controller.wake, trust_file)
     runner = web.AppRunner(create_app(context, tokens), access_log=None)

@@ -55,6 +55,9 @@ class ServerSettings:
     page_size: int = 100  # default page of /devices
     max_page_size: int = 1000  # the largest page a client may ask for
     max_wait_s: float = 3600.0  # cap on a stage's in-progress time-out and on rollout waits
+    ingest_queue: int = 10_000  # reports waiting for the database before the broker is paused
+    ingest_batch: int = 500  # reports stored per transaction
+    send_batch: int = 100  # releases published between two commits (re-sent after a crash)
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
@@ -66,6 +69,9 @@ class ServerSettings:
             (self.max_body_bytes > 0, "--max-body-bytes must be positive"),
             (0 < self.page_size <= self.max_page_size, "--page-size must be 1..--max-page-size"),
             (self.max_wait_s > 0, "--max-wait must be positive"),
+            (self.ingest_queue > 0, "--ingest-queue must be positive"),
+            (self.ingest_batch > 0, "--ingest-batch must be positive"),
+            (self.send_batch > 0, "--send-batch must be positive"),
             (
                 self.token_file is not None or is_loopback(self.host),
                 f"listening on {self.host} needs --token-file (bearer tokens with scopes)",
