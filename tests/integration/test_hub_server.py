@@ -72,7 +72,8 @@ async def test_retained_fleet_is_read_completely_and_hostile_reports_are_skipped
             assert odd["models"] == {} and odd["governor_state"] == ""
 
             history = await api.call("GET", "/api/v1/devices/dev-005/history")
-            assert {e["kind"] for e in history["events"]} == {"state", "availability"}
+            kinds = {(e["kind"], e["step"]) for e in history["events"]}
+            assert kinds == {("state", ""), ("availability", "online")}
             await api.call("GET", "/api/v1/devices/nobody", expect=404)
             await api.call("GET", "/api/v1/devices?limit=0", expect=400)
             await api.call("GET", "/api/v1/devices?version=1.0.0", expect=400)

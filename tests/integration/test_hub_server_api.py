@@ -249,7 +249,7 @@ async def test_dashboard_pages_with_sign_in(broker: Broker, tmp_path: Path) -> N
             async with browser.get(f"{url}/ui/devices/dev-001") as response:
                 page = await response.text()
             assert "<svg id='temperature'" in page and "83.0 °C" in page
-            assert "onnxruntime" in page and "succeeded" in page
+            assert "onnxruntime" in page and "succeeded" in page, page
             async with browser.get(f"{url}/ui/deployments/{created['id']}") as response:
                 page = await response.text()
             assert "State <b>succeeded</b>" in page and page.count("installed") == 3

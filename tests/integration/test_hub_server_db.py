@@ -39,8 +39,11 @@ async def test_retention_deletes_only_older_history(database_url: str) -> None:
     try:
         await upgrade(engine)
         async with engine.begin() as connection:
-            for at in (100.0, 200.0, 300.0, 400.0):
-                await fleetdb.append_event(connection, "dev-1", "state", at)
+            rows = [
+                {"device_id": "dev-1", "kind": "state", "at": at}
+                for at in (100.0, 200.0, 300.0, 400.0)
+            ]
+            await fleetdb.append_events(connection, rows)
             assert await fleetdb.prune_events(connection, older_than=250.0) == 2
         async with engine.connect() as connection:
             left = await connection.execute(sa.select(events.c.at).order_by(events.c.at))

@@ -1,14 +1,14 @@
 """Fleet queries: store what devices report, read the fleet table, a device and its history.
 
-Writes come from the ingest loop in batches (one transaction for many messages); reads come
-from the REST API. Upserts use each database's own ``ON CONFLICT`` so a device's row is written
-in one statement on SQLite and PostgreSQL alike.
+Writes come from the ingest loop in batches (one transaction, and one statement per table, for
+many messages); reads come from the REST API. Upserts use each database's own ``ON CONFLICT``,
+so a device's row is written in one statement on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,28 +19,35 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from edgeagent.hub.server.schema import devices, events
 
 EMPTY_DEVICE: dict[str, Any] = {"models": {}, "backends": {}, "temperatures": {}}
+# Every history row carries every column: one INSERT for many rows takes its columns from the
+# first row, so a key missing from that one would be silently dropped from all the others.
+EMPTY_EVENT: dict[str, Any] = {
+    "deployment_id": "",
+    "step": "",
+    "result": "",
+    "code": "",
+    "detail": {},
+}
 
 
-async def upsert_device(
-    connection: AsyncConnection, device_id: str, values: Mapping[str, Any], now: float
-) -> None:
-    """Create or update one device's row with ``values`` (and ``last_seen = now``)."""
-    changes = {**values, "last_seen": now}
+async def upsert_devices(connection: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Create or update devices' rows in one statement; every row has the same columns
+    (``device_id`` and the ones to set), and a device appears once."""
+    if not rows:
+        return
+    columns = [c for c in rows[0] if c != "device_id"]
     dialect = sqlite if connection.dialect.name == "sqlite" else postgresql
-    statement = dialect.insert(devices).values(device_id=device_id, **{**EMPTY_DEVICE, **changes})
-    await connection.execute(
-        statement.on_conflict_do_update(index_elements=["device_id"], set_=changes)
+    statement = dialect.insert(devices)
+    statement = statement.on_conflict_do_update(
+        index_elements=["device_id"], set_={c: statement.excluded[c] for c in columns}
     )
+    await connection.execute(statement, [{**EMPTY_DEVICE, **row} for row in rows])
 
 
-async def append_event(
-    connection: AsyncConnection, device_id: str, kind: str, now: float, **fields: Any
-) -> None:
-    """One row of the append-only history (``kind``: event, state or availability)."""
-    fields.setdefault("detail", {})
-    await connection.execute(
-        events.insert().values(device_id=device_id, kind=kind, at=now, **fields)
-    )
+async def append_events(connection: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows of the append-only history (``kind``: event, state or availability)."""
+    if rows:
+        await connection.execute(events.insert(), [{**EMPTY_EVENT, **row} for row in rows])
 
 
 async def prune_events(connection: AsyncConnection, older_than: float) -> int:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -23,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.deploydb import record_outcome
 from edgeagent.hub.server.reports import (
+    DeviceEvent,
     ReportError,
     parse_availability,
     parse_event,
@@ -91,15 +93,19 @@ class Ingest:
             await self._store(batch)
 
     async def _store(self, batch: list[Incoming | SyncMarker]) -> None:
-        messages = [m for m in batch if isinstance(m, Incoming)]
+        parsed = [p for m in batch if isinstance(m, Incoming) and (p := self._parse(m))]
         try:
             async with self.engine.begin() as connection:
-                outcomes = [await self._apply(connection, m) for m in messages]
+                answered = await self._write(connection, parsed)
         except Exception:
-            log.warning("storing %d reports failed; retrying one by one", len(messages))
-            outcomes = [await self._apply_alone(m) for m in messages]
+            log.warning("storing %d reports failed; retrying one by one", len(parsed))
+            answered = False
+            for report in parsed:
+                answered |= await self._write_alone(report)
+        else:
+            self._count(parsed)
         if self.on_batch is not None:
-            await self.on_batch(any(outcomes))
+            await self.on_batch(answered)
         for marker in batch:
             if isinstance(marker, SyncMarker) and marker.token == self.sync_token:
                 self.retained_devices = len(self._retained_seen)
@@ -114,23 +120,32 @@ class Ingest:
                 )
                 self.synced.set()
 
-    async def _apply_alone(self, message: Incoming) -> bool:
+    def _count(self, stored: list[Parsed]) -> None:
+        self.stats["stored"] += len(stored)
+        for report in stored:
+            if report.retained:
+                self.stats["retained"] += 1
+                self._retained_seen.add(report.device_id)
+
+    async def _write_alone(self, report: Parsed) -> bool:
         try:
             async with self.engine.begin() as connection:
-                return await self._apply(connection, message)
+                answered = await self._write(connection, [report])
         except Exception as exc:
-            self._skip(message, f"database refused it ({exc.__class__.__name__}: {exc})")
+            self._skip(report.topic, f"database refused it ({exc.__class__.__name__}: {exc})")
             return False
+        self._count([report])
+        return answered
 
-    def _skip(self, message: Incoming, reason: str) -> None:
+    def _skip(self, topic: str, reason: str) -> None:
         self.stats["skipped"] += 1
-        log.warning("skipped the report on %.200s: %s", message.topic, reason)
+        log.warning("skipped the report on %.200s: %s", topic, reason)
 
-    async def _apply(self, connection: AsyncConnection, message: Incoming) -> bool:
-        """Store one message; True when it answered a deployment."""
+    def _parse(self, message: Incoming) -> Parsed | None:
+        """What one message will write, or None (skipped, with the reason logged)."""
         self.stats["received"] += 1
         if not message.payload:
-            return False  # a cleared retained message
+            return None  # a cleared retained message
         try:
             where = parse_topic(message.topic, self.prefix)
             if len(message.payload) > self.max_report_bytes:
@@ -138,60 +153,85 @@ class Ingest:
                     f"{len(message.payload)} bytes is over --max-report-bytes "
                     f"{self.max_report_bytes}"
                 )
-            answered = await self._apply_kind(connection, where.device_id, where.kind, message)
+            return _parse_kind(where.device_id, where.kind, message)
         except ReportError as exc:
-            self._skip(message, str(exc))
-            return False
-        self.stats["stored"] += 1
-        if message.retained:
-            self.stats["retained"] += 1
-            self._retained_seen.add(where.device_id)
+            self._skip(message.topic, str(exc))
+            return None
+
+    async def _write(self, connection: AsyncConnection, reports: list[Parsed]) -> bool:
+        """Store the batch: one upsert per column set, one insert of history rows, then the
+        deployment answers. True when a device answered a deployment."""
+        now = time.time()
+        states = {r.device_id for r in reports if r.kind == "state"}
+        known: dict[str, float | None] = {}
+        if states:  # a state report the hub already has (a replay on resubscribe) adds no row
+            rows = await connection.execute(
+                sa.select(devices.c.device_id, devices.c.reported_at).where(
+                    devices.c.device_id.in_(states)
+                )
+            )
+            known = {device: reported for device, reported in rows.all()}
+        groups: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
+        history = []
+        for report in reports:
+            row = {"device_id": report.device_id, **report.values, "last_seen": now}
+            groups.setdefault(tuple(row), {})[report.device_id] = row  # the last one wins
+            replay = (
+                report.kind == "state"
+                and known.get(report.device_id, -1.0) == (report.values["reported_at"])
+            )
+            if report.history is not None and not replay:
+                history.append({"device_id": report.device_id, "at": now, **report.history})
+        for rows_of_a_kind in groups.values():
+            await fleetdb.upsert_devices(connection, list(rows_of_a_kind.values()))
+        await fleetdb.append_events(connection, history)
+        answered = False
+        for report in reports:
+            event = report.event
+            if event is not None and event.outcome and event.deployment_id:
+                answered |= await record_outcome(
+                    connection,
+                    report.device_id,
+                    event.deployment_id,
+                    outcome=event.outcome,
+                    result=event.result,
+                    code=event.code,
+                    message=event.message,
+                    now=now,
+                )
         return answered
 
-    async def _apply_kind(
-        self, connection: AsyncConnection, device_id: str, kind: str, message: Incoming
-    ) -> bool:
-        now = time.time()
-        if kind == "availability":
-            availability = parse_availability(message.payload)
-            await fleetdb.upsert_device(connection, device_id, {"availability": availability}, now)
-            await fleetdb.append_event(
-                connection, device_id, "availability", now, step=availability
-            )
-            return False
-        if kind == "state":
-            report = parse_state(message.payload)
-            known = await connection.scalar(
-                sa.select(devices.c.reported_at).where(devices.c.device_id == device_id)
-            )
-            await fleetdb.upsert_device(connection, device_id, report.values, now)
-            if known is None or known != report.values["reported_at"]:  # not a replay
-                await fleetdb.append_event(
-                    connection, device_id, "state", now, detail=report.summary
-                )
-            return False
-        event = parse_event(message.payload)
-        await fleetdb.upsert_device(connection, device_id, {}, now)
-        await fleetdb.append_event(
-            connection,
-            device_id,
-            "event",
-            now,
-            deployment_id=event.deployment_id,
-            step=event.step,
-            result=event.result,
-            code=event.code,
-            detail=event.detail,
-        )
-        if not (event.outcome and event.deployment_id):
-            return False
-        return await record_outcome(
-            connection,
-            device_id,
-            event.deployment_id,
-            outcome=event.outcome,
-            result=event.result,
-            code=event.code,
-            message=event.message,
-            now=now,
-        )
+
+@dataclass(frozen=True)
+class Parsed:
+    """One checked message: the device columns it sets and the history row it adds."""
+
+    topic: str
+    device_id: str
+    kind: str
+    retained: bool
+    values: dict[str, Any]
+    history: dict[str, Any] | None
+    event: DeviceEvent | None = None
+
+
+def _parse_kind(device_id: str, kind: str, message: Incoming) -> Parsed:
+    def parsed(values: dict[str, Any], history: dict[str, Any], event: DeviceEvent | None = None):
+        return Parsed(message.topic, device_id, kind, message.retained, values, history, event)
+
+    if kind == "availability":
+        availability = parse_availability(message.payload)
+        return parsed({"availability": availability}, {"kind": kind, "step": availability})
+    if kind == "state":
+        report = parse_state(message.payload)
+        return parsed(report.values, {"kind": kind, "detail": report.summary})
+    event = parse_event(message.payload)
+    history = {
+        "kind": "event",
+        "deployment_id": event.deployment_id,
+        "step": event.step,
+        "result": event.result,
+        "code": event.code,
+        "detail": event.detail,
+    }
+    return parsed({}, history, event)
