@@ -15,9 +15,12 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeagent.hub.keys import HubError
+
+if TYPE_CHECKING:  # imported when used: every CLI start would pay for aiohttp's client
+    from edgeagent.hub.server.client import HubApiClient
 
 SERVER_ENV = "EDGEAGENT_HUB_SERVER"
 TOKEN_ENV = "EDGEAGENT_HUB_TOKEN"
@@ -40,7 +43,12 @@ def register(
     _client_mode(commands.choices["rollout"], _rollout_work, run, emit)
 
 
-def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
+def _server(
+    commands: argparse._SubParsersAction,
+    broker_arguments: Callable[[argparse.ArgumentParser], None],
+    mqtt_settings: Callable[[argparse.Namespace], Any],
+    run: Run,
+) -> None:
     from edgeagent.hub.server.settings import ServerSettings
 
     defaults = ServerSettings(database_url="")
@@ -127,7 +135,12 @@ def _server(commands, broker_arguments, mqtt_settings, run: Run) -> None:
     parser.set_defaults(handler=lambda args: run(args, work))
 
 
-def _client_mode(parser: argparse.ArgumentParser, work, run: Run, emit: Emit) -> None:
+def _client_mode(
+    parser: argparse.ArgumentParser,
+    work: Callable[[argparse.Namespace, Emit], Any],
+    run: Run,
+    emit: Emit,
+) -> None:
     """``--server``: the same command, answered by the hub server."""
     group = parser.add_argument_group("hub server")
     group.add_argument(
@@ -147,7 +160,7 @@ def _client_mode(parser: argparse.ArgumentParser, work, run: Run, emit: Emit) ->
     )
 
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace) -> HubApiClient:
     from edgeagent.hub.server.client import HubApiClient
 
     token = os.environ.get(TOKEN_ENV, "")

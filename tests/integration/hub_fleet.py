@@ -130,6 +130,11 @@ class FakeDevice:
         await self._flush()
         self._task = asyncio.create_task(self._listen())
 
+    async def report(self) -> None:
+        """Publish a fresh state report (after a test changed what the device runs)."""
+        self.reporter.refresh()
+        await self._flush()
+
     async def _flush(self) -> None:
         assert self._client is not None
         while self._outbox:

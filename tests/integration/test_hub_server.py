@@ -41,8 +41,7 @@ async def test_retained_fleet_is_read_completely_and_hostile_reports_are_skipped
         other = devices[:3]
         for device in other:  # three of them run version 1.1.0
             device.version = "1.1.0"
-            device.reporter.refresh()
-            await device._flush()
+            await device.report()
         async with hub_server(database_url, settings) as url:
             api = Api(url)
             health = await api.synced()
@@ -115,8 +114,10 @@ async def test_staged_rollout_succeeds_stage_by_stage(broker: Broker, database_u
         assert done["state"] == "succeeded", done
         assert done["totals"]["succeeded"] == 10
         assert all(d.received[-1].version == "2.0.0" for d in devices)
-        table = await api.call("GET", "/api/v1/devices?model=mobilenet_v2&version=2.0.0")
-        assert table["total"] == 10
+        newer = "/api/v1/devices?model=mobilenet_v2&version=2.0.0"
+        table = await api.call("GET", newer)
+        while table["total"] < 10:  # each device's new state report follows its outcome
+            table = await api.call("GET", f"{newer}&wait=30&after={table['version']}")
         history = await api.call("GET", "/api/v1/devices/dev-000/history?kind=event")
         assert history["events"][0]["result"] == "succeeded"
 

@@ -223,8 +223,7 @@ async def test_dashboard_pages_with_sign_in(broker: Broker, tmp_path: Path) -> N
             "state": "hot",
             "temperatures": [{"sensor": "cpu-thermal", "celsius": 83.0}],
         }
-        hot.reporter.refresh()
-        await hot._flush()
+        await hot.report()
         api = Api(url, ADMIN)
         await api.synced()
         found = await api.call("GET", "/api/v1/devices/dev-001")

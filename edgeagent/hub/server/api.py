@@ -91,16 +91,6 @@ async def health(request: web.Request) -> web.Response:
     )
 
 
-async def list_devices(request: web.Request) -> web.Response:
-    hub = context_of(request)
-    where = query_filter(request)
-    limit, offset = query_page(request)
-    async with hub.engine.connect() as connection:
-        page = await fleetdb.list_devices(connection, where, limit=limit, offset=offset)
-    page["synced"] = hub.ingest.synced.is_set()
-    return web.json_response(page)
-
-
 async def _long_poll(request: web.Request) -> None:
     """``?wait=S&after=N``: return once anything changed since version N (or after S)."""
     hub = context_of(request)
@@ -108,6 +98,19 @@ async def _long_poll(request: web.Request) -> None:
     if wait:
         after = query_int(request, "after", hub.changes.version, 0, 2**62)
         await hub.changes.wait_past(after, wait)
+
+
+async def list_devices(request: web.Request) -> web.Response:
+    """One page of the fleet table; ``?wait=S&after=N`` long-polls for the next change."""
+    hub = context_of(request)
+    where = query_filter(request)
+    limit, offset = query_page(request)
+    await _long_poll(request)
+    async with hub.engine.connect() as connection:
+        page = await fleetdb.list_devices(connection, where, limit=limit, offset=offset)
+    page["synced"] = hub.ingest.synced.is_set()
+    page["version"] = hub.changes.version
+    return web.json_response(page)
 
 
 async def get_device(request: web.Request) -> web.Response:

@@ -6,9 +6,9 @@ parameters with the same limits and the same messages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,7 +27,7 @@ class HubContext:
     settings: ServerSettings
     ingest: Ingest
     changes: Changes
-    wake_controller: Any  # () -> None
+    wake_controller: Callable[[], None]
     trust_file: Path | None = None
 
 

@@ -33,6 +33,7 @@ from edgeagent.hub.server.schema import deployment_devices, deployments, release
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, bytes], Awaitable[None]]
+RETRY_S = 5.0  # after a failed pass (broker or database away), unless woken sooner
 
 
 class RolloutController:
@@ -65,7 +66,7 @@ class RolloutController:
                 deadline = await self.run_once()
             except Exception:  # the broker or the database away: try again on the next wake
                 log.exception("rollout controller pass failed; retrying")
-                deadline = time.time() + 5.0
+                deadline = time.time() + RETRY_S
             timeout = None if deadline is None else max(0.0, deadline - time.time())
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)

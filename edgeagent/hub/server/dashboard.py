@@ -230,7 +230,7 @@ async def deployments_page(request: web.Request) -> web.Response:
             [
                 f"<a href='/ui/deployments/{_e(d['id'])}'>{_e(d['id'])}</a>",
                 _e(d["model"]),
-                _e(d["group_name"]),
+                _e(d["group"]),
                 _e(d["state"]),
                 _e(f"{d['stage']}/{d['stage_count']}"),
                 _e(_when(d["created_at"])),

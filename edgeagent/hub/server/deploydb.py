@@ -201,8 +201,7 @@ async def get_deployment(connection: AsyncConnection, deployment_id: str) -> dic
         stages.append({"stage": number, "devices": len(in_stage), **counts})
     totals = {s: sum(d["status"] == s for d in device_rows) for s in DEVICE_STATUSES}
     return {
-        **row,
-        "group": row.pop("group_name"),
+        **_named(row),
         "release": release_view(release) if release else None,
         "totals": totals,
         "stages": stages,
@@ -217,7 +216,13 @@ async def list_deployments(
     if state:
         query = query.where(deployments.c.state == state)
     rows = await connection.execute(query.limit(limit).offset(offset))
-    return [dict(r._mapping) for r in rows]
+    return [_named(dict(r._mapping)) for r in rows]
+
+
+def _named(row: dict[str, Any]) -> dict[str, Any]:
+    """A deployment row with the API's names (``group``, not the column's ``group_name``)."""
+    row["group"] = row.pop("group_name")
+    return row
 
 
 async def move(
@@ -231,7 +236,7 @@ async def move(
     if row["state"] not in sources:
         raise DeploymentError(409, f"cannot {action} a deployment that is {row['state']}")
     changes: dict[str, Any] = {"state": target, "updated_at": time.time()}
-    if action == "resume":  # the paused time does not count against the stage's time-out
+    if action == "resume":  # the resumed stage gets its whole in-progress time-out again
         changes["stage_started_at"] = time.time() if row["stage"] else None
         changes["state"] = "running" if row["stage"] else "scheduled"
     if reason:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Callable
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
@@ -39,12 +40,17 @@ class BrokerUnavailable(ConnectionError):
 
 class HubLink:
     def __init__(
-        self, settings: MqttSettings, ingest: Ingest, *, client_id: str, on_connect=None
+        self,
+        settings: MqttSettings,
+        ingest: Ingest,
+        *,
+        client_id: str,
+        on_connect: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.ingest = ingest
         self.client_id = client_id
-        self.on_connect = on_connect or (lambda: None)
+        self.on_connect = on_connect  # the controller sends what waited for the broker
         self.connected = asyncio.Event()
         self._client: aiomqtt.Client | None = None
 
