@@ -43,6 +43,10 @@ async def test_sigkill_mid_stage_then_restart_finishes_the_deployment(
         first, second = devices[:2], devices[2:]
         await asyncio.gather(*(d.got_release.wait() for d in first))
         running = await api.call("GET", f"/api/v1/deployments/{created['id']}")
+        while running["totals"]["sent"] < 2:  # the hub recorded what it sent
+            running = await api.call(
+                "GET", f"/api/v1/deployments/{created['id']}?wait=30&after={running['version']}"
+            )
         assert (running["state"], running["stage"]) == ("running", 1)
 
         assert hub.stop(signal.SIGKILL) == -signal.SIGKILL

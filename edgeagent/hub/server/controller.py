@@ -58,8 +58,15 @@ class RolloutController:
     def wake(self) -> None:
         self._wake.set()
 
-    async def run(self) -> None:
-        """Pass after pass until cancelled; a failing pass is logged and retried."""
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Pass after pass until cancelled; a failing pass is logged and retried.
+
+        The first pass waits for ``ready`` (the ingest's sync): the answers devices sent while
+        the hub was down arrive, from its persistent session, before the sync marker — so the
+        controller starts from what they said instead of sending the release to them again.
+        """
+        if ready is not None:
+            await ready.wait()
         while True:
             self._wake.clear()
             try:

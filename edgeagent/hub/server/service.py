@@ -92,7 +92,7 @@ async def serve(
         for name, job in (
             ("ingest", ingest.run()),
             ("mqtt", link.run()),
-            ("controller", controller.run()),
+            ("controller", controller.run(ready=ingest.synced)),
             ("retention", _prune_forever(ingest, settings)),
         )
     ]
