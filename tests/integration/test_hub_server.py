@@ -173,3 +173,35 @@ async def test_more_retained_reports_than_the_broker_queues_are_all_read(
         assert health["retained_devices"] == count
         page = await api.call("GET", "/api/v1/devices?group=big&limit=1")
         assert page["total"] == count
+
+
+async def test_silent_devices_time_out_and_abort_the_deployment(
+    broker: Broker, database_url: str
+) -> None:
+    """The in-progress time-out is in the database: a stage whose devices never answer ends
+    when it expires, the silent devices count as failed, and the abort criteria apply."""
+    settings = broker.settings()
+    async with (
+        fleet(settings, 4, answer="silent") as devices,
+        hub_server(database_url, settings) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
+        created = await api.call(
+            "POST",
+            "/api/v1/deployments",
+            expect=201,
+            json={
+                "model": "mobilenet_v2",
+                "version": "2.0.0",
+                "group": "lab",
+                "stages_pct": [50, 100],
+                "stage_timeout_s": 0.5,
+            },
+        )
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "aborted"
+        first = [d for d in done["devices"] if d["stage"] == 1]
+        assert [(d["status"], d["code"]) for d in first] == [("timed_out", "timed_out")] * 2
+        assert not any(d.received for d in devices[2:])
