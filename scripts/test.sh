@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command: set up everything the tests need (environments, zoo, a real Mosquitto broker
-# binary — the tests start their own broker processes — and PostgreSQL for the hub server's
-# tests, which likewise start their own cluster), then run the whole suite.
+# binary — the tests start their own broker processes — PostgreSQL for the hub server's
+# tests, which likewise start their own cluster, and Chromium for its dashboard), then run the
+# whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -20,6 +21,12 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb 
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
   # The tests initdb their own cluster on an ephemeral port; the packaged one is not needed.
   $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true
+fi
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  printf '\n==> installing Chromium and its driver (Debian packages; the dashboard tests)\n' >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/ruff check edgeagent tests scripts

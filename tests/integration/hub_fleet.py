@@ -183,13 +183,19 @@ class FakeDevice:
 
 @contextlib.asynccontextmanager
 async def fleet(
-    settings: MqttSettings, count: int, group: str = "lab", *, failing: int = 0, **options: Any
+    settings: MqttSettings,
+    count: int,
+    group: str = "lab",
+    *,
+    failing: int = 0,
+    name: str = "dev",
+    **options: Any,
 ) -> AsyncIterator[list[FakeDevice]]:
     """``count`` devices ``dev-000``…; the first ``failing`` answer every release "failed"."""
     devices = [
         FakeDevice(
             settings,
-            f"dev-{i:03d}",
+            f"{name}-{i:03d}",
             group,
             **({"answer": "failed"} if i < failing else {}),
             **options,

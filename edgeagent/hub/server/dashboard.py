@@ -257,14 +257,18 @@ def _progress(stage: dict[str, Any]) -> str:
     )
 
 
+# Long-polls the JSON API; redraws the page only when the deployment's progress changed (the
+# change counter also moves for unrelated device reports).
 LIVE = """
-const id = %s; let seen = %d;
+const id = %s; let seen = %d; const shown = %s;
+const progress = (d) => JSON.stringify([d.state, d.stage, d.totals]);
 async function follow() {
   for (;;) {
     const r = await fetch(`/api/v1/deployments/${id}?wait=25&after=${seen}`);
     if (!r.ok) return;
     const d = await r.json();
-    if (d.version !== seen) { location.reload(); return; }
+    seen = d.version;
+    if (progress(d) !== shown) { location.reload(); return; }
   }
 }
 async function act(action) {
@@ -328,7 +332,15 @@ async def deployment_page(request: web.Request) -> web.Response:
         "outcomes",
     )
     live = found["state"] in ACTIVE
-    script = LIVE % (json.dumps(deployment_id), hub.changes.version, "true" if live else "false")
+    shown = json.dumps(
+        json.dumps([found["state"], found["stage"], found["totals"]], separators=(",", ":"))
+    )
+    script = LIVE % (
+        json.dumps(deployment_id),
+        hub.changes.version,
+        shown,
+        "true" if live else "false",
+    )
     return _page(f"Deployment {deployment_id}", head + stages + devices, script)
 
 
