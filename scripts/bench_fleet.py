@@ -60,7 +60,9 @@ async def _timed(api: Api, path: str, rounds: int = 20) -> float:
 async def bench(args: argparse.Namespace, workdir: Path) -> dict:
     broker = Broker(workdir / "broker")
     broker.start()
-    settings = broker.settings()
+    # thousands of sessions in one process answer pings late: a test-sized keep-alive (5 s)
+    # would have the broker drop them
+    settings = broker.settings(keepalive_s=120, connect_timeout_s=60.0)
     devices: list[FakeDevice] = []
     hub = None
     try:
