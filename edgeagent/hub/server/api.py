@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from edgeagent.fleet.manifest import ManifestError, ReleaseManifest, parse_manif
 from edgeagent.fleet.signing import TrustError, decode_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
+from edgeagent.hub.publish import MAX_ENVELOPE_BYTES
 from edgeagent.hub.rollout import RolloutPlan
 from edgeagent.hub.server import deploydb, fleetdb
 from edgeagent.hub.server.auth import Tokens, auth_middleware, needs
@@ -37,10 +37,6 @@ from edgeagent.hub.server.dashboard import dashboard_routes
 from edgeagent.hub.server.database import head_revision
 from edgeagent.hub.server.deploydb import DeploymentError, TargetSpec
 from edgeagent.hub.server.settings import ServerSettings
-
-log = logging.getLogger(__name__)
-
-MAX_ENVELOPE_BYTES = 64 * 1024  # what devices accept ([mqtt] max_message_bytes)
 
 
 @web.middleware

@@ -7,6 +7,7 @@ server's durable controller instead of running them in the foreground.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +46,7 @@ class HubApiClient:
                     error = body.get("error") if isinstance(body, dict) else body
                     raise HubError(f"hub server: {response.status} {error}")
                 return body
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise HubError(f"hub server {self.url}: {exc or exc.__class__.__name__}") from exc
 
     async def devices(self, group: str | None = None) -> tuple[list[dict[str, Any]], bool]:
