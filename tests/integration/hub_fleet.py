@@ -68,6 +68,7 @@ class FakeDevice:
         version: str = "1.0.0",
         answer: str = "succeeded",
         hold: asyncio.Event | None = None,
+        lose_events: bool = False,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix, group, device_id)
@@ -75,6 +76,7 @@ class FakeDevice:
         self.version = version
         self.answer = answer  # succeeded | failed | silent
         self.hold = hold
+        self.lose_events = lose_events  # as if the broker dropped them: only the state tells
         self.received: list[ReleaseManifest] = []
         self.got_release = asyncio.Event()
         self.answered = asyncio.Event()  # its outcome event was acknowledged by the broker
@@ -139,6 +141,8 @@ class FakeDevice:
         assert self._client is not None
         while self._outbox:
             topic, message = self._outbox.pop(0)
+            if self.lose_events and topic == self.topics.events:
+                continue
             await self._client.publish(
                 topic, json.dumps(message), qos=1, retain=topic == self.topics.state
             )

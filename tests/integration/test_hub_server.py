@@ -94,6 +94,12 @@ async def _wait_for_availability(api: Api, device_id: str, wanted: str) -> dict:
     return found
 
 
+async def _deploy(api: Api, version: str, **body) -> dict:
+    await api.call("POST", "/api/v1/releases", expect=201, data=make_release(version))
+    request = {"model": "mobilenet_v2", "version": version, "group": "lab", **body}
+    return await api.call("POST", "/api/v1/deployments", expect=201, json=request)
+
+
 async def test_staged_rollout_succeeds_stage_by_stage(broker: Broker, database_url: str) -> None:
     settings = broker.settings()
     async with fleet(settings, 10) as devices, hub_server(database_url, settings) as url:
@@ -205,3 +211,22 @@ async def test_silent_devices_time_out_and_abort_the_deployment(
         first = [d for d in done["devices"] if d["stage"] == 1]
         assert [(d["status"], d["code"]) for d in first] == [("timed_out", "timed_out")] * 2
         assert not any(d.received for d in devices[2:])
+
+
+async def test_an_outcome_event_lost_on_the_way_is_read_from_the_state_report(
+    broker: Broker, database_url: str
+) -> None:
+    """A broker drops QoS 1 messages beyond its queue limit (a whole fleet answering at once);
+    the device's retained state repeats its last outcome, and that is enough."""
+    settings = broker.settings()
+    async with (
+        fleet(settings, 3, lose_events=True) as devices,
+        hub_server(database_url, settings) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        created = await _deploy(api, "2.0.0")
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "succeeded"
+        assert [d["code"] for d in done["devices"]] == ["installed"] * 3
+        assert all(d.version == "2.0.0" for d in devices)

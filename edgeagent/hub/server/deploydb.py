@@ -268,22 +268,28 @@ async def record_outcome(
     code: str,
     message: str,
     now: float,
+    ended_at: float | None = None,
 ) -> bool:
     """A device's answer to an active deployment of the release tagged ``release_tag``.
 
     An answer from a device still ``queued`` counts too: it got the release (the hub crashed
-    between sending and recording), so it must not be sent again.
+    between sending and recording), so it must not be sent again. With ``ended_at`` the answer
+    comes from the device's state report (its last outcome, repeated), which also covers an
+    event the broker dropped; it counts only when it ended after the deployment's current stage
+    began (``stage_started_at`` is written before the stage is sent), so an older outcome of
+    the same release (a rollback re-using it) is not taken for this one.
     """
-    active = (
+    query = (
         sa.select(deployments.c.id)
         .join(releases, releases.c.id == deployments.c.release_id)
         .where(releases.c.release_tag == release_tag, deployments.c.state.in_(ACTIVE))
-        .scalar_subquery()
     )
+    if ended_at is not None:
+        query = query.where(deployments.c.stage_started_at <= ended_at)
     result_ = await connection.execute(
         deployment_devices.update()
         .where(
-            deployment_devices.c.deployment_id == active,
+            deployment_devices.c.deployment_id == query.scalar_subquery(),
             deployment_devices.c.device_id == device_id,
             deployment_devices.c.status.in_(("queued", "sent")),
         )

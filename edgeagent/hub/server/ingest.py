@@ -198,6 +198,7 @@ class Ingest:
                     code=event.code,
                     message=event.message,
                     now=now,
+                    ended_at=report.ended_at,
                 )
         return answered
 
@@ -213,18 +214,29 @@ class Parsed:
     values: dict[str, Any]
     history: dict[str, Any] | None
     event: DeviceEvent | None = None
+    ended_at: float | None = None  # set when ``event`` is a state report's last outcome
 
 
 def _parse_kind(device_id: str, kind: str, message: Incoming) -> Parsed:
-    def parsed(values: dict[str, Any], history: dict[str, Any], event: DeviceEvent | None = None):
-        return Parsed(message.topic, device_id, kind, message.retained, values, history, event)
+    def parsed(
+        values: dict[str, Any],
+        history: dict[str, Any],
+        event: DeviceEvent | None = None,
+        ended_at: float | None = None,
+    ) -> Parsed:
+        return Parsed(
+            message.topic, device_id, kind, message.retained, values, history, event, ended_at
+        )
 
     if kind == "availability":
         availability = parse_availability(message.payload)
         return parsed({"availability": availability}, {"kind": kind, "step": availability})
     if kind == "state":
         report = parse_state(message.payload)
-        return parsed(report.values, {"kind": kind, "detail": report.summary})
+        history = {"kind": kind, "detail": report.summary}
+        if report.last is None or report.last_at is None:
+            return parsed(report.values, history)
+        return parsed(report.values, history, report.last, report.last_at)
     event = parse_event(message.payload)
     history = {
         "kind": "event",

@@ -38,6 +38,8 @@ class StateReport:
 
     values: dict[str, Any]
     summary: dict[str, Any]  # what goes into the history (governor, temperatures, versions)
+    last: DeviceEvent | None = None  # the last install's outcome, as the report repeats it
+    last_at: float | None = None  # when the device says it ended (its own clock)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,10 @@ def parse_state(payload: bytes) -> StateReport:
         key: values[key]
         for key in ("models", "governor_state", "temperatures", "max_temp_c", "power_w")
     }
-    return StateReport(values, summary)
+    outcome = None
+    if last.get("deployment_id") and last.get("result"):
+        outcome = parse_event(json.dumps({**last, "step": "done"}).encode())
+    return StateReport(values, summary, outcome, _number(last.get("at")))
 
 
 def parse_availability(payload: bytes) -> str:
