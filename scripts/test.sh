@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One command: set up everything the tests need (environments, zoo, a real Mosquitto broker
-# binary — the tests start their own broker processes), then run the whole suite.
+# binary — the tests start their own broker processes — PostgreSQL for the hub server's
+# tests, which likewise start their own cluster, and Chromium for its dashboard), then run the
+# whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,6 +13,20 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mosquitto >/dev/null
   # The tests run their own brokers on ephemeral ports; the packaged service is not needed.
   $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
+fi
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  printf '\n==> installing PostgreSQL (Debian package; the hub server tests start their own)\n' >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+  # The tests initdb their own cluster on an ephemeral port; the packaged one is not needed.
+  $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true
+fi
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  printf '\n==> installing Chromium and its driver (Debian packages; the dashboard tests)\n' >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/ruff check edgeagent tests scripts devtools

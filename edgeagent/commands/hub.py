@@ -6,6 +6,7 @@
     publish RELEASE      put a signed release on the broker for a group and/or devices
     rollout RELEASE      staged deployment (5 % → 25 % → 100 %) with an abort threshold
     status               the fleet table from the devices' retained MQTT reports
+    server               the fleet manager as a service (database, REST API, durable rollouts)
     rotate TRUST         trust file N+1 signed by the old and the new root keys
 
 Every command exits 0 on success, 2 on a usage or input error (a bad key, package or release
@@ -49,6 +50,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _rollout(commands)
     _status(commands)
     _rotate(commands)
+    # ---- hub server, and --server for status / rollout (edgeagent/commands/hub_server.py) ----
+    from edgeagent.commands import hub_server
+
+    hub_server.register(
+        commands,
+        broker_arguments=_broker_arguments,
+        mqtt_settings=mqtt_settings,
+        run=_run,
+        emit=_emit,
+    )
+    # ------------------------------------------------------------------------------------------
     parser.set_defaults(handler=lambda args: _usage(parser))
 
 

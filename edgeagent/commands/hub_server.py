@@ -1,0 +1,229 @@
+"""``edgeagent hub server`` and the ``--server`` mode of ``hub status`` / ``hub rollout``.
+
+Kept apart from ``commands/hub.py`` (which only calls ``register``): the server's flags, and a
+wrapper that sends ``status`` and ``rollout`` to a running server when ``--server URL`` or
+``$EDGEAGENT_HUB_SERVER`` is given, leaving their stand-alone behaviour untouched otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeagent.hub.keys import HubError
+
+if TYPE_CHECKING:  # imported when used: every CLI start would pay for aiohttp's client
+    from edgeagent.hub.server.client import HubApiClient
+
+SERVER_ENV = "EDGEAGENT_HUB_SERVER"
+TOKEN_ENV = "EDGEAGENT_HUB_TOKEN"
+
+Run = Callable[[argparse.Namespace, Callable[[argparse.Namespace], Any]], int]
+Emit = Callable[[argparse.Namespace, Any, str], None]
+
+
+def register(
+    commands: argparse._SubParsersAction,
+    *,
+    broker_arguments: Callable[[argparse.ArgumentParser], None],
+    mqtt_settings: Callable[[argparse.Namespace], Any],
+    run: Run,
+    emit: Emit,
+) -> None:
+    """Add ``hub server`` and give ``status``/``rollout`` their ``--server`` option."""
+    _server(commands, broker_arguments, mqtt_settings, run)
+    _client_mode(commands.choices["status"], _status_work, run, emit)
+    _client_mode(commands.choices["rollout"], _rollout_work, run, emit)
+
+
+def _server(
+    commands: argparse._SubParsersAction,
+    broker_arguments: Callable[[argparse.ArgumentParser], None],
+    mqtt_settings: Callable[[argparse.Namespace], Any],
+    run: Run,
+) -> None:
+    from edgeagent.hub.server.settings import ServerSettings
+
+    defaults = ServerSettings(database_url="")
+    parser = commands.add_parser(
+        "server",
+        help="the fleet manager as a service: database, REST API, durable rollouts",
+        description="Store every device's reports and an event history in a database "
+        "(SQLite under --state-dir by default, or --db postgresql://USER@HOST/DB), keep "
+        "deployments as rows and drive them (a restart resumes them), and answer the REST API "
+        "at http://HOST:PORT/api/v1 (document: /openapi.json). Tokens: --token-file with "
+        "'read TOKEN' / 'admin TOKEN' lines; required unless --host is loopback.",
+    )
+    parser.add_argument("--db", default="", help="sqlite:///PATH or postgresql://USER@HOST/DB")
+    parser.add_argument("--state-dir", type=Path, help="where the SQLite file lives")
+    parser.add_argument("--host", default=defaults.host)
+    parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
+    parser.add_argument("--token-file", type=Path, help="'SCOPE TOKEN' lines (read / admin)")
+    parser.add_argument("--trust", type=Path, help="verify uploaded releases against this")
+    parser.add_argument("--client-id", default="edgeagent-hub-server", help="MQTT session id")
+    limits = parser.add_argument_group("limits")
+    for flag, attr, kind, what in (
+        ("--retention-days", "retention_days", float, "event history kept"),
+        ("--prune-interval", "prune_interval_s", float, "seconds between retention sweeps"),
+        ("--max-report-bytes", "max_report_bytes", int, "bigger device messages are skipped"),
+        ("--max-body-bytes", "max_body_bytes", int, "largest REST request body"),
+        ("--page-size", "page_size", int, "default page of /devices"),
+        ("--max-page-size", "max_page_size", int, "largest page a client may ask for"),
+        ("--max-wait", "max_wait_s", float, "cap on stage time-outs and long polls, seconds"),
+        ("--ingest-queue", "ingest_queue", int, "reports waiting for the database"),
+        ("--ingest-batch", "ingest_batch", int, "reports stored per transaction"),
+        ("--send-batch", "send_batch", int, "releases sent between two commits"),
+    ):
+        default = getattr(defaults, attr)
+        limits.add_argument(
+            flag, dest=attr, type=kind, default=default, help=f"{what} (default {default:g})"
+        )
+    parser.add_argument("--log-level", default="INFO")
+    broker_arguments(parser)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.server.service import serve
+        from edgeagent.hub.server.settings import default_database_url
+
+        try:  # a service logs what it does (the sync count, every stage); the CLI's default
+            logging.getLogger().setLevel(args.log_level.upper())  # is warnings only
+        except ValueError as exc:
+            raise HubError(f"--log-level: {exc}") from exc
+        settings = ServerSettings(
+            database_url=args.db or default_database_url(args.state_dir),
+            host=args.host,
+            port=args.port,
+            mqtt=mqtt_settings(args),
+            token_file=args.token_file,
+            retention_days=args.retention_days,
+            prune_interval_s=args.prune_interval_s,
+            max_report_bytes=args.max_report_bytes,
+            max_body_bytes=args.max_body_bytes,
+            page_size=args.page_size,
+            max_page_size=args.max_page_size,
+            max_wait_s=args.max_wait_s,
+            ingest_queue=args.ingest_queue,
+            ingest_batch=args.ingest_batch,
+            send_batch=args.send_batch,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            settings.validate()
+            await serve(
+                settings,
+                client_id=args.client_id,
+                trust_file=args.trust,
+                ready=lambda url: print(f"hub server listening on {url}", flush=True),
+                stop=stop,
+            )
+        except ValueError as exc:
+            raise HubError(str(exc)) from exc
+        except OSError as exc:
+            raise HubError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+        return 0
+
+    parser.set_defaults(handler=lambda args: run(args, work))
+
+
+def _client_mode(
+    parser: argparse.ArgumentParser,
+    work: Callable[[argparse.Namespace, Emit], Any],
+    run: Run,
+    emit: Emit,
+) -> None:
+    """``--server``: the same command, answered by the hub server."""
+    group = parser.add_argument_group("hub server")
+    group.add_argument(
+        "--server",
+        default=os.environ.get(SERVER_ENV, ""),
+        metavar="URL",
+        help=f"ask this hub server instead of the broker (default ${SERVER_ENV})",
+    )
+    group.add_argument(
+        "--token-file", type=Path, help=f"file holding the server's bearer token (or ${TOKEN_ENV})"
+    )
+    stand_alone = parser.get_default("handler")
+    parser.set_defaults(
+        handler=lambda args: (
+            run(args, lambda a: work(a, emit)) if args.server else stand_alone(args)
+        )
+    )
+
+
+def _client(args: argparse.Namespace) -> HubApiClient:
+    from edgeagent.hub.server.client import HubApiClient
+
+    token = os.environ.get(TOKEN_ENV, "")
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise HubError(f"--token-file {args.token_file}: {exc.strerror}") from exc
+    return HubApiClient(args.server, token)
+
+
+async def _status_work(args: argparse.Namespace, emit: Emit) -> int:
+    from edgeagent.hub.server.client import status_row
+    from edgeagent.hub.status import format_table
+
+    async with _client(args) as client:
+        devices, synced = await client.devices(args.group)
+    rows = [status_row(d) for d in devices]
+    text = format_table(rows)
+    if not synced:
+        text += "\n(the server has not finished reading the broker's retained reports yet)"
+    emit(args, rows, text)
+    return 0
+
+
+async def _rollout_work(args: argparse.Namespace, emit: Emit) -> int:
+    from edgeagent.hub.publish import read_release
+
+    try:
+        stages = [float(p) for p in args.stages.split(",")]
+    except ValueError as exc:
+        raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
+    envelope, _manifest = read_release(args.release, args.trust)
+    plan = {
+        "stages_pct": stages,
+        "abort_threshold_pct": args.abort_threshold,
+        "min_executed": args.min_executed,
+        "stage_timeout_s": args.stage_timeout,
+    }
+    seen: list[tuple[str, int, int]] = []
+
+    def say(deployment: dict[str, Any]) -> None:
+        totals = deployment["totals"]
+        answered = totals["succeeded"] + totals["failed"] + totals["timed_out"]
+        mark = (deployment["state"], deployment["stage"], answered)
+        if args.json or (seen and seen[-1] == mark):
+            return
+        seen.append(mark)
+        print(
+            f"{deployment['id']}: {deployment['state']} stage {deployment['stage']}/"
+            f"{deployment['stage_count']}: {totals['succeeded']} succeeded, "
+            f"{totals['failed'] + totals['timed_out']} failed, {totals['sent']} waiting",
+            flush=True,
+        )
+
+    async with _client(args) as client:
+        deployment = await client.deploy(
+            envelope, group=args.group, devices=args.device or [], plan=plan
+        )
+        deployment = await client.follow(deployment, say)
+    verdict = deployment["state"] + (f": {deployment['reason']}" if deployment["reason"] else "")
+    emit(args, deployment, f"rollout {deployment['id']} {verdict}")
+    if deployment["state"] != "succeeded":
+        print(f"edgeagent hub rollout: {verdict}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,403 @@
+"""The hub's REST API (``/api/v1``): devices, their history, releases and deployments.
+
+Handlers only translate between HTTP and ``fleetdb`` / ``deploydb``; every refusal is a JSON
+``{"error": ...}`` with a 4xx status, and nothing is written unless the whole request is valid.
+The document is ``openapi.yaml`` next to this file, served at ``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from edgeagent.fleet.manifest import ManifestError, ReleaseManifest, parse_manifest
+from edgeagent.fleet.signing import TrustError, decode_envelope
+from edgeagent.fleet.trust import TrustStore
+from edgeagent.hub.keys import HubError
+from edgeagent.hub.publish import MAX_ENVELOPE_BYTES
+from edgeagent.hub.rollout import RolloutPlan
+from edgeagent.hub.server import deploydb, fleetdb
+from edgeagent.hub.server.auth import Tokens, auth_middleware, needs
+from edgeagent.hub.server.context import (
+    CONTEXT,
+    BadRequest,
+    HubContext,
+    context_of,
+    query_filter,
+    query_float,
+    query_int,
+    query_page,
+)
+from edgeagent.hub.server.dashboard import dashboard_routes
+from edgeagent.hub.server.database import head_revision
+from edgeagent.hub.server.deploydb import DeploymentError, TargetSpec
+from edgeagent.hub.server.settings import ServerSettings
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return web.json_response({"error": exc.message}, status=exc.status)
+    except web.HTTPException as exc:  # aiohttp's own (404 route, 405, 413 body too large)
+        if exc.status < 400:
+            raise
+        return web.json_response({"error": exc.reason}, status=exc.status)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest(400, f"the body is not JSON ({exc})") from exc
+    if not isinstance(body, dict):
+        raise BadRequest(400, "the body must be a JSON object")
+    return body
+
+
+# ---- health and devices ------------------------------------------------------------------
+
+
+async def health(request: web.Request) -> web.Response:
+    """Whether the retained reports were read (``?wait=S`` waits for it) and how many."""
+    hub = context_of(request)
+    wait = query_float(request, "wait", hub.settings.max_wait_s)
+    if wait and not hub.ingest.synced.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(hub.ingest.synced.wait(), wait)
+    async with hub.engine.connect() as connection:
+        counts = await fleetdb.fleet_counts(connection)
+    return web.json_response(
+        {
+            "synced": hub.ingest.synced.is_set(),
+            "retained_devices": hub.ingest.retained_devices,
+            "sync_s": hub.ingest.sync_seconds,
+            "devices": sum(counts.values()),
+            "counts": counts,
+            "ingest": hub.ingest.stats,
+            "database": hub.engine.dialect.name,
+            "schema_revision": head_revision(),
+        }
+    )
+
+
+async def _long_poll(request: web.Request) -> None:
+    """``?wait=S&after=N``: return once anything changed since version N (or after S)."""
+    hub = context_of(request)
+    wait = query_float(request, "wait", hub.settings.max_wait_s)
+    if wait:
+        after = query_int(request, "after", hub.changes.version, 0, 2**62)
+        await hub.changes.wait_past(after, wait)
+
+
+async def list_devices(request: web.Request) -> web.Response:
+    """One page of the fleet table; ``?wait=S&after=N`` long-polls for the next change."""
+    hub = context_of(request)
+    where = query_filter(request)
+    limit, offset = query_page(request)
+    await _long_poll(request)
+    async with hub.engine.connect() as connection:
+        page = await fleetdb.list_devices(connection, where, limit=limit, offset=offset)
+    page["synced"] = hub.ingest.synced.is_set()
+    page["version"] = hub.changes.version
+    return web.json_response(page)
+
+
+async def get_device(request: web.Request) -> web.Response:
+    """One device; ``?wait=S&after=N`` long-polls for its next change."""
+    hub = context_of(request)
+    await _long_poll(request)
+    async with hub.engine.connect() as connection:
+        device = await fleetdb.get_device(connection, request.match_info["device_id"])
+    if device is None:
+        raise BadRequest(404, f"no device {request.match_info['device_id']!r}")
+    device["version"] = hub.changes.version
+    return web.json_response(device)
+
+
+async def device_history(request: web.Request) -> web.Response:
+    hub = context_of(request)
+    limit = query_int(request, "limit", hub.settings.page_size, 1, hub.settings.max_page_size)
+    before = query_float(request, "before", 1e12)
+    kind = request.query.get("kind", "")
+    if kind not in ("", "event", "state", "availability"):
+        raise BadRequest(400, "?kind= must be event, state or availability")
+    async with hub.engine.connect() as connection:
+        device_id = request.match_info["device_id"]
+        if await fleetdb.get_device(connection, device_id) is None:
+            raise BadRequest(404, f"no device {device_id!r}")
+        rows = await fleetdb.device_history(
+            connection, device_id, limit=limit, before=before, kind=kind
+        )
+    return web.json_response({"device_id": device_id, "events": rows})
+
+
+# ---- releases ----------------------------------------------------------------------------
+
+
+def check_envelope(envelope: bytes, trust_file: Path | None) -> ReleaseManifest:
+    """Decode (and, with a trust file, verify) a release as devices will; HubError if not."""
+    try:
+        payload = (
+            TrustStore.load(trust_file).verify(envelope, "release")
+            if trust_file is not None
+            else decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
+        )
+        return parse_manifest(payload)
+    except (TrustError, ManifestError) as exc:
+        raise HubError(f"devices would refuse this release: {exc}") from exc
+
+
+@needs("admin")
+async def create_release(request: web.Request) -> web.Response:
+    """The body is a ``*.release.json`` exactly as ``hub sign`` wrote it."""
+    hub = context_of(request)
+    envelope = await request.read()
+    try:
+        manifest = check_envelope(envelope, hub.trust_file)
+    except HubError as exc:
+        raise BadRequest(422, str(exc)) from exc
+    async with hub.engine.begin() as connection:
+        row, created = await deploydb.add_release(connection, envelope, manifest)
+    return web.json_response(deploydb.release_view(row), status=201 if created else 200)
+
+
+async def list_releases(request: web.Request) -> web.Response:
+    async with context_of(request).engine.connect() as connection:
+        rows = await deploydb.list_releases(connection, request.query.get("model", ""))
+    return web.json_response({"releases": rows})
+
+
+async def _release(request: web.Request) -> dict[str, Any]:
+    raw = request.match_info["release_id"]
+    if not raw.isdigit():
+        raise BadRequest(400, f"release id must be an integer, got {raw[:32]!r}")
+    async with context_of(request).engine.connect() as connection:
+        row = await deploydb.get_release(connection, int(raw))
+    if row is None:
+        raise BadRequest(404, f"no release {raw}")
+    return row
+
+
+async def get_release(request: web.Request) -> web.Response:
+    return web.json_response(deploydb.release_view(await _release(request)))
+
+
+async def release_envelope(request: web.Request) -> web.Response:
+    row = await _release(request)
+    return web.Response(body=row["envelope"], content_type="application/json")
+
+
+# ---- deployments -------------------------------------------------------------------------
+
+
+def _plan(body: dict[str, Any], settings: ServerSettings) -> RolloutPlan:
+    defaults = RolloutPlan()
+    try:
+        plan = RolloutPlan(
+            stages_pct=tuple(float(p) for p in body.get("stages_pct", defaults.stages_pct)),
+            abort_threshold_pct=float(
+                body.get("abort_threshold_pct", defaults.abort_threshold_pct)
+            ),
+            min_executed=int(body.get("min_executed", defaults.min_executed)),
+            stage_timeout_s=float(body.get("stage_timeout_s", defaults.stage_timeout_s)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(
+            422,
+            f"stages_pct, abort_threshold_pct, min_executed and "
+            f"stage_timeout_s must be numbers ({exc})",
+        ) from exc
+    try:
+        plan.validate()
+    except HubError as exc:
+        raise BadRequest(
+            422,
+            str(exc)
+            .replace("--stages", "stages_pct")
+            .replace("--abort-threshold", "abort_threshold_pct"),
+        ) from exc
+    if not 0 < plan.stage_timeout_s <= settings.max_wait_s or plan.min_executed < 1:
+        raise BadRequest(
+            422, f"stage_timeout_s must be in (0, {settings.max_wait_s:g}] and min_executed ≥ 1"
+        )
+    return plan
+
+
+def _targets(body: dict[str, Any]) -> TargetSpec:
+    group, profile, device_ids = (
+        body.get("group", ""),
+        body.get("profile", ""),
+        body.get("devices", []),
+    )
+    if not isinstance(group, str) or not isinstance(profile, str):
+        raise BadRequest(422, "group and profile must be strings")
+    if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
+        raise BadRequest(422, "devices must be a list of device ids")
+    return TargetSpec(group=group, device_ids=tuple(device_ids), profile=profile)
+
+
+async def _pick_release(connection: Any, body: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(body.get("release_id"), int):
+        release = await deploydb.get_release(connection, body["release_id"])
+    elif isinstance(body.get("model"), str) and isinstance(body.get("version"), str):
+        release = await deploydb.find_release(connection, body["model"], body["version"])
+    else:
+        raise BadRequest(422, "name the release: 'release_id', or 'model' and 'version'")
+    if release is None:
+        raise BadRequest(404, "no such release on the hub: POST it to /api/v1/releases first")
+    return release
+
+
+async def _deployment_response(
+    hub: HubContext, deployment_id: str, status: int = 200
+) -> web.Response:
+    async with hub.engine.connect() as connection:
+        found = await deploydb.get_deployment(connection, deployment_id)
+    if found is None:
+        raise BadRequest(404, f"no deployment {deployment_id!r}")
+    found["version"] = hub.changes.version
+    return web.json_response(found, status=status)
+
+
+@needs("admin")
+async def create_deployment(request: web.Request) -> web.Response:
+    hub = context_of(request)
+    body = await _json_body(request)
+    plan, targets = _plan(body, hub.settings), _targets(body)
+    try:
+        async with hub.engine.begin() as connection:
+            release = await _pick_release(connection, body)
+            deployment_id = await deploydb.create_deployment(connection, release, targets, plan)
+    except DeploymentError as exc:
+        raise BadRequest(exc.status, exc.message) from exc
+    hub.wake_controller()
+    await hub.changes.bump()
+    return await _deployment_response(hub, deployment_id, 201)
+
+
+async def list_deployments(request: web.Request) -> web.Response:
+    hub = context_of(request)
+    state = request.query.get("state", "")
+    if state and state not in deploydb.STATES:
+        raise BadRequest(400, f"?state= must be one of {', '.join(deploydb.STATES)}")
+    limit, offset = query_page(request)
+    async with hub.engine.connect() as connection:
+        rows = await deploydb.list_deployments(connection, state=state, limit=limit, offset=offset)
+    return web.json_response({"deployments": rows})
+
+
+async def get_deployment(request: web.Request) -> web.Response:
+    """``?wait=S&after=N``: answer as soon as anything changed since version N (long poll)."""
+    await _long_poll(request)
+    return await _deployment_response(context_of(request), request.match_info["deployment_id"])
+
+
+@needs("admin")
+async def act_on_deployment(request: web.Request) -> web.Response:
+    """pause, resume or abort (``{"reason": ...}`` optional)."""
+    hub = context_of(request)
+    action = request.match_info["action"]
+    body = await _json_body(request) if request.can_read_body else {}
+    reason = body.get("reason", "")
+    if not isinstance(reason, str):
+        raise BadRequest(422, "reason must be a string")
+    if action == "abort" and not reason:
+        reason = "aborted by an operator"
+    try:
+        async with hub.engine.begin() as connection:
+            await deploydb.move(connection, request.match_info["deployment_id"], action, reason)
+    except DeploymentError as exc:
+        raise BadRequest(exc.status, exc.message) from exc
+    hub.wake_controller()
+    await hub.changes.bump()
+    return await _deployment_response(hub, request.match_info["deployment_id"])
+
+
+@needs("admin")
+async def rollback_deployment(request: web.Request) -> web.Response:
+    """Stop this deployment and send ``{"version": V}`` of the same model to every device it
+    reached; answers the new deployment (201)."""
+    hub = context_of(request)
+    body = await _json_body(request)
+    version = body.get("version")
+    if not isinstance(version, str) or not version:
+        raise BadRequest(422, 'say which version to roll back to: {"version": "1.0.0"}')
+    plan = _plan({"stages_pct": [100], **body}, hub.settings)
+    deployment_id = request.match_info["deployment_id"]
+    try:
+        async with hub.engine.begin() as connection:
+            old = await deploydb.get_deployment(connection, deployment_id)
+            if old is None:
+                raise DeploymentError(404, f"no deployment {deployment_id!r}")
+            release = await deploydb.find_release(connection, old["model"], version)
+            if release is None:
+                raise DeploymentError(404, f"no release of {old['model']} {version} on the hub")
+            reached = await deploydb.reached_devices(connection, deployment_id)
+            if not reached:
+                raise DeploymentError(409, "this deployment reached no device: nothing to undo")
+            await deploydb.move(connection, deployment_id, "rollback", f"rolled back to {version}")
+            new_id = await deploydb.create_deployment(
+                connection,
+                release,
+                TargetSpec(group=old["group"], device_ids=tuple(reached)),
+                plan,
+                rollback_of=deployment_id,
+            )
+    except DeploymentError as exc:
+        raise BadRequest(exc.status, exc.message) from exc
+    hub.wake_controller()
+    await hub.changes.bump()
+    return await _deployment_response(hub, new_id, 201)
+
+
+# ---- the application ---------------------------------------------------------------------
+
+
+def openapi_document() -> dict[str, Any]:
+    import yaml
+
+    text = resources.files("edgeagent.hub.server").joinpath("openapi.yaml").read_text("utf-8")
+    return yaml.safe_load(text)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware(tokens)],
+        client_max_size=hub.settings.max_body_bytes,
+    )
+    app[CONTEXT] = hub
+    base = "/api/v1"
+    app.add_routes(dashboard_routes())
+    app.add_routes(
+        [
+            web.get("/openapi.json", openapi),
+            web.get(f"{base}/health", health),
+            web.get(f"{base}/devices", list_devices),
+            web.get(f"{base}/devices/{{device_id}}", get_device),
+            web.get(f"{base}/devices/{{device_id}}/history", device_history),
+            web.get(f"{base}/releases", list_releases),
+            web.post(f"{base}/releases", create_release),
+            web.get(f"{base}/releases/{{release_id}}", get_release),
+            web.get(f"{base}/releases/{{release_id}}/envelope", release_envelope),
+            web.get(f"{base}/deployments", list_deployments),
+            web.post(f"{base}/deployments", create_deployment),
+            web.get(f"{base}/deployments/{{deployment_id}}", get_deployment),
+            web.post(f"{base}/deployments/{{deployment_id}}/rollback", rollback_deployment),
+            web.post(
+                f"{base}/deployments/{{deployment_id}}/{{action:pause|resume|abort}}",
+                act_on_deployment,
+            ),
+        ]
+    )
+    return app

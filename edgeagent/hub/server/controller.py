@@ -1,0 +1,226 @@
+"""The rollout controller: drives every running deployment from its rows, so it survives a crash.
+
+Each pass reads the deployments that are ``scheduled`` or ``running`` and, for the current stage
+k: sends the release to the stage's devices still ``queued`` (publish first, then mark ``sent``:
+a crash in between only re-sends, which a device answers with ``same_version``); when every
+device of the stage answered, or the stage's in-progress time-out (``stage_started_at +
+stage_timeout_s``, both in the database) passed, the silent ones become ``timed_out`` and the
+abort criteria are applied to every finished device so far, exactly as ``hub rollout`` does.
+Then the deployment aborts, succeeds (last stage) or moves to stage k+1. Nothing lives only in
+memory: after a restart the first pass carries on where the rows say.
+
+The controller sleeps until the nearest stage deadline or until ``wake()`` (a device answered,
+a person acted, the broker reconnected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from edgeagent.fleet.topics import Topics
+from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.deploydb import FINISHED
+from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[str, bytes], Awaitable[None]]
+RETRY_S = 5.0  # after a failed pass (broker or database away), unless woken sooner
+
+
+class RolloutController:
+    """One per server. ``publish`` sends one QoS 1 message (raises when the broker is down)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        publish: Publish,
+        prefix: str,
+        changes: Changes,
+        *,
+        send_batch: int = 100,
+    ) -> None:
+        self.engine = engine
+        self.publish = publish
+        self.prefix = prefix
+        self.changes = changes  # bumped after every pass that changed a deployment
+        self.send_batch = send_batch  # devices published to between two commits
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self, ready: asyncio.Event | None = None) -> None:
+        """Pass after pass until cancelled; a failing pass is logged and retried.
+
+        The first pass waits for ``ready`` (the ingest's sync): the answers devices sent while
+        the hub was down arrive, from its persistent session, before the sync marker — so the
+        controller starts from what they said instead of sending the release to them again.
+        """
+        if ready is not None:
+            await ready.wait()
+        while True:
+            self._wake.clear()
+            try:
+                deadline = await self.run_once()
+            except Exception:  # the broker or the database away: try again on the next wake
+                log.exception("rollout controller pass failed; retrying")
+                deadline = time.time() + RETRY_S
+            timeout = None if deadline is None else max(0.0, deadline - time.time())
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def run_once(self) -> float | None:
+        """Advance every active deployment; returns the nearest stage deadline (or None)."""
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(
+                sa.select(deployments, releases.c.envelope)
+                .join(releases, releases.c.id == deployments.c.release_id)
+                .where(deployments.c.state.in_(("scheduled", "running")))
+                .order_by(deployments.c.created_at)
+            )
+            active = [dict(r._mapping) for r in rows]
+        deadlines = []
+        for deployment in active:
+            deadline = await self._advance(deployment)
+            if deadline is not None:
+                deadlines.append(deadline)
+        return min(deadlines, default=None)
+
+    async def _advance(self, deployment: dict[str, Any]) -> float | None:
+        """Move one deployment as far as it can go now."""
+        changed = False
+        try:
+            while True:
+                if deployment["state"] == "scheduled":
+                    deployment = await self._start_stage(deployment, 1)
+                    changed = True
+                if deployment["state"] != "running":  # paused or aborted by a person meanwhile
+                    return None
+                changed |= await self._send_queued(deployment)
+                deadline = deployment["stage_started_at"] + deployment["stage_timeout_s"]
+                waiting = await self._count(deployment, ("queued", "sent"))
+                if waiting and time.time() < deadline:
+                    return deadline
+                deployment = await self._finish_stage(deployment)
+                changed = True
+        finally:
+            if changed:
+                await self.changes.bump()
+
+    async def _update(self, deployment: dict[str, Any], **changes: Any) -> dict[str, Any]:
+        """Write ``changes`` only if nobody (a person pausing) changed the state meanwhile."""
+        changes["updated_at"] = time.time()
+        async with self.engine.begin() as connection:
+            result = await connection.execute(
+                deployments.update()
+                .where(
+                    deployments.c.id == deployment["id"],
+                    deployments.c.state == deployment["state"],
+                    deployments.c.stage == deployment["stage"],
+                )
+                .values(**changes)
+            )
+        if not result.rowcount:
+            return {**deployment, "state": "changed"}
+        return {**deployment, **changes}
+
+    async def _start_stage(self, deployment: dict[str, Any], stage: int) -> dict[str, Any]:
+        log.info(
+            "deployment %s: stage %d of %d", deployment["id"], stage, deployment["stage_count"]
+        )
+        return await self._update(
+            deployment, state="running", stage=stage, stage_started_at=time.time()
+        )
+
+    async def _send_queued(self, deployment: dict[str, Any]) -> bool:
+        sent_any = False
+        while True:
+            async with self.engine.connect() as connection:
+                queued = await self._devices(connection, deployment, ("queued",), self.send_batch)
+            if not queued:
+                return sent_any
+            group = deployment["group_name"]
+            for device in queued:
+                topic = Topics(self.prefix, group, device).device_release
+                await self.publish(topic, deployment["envelope"])
+            async with self.engine.begin() as connection:
+                await connection.execute(
+                    deployment_devices.update()
+                    .where(
+                        deployment_devices.c.deployment_id == deployment["id"],
+                        deployment_devices.c.device_id.in_(queued),
+                        deployment_devices.c.status == "queued",
+                    )
+                    .values(status="sent", sent_at=time.time())
+                )
+            sent_any = True
+
+    async def _finish_stage(self, deployment: dict[str, Any]) -> dict[str, Any]:
+        """Time out the silent devices, apply the abort criteria, then stop or go on."""
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                deployment_devices.update()
+                .where(
+                    deployment_devices.c.deployment_id == deployment["id"],
+                    deployment_devices.c.stage == deployment["stage"],
+                    deployment_devices.c.status.in_(("queued", "sent")),
+                )
+                .values(status="timed_out", code="timed_out", answered_at=time.time())
+            )
+        finished = await self._count(deployment, FINISHED, upto_stage=True)
+        failed = await self._count(deployment, ("failed", "timed_out"), upto_stage=True)
+        share = 100.0 * failed / finished if finished else 0.0
+        threshold = deployment["abort_threshold_pct"]
+        if finished >= deployment["min_executed"] and failed and share >= threshold:
+            reason = (
+                f"stage {deployment['stage']}: {failed} of {finished} devices failed "
+                f"({share:.0f} % ≥ abort threshold {threshold:g} %)"
+            )
+            log.warning("deployment %s aborted: %s", deployment["id"], reason)
+            return await self._update(deployment, state="aborted", reason=reason)
+        if deployment["stage"] >= deployment["stage_count"]:
+            log.info("deployment %s succeeded (%d failed)", deployment["id"], failed)
+            return await self._update(deployment, state="succeeded")
+        return await self._start_stage(deployment, deployment["stage"] + 1)
+
+    async def _devices(
+        self,
+        connection: AsyncConnection,
+        deployment: dict[str, Any],
+        statuses: tuple[str, ...],
+        limit: int,
+    ) -> list[str]:
+        rows = await connection.execute(
+            sa.select(deployment_devices.c.device_id)
+            .where(
+                deployment_devices.c.deployment_id == deployment["id"],
+                deployment_devices.c.stage == deployment["stage"],
+                deployment_devices.c.status.in_(statuses),
+            )
+            .order_by(deployment_devices.c.device_id)
+            .limit(limit)
+        )
+        return [r[0] for r in rows]
+
+    async def _count(
+        self, deployment: dict[str, Any], statuses: tuple[str, ...], *, upto_stage: bool = False
+    ) -> int:
+        stage = deployment_devices.c.stage
+        async with self.engine.connect() as connection:
+            value = await connection.scalar(
+                sa.select(sa.func.count()).where(
+                    deployment_devices.c.deployment_id == deployment["id"],
+                    stage <= deployment["stage"] if upto_stage else stage == deployment["stage"],
+                    deployment_devices.c.status.in_(statuses),
+                )
+            )
+        return int(value or 0)

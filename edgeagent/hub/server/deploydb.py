@@ -1,0 +1,303 @@
+"""Releases and deployments as durable rows, and the state machine's legal moves.
+
+A deployment is created ``scheduled`` with its device list resolved once (explicit ids, or the
+group's devices, optionally of one profile) and each device assigned its stage; the controller
+moves it to ``running`` (stage k) and on to ``succeeded`` or ``aborted``. People may pause,
+resume, abort, or roll it back to an earlier version (a new deployment of that release to the
+devices this one reached). Every change is one transaction, so a crash leaves a consistent row
+for the controller to resume from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from edgeagent.fleet.manifest import ReleaseManifest
+from edgeagent.hub.rollout import RolloutPlan, stage_sizes
+from edgeagent.hub.server.schema import deployment_devices, deployments, devices, releases
+
+ACTIVE = ("scheduled", "running", "paused")
+FINAL = ("succeeded", "aborted", "rolled_back")
+STATES = ACTIVE + FINAL
+FINISHED = ("succeeded", "failed", "timed_out")  # a device's terminal statuses
+DEVICE_STATUSES = ("queued", "sent", *FINISHED)
+MOVES = {  # action → (states it may start from, state it leads to)
+    "pause": (("scheduled", "running"), "paused"),
+    "resume": (("paused",), "running"),
+    "abort": (ACTIVE, "aborted"),
+    "rollback": ((*ACTIVE, "succeeded", "aborted"), "rolled_back"),
+}
+
+
+class DeploymentError(Exception):
+    """A request the state machine refuses; ``status`` is the HTTP status it maps to."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Who a deployment is for: explicit devices, or a group (optionally one profile)."""
+
+    group: str = ""
+    device_ids: tuple[str, ...] = ()
+    profile: str = ""
+
+
+async def add_release(
+    connection: AsyncConnection, envelope: bytes, manifest: ReleaseManifest
+) -> tuple[dict[str, Any], bool]:
+    """Store a verified release once (same bytes → same row); returns (row, created)."""
+    digest = hashlib.sha256(envelope).hexdigest()
+    found = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
+    if found is not None:
+        return found, False
+    await connection.execute(
+        releases.insert().values(
+            model=manifest.model,
+            version=manifest.version,
+            release_tag=manifest.deployment_id,
+            sha256=digest,
+            envelope=envelope,
+            created_at=time.time(),
+        )
+    )
+    created = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
+    assert created is not None
+    return created, True
+
+
+def release_view(row: dict[str, Any]) -> dict[str, Any]:
+    """A release as the API shows it (the envelope has its own route)."""
+    return {k: v for k, v in row.items() if k != "envelope"}
+
+
+async def get_release(connection: AsyncConnection, release_id: int) -> dict[str, Any] | None:
+    return await _one(connection, sa.select(releases).where(releases.c.id == release_id))
+
+
+async def find_release(
+    connection: AsyncConnection, model: str, version: str
+) -> dict[str, Any] | None:
+    """The newest stored release of ``model`` at ``version``."""
+    query = (
+        sa.select(releases)
+        .where(releases.c.model == model, releases.c.version == version)
+        .order_by(releases.c.id.desc())
+    )
+    return await _one(connection, query)
+
+
+async def list_releases(connection: AsyncConnection, model: str = "") -> list[dict[str, Any]]:
+    query = sa.select(releases).order_by(releases.c.id.desc())
+    if model:
+        query = query.where(releases.c.model == model)
+    return [release_view(dict(r._mapping)) for r in await connection.execute(query)]
+
+
+async def _resolve_targets(connection: AsyncConnection, targets: TargetSpec) -> list[str]:
+    query = sa.select(devices.c.device_id)
+    if targets.device_ids:
+        query = query.where(devices.c.device_id.in_(targets.device_ids))
+    if targets.group:
+        query = query.where(devices.c.group_name == targets.group)
+    if targets.profile:
+        query = query.where(devices.c.profile == targets.profile)
+    found = sorted(row[0] for row in await connection.execute(query))
+    unknown = sorted(set(targets.device_ids) - set(found))
+    if unknown:
+        shown = ", ".join(unknown[:10])
+        raise DeploymentError(
+            422, f"{len(unknown)} device(s) unknown to the hub or outside the filter: {shown}"
+        )
+    return found
+
+
+async def create_deployment(
+    connection: AsyncConnection,
+    release: dict[str, Any],
+    targets: TargetSpec,
+    plan: RolloutPlan,
+    *,
+    rollback_of: str | None = None,
+) -> str:
+    """Insert a ``scheduled`` deployment with its devices and their stages; returns its id."""
+    if not targets.group and not targets.device_ids:
+        raise DeploymentError(422, "say who gets it: 'group' and/or 'devices'")
+    busy = await _one(
+        connection,
+        sa.select(deployments.c.id).where(
+            deployments.c.model == release["model"], deployments.c.state.in_(ACTIVE)
+        ),
+    )
+    if busy is not None:
+        raise DeploymentError(
+            409,
+            f"deployment {busy['id']} of {release['model']} is still active: finish, "
+            "abort or roll it back first",
+        )
+    device_list = await _resolve_targets(connection, targets)
+    if not device_list:
+        raise DeploymentError(422, "no device known to the hub matches these targets")
+    sizes = stage_sizes(len(device_list), plan.stages_pct)
+    deployment_id = f"dep-{secrets.token_hex(6)}"
+    now = time.time()
+    await connection.execute(
+        deployments.insert().values(
+            id=deployment_id,
+            release_id=release["id"],
+            model=release["model"],
+            group_name=targets.group,
+            profile_filter=targets.profile,
+            stages_pct=list(plan.stages_pct),
+            abort_threshold_pct=plan.abort_threshold_pct,
+            min_executed=plan.min_executed,
+            stage_timeout_s=plan.stage_timeout_s,
+            state="scheduled",
+            stage=0,
+            stage_count=len(sizes),
+            rollback_of=rollback_of,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    rows, start = [], 0
+    for stage, end in enumerate(sizes, 1):
+        rows += [
+            {"deployment_id": deployment_id, "device_id": d, "stage": stage, "status": "queued"}
+            for d in device_list[start:end]
+        ]
+        start = end
+    await connection.execute(deployment_devices.insert(), rows)
+    return deployment_id
+
+
+async def get_deployment(connection: AsyncConnection, deployment_id: str) -> dict[str, Any] | None:
+    """The deployment row, its release, progress per stage and every device's outcome."""
+    row = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
+    if row is None:
+        return None
+    release = await get_release(connection, row["release_id"])
+    members = await connection.execute(
+        sa.select(deployment_devices)
+        .where(deployment_devices.c.deployment_id == deployment_id)
+        .order_by(deployment_devices.c.stage, deployment_devices.c.device_id)
+    )
+    device_rows = [{k: v for k, v in r._mapping.items() if k != "deployment_id"} for r in members]
+    stages: list[dict[str, Any]] = []
+    for number in range(1, row["stage_count"] + 1):
+        in_stage = [d for d in device_rows if d["stage"] == number]
+        counts = {s: sum(d["status"] == s for d in in_stage) for s in DEVICE_STATUSES}
+        stages.append({"stage": number, "devices": len(in_stage), **counts})
+    totals = {s: sum(d["status"] == s for d in device_rows) for s in DEVICE_STATUSES}
+    return {
+        **_named(row),
+        "release": release_view(release) if release else None,
+        "totals": totals,
+        "stages": stages,
+        "devices": device_rows,
+    }
+
+
+async def list_deployments(
+    connection: AsyncConnection, *, state: str = "", limit: int, offset: int
+) -> list[dict[str, Any]]:
+    query = sa.select(deployments).order_by(deployments.c.created_at.desc())
+    if state:
+        query = query.where(deployments.c.state == state)
+    rows = await connection.execute(query.limit(limit).offset(offset))
+    return [_named(dict(r._mapping)) for r in rows]
+
+
+def _named(row: dict[str, Any]) -> dict[str, Any]:
+    """A deployment row with the API's names (``group``, not the column's ``group_name``)."""
+    row["group"] = row.pop("group_name")
+    return row
+
+
+async def move(
+    connection: AsyncConnection, deployment_id: str, action: str, reason: str = ""
+) -> dict[str, Any]:
+    """Apply a person's action (pause, resume, abort, rollback) if the state allows it."""
+    row = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
+    if row is None:
+        raise DeploymentError(404, f"no deployment {deployment_id!r}")
+    sources, target = MOVES[action]
+    if row["state"] not in sources:
+        raise DeploymentError(409, f"cannot {action} a deployment that is {row['state']}")
+    changes: dict[str, Any] = {"state": target, "updated_at": time.time()}
+    if action == "resume":  # the resumed stage gets its whole in-progress time-out again
+        changes["stage_started_at"] = time.time() if row["stage"] else None
+        changes["state"] = "running" if row["stage"] else "scheduled"
+    if reason:
+        changes["reason"] = reason[:1000]
+    await connection.execute(
+        deployments.update().where(deployments.c.id == deployment_id).values(**changes)
+    )
+    return {**row, **changes}
+
+
+async def reached_devices(connection: AsyncConnection, deployment_id: str) -> list[str]:
+    """Devices this deployment sent its release to (what a rollback must put right)."""
+    rows = await connection.execute(
+        sa.select(deployment_devices.c.device_id).where(
+            deployment_devices.c.deployment_id == deployment_id,
+            deployment_devices.c.status != "queued",
+        )
+    )
+    return sorted(r[0] for r in rows)
+
+
+async def record_outcome(
+    connection: AsyncConnection,
+    device_id: str,
+    release_tag: str,
+    *,
+    outcome: str,
+    result: str,
+    code: str,
+    message: str,
+    now: float,
+    ended_at: float | None = None,
+) -> bool:
+    """A device's answer to an active deployment of the release tagged ``release_tag``.
+
+    An answer from a device still ``queued`` counts too: it got the release (the hub crashed
+    between sending and recording), so it must not be sent again. With ``ended_at`` the answer
+    comes from the device's state report (its last outcome, repeated), which also covers an
+    event the broker dropped; it counts only when it ended after the deployment's current stage
+    began (``stage_started_at`` is written before the stage is sent), so an older outcome of
+    the same release (a rollback re-using it) is not taken for this one.
+    """
+    query = (
+        sa.select(deployments.c.id)
+        .join(releases, releases.c.id == deployments.c.release_id)
+        .where(releases.c.release_tag == release_tag, deployments.c.state.in_(ACTIVE))
+    )
+    if ended_at is not None:
+        query = query.where(deployments.c.stage_started_at <= ended_at)
+    result_ = await connection.execute(
+        deployment_devices.update()
+        .where(
+            deployment_devices.c.deployment_id == query.scalar_subquery(),
+            deployment_devices.c.device_id == device_id,
+            deployment_devices.c.status.in_(("queued", "sent")),
+        )
+        .values(status=outcome, answered_at=now, result=result, code=code, message=message)
+    )
+    return bool(result_.rowcount)
+
+
+async def _one(connection: AsyncConnection, query: sa.Select[Any]) -> dict[str, Any] | None:
+    row = (await connection.execute(query)).first()
+    return None if row is None else dict(row._mapping)

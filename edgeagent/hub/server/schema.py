@@ -1,0 +1,103 @@
+"""The hub's tables (SQLAlchemy Core), shared by SQLite and PostgreSQL.
+
+Times are Unix seconds (floats): the same type on both databases, and what devices send.
+``migrations/`` builds exactly these tables; a test compares the two, so a change here without
+a new migration fails.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+devices = sa.Table(
+    "devices",
+    metadata,
+    sa.Column("device_id", sa.String(128), primary_key=True),
+    sa.Column("group_name", sa.String(128), nullable=False, server_default=""),
+    sa.Column("profile", sa.String(128), nullable=False, server_default=""),
+    sa.Column("board", sa.String(256), nullable=False, server_default=""),
+    sa.Column("agent_version", sa.String(64), nullable=False, server_default=""),
+    sa.Column("availability", sa.String(16), nullable=False, server_default="unknown"),
+    sa.Column("models", sa.JSON, nullable=False),  # name → active version
+    sa.Column("backends", sa.JSON, nullable=False),  # name → {runtime, device, precision}
+    sa.Column("governor_state", sa.String(32), nullable=False, server_default=""),
+    sa.Column("temperatures", sa.JSON, nullable=False),  # sensor → °C
+    sa.Column("max_temp_c", sa.Float, nullable=True),
+    sa.Column("power_w", sa.Float, nullable=True),
+    sa.Column("update_state", sa.String(32), nullable=False, server_default="idle"),
+    sa.Column("last_result", sa.String(32), nullable=False, server_default=""),
+    sa.Column("last_code", sa.String(64), nullable=False, server_default=""),
+    sa.Column("last_deployment", sa.String(128), nullable=False, server_default=""),
+    sa.Column("reported_at", sa.Float, nullable=True),  # the device's own clock
+    sa.Column("last_seen", sa.Float, nullable=False),  # the hub's clock
+    sa.Index("ix_devices_group", "group_name"),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("device_id", sa.String(128), nullable=False),
+    sa.Column("at", sa.Float, nullable=False),  # when the hub received it
+    sa.Column("kind", sa.String(16), nullable=False),  # event | state | availability
+    sa.Column("deployment_id", sa.String(128), nullable=False, server_default=""),
+    sa.Column("step", sa.String(32), nullable=False, server_default=""),
+    sa.Column("result", sa.String(32), nullable=False, server_default=""),
+    sa.Column("code", sa.String(64), nullable=False, server_default=""),
+    sa.Column("detail", sa.JSON, nullable=False),
+    sa.Index("ix_events_device_at", "device_id", "at"),
+    sa.Index("ix_events_at", "at"),
+)
+
+releases = sa.Table(
+    "releases",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("release_tag", sa.String(128), nullable=False),  # the manifest's deployment_id
+    sa.Column("sha256", sa.String(64), nullable=False, unique=True),  # of the envelope
+    sa.Column("envelope", sa.LargeBinary, nullable=False),  # exactly as `hub sign` wrote it
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_releases_model_version", "model", "version"),
+)
+
+deployments = sa.Table(
+    "deployments",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("release_id", sa.Integer, sa.ForeignKey("releases.id"), nullable=False),
+    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("group_name", sa.String(128), nullable=False, server_default=""),
+    sa.Column("profile_filter", sa.String(128), nullable=False, server_default=""),
+    sa.Column("stages_pct", sa.JSON, nullable=False),
+    sa.Column("abort_threshold_pct", sa.Float, nullable=False),
+    sa.Column("min_executed", sa.Integer, nullable=False),
+    sa.Column("stage_timeout_s", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # see deployments.STATES
+    sa.Column("stage", sa.Integer, nullable=False, server_default="0"),  # 1-based when running
+    sa.Column("stage_count", sa.Integer, nullable=False),
+    sa.Column("stage_started_at", sa.Float, nullable=True),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("rollback_of", sa.String(64), nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Index("ix_deployments_state", "state"),
+)
+
+deployment_devices = sa.Table(
+    "deployment_devices",
+    metadata,
+    sa.Column("deployment_id", sa.String(64), sa.ForeignKey("deployments.id"), primary_key=True),
+    sa.Column("device_id", sa.String(128), primary_key=True),
+    sa.Column("stage", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),  # queued | sent | succeeded | failed | …
+    sa.Column("sent_at", sa.Float, nullable=True),
+    sa.Column("answered_at", sa.Float, nullable=True),
+    sa.Column("result", sa.String(32), nullable=False, server_default=""),
+    sa.Column("code", sa.String(64), nullable=False, server_default=""),
+    sa.Column("message", sa.Text, nullable=False, server_default=""),
+    sa.Index("ix_deployment_devices_device", "device_id"),
+)

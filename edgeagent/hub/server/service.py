@@ -1,0 +1,113 @@
+"""``hub server``'s composition: database, MQTT link, ingest, rollout controller, REST API.
+
+Start order: migrate the database, start the HTTP listener (the API answers ``synced: false``
+until the retained reports are read), the ingest writer, the MQTT link and the controller.
+``stop`` ends it (the CLI sets it on SIGTERM/SIGINT); SIGKILL is fine too — every decision is
+already in the database and the MQTT session is persistent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from edgeagent.hub.server import fleetdb
+from edgeagent.hub.server.api import HubContext, create_app
+from edgeagent.hub.server.auth import Tokens
+from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.controller import RolloutController
+from edgeagent.hub.server.database import open_engine, upgrade
+from edgeagent.hub.server.ingest import Ingest
+from edgeagent.hub.server.link import HubLink
+from edgeagent.hub.server.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+async def _prune_forever(ingest: Ingest, settings: ServerSettings) -> None:
+    """The history's retention: delete events older than ``retention_days``, periodically."""
+    while True:
+        cutoff = time.time() - settings.retention_days * 86400
+        async with ingest.engine.begin() as connection:
+            deleted = await fleetdb.prune_events(connection, cutoff)
+        if deleted:
+            log.info(
+                "retention: deleted %d event(s) older than %g days",
+                deleted,
+                settings.retention_days,
+            )
+        await asyncio.sleep(settings.prune_interval_s)
+
+
+async def serve(
+    settings: ServerSettings,
+    *,
+    client_id: str = "edgeagent-hub-server",
+    trust_file: Path | None = None,
+    ready: Callable[[str], None] = lambda url: None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the hub server until ``stop`` is set (or cancellation); ``ready(url)`` once it
+    listens."""
+    settings.validate()
+    tokens = Tokens.load(settings.token_file)
+    engine = open_engine(settings.database_url)
+    await upgrade(engine)
+    changes = Changes()
+    controller: RolloutController | None = None
+
+    async def stored(answered: bool) -> None:
+        if answered and controller is not None:
+            controller.wake()
+        await changes.bump()
+
+    ingest = Ingest(
+        engine,
+        settings.mqtt.topic_prefix,
+        max_report_bytes=settings.max_report_bytes,
+        queue_size=settings.ingest_queue,
+        batch_size=settings.ingest_batch,
+        on_batch=stored,
+    )
+    link = HubLink(settings.mqtt, ingest, client_id=client_id)
+    controller = RolloutController(
+        engine, link.publish, settings.mqtt.topic_prefix, changes, send_batch=settings.send_batch
+    )
+    link.on_connect = controller.wake
+    context = HubContext(engine, settings, ingest, changes, controller.wake, trust_file)
+    runner = web.AppRunner(create_app(context, tokens), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    port = runner.addresses[0][1] if runner.addresses else settings.port
+    url = f"http://{settings.host}:{port}"
+    log.info("hub server on %s, database %s", url, engine.url.render_as_string())
+    tasks = [
+        asyncio.create_task(job, name=name)
+        for name, job in (
+            ("ingest", ingest.run()),
+            ("mqtt", link.run()),
+            ("controller", controller.run(ready=ingest.synced)),
+            ("retention", _prune_forever(ingest, settings)),
+        )
+    ]
+    stop = stop or asyncio.Event()
+    ready(url)
+    try:
+        done, _ = await asyncio.wait(
+            [asyncio.create_task(stop.wait()), *tasks], return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in done:  # a background job that ended on its own is a bug: say so
+            if task in tasks and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await runner.cleanup()
+        await engine.dispose()

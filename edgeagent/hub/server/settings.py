@@ -1,0 +1,83 @@
+"""The hub server's settings: where it listens, which database, and every limit it enforces."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.paths import default_state_dir
+
+
+def default_database_url(state_dir: Path | None = None) -> str:
+    """One SQLite file under the hub's state directory: nothing to install for a small fleet."""
+    return f"sqlite+aiosqlite:///{(state_dir or default_state_dir() / 'hub') / 'hub.db'}"
+
+
+def normalise_database_url(url: str) -> str:
+    """Accept the plain spellings an operator types (``sqlite:///…``, ``postgresql://…``) and
+    pick the asyncio driver for them, so one code path serves both databases."""
+    for plain, driver in (
+        ("sqlite://", "sqlite+aiosqlite://"),
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgres://", "postgresql+asyncpg://"),
+    ):
+        if url.startswith(plain):
+            return driver + url[len(plain) :]
+    if url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        return url
+    raise ValueError(f"--db {url!r}: expected sqlite:///PATH or postgresql://USER@HOST/DB")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything ``hub server`` needs; each limit has a flag of the same name."""
+
+    database_url: str = field(default_factory=default_database_url)
+    host: str = "127.0.0.1"
+    port: int = 8400
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+    token_file: Path | None = None  # "SCOPE TOKEN" lines; required off loopback
+    retention_days: float = 30.0  # event history older than this is deleted
+    prune_interval_s: float = 600.0  # how often the retention sweep runs
+    max_report_bytes: int = 64 * 1024  # bigger device messages are skipped unread
+    max_body_bytes: int = 256 * 1024  # REST request bodies (a release envelope is tiny)
+    page_size: int = 100  # default page of /devices
+    max_page_size: int = 1000  # the largest page a client may ask for
+    max_wait_s: float = 3600.0  # cap on a stage's in-progress time-out and on rollout waits
+    ingest_queue: int = 10_000  # reports waiting for the database before the broker is paused
+    ingest_batch: int = 500  # reports stored per transaction
+    send_batch: int = 100  # releases published between two commits (re-sent after a crash)
+
+    def validate(self) -> None:
+        normalise_database_url(self.database_url)
+        checks = [
+            (0 <= self.port <= 65535, "--port must be 0..65535 (0: any free port)"),
+            (self.retention_days > 0, "--retention-days must be positive"),
+            (self.prune_interval_s > 0, "--prune-interval must be positive"),
+            (self.max_report_bytes > 0, "--max-report-bytes must be positive"),
+            (self.max_body_bytes > 0, "--max-body-bytes must be positive"),
+            (0 < self.page_size <= self.max_page_size, "--page-size must be 1..--max-page-size"),
+            (self.max_wait_s > 0, "--max-wait must be positive"),
+            (self.ingest_queue > 0, "--ingest-queue must be positive"),
+            (self.ingest_batch > 0, "--ingest-batch must be positive"),
+            (self.send_batch > 0, "--send-batch must be positive"),
+            (
+                self.token_file is not None or is_loopback(self.host),
+                f"listening on {self.host} needs --token-file (bearer tokens with scopes)",
+            ),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        self.mqtt.validate()
