@@ -159,7 +159,9 @@ async def run(args: argparse.Namespace) -> dict:
             )
             envelope = release.read_bytes()
             started = time.perf_counter()
-            await publish(broker.settings(), [GroupTopics("edgeagent", "bench").release], envelope)
+            await publish(
+                broker.settings(), [GroupTopics("edgeagent", "bench").release(MODEL)], envelope
+            )
             served = await wait_serving(socket, version)
             baseline = await baseline_fetch(f"{base_url}/{artifact.name}")
             rounds.append(

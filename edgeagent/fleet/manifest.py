@@ -1,4 +1,10 @@
-"""Release manifests: what one signed release promises, and whether this device may take it.
+"""Release manifests (format 2): what one signed release promises, and whether a device may take it.
+
+Format 2 (SPEC §13) names one model and carries a per-model ``serial`` that the hub increments
+for every release it signs. The serial — not the model version — is the anti-rollback floor: a
+signed release may carry an *older* model version (a fleet rollback), while a replay of any
+earlier release (lower serial) is still refused. A payload without ``"format": 2`` (the first
+release format) is refused with ``unsupported_format``: see the README's update section.
 
 A manifest pins the artifact by URL, exact size and SHA-256 (so the download can be capped at
 the signed length and checked before unpacking) and says which devices it is for, when it was
@@ -48,8 +54,12 @@ _DEPLOYMENT_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 _TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its devices)
 MAX_URL_CHARS = 2048
+FORMAT = 2
+MAX_SERIAL = 2**53 - 1  # exact in every JSON parser
 _FIELDS = {
     "type",
+    "format",
+    "serial",
     "model",
     "version",
     "artifact",
@@ -63,10 +73,11 @@ _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
 
 class ManifestError(VerificationError):
-    """A correctly signed payload that is not a valid release manifest (code ``malformed``)."""
+    """A correctly signed payload that is not a valid release manifest (code ``malformed``, or
+    ``unsupported_format`` for a release of another format)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__("malformed", message)
+    def __init__(self, message: str, code: str = "malformed") -> None:
+        super().__init__(code, message)
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,7 @@ class DeviceIdentity:
 class ReleaseManifest:
     model: str
     version: str
+    serial: int
     artifact: Artifact
     issued_at: datetime
     expires: datetime
@@ -107,6 +119,8 @@ class ReleaseManifest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": "release",
+            "format": FORMAT,
+            "serial": self.serial,
             "model": self.model,
             "version": self.version,
             "artifact": {
@@ -182,6 +196,13 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         raise ManifestError(exc.message) from exc
     if not isinstance(document, dict):
         raise ManifestError("manifest: must be a JSON object")
+    form = document.get("format")
+    if document.get("type") == "release" and (type(form) is not int or form != FORMAT):
+        raise ManifestError(
+            f"manifest format: {str(form)[:20]!r} is not {FORMAT}; this agent "
+            "takes only release format 2 (sign it with a hub of this version)",
+            "unsupported_format",
+        )
     missing = sorted(_FIELDS - set(document))
     extra = sorted(set(document) - _FIELDS)
     if missing or extra:
@@ -198,7 +219,11 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         raise ManifestError(exc.message) from exc
     if expires <= issued_at:
         raise ManifestError("manifest expires: must be later than issued_at")
+    serial = document["serial"]
+    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
+        raise ManifestError(f"manifest serial: {str(serial)[:40]!r} is not an integer 1..2^53-1")
     return ReleaseManifest(
+        serial=serial,
         model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
         version=_string(document, "version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
         artifact=_artifact(document["artifact"]),
@@ -233,14 +258,19 @@ def check_release(
     device: DeviceIdentity,
     floor: str | None,
     bad_versions: Collection[str],
+    serial_floor: int | None = None,
     max_artifact_bytes: int,
     clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
 ) -> None:
     """Raise ``Refused`` unless this device may install ``manifest`` at ``now``.
 
     ``now`` is fixed by the caller once per check (and already raised to the verified time);
-    ``floor`` is the model's committed version, ``bad_versions`` those that failed a health
-    gate. ``clock_skew_s`` tolerates a device clock slightly behind the hub's.
+    ``serial_floor`` is the serial of the release committed last: a release must carry a
+    higher one (any model version other than the committed one, so a signed rollback installs;
+    a replay never does). ``floor`` is the committed version, and a version floor while no
+    serial is recorded — the factory seed's version, or a root-signed floor reset;
+    ``bad_versions`` are those that failed a health gate. ``clock_skew_s`` tolerates a device
+    clock slightly behind the hub's.
     """
     name = f"{manifest.model} {manifest.version}"
     if manifest.expires <= now:
@@ -262,7 +292,17 @@ def check_release(
     version = version_tuple(manifest.version)
     if any(version_tuple(bad) == version for bad in bad_versions):
         raise Refused("known_bad", f"{name}: failed its health check here before")
-    if floor is not None:
+    if serial_floor is not None:
+        if manifest.serial < serial_floor:
+            raise Refused(
+                "replay",
+                f"{name}: serial {manifest.serial} is below serial {serial_floor} committed here",
+            )
+        if manifest.serial == serial_floor:
+            raise Refused("same_version", f"{name}: serial {serial_floor} is already installed")
+        if floor is not None and version == version_tuple(floor):
+            raise Refused("same_version", f"{name}: version {floor} is already serving")
+    elif floor is not None:
         if version < version_tuple(floor):
             raise Refused("rollback", f"{name}: older than the installed version {floor}")
         if version == version_tuple(floor):
@@ -288,6 +328,8 @@ class ReleaseHistory(Protocol):
     """What the store remembers per model (``ModelStore`` provides it)."""
 
     def floor(self, model: str) -> str | None: ...
+
+    def serial_floor(self, model: str) -> int | None: ...
 
     def bad_versions(self, model: str) -> set[str]: ...
 
@@ -323,6 +365,7 @@ def verify_release(
             now=moment,
             device=device,
             floor=history.floor(manifest.model),
+            serial_floor=history.serial_floor(manifest.model),
             bad_versions=history.bad_versions(manifest.model),
             max_artifact_bytes=max_artifact_bytes,
             clock_skew_s=clock_skew_s,

@@ -9,6 +9,7 @@ go in, so an archive from this hub never carries a link.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -26,10 +27,16 @@ from edgeagent.fleet.manifest import (
     Targets,
     parse_manifest,
 )
-from edgeagent.fleet.signing import TrustError, sign_envelope
+from edgeagent.fleet.signing import (
+    MAX_ENVELOPE_BYTES,
+    TrustError,
+    decode_envelope,
+    sign_envelope,
+)
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic
 from edgeagent.hub.keys import HubError, load_private_key
+from edgeagent.hub.serials import ReleaseSerials, serials_path_for
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 
 DEFAULT_RELEASE_LIFETIME = timedelta(days=30)
@@ -127,6 +134,21 @@ class ManifestSigner:
         return sign_envelope(payload, self.keys)
 
 
+def release_path(out_dir: str | Path, model: str, version: str) -> Path:
+    """``<out_dir>/<model>-<version>.release.json``: the envelope signed last for that version."""
+    return Path(out_dir) / f"{model}-{version}.release.json"
+
+
+def _check_against(envelope: bytes, trust_path: str | Path | None) -> None:
+    """With a trust file, refuse an envelope that devices trusting it would refuse."""
+    if trust_path is None:
+        return
+    try:
+        TrustStore.load(trust_path).verify(envelope, "release")
+    except TrustError as exc:
+        raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
+
+
 def sign_package(
     package_dir: str | Path,
     *,
@@ -140,25 +162,29 @@ def sign_package(
     passphrase: bytes | None = None,
     trust_path: str | Path | None = None,
     replace_artifact: bool = True,
+    serials: ReleaseSerials | None = None,
     now: datetime | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifact and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
     ``key_paths`` are release keys (a threshold of them when the role needs more than one);
-    ``base_url`` is where ``hub serve`` will publish ``out_dir``. With ``trust_path`` the
-    envelope is verified against that trust file first, so a release signed by a key the fleet
-    does not trust is caught here rather than on every device. With ``replace_artifact=False``
-    (what an operator wants unless forcing) an existing artifact of the same name and version
-    with other bytes is refused. Nothing is written unless every check passed. Returns
-    (artifact path, envelope path).
+    ``base_url`` is where ``hub serve`` will publish ``out_dir``. The release takes the model's
+    next serial from ``serials`` (default: ``serials.json`` beside the first key). With
+    ``trust_path`` the envelope is verified against that trust file first, so a release signed
+    by a key the fleet does not trust is caught here rather than on every device. With
+    ``replace_artifact=False`` (what an operator wants unless forcing) an existing artifact of
+    the same name and version with other bytes is refused. Nothing but the serial counter is
+    written unless every check passed. Returns (artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
     data, package = archive_package(package_dir)
     artifact = _artifact_path(out_dir, package)
+    counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     manifest = ReleaseManifest(
         model=package.name,
         version=package.version,
+        serial=counter.next(package.name),
         artifact=Artifact(
             url=f"{base_url.rstrip('/')}/{artifact.name}",
             size=len(data),
@@ -171,12 +197,69 @@ def sign_package(
         min_agent_version=min_agent_version,
     )
     envelope = signer(manifest)
-    if trust_path is not None:
-        try:
-            TrustStore.load(trust_path).verify(envelope, "release")
-        except TrustError as exc:
-            raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
-    envelope_path = Path(out_dir) / f"{package.name}-{package.version}.release.json"
+    _check_against(envelope, trust_path)
+    envelope_path = release_path(out_dir, package.name, package.version)
     _write_artifact(artifact, data, replace=replace_artifact)
     write_file_atomic(envelope_path, envelope)
     return artifact, envelope_path
+
+
+def sign_rollback(
+    model: str,
+    version: str,
+    *,
+    key_paths: Sequence[str | Path],
+    out_dir: str | Path,
+    expires_in: timedelta = DEFAULT_RELEASE_LIFETIME,
+    passphrase: bytes | None = None,
+    trust_path: str | Path | None = None,
+    serials: ReleaseSerials | None = None,
+    now: datetime | None = None,
+) -> tuple[ReleaseManifest, bytes]:
+    """Sign ``model`` ``version`` again, from the artifacts kept in ``out_dir``, as a new release.
+
+    The new envelope pins the same artifact (URL, size, SHA-256 — checked against the file
+    still in ``out_dir``, so a rollback never points devices at bytes that are gone) with the
+    model's next serial, a fresh issue time, expiry and deployment id: devices that committed a
+    later version install it, and the old envelope of that version stays a refused replay.
+    It replaces ``<model>-<version>.release.json``. Returns (manifest, envelope).
+    """
+    signer = ManifestSigner(key_paths, passphrase)
+    kept = release_path(out_dir, model, version)
+    try:
+        old = parse_manifest(
+            decode_envelope(kept.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES).payload
+        )
+    except OSError as exc:
+        raise HubError(
+            f"{kept}: no kept release of {model} {version} to roll back to ({exc.strerror})"
+        ) from exc
+    except TrustError as exc:
+        raise HubError(f"{kept}: not a release this hub can re-sign: {exc}") from exc
+    if (old.model, old.version) != (model, version):
+        raise HubError(f"{kept} holds {old.model} {old.version}, not {model} {version}")
+    _check_kept_artifact(Path(out_dir), old.artifact)
+    counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
+    issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    manifest = dataclasses.replace(
+        old,
+        serial=counter.next(model),
+        issued_at=issued,
+        expires=issued + expires_in,
+        deployment_id=f"{model}-{version}-rollback-{secrets.token_hex(4)}",
+    )
+    envelope = signer(manifest)
+    _check_against(envelope, trust_path)
+    write_file_atomic(kept, envelope)
+    return manifest, envelope
+
+
+def _check_kept_artifact(out_dir: Path, artifact: Artifact) -> None:
+    """The artifact a rollback points at must still be in ``out_dir`` with the signed bytes."""
+    path = out_dir / artifact.url.rsplit("/", 1)[-1]
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise HubError(f"{path}: the artifact to roll back to is gone ({exc.strerror})") from exc
+    if len(data) != artifact.size or hashlib.sha256(data).hexdigest() != artifact.sha256:
+        raise HubError(f"{path}: no longer the signed artifact (size or SHA-256 differ)")

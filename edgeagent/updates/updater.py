@@ -257,9 +257,10 @@ class Updater:
 
     # --- the release history verify_release checks against (ReleaseHistory) --------------
     def floor(self, model: str) -> str | None:
-        """The anti-rollback floor: the store's committed floor, or — before anything of this
-        model was committed here — the version serving now, so a device serving factory seed
-        v5 never accepts an old (still unexpired) v2."""
+        """The version floor, which counts only while the model has no serial floor: the
+        store's record (a root-signed reset), or — before anything of this model was committed
+        here — the version serving now, so a device serving factory seed v5 never accepts an
+        old (still unexpired) v2."""
         floor = self.store.floor(model)
         if floor is not None:  # committed here: the store's record is the whole truth (and
             return floor  # a root-signed reset may have lowered it below what serves now)
@@ -268,6 +269,9 @@ class Updater:
         except Exception:  # not loaded (or unknown): only the store's record counts
             serving = None
         return serving if serving is not None and VERSION_RE.match(serving) else None
+
+    def serial_floor(self, model: str) -> int | None:
+        return self.store.serial_floor(model)
 
     def bad_versions(self, model: str) -> set[str]:
         return self.store.bad_versions(model)
@@ -307,6 +311,7 @@ class Updater:
             "queued": len(self._hints),
             "trust_version": self.trust.version,
             "floors": {m: self.floor(m) for m in self.store.models()},
+            "serials": {m: self.store.serial_floor(m) for m in self.store.models()},
             "installed": {m: self.store.current(m) for m in self.store.models()},
             "pending": (lambda p: p and {"model": p.model, "version": p.version, "step": p.step})(
                 self.store.pending()
@@ -332,6 +337,7 @@ class Updater:
                 version=manifest.version,
                 previous=self.store.current(manifest.model),
                 deployment_id=manifest.deployment_id,
+                serial=manifest.serial,
             )
             self.store.begin(pending)
         except Exception as exc:  # nothing was changed yet: a refusal, the store as it was
@@ -417,7 +423,7 @@ class Updater:
         """Raise the floor, then report, then drop the pending record — in that order, so a
         crash between any two steps still ends in one durable "succeeded" (recover() reports
         a raised floor as a committed install, and the reporter persists its outcomes)."""
-        self.store.raise_floor(pending.model, pending.version)
+        self.store.raise_floor(pending.model, pending.version, pending.serial)
         self._remember(key)  # a re-delivered envelope is not refused as "same_version"
         removed = self.store.gc(pending.model, self.settings.keep_releases)
         detail = f"now serving {pending.model} {pending.version}"

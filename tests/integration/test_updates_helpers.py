@@ -32,6 +32,7 @@ from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ReleaseManifest, 
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.fleet.trust import open_trust_store
 from edgeagent.hub.keys import keygen, load_private_key
+from edgeagent.hub.serials import ReleaseSerials
 from edgeagent.hub.serve import start_artifact_server
 from edgeagent.hub.sign import ManifestSigner, sign_package
 from edgeagent.models.session import open_variant
@@ -108,6 +109,10 @@ class Hub:
             add_golden(self.package(version, seed=int(version.split(".")[0]))), **options
         )
 
+    def next_serial(self, model: str = "tiny") -> int:
+        """The serial ``hub sign`` would give the model's next release (the same counter)."""
+        return ReleaseSerials(self.keys / "serials.json").next(model)
+
     def raw_release(self, artifact_bytes: bytes, model: str = "tiny", version: str = "9") -> bytes:
         """Sign a manifest for arbitrary artifact bytes (a hostile archive)."""
         name = f"{model}-{version}-raw.tar.gz"
@@ -116,6 +121,7 @@ class Hub:
         manifest = ReleaseManifest(
             model=model,
             version=version,
+            serial=self.next_serial(model),
             artifact=Artifact(
                 url=f"{self.url}/{name}",
                 size=len(artifact_bytes),

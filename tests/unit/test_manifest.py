@@ -105,14 +105,43 @@ def test_malformed_manifests_name_the_field(sim: Simulator, case: str) -> None:
     assert info.value.message.startswith("manifest")
 
 
-@pytest.mark.parametrize("payload", [b"", b"[]", b"nul", b"\xff\xfe", b'{"type": "release"}'])
+@pytest.mark.parametrize("payload", [b"", b"[]", b"nul", b"\xff\xfe", b'{"type": "trust"}'])
 def test_non_manifest_payloads(payload: bytes) -> None:
     with pytest.raises(ManifestError) as info:
         parse_manifest(payload)
     assert info.value.code == "malformed"
 
 
-def check(sim: Simulator, *, now=NOW, device=DEVICE, floor=None, bad=(), limit=1 << 20, **doc):
+@pytest.mark.parametrize("form", [_DELETE, 1, 3, "2", True])
+def test_a_release_of_another_format_is_unsupported(sim: Simulator, form) -> None:
+    """A release format 1 manifest (no format, no serial) is refused with its own code."""
+    doc = sim.release_doc()
+    _set("format", form)(doc)
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(dumps(doc))
+    assert info.value.code == "unsupported_format"
+
+
+@pytest.mark.parametrize("serial", [_DELETE, 0, -1, 2**53, True, "3", 1.5])
+def test_the_serial_is_a_positive_integer(sim: Simulator, serial) -> None:
+    doc = sim.release_doc()
+    _set("serial", serial)(doc)
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(dumps(doc))
+    assert info.value.code == "malformed"
+
+
+def check(
+    sim: Simulator,
+    *,
+    now=NOW,
+    device=DEVICE,
+    floor=None,
+    bad=(),
+    limit=1 << 20,
+    serial_floor=None,
+    **doc,
+):
     manifest = parse_manifest(dumps(sim.release_doc(**doc)))
     check_release(
         manifest,
@@ -121,6 +150,7 @@ def check(sim: Simulator, *, now=NOW, device=DEVICE, floor=None, bad=(), limit=1
         floor=floor,
         bad_versions=set(bad),
         max_artifact_bytes=limit,
+        serial_floor=serial_floor,
     )
 
 
@@ -176,6 +206,16 @@ def test_rollback_and_same_version(sim: Simulator) -> None:
     refused("rollback", sim, version="1.9.0", floor="1.10.0")
     error = refused("same_version", sim, floor="2.0")
     assert "already installed" in error.message
+
+
+def test_once_a_serial_is_committed_the_serial_is_the_floor(sim: Simulator) -> None:
+    """An older model version with a higher serial is a signed rollback: it passes, whatever
+    the version floor says; a lower serial is a replay, an equal one a re-delivery."""
+    check(sim, version="1", serial=5, serial_floor=4, floor="3")
+    error = refused("replay", sim, version="9", serial=3, serial_floor=4)
+    assert "serial 3 is below serial 4" in error.message
+    refused("same_version", sim, serial=4, serial_floor=4)
+    refused("known_bad", sim, serial=5, serial_floor=4, bad=["2"])
 
 
 def test_artifact_too_large(sim: Simulator) -> None:
