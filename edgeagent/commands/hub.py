@@ -123,7 +123,7 @@ def _serials_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--serials",
         type=Path,
-        help="the per-model release serial counters (default: serials.json beside --key)",
+        help="the per-model release serial counters (default: serials.json beside the key)",
     )
 
 
@@ -412,7 +412,14 @@ def _rollback(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("model", metavar="MODEL")
     parser.add_argument("--to", required=True, dest="version", metavar="VERSION")
     parser.add_argument("--group", required=True)
-    parser.add_argument("--key", action="append", type=Path, required=True, dest="keys")
+    parser.add_argument(
+        "--release-key",
+        action="append",
+        type=Path,
+        required=True,
+        dest="keys",
+        help="release key that signs the rollback (repeat for a threshold)",
+    )
     parser.add_argument(
         "--artifacts", type=Path, default=Path("."), help="where 'hub sign' wrote (--out)"
     )

@@ -186,6 +186,8 @@ class Updater:
         self._hint_ready = asyncio.Event()
         self._handled_path = store.root / "handled.json"
         self._handled: list[str] = self._load_handled()
+        self._committed_path = store.root / "committed-envelopes.json"
+        self._committed: dict[str, str] = self._load_committed()
 
     # --- entry points --------------------------------------------------------------------
     async def on_message(self, topic: str, payload: bytes) -> None:
@@ -425,6 +427,7 @@ class Updater:
         a raised floor as a committed install, and the reporter persists its outcomes)."""
         self.store.raise_floor(pending.model, pending.version, pending.serial)
         self._remember(key)  # a re-delivered envelope is not refused as "same_version"
+        self._supersede(pending.model, key)
         removed = self.store.gc(pending.model, self.settings.keep_releases)
         detail = f"now serving {pending.model} {pending.version}"
         if removed:
@@ -574,6 +577,25 @@ class Updater:
             return
         self._handled = [*self._handled, key][-_REMEMBERED:]
         write_json_atomic(self._handled_path, self._handled)
+
+    def _load_committed(self) -> dict[str, str]:
+        try:
+            data = json.loads(self._committed_path.read_text(encoding="utf-8"))
+            return {str(m): str(k) for m, k in data.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def _supersede(self, model: str, key: str) -> None:
+        """Forget the envelope committed before for ``model``: it is a replay now (its serial
+        is below the floor), and a replay is refused and reported, not silently skipped."""
+        old = self._committed.get(model)
+        if old == key:
+            return
+        if old in self._handled:
+            self._handled = [k for k in self._handled if k != old]
+            write_json_atomic(self._handled_path, self._handled)
+        self._committed[model] = key
+        write_json_atomic(self._committed_path, self._committed)
 
 
 class UpdateService:

@@ -25,11 +25,14 @@ import onnxruntime as ort
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeagent.aio import cancel_and_wait
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
+from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import sign_envelope
+from edgeagent.fleet.topics import Topics
 from edgeagent.fleet.trust import open_trust_store
 from edgeagent.hub.keys import keygen, load_private_key
 from edgeagent.hub.serials import ReleaseSerials
@@ -41,6 +44,7 @@ from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import ModelStore
 from edgeagent.updates.updater import Updater
 from tests.helpers import write_tiny_package
+from tests.integration.broker import Broker
 
 DEVICE = DeviceIdentity(device_id="dev-1", profile="generic_x86_64", device_class="test-box")
 
@@ -225,3 +229,55 @@ async def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> 
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(interval)
+
+
+class Online:
+    """A device stack plus its MQTT link, as the daemon's UpdateService runs them."""
+
+    def __init__(self, device: Device, broker: Broker, device_id: str = "dev-1") -> None:
+        self.device = device
+        topics = Topics("edgeagent", "lab", device_id)
+        self.link = MqttLink(broker.settings(), topics, device.updater.on_message)
+        device.updater.device = dataclasses.replace(device.updater.device, device_id=device_id)
+        device.updater.reporter.device_id = device_id
+        device.updater.reporter.group = "lab"
+        device.updater.reporter.sources = {"models": device.registry.status}
+        device.updater.reporter.connect(self.link.publish_state, self._event)
+        self.tasks: list[asyncio.Task] = []
+
+    def _event(self, event: dict) -> None:
+        self.device.events.append(event)
+        self.link.publish_event(event)
+
+    async def start(self) -> Online:
+        self.tasks = [
+            asyncio.create_task(self.link.run()),
+            asyncio.create_task(self.device.updater.run()),
+        ]
+        await asyncio.wait_for(self.link.connected.wait(), 15)
+        return self
+
+    async def stop(self) -> None:
+        await self.link.close()
+        await cancel_and_wait(self.tasks)
+
+    def outcome(self) -> dict | None:
+        return self.device.updater.reporter.last
+
+
+@pytest.fixture(name="stacks")
+async def stacks_fixture(tmp_path: Path, hub: Hub, broker: Broker) -> AsyncIterator:
+    """Make online devices on demand; everything is stopped and closed afterwards."""
+    made: list[Online] = []
+    with ThreadPoolExecutor(2) as executor:
+
+        async def make(device_id: str = "dev-1", state: str | None = None) -> Online:
+            device = make_device(tmp_path / (state or device_id), hub.keys / "trust.json", executor)
+            online = Online(device, broker, device_id)
+            made.append(online)
+            return online
+
+        yield make
+        for online in made:
+            await online.stop()
+            await online.device.registry.close()

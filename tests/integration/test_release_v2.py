@@ -1,0 +1,153 @@
+"""Release format 2 over a real Mosquitto, driven through the ``hub`` CLI: one retained release
+topic per (group, model), the per-model serial as the floor (``hub rollback`` of a fleet, a
+refused replay), and ``hub publish`` refusing what devices would refuse."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from edgeagent.fleet.topics import GroupTopics
+from edgeagent.hub.keys import generate_key
+from edgeagent.hub.publish import publish
+from edgeagent.hub.sign import release_path
+from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
+from tests.integration.test_hub import hub as hub_cli
+from tests.integration.test_updates_helpers import (
+    Hub,
+    Online,
+    add_golden,
+    hub_fixture,  # noqa: F401 - fixture
+    stacks_fixture,  # noqa: F401 - fixture
+    wait_for,
+)
+
+pytestmark = pytest.mark.broker
+
+
+def _sign(hub: Hub, version: str, name: str = "tiny", **options) -> Path:
+    """``hub sign`` of a fresh package; returns the ``*.release.json`` it wrote."""
+    hub.sign(add_golden(hub.package(version, seed=int(version), name=name)), **options)
+    return release_path(hub.artifacts, name, version)
+
+
+async def _publish(hub: Hub, broker: Broker, release: Path, *extra: str):
+    return await asyncio.to_thread(
+        hub_cli,
+        "publish",
+        str(release),
+        "--group",
+        "lab",
+        "--trust",
+        str(hub.keys / "trust.json"),
+        "--broker",
+        f"127.0.0.1:{broker.port}",
+        "--json",
+        *extra,
+    )
+
+
+async def _retained(broker: Broker, topic: str) -> bytes | None:
+    """The retained message on ``topic`` (None if there is none): subscribe, then publish a
+    non-retained marker on the same topic — whatever arrives before the marker was retained."""
+    marker = b"marker-not-retained"
+    async with aiomqtt.Client("127.0.0.1", broker.port) as client:
+        await client.subscribe(topic, qos=1)
+        await client.publish(topic, marker, qos=1)
+        async for message in client.messages:
+            payload = bytes(message.payload)  # type: ignore[arg-type]
+            return None if payload == marker else payload
+    return None
+
+
+def _serving(online: Online, name: str = "tiny") -> str | None:
+    try:
+        return online.device.serving(name)
+    except Exception:  # not loaded yet
+        return None
+
+
+async def test_two_models_released_to_one_group_reach_a_device_that_joins_afterwards(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    for name in ("tiny", "other"):
+        published = await _publish(hub, broker, _sign(hub, "1", name))
+        assert published.returncode == 0, published.stderr
+        assert json.loads(published.stdout)["topics"] == [f"edgeagent/group/lab/release/{name}"]
+
+    late = await (await stacks("late")).start()
+    await wait_for(lambda: _serving(late, "tiny") == "1" and _serving(late, "other") == "1")
+    assert late.device.store.models() == ["other", "tiny"]
+
+
+async def test_hub_rollback_brings_three_devices_back_and_a_replay_is_refused(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    fleet = [await (await stacks(f"dev-{n}")).start() for n in range(3)]
+    assert (await _publish(hub, broker, _sign(hub, "1"))).returncode == 0
+    await wait_for(lambda: all(_serving(d) == "1" for d in fleet))
+    v2 = _sign(hub, "2")
+    v2_envelope = v2.read_bytes()
+    assert (await _publish(hub, broker, v2)).returncode == 0
+    await wait_for(lambda: all(_serving(d) == "2" for d in fleet))
+
+    rolled = await asyncio.to_thread(
+        hub_cli,
+        "rollback",
+        "tiny",
+        "--to",
+        "1",
+        "--group",
+        "lab",
+        "--release-key",
+        str(hub.keys / "release.key"),
+        "--artifacts",
+        str(hub.artifacts),
+        "--trust",
+        str(hub.keys / "trust.json"),
+        "--broker",
+        f"127.0.0.1:{broker.port}",
+        "--json",
+    )
+    assert rolled.returncode == 0, rolled.stderr
+    result = json.loads(rolled.stdout)
+    assert result["serial"] == 3 and result["topic"] == "edgeagent/group/lab/release/tiny"
+    rollback = result["deployment_id"]
+    await wait_for(lambda: all((d.outcome() or {}).get("deployment_id") == rollback for d in fleet))
+    for device in fleet:
+        outcome = device.outcome()
+        assert outcome is not None and (outcome["result"], outcome["code"]) == (
+            "succeeded",
+            "committed",
+        )
+        assert _serving(device) == "1" and device.device.store.serial_floor("tiny") == 3
+
+    # An attacker on the broker replays the genuine v2 envelope into the retained slot.
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], v2_envelope)
+    await wait_for(lambda: all((d.outcome() or {}).get("code") == "replay" for d in fleet))
+    assert all(_serving(d) == "1" and d.device.store.current("tiny") == "1" for d in fleet)
+
+
+async def test_publish_refuses_an_unverifiable_release_and_unpublish_clears_the_slot(
+    hub: Hub, broker: Broker
+) -> None:
+    topic = GroupTopics("edgeagent", "lab").release("tiny").name
+    good = _sign(hub, "1")
+    assert (await _publish(hub, broker, good)).returncode == 0
+
+    stranger = generate_key(hub.root / "stranger", "release")
+    unverifiable = _sign(hub, "2", key_paths=[stranger.key_path])
+    refused = await _publish(hub, broker, unverifiable)
+    assert refused.returncode == 1 and "devices would refuse this release" in refused.stderr
+    assert "unknown_key" in refused.stderr
+    assert await _retained(broker, topic) == good.read_bytes()  # the good one is still there
+
+    cleared = await asyncio.to_thread(
+        hub_cli, "unpublish", "tiny", "--group", "lab", "--broker", f"127.0.0.1:{broker.port}"
+    )
+    assert cleared.returncode == 0, cleared.stderr
+    assert await _retained(broker, topic) is None
