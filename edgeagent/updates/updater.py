@@ -221,8 +221,7 @@ class Updater:
         if key in self._handled:
             return
         release = {"model": "trust", "version": "", "deployment_id": f"trust-{key[6:18]}"}
-        try:
-            self._check_size(envelope)
+        try:  # the store bounds each envelope and the chain itself (max_bytes, MAX_CHAIN)
             self.trust = self.trust.update(envelope)  # one envelope, or a chain to catch up
         except TrustError as exc:
             if exc.code != "same_version":
