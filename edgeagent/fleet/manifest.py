@@ -6,8 +6,10 @@ signed release may carry an *older* model version (a fleet rollback), while a re
 earlier release (lower serial) is still refused. A payload without ``"format": 2`` (the first
 release format) is refused with ``unsupported_format``: see the README's update section.
 
-A manifest pins the artifact by URL, exact size and SHA-256 (so the download can be capped at
-the signed length and checked before unpacking) and says which devices it is for, when it was
+A manifest pins each artifact — the shared files (``artifact``: model.toml, labels, golden
+inputs) and one per variant (``variants``: runtime, precision) — by URL, exact size and
+SHA-256 (so a download can be capped at the signed length and checked before unpacking), and
+says which devices it is for, when it was
 issued, when it expires and which agent it needs. It is parsed only after ``TrustStore.verify``
 has checked its signatures, and then refused for policy reasons — expiry, target, version floor
 — *before* anything is downloaded: the MQTT message is only a hint.
@@ -43,6 +45,7 @@ __all__ = [
     "ReleaseManifest",
     "ReleaseRefused",
     "Targets",
+    "VariantArtifact",
     "check_release",
     "parse_manifest",
     "verify_release",
@@ -52,6 +55,8 @@ DEFAULT_CLOCK_SKEW_S = 300.0
 _SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
 _DEPLOYMENT_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 _TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
+MAX_VARIANTS = 64
+_VARIANT_FIELD_RE = re.compile(r"\A[a-z0-9][a-z0-9_]{0,31}\Z", re.ASCII)  # runtime, precision
 MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its devices)
 MAX_URL_CHARS = 2048
 FORMAT = 2
@@ -63,6 +68,7 @@ _FIELDS = {
     "model",
     "version",
     "artifact",
+    "variants",
     "targets",
     "issued_at",
     "expires",
@@ -88,6 +94,31 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class VariantArtifact:
+    """One variant's files (a ``.tar.gz``): a device downloads only the variants it runs."""
+
+    runtime: str
+    precision: str
+    artifact: Artifact
+
+    @property
+    def key(self) -> str:
+        """The package's spelling of a variant (``ModelPackage.variant`` / ``Variant.key``)."""
+        return f"{self.runtime}/{self.precision}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "precision": self.precision,
+            **_artifact_dict(self.artifact),
+        }
+
+
+def _artifact_dict(artifact: Artifact) -> dict[str, Any]:
+    return {"url": artifact.url, "size": artifact.size, "sha256": artifact.sha256}
+
+
+@dataclass(frozen=True)
 class Targets:
     """Who may install the release; an empty list means "any" for that criterion."""
 
@@ -109,7 +140,8 @@ class ReleaseManifest:
     model: str
     version: str
     serial: int
-    artifact: Artifact
+    artifact: Artifact  # the shared files
+    variants: tuple[VariantArtifact, ...]
     issued_at: datetime
     expires: datetime
     deployment_id: str
@@ -123,11 +155,8 @@ class ReleaseManifest:
             "serial": self.serial,
             "model": self.model,
             "version": self.version,
-            "artifact": {
-                "url": self.artifact.url,
-                "size": self.artifact.size,
-                "sha256": self.artifact.sha256,
-            },
+            "artifact": _artifact_dict(self.artifact),
+            "variants": [variant.to_dict() for variant in self.variants],
             "targets": {name: list(getattr(self.targets, name)) for name in _TARGET_FIELDS},
             "issued_at": format_time(self.issued_at),
             "expires": format_time(self.expires),
@@ -147,21 +176,40 @@ def _string(document: dict[str, Any], key: str, pattern: re.Pattern[str], rule: 
     return value
 
 
-def _artifact(value: Any) -> Artifact:
-    if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"}:
-        raise ManifestError("manifest artifact: must be an object with url, size and sha256")
+def _artifact(value: Any, where: str = "artifact", extra: frozenset[str] = frozenset()) -> Artifact:
+    if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"} | extra:
+        fields = ", ".join(sorted({"url", "size", "sha256"} | extra))
+        raise ManifestError(f"manifest {where}: must be an object with {fields}")
     url = value["url"]
     parts = urlsplit(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
         raise ManifestError(
-            f"manifest artifact.url: {str(url)[:80]!r} is not an http(s) URL "
+            f"manifest {where}.url: {str(url)[:80]!r} is not an http(s) URL "
             f"of at most {MAX_URL_CHARS} characters"
         )
     size = value["size"]
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ManifestError(f"manifest artifact.size: {size!r} is not a positive integer")
+        raise ManifestError(f"manifest {where}.size: {str(size)[:40]!r} is not a positive integer")
     sha256 = _string(value, "sha256", _SHA256_RE, "64 lowercase hex digits")
     return Artifact(url=url, size=size, sha256=sha256)
+
+
+def _variants(value: Any) -> tuple[VariantArtifact, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_VARIANTS:
+        raise ManifestError(f"manifest variants: must be a list of 1-{MAX_VARIANTS} variants")
+    variants = []
+    for index, item in enumerate(value):
+        where = f"variants[{index}]"
+        artifact = _artifact(item, where, frozenset({"runtime", "precision"}))
+        runtime, precision = (
+            _string(item, key, _VARIANT_FIELD_RE, "1-32 lowercase letters, digits or '_'")
+            for key in ("runtime", "precision")
+        )
+        variants.append(VariantArtifact(runtime, precision, artifact))
+    keys = [variant.key for variant in variants]
+    if len(set(keys)) != len(keys):
+        raise ManifestError("manifest variants: a runtime/precision is listed twice")
+    return tuple(variants)
 
 
 def _targets(value: Any) -> Targets:
@@ -227,6 +275,7 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
         version=_string(document, "version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
         artifact=_artifact(document["artifact"]),
+        variants=_variants(document["variants"]),
         targets=_targets(document["targets"]),
         issued_at=issued_at,
         expires=expires,
@@ -307,12 +356,17 @@ def check_release(
             raise Refused("rollback", f"{name}: older than the installed version {floor}")
         if version == version_tuple(floor):
             raise Refused("same_version", f"{name}: version {floor} is already installed")
-    if manifest.artifact.size > max_artifact_bytes:
+    largest = max([manifest.artifact, *(v.artifact for v in manifest.variants)], key=_size)
+    if largest.size > max_artifact_bytes:
         raise Refused(
             "too_large",
-            f"{name}: artifact is {manifest.artifact.size} bytes, over the limit of "
-            f"{max_artifact_bytes} ([updates] max_artifact_bytes)",
+            f"{name}: artifact {largest.url.rsplit('/', 1)[-1][:80]} is {largest.size} bytes, "
+            f"over the limit of {max_artifact_bytes} ([updates] max_artifact_bytes)",
         )
+
+
+def _size(artifact: Artifact) -> int:
+    return artifact.size
 
 
 class ReleaseRefused(Refused):

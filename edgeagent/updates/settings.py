@@ -29,6 +29,9 @@ class UpdateSettings:
     # A golden input passes when its expected class is among the model's top-k: an int8 variant
     # may swap near-tied classes of the fp32 reference; 1 demands the exact top-1.
     golden_top_k: int = 5
+    # Also download the best-ranked CPU variant when the chosen one runs on an accelerator, so
+    # an accelerator that fails its probe or at run time still has a variant to fall back to.
+    cpu_fallback_variant: bool = True
     ca_file: Path | None = None  # CA bundle for https artifact URLs; None = system store
     # --- trust (signatures, trust store, manifests) ---
     trust_file: Path = Path("/etc/edgeagent/trust.json")  # provisioned seed; rotations go to

@@ -35,7 +35,7 @@ import os
 import shutil
 import signal
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -46,10 +46,12 @@ from prometheus_client import CollectorRegistry
 from edgeagent.aio import cancel_and_wait
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet.manifest import (
+    Artifact,
     DeviceIdentity,
     ManifestError,
     ReleaseManifest,
     ReleaseRefused,
+    VariantArtifact,
     verify_release,
 )
 from edgeagent.fleet.mqtt import MqttLink
@@ -59,6 +61,7 @@ from edgeagent.fleet.topics import Topics, purpose_of
 from edgeagent.fleet.trust import TrustStore, open_trust_store
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.models.package import (
+    INSTALLED_VARIANTS,
     VERSION_RE,
     ModelPackage,
     PackageError,
@@ -69,7 +72,7 @@ from edgeagent.updates.download import ArtifactDownload, DownloadError, Download
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
-from edgeagent.updates.unpack import UnpackError, unpack_archive
+from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,11 @@ class Activator(Protocol):
     async def unload(self, name: str) -> None: ...
 
     def get(self, name: str) -> Served: ...
+
+
+VariantChoice = Callable[[Sequence[str]], list[str]]
+"""Which of a release's variant keys (``runtime/precision``) this device downloads, best
+first (``hardware.choose.release_variants`` over the board's profile)."""
 
 
 class InstallFailed(Exception):
@@ -171,9 +179,11 @@ class Updater:
         registry: Activator,
         device: DeviceIdentity,
         reporter: UpdateReporter,
+        choose_variants: VariantChoice,
         limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
     ) -> None:
         self.settings = settings
+        self.choose_variants = choose_variants
         self.store = store
         self.trust = trust
         self.registry = registry
@@ -253,8 +263,22 @@ class Updater:
             )
         except TrustError as exc:
             return self._refused(self._describe(envelope, exc), exc)
-        await self._install(manifest, key)
+        variants = self._variants(manifest)
+        if not variants:
+            offered = ", ".join(v.key for v in manifest.variants)
+            refusal = TrustError(
+                "no_variant",
+                f"{manifest.model} {manifest.version}: none of its variants ({offered}) runs "
+                f"on profile {self.device.profile or '?'} with the runtimes installed here",
+            )
+            return self._refused(self._describe_manifest(manifest), refusal)
+        await self._install(manifest, variants, key)
         return self.reporter.last
+
+    def _variants(self, manifest: ReleaseManifest) -> list[VariantArtifact]:
+        """The variants of ``manifest`` this device downloads (its choice, best first)."""
+        by_key = {variant.key: variant for variant in manifest.variants}
+        return [by_key[key] for key in self.choose_variants(list(by_key)) if key in by_key]
 
     # --- the release history verify_release checks against (ReleaseHistory) --------------
     def floor(self, model: str) -> str | None:
@@ -296,15 +320,17 @@ class Updater:
     @staticmethod
     def _describe(envelope: bytes, exc: TrustError) -> dict[str, str]:
         """Model, version and deployment of a refused release, when its signature was good."""
-        release = {"model": "", "version": "", "deployment_id": ""}
         if isinstance(exc, ReleaseRefused):
-            manifest = exc.manifest
-            release.update(
-                model=manifest.model,
-                version=manifest.version,
-                deployment_id=manifest.deployment_id,
-            )
-        return release
+            return Updater._describe_manifest(exc.manifest)
+        return {"model": "", "version": "", "deployment_id": ""}
+
+    @staticmethod
+    def _describe_manifest(manifest: ReleaseManifest) -> dict[str, str]:
+        return {
+            "model": manifest.model,
+            "version": manifest.version,
+            "deployment_id": manifest.deployment_id,
+        }
 
     def status(self) -> dict[str, Any]:
         return {
@@ -320,7 +346,9 @@ class Updater:
         }
 
     # --- the steps -----------------------------------------------------------------------
-    async def _install(self, manifest: ReleaseManifest, key: str) -> None:
+    async def _install(
+        self, manifest: ReleaseManifest, variants: list[VariantArtifact], key: str
+    ) -> None:
         """Run the steps after ``verify``; any failure, expected or not, rolls back.
 
         ``step`` names where it stopped, so an unexpected exception (a bug, or a network value
@@ -351,14 +379,21 @@ class Updater:
         # What to swap the registry back to on failure: False until the new release serves.
         swap_back: Path | Literal[False] | None = False
         before = self._served_dir(manifest.model)
+        downloads: list[Path] = []  # completed artifacts in staging, removed when done
         step = "download"
         try:
-            artifact = await self._download(manifest, release)
+            for artifact in (manifest.artifact, *(v.artifact for v in variants)):
+                downloads.append(await self._download(artifact, release))
+            shared, *files = downloads
+            downloaded = manifest.artifact.size + sum(v.artifact.size for v in variants)
             self.store.advance(pending, "downloaded")
+            self.reporter.progress(
+                release, "downloaded", bytes=downloaded, variants=[v.key for v in variants]
+            )
             checkpoint("downloaded")
 
             step = "unpack"
-            unpacked = await self._unpack(manifest, artifact)
+            unpacked = await self._unpack(manifest, shared, list(zip(variants, files, strict=True)))
             self.store.advance(pending, "unpacked")
             self.reporter.progress(release, "unpacked")
             checkpoint("unpacked")
@@ -367,7 +402,7 @@ class Updater:
             installed = await asyncio.to_thread(
                 self.store.install, manifest.model, manifest.version, unpacked
             )
-            artifact.unlink(missing_ok=True)
+            self._discard(downloads)
             self.store.advance(pending, "installed")
             self.reporter.progress(release, "installed")
             checkpoint("installed")
@@ -389,8 +424,10 @@ class Updater:
             checkpoint("committing")
             self._commit(pending, release, key)
         except InstallFailed as exc:
+            self._discard(downloads)
             await self._roll_back(pending, release, swap_back, exc.code, str(exc), bad=exc.bad)
         except Exception as exc:
+            self._discard(downloads)
             log.exception("update step %r of %s %s failed", step, manifest.model, manifest.version)
             message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
             await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
@@ -435,7 +472,7 @@ class Updater:
         self.store.clear_pending()
         checkpoint("committed")
 
-    async def _download(self, manifest: ReleaseManifest, release: dict[str, str]) -> Path:
+    async def _download(self, artifact: Artifact, release: dict[str, str]) -> Path:
         settings = self.settings
         limits = DownloadLimits(
             timeout_s=settings.download_timeout_s,
@@ -452,9 +489,9 @@ class Updater:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             job = ArtifactDownload(
                 http,
-                manifest.artifact.url,
-                size=manifest.artifact.size,
-                sha256=manifest.artifact.sha256,
+                artifact.url,
+                size=artifact.size,
+                sha256=artifact.sha256,
                 staging=self.store.staging,
                 limits=limits,
                 paused=lambda: self.limits().pause_downloads,
@@ -468,21 +505,31 @@ class Updater:
                 job.discard()
                 raise InstallFailed(exc.code, str(exc)) from exc
 
-    async def _unpack(self, manifest: ReleaseManifest, artifact: Path) -> Path:
+    async def _unpack(
+        self,
+        manifest: ReleaseManifest,
+        shared: Path,
+        variants: list[tuple[VariantArtifact, Path]],
+    ) -> Path:
+        """Unpack the shared files, add each downloaded variant's files beside them, list the
+        variants in ``variants.installed`` and validate the result as a package."""
         destination = self.store.staging / f"unpack-{manifest.artifact.sha256}"
         shutil.rmtree(destination, ignore_errors=True)
+        limits = {
+            "max_bytes": self.settings.max_unpacked_bytes,
+            "max_files": self.settings.max_unpacked_files,
+            "max_header_bytes": self.settings.max_tar_header_bytes,
+        }
         try:
-            root = await asyncio.to_thread(
-                unpack_archive,
-                artifact,
-                destination,
-                max_bytes=self.settings.max_unpacked_bytes,
-                max_files=self.settings.max_unpacked_files,
-                max_header_bytes=self.settings.max_tar_header_bytes,
+            root = await asyncio.to_thread(unpack_archive, shared, destination, **limits)
+            for variant, archive in variants:
+                await asyncio.to_thread(self._add_variant, root, variant, archive, limits)
+            (root / INSTALLED_VARIANTS).write_text(
+                "".join(f"{variant.key}\n" for variant, _ in variants), encoding="utf-8"
             )
             package = await asyncio.to_thread(load_package, root)
         except UnpackError as exc:
-            artifact.unlink(missing_ok=True)
+            shutil.rmtree(destination, ignore_errors=True)
             raise InstallFailed("unsafe_archive", str(exc)) from exc
         except PackageError as exc:
             shutil.rmtree(destination, ignore_errors=True)
@@ -496,6 +543,30 @@ class Updater:
                 bad=True,
             )
         return root
+
+    @staticmethod
+    def _discard(downloads: list[Path]) -> None:
+        for path in downloads:
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _add_variant(
+        root: Path, variant: VariantArtifact, archive: Path, limits: dict[str, int]
+    ) -> None:
+        """Unpack one variant's archive beside the package root, then move its files in; a
+        file that is already there (a shared file, another variant's) is refused."""
+        holder = root.parent / f"variant-{variant.artifact.sha256}"
+        shutil.rmtree(holder, ignore_errors=True)
+        unpack_files(archive, holder, **limits)
+        try:
+            for path in sorted(p for p in holder.rglob("*") if p.is_file()):
+                target = root / path.relative_to(holder)
+                if target.exists() or target.name == INSTALLED_VARIANTS:
+                    raise UnpackError(f"{variant.key}: {target.name} would replace a file")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(path, target)
+        finally:
+            shutil.rmtree(holder, ignore_errors=True)
 
     async def _activate(self, installed: Path) -> Served:
         try:
@@ -616,6 +687,7 @@ class UpdateService:
         metrics: CollectorRegistry,
         limits: Callable[[], ServingLimits],
         sources: Mapping[str, Callable[[], dict[str, Any]]],
+        choose_variants: VariantChoice,
         profile: str = "",
     ) -> None:
         self.store = ModelStore(state_dir)
@@ -642,6 +714,7 @@ class UpdateService:
             registry=registry,
             device=DeviceIdentity(device_id, profile, settings.device_class),
             reporter=self.reporter,
+            choose_variants=choose_variants,
             limits=limits,
         )
         topics = Topics(mqtt.topic_prefix, settings.group, device_id)

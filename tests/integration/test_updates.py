@@ -214,8 +214,9 @@ async def test_a_failed_golden_check_swaps_back_to_the_old_version(hub, device) 
 
 async def test_a_package_that_is_not_what_was_signed_is_refused(hub, device) -> None:
     await _serving_v1(hub, device)
-    archive = (next(hub.artifacts.glob("tiny-1*.tar.gz"))).read_bytes()
-    outcome = await device.apply(hub.raw_release(archive, version="5"))
+    shared = (hub.artifacts / "tiny-1.tar.gz").read_bytes()
+    variant = (hub.artifacts / "tiny-1.onnxruntime.fp32.tar.gz").read_bytes()
+    outcome = await device.apply(hub.raw_release(shared, version="5", variant_bytes=variant))
     assert outcome["code"] == "bad_package" and "signed manifest says tiny 5" in outcome["message"]
     assert device.serving() == "1"
 

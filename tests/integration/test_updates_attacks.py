@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.fleet.manifest import MAX_SERIAL, Artifact, ReleaseManifest, Targets
+from edgeagent.fleet.manifest import (
+    MAX_SERIAL,
+    Artifact,
+    ReleaseManifest,
+    Targets,
+    VariantArtifact,
+)
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics
 from edgeagent.fleet.trust import TrustStore, trust_state_path
@@ -190,6 +196,13 @@ def _raw_manifest(hub: Hub, version: str) -> bytes:
         version=version,
         serial=hub.next_serial(),
         artifact=Artifact(f"{hub.url}/x.tar.gz", len(body), hashlib.sha256(body).hexdigest()),
+        variants=(
+            VariantArtifact(
+                "onnxruntime",
+                "fp32",
+                Artifact(f"{hub.url}/y.tar.gz", len(body), hashlib.sha256(body).hexdigest()),
+            ),
+        ),
         issued_at=now,
         expires=now + timedelta(days=1),
         deployment_id="long",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import hashlib
 import io
 import re
@@ -29,11 +30,19 @@ from edgeagent.aio import cancel_and_wait
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
-from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
+from edgeagent.fleet.manifest import (
+    Artifact,
+    DeviceIdentity,
+    ReleaseManifest,
+    Targets,
+    VariantArtifact,
+)
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.fleet.topics import Topics
 from edgeagent.fleet.trust import open_trust_store
+from edgeagent.hardware.choose import release_variants
+from edgeagent.hardware.profile import Profile, load_profiles
 from edgeagent.hub.keys import keygen, load_private_key
 from edgeagent.hub.serials import ReleaseSerials
 from edgeagent.hub.serve import start_artifact_server
@@ -117,20 +126,27 @@ class Hub:
         """The serial ``hub sign`` would give the model's next release (the same counter)."""
         return ReleaseSerials(self.keys / "serials.json").next(model)
 
-    def raw_release(self, artifact_bytes: bytes, model: str = "tiny", version: str = "9") -> bytes:
-        """Sign a manifest for arbitrary artifact bytes (a hostile archive)."""
-        name = f"{model}-{version}-raw.tar.gz"
-        (self.artifacts / name).write_bytes(artifact_bytes)
+    def raw_release(
+        self,
+        artifact_bytes: bytes,
+        model: str = "tiny",
+        version: str = "9",
+        variant_bytes: bytes = b"variant files",
+    ) -> bytes:
+        """Sign a manifest for arbitrary shared and variant archive bytes (hostile archives)."""
         now = datetime.now(timezone.utc).replace(microsecond=0)
+
+        def artifact(suffix: str, data: bytes) -> Artifact:
+            name = f"{model}-{version}-raw{suffix}.tar.gz"
+            (self.artifacts / name).write_bytes(data)
+            return Artifact(f"{self.url}/{name}", len(data), hashlib.sha256(data).hexdigest())
+
         manifest = ReleaseManifest(
             model=model,
             version=version,
             serial=self.next_serial(model),
-            artifact=Artifact(
-                url=f"{self.url}/{name}",
-                size=len(artifact_bytes),
-                sha256=hashlib.sha256(artifact_bytes).hexdigest(),
-            ),
+            artifact=artifact("", artifact_bytes),
+            variants=(VariantArtifact("onnxruntime", "fp32", artifact(".fp32", variant_bytes)),),
             issued_at=now,
             expires=now + timedelta(days=1),
             deployment_id=f"raw-{version}",
@@ -171,7 +187,19 @@ class Device:
         return outcome
 
 
-def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) -> Device:
+def profile_named(name: str = "generic-x86_64") -> Profile:
+    """One of the shipped board profiles (the generic x86 one ranks CUDA, NPU, Edge TPU, CPU)."""
+    return next(p for p in load_profiles() if p.name == name)
+
+
+def make_device(
+    state_dir: Path,
+    trust_seed: Path,
+    executor,
+    *,
+    profile: Profile | None = None,
+    **settings: Any,
+) -> Device:
     update_settings = UpdateSettings(
         enabled=True,
         device_class=DEVICE.device_class,
@@ -199,6 +227,11 @@ def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) ->
         registry=registry,
         device=DEVICE,
         reporter=reporter,
+        choose_variants=functools.partial(
+            release_variants,
+            profile or profile_named(),
+            cpu_fallback=update_settings.cpu_fallback_variant,
+        ),
     )
     return Device(state_dir, store, registry, updater, events)
 

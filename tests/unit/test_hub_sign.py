@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import tarfile
@@ -25,7 +26,7 @@ from edgeagent.hub.keys import (
     rotate,
     trust_chain,
 )
-from edgeagent.hub.sign import build_artifact, sign_package
+from edgeagent.hub.sign import SHARED, build_artifacts, sign_package
 from tests.unit.test_trust_sim import DEVICE, History
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
@@ -132,17 +133,30 @@ def test_signed_release_is_accepted_by_a_device(hub: Path, tiny_package: Path, t
     assert manifest.artifact.url == "http://hub.local:8000/releases/tiny-1.tar.gz"
     assert manifest.artifact.size == artifact.stat().st_size
     assert manifest.artifact.sha256 == hashlib.sha256(artifact.read_bytes()).hexdigest()
+    [variant] = manifest.variants
+    variant_file = tmp_path / "out" / "tiny-1.onnxruntime.fp32.tar.gz"
+    assert (variant.runtime, variant.precision) == ("onnxruntime", "fp32")
+    assert variant.artifact.url == f"http://hub.local:8000/releases/{variant_file.name}"
+    assert variant.artifact.size == variant_file.stat().st_size
+    assert variant.artifact.sha256 == hashlib.sha256(variant_file.read_bytes()).hexdigest()
+    with tarfile.open(artifact) as shared, tarfile.open(variant_file) as files:
+        assert shared.getnames() == ["labels.txt", "model.toml"]  # no variant file
+        assert files.getnames() == ["tiny.fp32.onnx"]
+    assert manifest.serial == 1 and json.loads((hub / "serials.json").read_text()) == {"tiny": 1}
     assert manifest.deployment_id == "dep-42"
     assert manifest.targets.device_classes == ("x86",)
     assert manifest.expires == NOW + timedelta(days=30)
 
 
 def test_artifact_is_reproducible_and_clean(tiny_package: Path, tmp_path: Path) -> None:
-    first, _ = build_artifact(tiny_package, tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _ = build_artifacts(tiny_package, tmp_path / "a")
     os.utime(tiny_package / "labels.txt", (1, 1))  # touching files changes nothing
-    second, _ = build_artifact(tiny_package, tmp_path / "b")
-    assert first.read_bytes() == second.read_bytes()
-    with tarfile.open(first) as archive:
+    second, _ = build_artifacts(tiny_package, tmp_path / "b")
+    assert sorted(first) == ["onnxruntime/fp32", SHARED]
+    assert all(first[key].read_bytes() == second[key].read_bytes() for key in first)
+    with tarfile.open(first[SHARED]) as archive:
         members = archive.getmembers()
     names = [m.name for m in members]
     assert names == sorted(names)
@@ -161,14 +175,14 @@ def test_artifact_is_reproducible_and_clean(tiny_package: Path, tmp_path: Path) 
 def test_links_in_a_package_are_refused(tiny_package: Path, tmp_path: Path) -> None:
     (tiny_package / "extra").symlink_to("/etc/passwd")
     with pytest.raises(HubError, match="links and special files"):
-        build_artifact(tiny_package, tmp_path)
+        build_artifacts(tiny_package, tmp_path)
     assert not list(tmp_path.glob("*.tar.gz"))
 
 
 def test_invalid_package_is_refused_with_its_reason(tiny_package: Path, tmp_path: Path) -> None:
     (tiny_package / "labels.txt").unlink()
     with pytest.raises(HubError, match="labels"):
-        build_artifact(tiny_package, tmp_path / "out")
+        build_artifacts(tiny_package, tmp_path / "out")
 
 
 def test_signing_with_a_key_the_fleet_does_not_trust(hub, tiny_package, tmp_path) -> None:

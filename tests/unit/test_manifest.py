@@ -54,6 +54,7 @@ def _set(path: str, value):
 
 
 _DELETE = object()
+_VARIANT = Simulator().release_doc()["variants"][0]
 MALFORMED = {
     "type trust": _set("type", "trust"),
     "missing model": _set("model", _DELETE),
@@ -72,6 +73,18 @@ MALFORMED = {
     "url relative": _set("artifact.url", "/x.tar.gz"),
     "url missing": _set("artifact.url", _DELETE),
     "artifact extra": _set("artifact.mirror", "http://x"),
+    "variants missing": _set("variants", _DELETE),
+    "variants empty": _set("variants", []),
+    "variants not list": _set("variants", {"runtime": "onnxruntime"}),
+    "variant runtime upper": _set("variants", [{**_VARIANT, "runtime": "ONNX"}]),
+    "variant precision path": _set("variants", [{**_VARIANT, "precision": "../x"}]),
+    "variant without sha256": _set(
+        "variants", [{k: v for k, v in _VARIANT.items() if k != "sha256"}]
+    ),
+    "variant extra field": _set("variants", [{**_VARIANT, "device": "GPU"}]),
+    "variant url ftp": _set("variants", [{**_VARIANT, "url": "ftp://hub/x"}]),
+    "variant listed twice": _set("variants", [_VARIANT, _VARIANT]),
+    "too many variants": _set("variants", [{**_VARIANT, "precision": f"p{n}"} for n in range(65)]),
     "targets unknown criterion": _set("targets.regions", ["eu"]),
     "targets not list": _set("targets.profiles", "rpi5"),
     "targets empty string": _set("targets.device_ids", [""]),
@@ -222,6 +235,12 @@ def test_artifact_too_large(sim: Simulator) -> None:
     error = refused("too_large", sim, limit=4095)
     assert "max_artifact_bytes" in error.message
     check(sim, limit=4096)
+
+
+def test_a_variant_artifact_over_the_limit_is_too_large(sim: Simulator) -> None:
+    big = {**_VARIANT, "size": 8192}
+    error = refused("too_large", sim, limit=4096, variants=[big])
+    assert "digits-2.onnxruntime.int8.tar.gz is 8192 bytes" in error.message
 
 
 def test_nesting_deeper_than_the_bound_is_malformed_not_a_recursion_error() -> None:

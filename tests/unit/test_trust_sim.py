@@ -79,6 +79,15 @@ class Simulator:
             "model": "digits",
             "version": "2",
             "artifact": {"url": "http://hub.local/digits-2.tar.gz", "size": 4096, "sha256": SHA},
+            "variants": [
+                {
+                    "runtime": "onnxruntime",
+                    "precision": "int8",
+                    "url": "http://hub.local/digits-2.onnxruntime.int8.tar.gz",
+                    "size": 2048,
+                    "sha256": SHA,
+                }
+            ],
             "targets": {"profiles": [], "device_classes": [], "device_ids": []},
             "issued_at": format_time(self.now - timedelta(minutes=5)),
             "expires": format_time(self.now + timedelta(days=7)),
