@@ -6,22 +6,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import aiomqtt
 import pytest
 
 from edgeagent.fleet.topics import GroupTopics
+from edgeagent.hardware.service import Accelerators
+from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.hub.keys import generate_key
 from edgeagent.hub.publish import publish
 from edgeagent.hub.sign import release_path
+from edgeagent.models.package import INSTALLED_VARIANTS
 from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_updates_helpers import (
     Hub,
     Online,
     add_golden,
+    device_fixture,  # noqa: F401 - fixture
+    hostile_archive,
     hub_fixture,  # noqa: F401 - fixture
+    make_device,
     stacks_fixture,  # noqa: F401 - fixture
     wait_for,
 )
@@ -151,3 +160,82 @@ async def test_publish_refuses_an_unverifiable_release_and_unpublish_clears_the_
     )
     assert cleared.returncode == 0, cleared.stderr
     assert await _retained(broker, topic) is None
+
+
+def _three_variant_package(hub: Hub, version: str) -> Path:
+    """onnxruntime fp16 (what the generic x86 profile ranks first: CUDA, absent here),
+    onnxruntime fp32 (its best CPU candidate with a variant) and OpenVINO fp32 (never needed
+    by this profile: ranked below onnxruntime fp32 on the CPU)."""
+    root = add_golden(hub.package(version, seed=int(version)))
+    shutil.copy(root / "tiny.fp32.onnx", root / "tiny.fp16.onnx")
+    (root / "tiny.xml").write_text("<net/>")
+    (root / "tiny.bin").write_bytes(random.Random(7).randbytes(50_000))  # incompressible
+    with (root / "model.toml").open("a") as toml:
+        toml.write(
+            '\n[[variant]]\nruntime = "onnxruntime"\nprecision = "fp16"\n'
+            'files = ["tiny.fp16.onnx"]\n'
+            '\n[[variant]]\nruntime = "openvino"\nprecision = "fp32"\n'
+            'files = ["tiny.xml", "tiny.bin"]\n'
+        )
+    return root
+
+
+async def test_a_device_downloads_only_its_variant_and_falls_back_to_the_cpu_one(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """The real hardware path: profile generic-x86_64 ranks onnxruntime/CUDA fp16 first, so
+    the device downloads that variant plus the CPU fallback (onnxruntime fp32) — not the
+    OpenVINO one; the CUDA probe fails on this machine and the model serves from the CPU
+    variant it downloaded."""
+    accelerators = Accelerators(HardwareSettings(profile="generic-x86_64"), tmp_path / "hw")
+    with ThreadPoolExecutor(2) as executor:
+        device = make_device(
+            tmp_path / "device", hub.keys / "trust.json", executor, opener=accelerators.open
+        )
+        try:
+            outcome = await device.apply(hub.sign(_three_variant_package(hub, "2")))
+            assert (outcome["result"], outcome["code"]) == ("succeeded", "committed"), outcome
+            downloaded = next(e for e in device.events if e.get("step") == "downloaded")
+            names = ["tiny-2.tar.gz", "tiny-2.onnxruntime.fp16.tar.gz"]
+            names.append("tiny-2.onnxruntime.fp32.tar.gz")
+            expected = sum((hub.artifacts / name).stat().st_size for name in names)
+            everything = sum(p.stat().st_size for p in hub.artifacts.glob("tiny-2*.tar.gz"))
+            assert downloaded["variants"] == ["onnxruntime/fp16", "onnxruntime/fp32"]
+            assert downloaded["bytes"] == expected < everything - 40_000  # no OpenVINO bytes
+
+            installed = device.store.current_dir("tiny")
+            assert installed is not None
+            assert (installed / INSTALLED_VARIANTS).read_text().split() == [
+                "onnxruntime/fp16",
+                "onnxruntime/fp32",
+            ]
+            assert not (installed / "tiny.bin").exists() and not (installed / "tiny.xml").exists()
+            states = {
+                c["candidate"]: c["state"]
+                for c in accelerators.report()["models"]["tiny:2"]["candidates"]
+            }
+            assert states["onnxruntime:CPUExecutionProvider:fp32"] == "active"
+            assert states["onnxruntime:CUDAExecutionProvider:fp16"] == "unavailable"
+        finally:
+            await device.registry.close()
+
+
+async def test_a_release_with_no_variant_this_device_runs_is_refused(hub: Hub, device) -> None:
+    shared = hostile_archive([("model.toml", b"never downloaded")])
+    before = device.store.snapshot()
+    outcome = await device.apply(hub.raw_release(shared, variant_key=("litert", "fp16")))
+    assert (outcome["result"], outcome["code"]) == ("refused", "no_variant"), outcome
+    assert "litert/fp16" in outcome["message"] and device.store.snapshot() == before
+
+
+async def test_a_variant_archive_that_would_replace_a_shared_file_is_refused(
+    hub: Hub, device
+) -> None:
+    hub.sign(add_golden(hub.package("1")))
+    shared = (hub.artifacts / "tiny-1.tar.gz").read_bytes()
+    hostile = hostile_archive([("model.toml", b"name = 'evil'")])
+    before = device.store.snapshot()
+    outcome = await device.apply(hub.raw_release(shared, version="1", variant_bytes=hostile))
+    assert (outcome["result"], outcome["code"]) == ("refused", "unsafe_archive"), outcome
+    assert "would replace a file" in outcome["message"]
+    assert device.store.snapshot() == before and list(device.store.staging.iterdir()) == []

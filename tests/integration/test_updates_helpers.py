@@ -132,6 +132,7 @@ class Hub:
         model: str = "tiny",
         version: str = "9",
         variant_bytes: bytes = b"variant files",
+        variant_key: tuple[str, str] = ("onnxruntime", "fp32"),
     ) -> bytes:
         """Sign a manifest for arbitrary shared and variant archive bytes (hostile archives)."""
         now = datetime.now(timezone.utc).replace(microsecond=0)
@@ -146,7 +147,7 @@ class Hub:
             version=version,
             serial=self.next_serial(model),
             artifact=artifact("", artifact_bytes),
-            variants=(VariantArtifact("onnxruntime", "fp32", artifact(".fp32", variant_bytes)),),
+            variants=(VariantArtifact(*variant_key, artifact(".variant", variant_bytes)),),
             issued_at=now,
             expires=now + timedelta(days=1),
             deployment_id=f"raw-{version}",
@@ -198,6 +199,7 @@ def make_device(
     executor,
     *,
     profile: Profile | None = None,
+    opener=open_variant,
     **settings: Any,
 ) -> Device:
     update_settings = UpdateSettings(
@@ -212,7 +214,7 @@ def make_device(
     store = ModelStore(state_dir)
     store.recover()
     registry = ModelRegistry(
-        open_variant,
+        opener,
         settings=EngineSettings(),
         metrics=EngineMetrics(CollectorRegistry()),
         executor=executor,
