@@ -128,7 +128,10 @@ class Daemon:
                 limits=self.limits_provider,
                 sources=self.status_providers,
                 choose_variants=lambda available: release_variants(
-                    profile, available, cpu_fallback=config.updates.cpu_fallback_variant
+                    profile,
+                    available,
+                    cpu_fallback=config.updates.cpu_fallback_variant,
+                    failed=self.accelerators.failed_candidates(),
                 ),
                 profile=profile.name,
             )

@@ -32,6 +32,12 @@ def test_the_profile_ranking_picks_the_variants(offered, fallback, expected) -> 
     assert release_variants(GENERIC, offered, cpu_fallback=fallback) == expected
 
 
+def test_candidates_whose_probe_failed_here_are_skipped() -> None:
+    offered = ["onnxruntime/fp32", "litert/int8"]
+    failed = {"onnxruntime:CUDAExecutionProvider:fp32"}
+    assert release_variants(GENERIC, offered, failed=failed) == ["litert/int8"]
+
+
 def test_a_package_lists_only_its_installed_variants(tmp_path: Path) -> None:
     root = write_tiny_package(tmp_path / "tiny")
     with (root / "model.toml").open("a") as toml:
