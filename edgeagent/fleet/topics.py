@@ -137,6 +137,14 @@ class Topics:
         return (self.group_releases, self.group_trust, self.device_release)
 
 
+def release_model(topic: str) -> str | None:
+    """The model whose retained slot ``topic`` is (``…/group/<g>/release/<model>``), else None."""
+    levels = topic.split("/")
+    if len(levels) >= 4 and levels[-4] == "group" and levels[-2] == "release":
+        return levels[-1]
+    return None
+
+
 def purpose_of(topic: str) -> str | None:
     """``"release"`` or ``"trust"``: what a hub → device topic carries, from its shape
     (``…/group/<g>/release/<model>``, ``…/device/<id>/release``, ``…/group/<g>/trust``).
@@ -144,9 +152,9 @@ def purpose_of(topic: str) -> str | None:
     The updater keys its de-duplication on this, so an envelope copied onto the wrong topic
     can never shadow the same bytes on the right one.
     """
-    levels = topic.split("/")
-    if len(levels) >= 4 and levels[-4] == "group" and levels[-2] == "release":
+    if release_model(topic) is not None:
         return "release"
+    levels = topic.split("/")
     if len(levels) >= 3 and levels[-3] == "device" and levels[-1] == "release":
         return "release"
     if len(levels) >= 3 and levels[-3] == "group" and levels[-1] == "trust":

@@ -57,7 +57,7 @@ from edgeagent.fleet.manifest import (
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError, VerificationError
-from edgeagent.fleet.topics import Topics, purpose_of
+from edgeagent.fleet.topics import Topics, purpose_of, release_model
 from edgeagent.fleet.trust import TrustStore, open_trust_store
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.models.package import (
@@ -221,7 +221,7 @@ class Updater:
             if not self._hints:
                 self._hint_ready.clear()
             try:
-                await self.apply(envelope)
+                await self.apply(envelope, topic)
             except Exception:  # a bug in one install must not stop later ones
                 log.exception("the update worker failed on a release from %s", topic)
 
@@ -245,8 +245,13 @@ class Updater:
         self.reporter.outcome(release, "succeeded", "rotated", detail)
         self._remember(key)
 
-    async def apply(self, envelope: bytes) -> dict[str, Any] | None:
-        """Run one release through every step; return the outcome record (None if a repeat)."""
+    async def apply(self, envelope: bytes, topic: str = "") -> dict[str, Any] | None:
+        """Run one release through every step; return the outcome record (None if a repeat).
+
+        ``topic`` is where it arrived: on a model's retained slot only that model's release is
+        taken, so a copy in another model's slot (which would hide that model's release from
+        devices joining later) is refused as ``wrong_topic``.
+        """
         key = self._handled_key("release", envelope)
         if key in self._handled:
             log.debug("release envelope %s already installed", key)
@@ -263,6 +268,13 @@ class Updater:
             )
         except TrustError as exc:
             return self._refused(self._describe(envelope, exc), exc)
+        slot = release_model(topic)
+        if slot is not None and slot != manifest.model:
+            refusal = TrustError(
+                "wrong_topic",
+                f"a release of {manifest.model} on the retained slot of {slot} ({topic})",
+            )
+            return self._refused(self._describe_manifest(manifest), refusal)
         variants = self._variants(manifest)
         if not variants:
             offered = ", ".join(v.key for v in manifest.variants)

@@ -17,7 +17,7 @@ import pytest
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
-from edgeagent.hub.keys import generate_key
+from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.sign import release_path
 from edgeagent.models.package import INSTALLED_VARIANTS
@@ -239,3 +239,40 @@ async def test_a_variant_archive_that_would_replace_a_shared_file_is_refused(
     assert (outcome["result"], outcome["code"]) == ("refused", "unsafe_archive"), outcome
     assert "would replace a file" in outcome["message"]
     assert device.store.snapshot() == before and list(device.store.staging.iterdir()) == []
+
+
+async def test_a_release_in_another_models_slot_is_refused(hub: Hub, device) -> None:
+    envelope = hub.sign(add_golden(hub.package("1")))
+    slot = GroupTopics("edgeagent", "lab").release("other").name
+    outcome = await device.updater.apply(envelope, slot)
+    assert outcome is not None and (outcome["result"], outcome["code"]) == (
+        "refused",
+        "wrong_topic",
+    )
+    assert device.store.models() == []
+    right = await device.updater.apply(
+        envelope, GroupTopics("edgeagent", "lab").release("tiny").name
+    )
+    assert right is not None and right["result"] == "succeeded"
+
+
+async def test_publish_verifies_against_the_trust_file_it_publishes(
+    hub: Hub, broker: Broker
+) -> None:
+    """A release signed by a key only the rotated trust file lists: refused against the
+    devices' current file, published together with the rotation."""
+    new_key = generate_key(hub.keys, "release-2")
+    rotated = rotate(
+        hub.keys / "trust.json",
+        old_root_keys=[hub.keys / "root.key"],
+        release_pubs=[new_key.pub_path],
+        out_path=hub.root / "trust-v2.json",
+    )
+    release = _sign(hub, "1", key_paths=[new_key.key_path])
+    refused = await _publish(hub, broker, release)  # --trust: what devices have now
+    assert refused.returncode == 1 and "unknown_key" in refused.stderr
+    published = await _publish(hub, broker, release, "--trust-file", str(rotated))
+    assert published.returncode == 0, published.stderr
+    assert await _retained(broker, GroupTopics("edgeagent", "lab").trust.name) is not None
+    slot = GroupTopics("edgeagent", "lab").release("tiny").name
+    assert await _retained(broker, slot) == release.read_bytes()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics, purpose_of
+from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics, purpose_of, release_model
 
 
 def test_group_topics_are_retained_and_device_releases_are_not() -> None:
@@ -49,6 +49,12 @@ def test_purpose_is_the_topic_kind() -> None:
     assert purpose_of(DeviceTopics("p", "d").release.name) == "release"
     assert purpose_of(DeviceTopics("p", "d").state.name) is None
     assert purpose_of("p/group/g/release") is None  # the single slot of release format 1
+
+
+def test_a_retained_slot_names_its_model() -> None:
+    assert release_model(GroupTopics("p/x", "g").release("mnv2").name) == "mnv2"
+    assert release_model(DeviceTopics("p", "d").release.name) is None
+    assert release_model(GroupTopics("p", "g").trust.name) is None
 
 
 @pytest.mark.parametrize("model", ["", "a/b", "+", "#"])
