@@ -78,6 +78,9 @@ def _tar(root: Path, files: Sequence[Path]) -> bytes:
     return buffer.getvalue()
 
 
+SHARED = "shared"  # the key of the shared files' artifact beside the variant keys
+
+
 @dataclass(frozen=True)
 class PackageArchives:
     """A package split the way release format 2 ships it: the shared files (model.toml,
@@ -98,9 +101,6 @@ class PackageArchives:
 
     def data(self) -> dict[str, bytes]:
         return {SHARED: self.shared, **self.variants}
-
-
-SHARED = "shared"
 
 
 def archive_package(package_dir: str | Path) -> PackageArchives:

@@ -2,16 +2,19 @@
 
 Each received release envelope runs through these steps, one release at a time::
 
-    verify      signatures, then manifest, expiry, target, floor, bad list (the trust
-                engineer's ``verify_release``); a refusal changes nothing and is reported
-    download    into staging/<sha256>.part, capped at the signed length, resumable, hashed
-    unpack      into staging, refusing traversal, links, devices and oversize archives; the
+    verify      signatures, then manifest (format 2), expiry, target, serial floor, bad list
+                (``verify_release``), the retained slot's model, and which variants this
+                device runs (its profile ranking); a refusal changes nothing and is reported
+    download    the shared artifact and the chosen variants' only, each into
+                staging/<sha256>.part, capped at its signed length, resumable, hashed
+    unpack      into staging, refusing traversal, links, devices and oversize archives, each
+                variant's files beside the shared ones (``variants.installed`` lists them); the
                 package's own model.toml must name the signed model and version
     install     one rename into store/<model>/<version>
     activate    ``current`` → new; the registry loads and warms it and swaps traffic over
     health      the golden inputs must give the golden top-1 (or, without a golden file, a
                 finite answer) within ``health_timeout_s``
-    commit      raise the floor, clear the pending record, GC old releases
+    commit      raise the serial floor, clear the pending record, GC old releases
 
 Before each step the step name is written to ``pending.json``, so a crash anywhere is finished
 or undone by ``ModelStore.recover()`` at the next start. Any failure after ``verify`` rolls
@@ -28,6 +31,7 @@ agent at an exact point rather than at a random moment.
 from __future__ import annotations
 
 import asyncio
+import filecmp
 import hashlib
 import json
 import logging
@@ -565,18 +569,21 @@ class Updater:
     def _add_variant(
         root: Path, variant: VariantArtifact, archive: Path, limits: dict[str, int]
     ) -> None:
-        """Unpack one variant's archive beside the package root, then move its files in; a
-        file that is already there (a shared file, another variant's) is refused."""
+        """Unpack one variant's archive beside the package root, then move its files in. A
+        file already there (a shared file, or another variant's) must have the same bytes —
+        two variants may share a file (OpenVINO reading the ONNX one) — or it is refused."""
         holder = root.parent / f"variant-{variant.artifact.sha256}"
         shutil.rmtree(holder, ignore_errors=True)
         unpack_files(archive, holder, **limits)
         try:
             for path in sorted(p for p in holder.rglob("*") if p.is_file()):
                 target = root / path.relative_to(holder)
-                if target.exists() or target.name == INSTALLED_VARIANTS:
+                if target.name == INSTALLED_VARIANTS or (
+                    target.exists() and not filecmp.cmp(path, target, shallow=False)
+                ):
                     raise UnpackError(f"{variant.key}: {target.name} would replace a file")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(path, target)
+                os.replace(path, target)
         finally:
             shutil.rmtree(holder, ignore_errors=True)
 

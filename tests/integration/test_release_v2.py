@@ -276,3 +276,20 @@ async def test_publish_verifies_against_the_trust_file_it_publishes(
     assert await _retained(broker, GroupTopics("edgeagent", "lab").trust.name) is not None
     slot = GroupTopics("edgeagent", "lab").release("tiny").name
     assert await _retained(broker, slot) == release.read_bytes()
+
+
+async def test_two_downloaded_variants_may_share_a_file(hub: Hub, device) -> None:
+    """fp16 (CUDA, first) and fp32 (the CPU fallback) both list the same ONNX file: the
+    second archive's copy has the same bytes, so it is not a replacement."""
+    root = add_golden(hub.package("1"))
+    with (root / "model.toml").open("a") as toml:
+        toml.write('\n[[variant]]\nruntime = "onnxruntime"\nprecision = "fp16"\n')
+        toml.write('files = ["tiny.fp32.onnx"]\n')
+    outcome = await device.apply(hub.sign(root))
+    assert (outcome["result"], outcome["code"]) == ("succeeded", "committed"), outcome
+    installed = device.store.current_dir("tiny")
+    assert installed is not None
+    assert (installed / INSTALLED_VARIANTS).read_text().split() == [
+        "onnxruntime/fp16",
+        "onnxruntime/fp32",
+    ]
