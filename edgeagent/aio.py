@@ -23,5 +23,5 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout_s: float = 10.0
         return
     _, stuck = await asyncio.wait(pending, timeout=timeout_s)
     for task in stuck:
-        log.error("task %s did not stop within %.0f s; abandoned", task.get_name(), timeout_s)
+        log.error("task %s did not stop within %g s; abandoned", task.get_name(), timeout_s)
         task.cancel()

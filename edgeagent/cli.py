@@ -1,7 +1,8 @@
 """The ``edgeagent`` command: one sub-command module per area, each with ``register()``.
 
-Modules are imported only when their command runs, so ``edgeagent --help`` stays fast and a
-missing optional runtime cannot break unrelated commands.
+A sub-command's module is imported only when that sub-command runs (or its own ``--help`` is
+asked for): ``edgeagent --help`` lists every command from the table below without importing
+any of them, so it stays fast and a missing optional runtime cannot break unrelated commands.
 """
 
 from __future__ import annotations
@@ -9,24 +10,60 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from edgeagent import __version__
 
-# Each module defines register(subparsers) and sets ``handler`` via set_defaults(handler=fn),
-# where fn(args) -> int is the exit status.
-COMMAND_MODULES = (
-    "edgeagent.commands.infer",
-    "edgeagent.commands.bench",
-    "edgeagent.commands.run",
-    "edgeagent.commands.status",
-    "edgeagent.commands.profile",
-    "edgeagent.commands.hub",
-)
+# name -> (module, the one-line help ``edgeagent --help`` shows). Each module defines
+# register(subparsers), which adds the parser ``name`` (with this same help: a test keeps the
+# two equal) and sets ``handler`` via set_defaults(handler=fn), fn(args) -> exit status.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "infer": ("edgeagent.commands.infer", "classify JPEG/PNG images with a model"),
+    "bench": (
+        "edgeagent.commands.bench",
+        "benchmark every runtime × precision of a model that works here",
+    ),
+    "run": (
+        "edgeagent.commands.run",
+        "run the agent daemon (serves models over HTTP on a Unix socket and TCP)",
+    ),
+    "status": (
+        "edgeagent.commands.status",
+        "summarise a running agent: board, models and backends, governor, updates",
+    ),
+    "profile": (
+        "edgeagent.commands.profile",
+        "show the detected board, every accelerator candidate and the choice per model",
+    ),
+    "config": (
+        "edgeagent.commands.config",
+        "check a config file, or show every key with its value, unit and meaning",
+    ),
+    "package": (
+        "edgeagent.commands.package",
+        "turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
+    ),
+    "hub": (
+        "edgeagent.commands.hub",
+        "fleet manager: keys, signing, publishing, artifact server, rollouts, fleet status",
+    ),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv``, if any: the top-level options take no values, so
+    it is the first argument that is not an option."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser, with the full parser of the sub-command ``argv`` names and a one-line stub
+    for every other one (enough for ``--help`` and for argparse's choice of command)."""
     parser = argparse.ArgumentParser(
         prog="edgeagent",
         description=(
@@ -40,17 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="store_true", help="log debug detail to standard error"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(subparsers)
+    chosen = chosen_command(argv)
+    for name, (module, summary) in COMMANDS.items():
+        if name == chosen:
+            importlib.import_module(module).register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
+def log_format() -> str:
+    """The journal stamps each line itself (JOURNAL_STREAM is set there); a terminal needs it."""
+    plain = "%(levelname)s %(name)s: %(message)s"
+    return plain if os.environ.get("JOURNAL_STREAM") else "%(asctime)s " + plain
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(arguments)
+    args = parser.parse_args(arguments)
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
+        level=logging.DEBUG if args.verbose else logging.WARNING, format=log_format()
     )
     handler = getattr(args, "handler", None)
     if handler is None:

@@ -10,13 +10,24 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgeagent._toml import tomllib
-from edgeagent.api.settings import ServerSettings
+from edgeagent.api.grpc_settings import GrpcSettings
+from edgeagent.api.settings import ServerSettings, is_loopback
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.paths import default_state_dir
-from edgeagent.sections import ConfigError, load_section, require
+from edgeagent.sections import (
+    ConfigError,
+    KeyDoc,
+    collecting,
+    computed_setting,
+    describe_section,
+    load_section,
+    require,
+    setting,
+)
 from edgeagent.updates.settings import UpdateSettings
 
 DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
@@ -26,12 +37,18 @@ DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
 class AgentSettings:
     """[agent]: where the agent keeps its state and finds its seed model packages."""
 
-    state_dir: Path = field(default_factory=default_state_dir)
-    # Seed packages; default: $EDGEAGENT_MODELS_DIR, else ./zoo, else <state_dir>/models.
-    models_dir: Path | None = None
-    models: list[str] = field(default_factory=list)  # names to serve; empty = every package
-    log_level: str = "INFO"
-    device_id: str = ""  # default: the host name
+    state_dir: Path = computed_setting(
+        default_state_dir,
+        "model store, probe cache, trust store: $STATE_DIRECTORY under systemd, else "
+        "$XDG_STATE_HOME/edgeagent (~/.local/state/edgeagent)",
+    )
+    models_dir: Path | None = setting(
+        None,
+        "seed model packages; unset = $EDGEAGENT_MODELS_DIR, else ./zoo, else <state_dir>/models",
+    )
+    models: list[str] = computed_setting(list, "package names to serve; empty = every package")
+    log_level: str = setting("INFO", "DEBUG, INFO, WARNING or ERROR")
+    device_id: str = setting("", "this device's id towards the hub; empty = the host name")
 
     def validate(self) -> None:
         levels = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -47,6 +64,21 @@ class Config:
     governor: GovernorSettings = field(default_factory=GovernorSettings)
     updates: UpdateSettings = field(default_factory=UpdateSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
+
+    def __post_init__(self) -> None:
+        # The one rule across sections: gRPC's TCP listener takes [server]'s token rule, so
+        # "none" (open user scope) is as loopback-only there as on HTTP.
+        require(
+            not self.grpc.enabled
+            or self.grpc.port == 0
+            or self.server.tcp_auth == "token"
+            or is_loopback(self.grpc.host),
+            "grpc",
+            "host",
+            f"[server] tcp_auth = 'none' is only allowed on loopback, not {self.grpc.host!r}",
+        )
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -58,10 +90,12 @@ SECTIONS: dict[str, dict[str, type]] = {
     "governor": {"governor": GovernorSettings},
     "updates": {"updates": UpdateSettings},
     "mqtt": {"mqtt": MqttSettings},
+    "grpc": {"grpc": GrpcSettings},
+    "shared_memory": {"shared_memory": SharedMemorySettings},
 }
 
 
-def _load_table(section: str, table: object) -> dict[str, object]:
+def _load_table(section: str, table: object, problems: list[str]) -> dict[str, object]:
     """The Config fields that one TOML table fills, each from the keys its class declares."""
     owners = SECTIONS[section]
     if len(owners) == 1 or not isinstance(table, dict):
@@ -70,7 +104,7 @@ def _load_table(section: str, table: object) -> dict[str, object]:
     unknown = sorted(set(table) - set().union(*known.values()))
     if unknown:
         names = ", ".join(sorted(set().union(*known.values())))
-        raise ConfigError(f"[{section}] unknown key(s) {', '.join(unknown)}; known keys: {names}")
+        problems.append(f"[{section}] unknown key(s) {', '.join(unknown)}; known keys: {names}")
     return {
         attr: load_section(cls, {k: v for k, v in table.items() if k in known[attr]}, section)
         for attr, cls in owners.items()
@@ -78,22 +112,26 @@ def _load_table(section: str, table: object) -> dict[str, object]:
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:
-    """Validate TOML text into a Config; ConfigError names the source, section and key."""
+    """Validate TOML text into a Config.
+
+    Every problem is found, not only the first: ConfigError.problems lists each, prefixed with
+    the source and naming the section and key.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    unknown = sorted(set(data) - set(SECTIONS))
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
-        )
     values: dict[str, object] = {}
-    try:
+    with collecting() as problems:
+        unknown = sorted(set(data) - set(SECTIONS))
+        if unknown:
+            problems.append(
+                f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
+            )
         for section in SECTIONS:
-            values.update(_load_table(section, data.get(section)))
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from exc
+            values.update(_load_table(section, data.get(section), problems))
+    if problems:
+        raise ConfigError(*(f"{source}: {problem}" for problem in problems))
     return Config(**values)  # type: ignore[arg-type]
 
 
@@ -108,3 +146,11 @@ def load_config(path: Path | None) -> Config:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from exc
     return parse_config(text, str(path))
+
+
+def describe_config() -> dict[str, list[KeyDoc]]:
+    """Every TOML table with every key it accepts, as ``config show`` and the README list them."""
+    return {
+        section: [doc for cls in owners.values() for doc in describe_section(cls)]
+        for section, owners in SECTIONS.items()
+    }

@@ -6,34 +6,55 @@ drain in the middle: STOPPING → services stop → listeners close (nothing new
 in-flight HTTP requests finish (``[server] drain_timeout_s``) → batchers drain → sessions close
 → socket removed. Parts never import each other sideways; what one needs of another is passed
 here (``limits_provider``, ``status_providers``, one CollectorRegistry).
+
+SIGHUP (``systemctl reload``) re-reads the config and the models directory: new packages load,
+changed ones hot-swap, removed ones unload; config keys other than ``[agent] models_dir``,
+``models`` and ``log_level`` are reported as needing a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
+import resource
 import signal
 import socket
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.api.http import create_app
+from edgeagent.api.listeners import (
+    GuardedSite,
+    QuietLoopErrors,
+    handler_args,
+    tcp_site,
+    unix_site,
+)
+from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
+from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.serving import ModelFactory
+from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
+from edgeagent.models.package import PackageError, load_package
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
@@ -81,8 +102,11 @@ def package_dirs(config: Config) -> list[Path]:
 class Daemon:
     """Builds and runs every part of the agent (see the module docstring)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, reread: Callable[[], Config] | None = None) -> None:
         self.config = config
+        self._reread = reread  # SIGHUP: the config as the file now says (None: keep this one)
+        self._reloading = asyncio.Lock()
+        self._seeded: dict[str, Path] = {}  # model name → its package in the models directory
         self.metrics = new_registry()
         self.engine_metrics = EngineMetrics(self.metrics)
         self.notifier = Notifier()
@@ -90,18 +114,38 @@ class Daemon:
             config.engine.worker_threads, thread_name_prefix="edgeagent-infer"
         )
         config.agent.state_dir.mkdir(parents=True, exist_ok=True)
-        self.accelerators = Accelerators(config.hardware, config.agent.state_dir)
+        # `fastest` keeps to the profile's power budget with the governor's power sensors.
+        self.accelerators = Accelerators(
+            config.hardware,
+            config.agent.state_dir,
+            power_reader=partial(power_reader, config.hardware.root, config.governor),
+            on_demote=lambda model, key: self.engine_metrics.demotions.labels(model, key).inc(),
+        )
+        self.engine_load = LoadCounter()  # the batchers count, the governor reads
         self.governor = GovernorService(
-            config.governor, self.accelerators.profile, config.hardware.root, self.metrics
+            config.governor,
+            self.accelerators.profile,
+            config.hardware.root,
+            self.metrics,
+            load=self.engine_load,
         )
         # The engine reads the governor's limits before every batch.
         self.limits_provider: Callable[[], ServingLimits] = self.governor.limits
+        factory = ModelFactory(
+            config.engine,
+            executor=self.executor,
+            metrics=self.engine_metrics,
+            load=self.engine_load,
+            limits_provider=self.limits_provider,
+        )
+        gauges = ModelGauges(self.engine_metrics)
         self.registry = ModelRegistry(
             self.accelerators.open,
+            factory.build,
             settings=config.engine,
-            metrics=self.engine_metrics,
             executor=self.executor,
-            limits_provider=self.limits_provider,
+            on_model_load=[gauges.on_load],
+            on_model_unload=[gauges.on_unload],
         )
         self.dataplane = DataPlane(self.registry, config.engine)
         self.status_providers: dict[str, Callable[[], dict]] = {
@@ -141,6 +185,9 @@ class Daemon:
         self.listening: list[str] = []  # where clients reach us, for the operator
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
+        # Shared memory regions and the gRPC listener (issue 15): see _start_grpc.
+        self.shared_memory = SharedMemoryRegistry(config.shared_memory)
+        self._grpc: Any = None  # api.grpc_server.GrpcServer once started ([grpc] enabled)
         self._socket_path: Path | None = None
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
@@ -176,24 +223,85 @@ class Daemon:
         self._background.append(asyncio.create_task(self.notifier.watchdog_loop()))
         self.notifier.status("loading models")
         for directory in package_dirs(self.config):
-            self.registry.add(directory)
+            self._seeded[self.registry.add(directory)] = directory
         for directory in self.updates.package_dirs() if self.updates else []:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
         app = create_app(
-            self.dataplane, settings=self.config.server, metrics=self.metrics, status=self.status
+            self.dataplane,
+            settings=self.config.server,
+            metrics=self.metrics,
+            status=self.status,
+            shared_memory=self.shared_memory,
         )
         self._runner = web.AppRunner(
-            app, access_log=None, shutdown_timeout=self.config.engine.drain_timeout_s
+            app,
+            access_log=None,
+            shutdown_timeout=self.config.engine.drain_timeout_s,
+            **handler_args(self.config.server),
         )
         await self._runner.setup()
         await self._listen(self._runner)
+        await self._start_grpc()
         for service in self.services:
             await service.start()
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
         self.notifier.ready(summary)
         log.info("edgeagent %s %s", __version__, summary)
+
+    async def reload(self) -> None:
+        """SIGHUP: apply the config's [agent] model keys and serve the models directory anew.
+
+        A config that no longer validates is refused (logged) and the running one kept.
+        """
+        async with self._reloading:
+            if self._reread is not None:
+                try:
+                    config = self._reread()
+                except ConfigError as exc:
+                    log.error("reload refused, still running the previous config: %s", exc)
+                    return
+                changed = [
+                    f.name
+                    for f in dataclasses.fields(config)
+                    if f.name != "agent" and getattr(config, f.name) != getattr(self.config, f.name)
+                ]
+                if changed or config.agent.state_dir != self.config.agent.state_dir:
+                    log.warning(
+                        "reload: changes to %s apply after a restart", changed or "state_dir"
+                    )
+                self.config = dataclasses.replace(self.config, agent=config.agent)
+                logging.getLogger().setLevel(config.agent.log_level)
+            try:
+                wanted = {self.registry.add(d): d for d in package_dirs(self.config)}
+            except ConfigError as exc:
+                log.error("reload: %s", exc)
+                return
+            for name in set(self._seeded) - set(wanted):
+                await self.registry.unload(name)
+            for name, directory in wanted.items():
+                if self._serves(name, directory):
+                    continue
+                try:
+                    await self.registry.activate(directory)
+                except Exception as exc:
+                    log.error("reload: model %s is unavailable: %s", name, exc)
+            self._seeded = wanted
+            ready = [
+                f"{r['name']} {r['version']}"
+                for r in self.registry.index()
+                if r["state"] == "READY"
+            ]
+            self.notifier.status(f"reloaded: serving {', '.join(ready) or 'nothing'}")
+            log.info("reloaded: serving %s", ", ".join(ready) or "no models")
+
+    def _serves(self, name: str, directory: Path) -> bool:
+        """Whether the version in ``directory`` is already loaded (a reload leaves it be)."""
+        try:
+            return load_package(directory).version in self.registry.versions(name)
+        except PackageError:
+            return False  # activate() reports it
 
     def request_stop(self) -> None:
         """Begin the graceful shutdown (signal handler)."""
@@ -209,8 +317,11 @@ class Daemon:
                 await service.stop()
             except Exception:
                 log.exception("stopping %s failed", type(service).__name__)
+        if self._grpc is not None:
+            await self._grpc.stop(self.config.engine.drain_timeout_s)
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting, then wait for in-flight handlers
+        self.shared_memory.close()
         await self.registry.close()
         for task in self._background:
             task.cancel()
@@ -229,6 +340,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self._reload_soon)
         starting = asyncio.create_task(self.start())
         stopping = asyncio.create_task(self._stop.wait())
         try:
@@ -245,17 +357,44 @@ class Daemon:
         finally:
             stopping.cancel()
             await self.stop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
+
+    def _reload_soon(self) -> None:
+        """The SIGHUP handler: reload in a task (serialised by ``reload``'s lock)."""
+        self._background.append(asyncio.create_task(self.reload()))
 
     # ---- listeners ---------------------------------------------------------------------------
 
+    async def _start_grpc(self) -> None:
+        """The KServe v2 gRPC listener when [grpc] enabled (needs the optional [grpc] extra)."""
+        settings = self.config.grpc
+        if not settings.enabled:
+            return
+        try:
+            from edgeagent.api.grpc_server import GrpcServer
+        except ImportError as exc:
+            raise StartupError(
+                f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"
+            ) from exc
+        self._grpc = GrpcServer(
+            self.dataplane, settings, server=self.config.server, regions=self.shared_memory
+        )
+        try:
+            self.listening += await self._grpc.start()
+        except RuntimeError as exc:  # grpc reports a port it cannot bind as RuntimeError
+            raise StartupError(
+                f"cannot listen for gRPC: {exc} ([grpc] host / port / unix_socket)"
+            ) from exc
+
     async def _listen(self, runner: web.AppRunner) -> None:
         server = self.config.server
+        asyncio.get_running_loop().set_exception_handler(QuietLoopErrors())
+        sites: list[GuardedSite] = []
         if server.unix_socket is not None:
             path = Path(server.unix_socket)
             _claim_socket_path(path)
-            site = web.UnixSite(runner, str(path))
+            site = unix_site(runner, path, server)
             try:
                 await site.start()
             except OSError as exc:
@@ -265,10 +404,11 @@ class Daemon:
             os.chmod(path, server.socket_mode)
             self._socket_path = path
             self.listening.append(str(path))
+            sites.append(site)
         if server.tcp_port:
-            tcp = web.TCPSite(runner, server.tcp_host, server.tcp_port)
+            site = tcp_site(runner, server.tcp_host, server.tcp_port, server)
             try:
-                await tcp.start()
+                await site.start()
             except OSError as exc:
                 raise StartupError(
                     f"cannot listen on {server.tcp_host}:{server.tcp_port}: {exc.strerror} "
@@ -276,13 +416,57 @@ class Daemon:
                 ) from exc
             host = f"[{server.tcp_host}]" if ":" in server.tcp_host else server.tcp_host
             self.listening.append(f"http://{host}:{server.tcp_port}")
+            sites.append(site)
+            if server.tcp_auth == "token" and not server.token:
+                log.warning(
+                    "TCP listener %s refuses every request: no [server] token is set "
+                    "(the Unix socket needs none)",
+                    self.listening[-1],
+                )
         if not self.listening:
             raise StartupError("no listener: set [server] unix_socket or tcp_port")
+        _ensure_descriptors(server.max_connections * len(self.listening))
+        self.status_providers["listeners"] = lambda: {  # a flood shows here as "refused"
+            site.name: {"open": site.cap.open, "limit": site.cap.limit, "refused": site.cap.refused}
+            for site in sites
+        }
+
+
+# Descriptors the agent needs besides its connections: models, logs, sensors, MQTT, downloads.
+FD_RESERVE = 128
+
+
+def _ensure_descriptors(connections: int) -> None:
+    """Raise the open-file soft limit so every listener's full cap fits, or say it cannot."""
+    needed = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "open-file limit %d is below the %d that [server] max_connections needs per "
+            "listener plus %d; a connection flood could exhaust it",
+            soft,
+            needed,
+            FD_RESERVE,
+        )
 
 
 def _claim_socket_path(path: Path) -> None:
-    """Create the socket's directory, and remove a stale socket that nobody listens on."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+    """Create the socket's directory, and remove a stale socket that nobody listens on.
+
+    The directory must be ours (or root's) and writable by nobody else: whoever can write
+    there can replace the socket and answer as the agent (``/tmp/edgeagent-UID`` can be
+    created by any user before the agent starts). A directory we own but left open is
+    tightened; one someone else owns, or a symbolic link, is refused. A sticky directory such
+    as /tmp itself is accepted: nobody else can remove or rename our socket there.
+    """
+    directory = path.parent
+    directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    _check_directory(directory)
     if not path.exists() and not path.is_symlink():
         return
     if not path.is_socket():
@@ -298,3 +482,20 @@ def _claim_socket_path(path: Path) -> None:
         raise StartupError(f"{path}: another edgeagent is already listening there")
     finally:
         probe.close()
+
+
+def _check_directory(directory: Path) -> None:
+    info = directory.lstat()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise StartupError(f"{directory} is not a plain directory; remove it or set --socket")
+    if info.st_uid not in (os.geteuid(), 0):
+        raise StartupError(
+            f"{directory} belongs to uid {info.st_uid}, not to this agent (uid {os.geteuid()}): "
+            "another user could answer in its place; remove it or set --socket"
+        )
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:  # sticky /tmp itself is fine
+        if info.st_uid != os.geteuid():
+            raise StartupError(
+                f"{directory} is writable by other users; fix its mode or set --socket"
+            )
+        os.chmod(directory, stat.S_IMODE(info.st_mode) & ~0o022)

@@ -1,4 +1,4 @@
-"""Where the agent keeps things by default: state, runtime socket, models, shipped profiles.
+"""Where the agent keeps things by default: state, runtime socket, models, shipped data.
 
 Every default follows systemd's directories when run as a service (StateDirectory,
 RuntimeDirectory) and the XDG directories otherwise, so the same code serves a packaged board
@@ -8,6 +8,7 @@ and a developer's checkout.
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 
@@ -39,3 +40,18 @@ def default_models_dir() -> Path:
     if Path("zoo").is_dir():
         return Path("zoo").resolve()
     return default_state_dir() / "models"
+
+
+def shipped(name: str) -> Path:
+    """A file or directory shipped inside the ``edgeagent`` package (the wheel's package data).
+
+    ``name`` is relative to the package: ``device_profiles``, ``systemd/edgeagent.service``,
+    ``agent.example.toml``, ``api/openapi.yaml``. Wheels install unzipped, so the resource is
+    a real path that ``glob`` and ``open`` can use.
+    """
+    return Path(str(resources.files("edgeagent").joinpath(name)))
+
+
+def shipped_profiles_dir() -> Path:
+    """The device profiles shipped with the agent; ``[hardware] profiles_dir`` adds to them."""
+    return shipped("device_profiles")

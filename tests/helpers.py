@@ -8,9 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
 
 import numpy as np
+from prometheus_client import CollectorRegistry
+
+from edgeagent.engine.gauges import ModelGauges
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.registry import ModelRegistry
+from edgeagent.engine.serving import ModelFactory
+from edgeagent.engine.settings import EngineSettings
+from edgeagent.models.package import ModelPackage
+from edgeagent.runtimes import Session
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,3 +99,33 @@ sha256 = {{ "{model_file.name}" = "{digest}" }}
 """
     )
     return root
+
+
+def serving_registry(
+    opener: Callable[[ModelPackage], Session],
+    *,
+    executor: Executor,
+    settings: EngineSettings | None = None,
+    metrics: EngineMetrics | None = None,
+    limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+    load: LoadCounter | None = None,
+) -> ModelRegistry:
+    """A ModelRegistry wired as the daemon wires it: ModelFactory plus the gauge hooks."""
+    settings = settings or EngineSettings()
+    metrics = metrics or EngineMetrics(CollectorRegistry())
+    factory = ModelFactory(
+        settings,
+        executor=executor,
+        metrics=metrics,
+        load=load or LoadCounter(),
+        limits_provider=limits,
+    )
+    gauges = ModelGauges(metrics)
+    return ModelRegistry(
+        opener,
+        factory.build,
+        settings=settings,
+        executor=executor,
+        on_model_load=[gauges.on_load],
+        on_model_unload=[gauges.on_unload],
+    )

@@ -19,10 +19,16 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from edgeagent.api.auth import auth_middleware
-from edgeagent.api.keys import DATAPLANE, METRICS, SETTINGS, STATUS
+from edgeagent.api.body import BodyTooSlow
+from edgeagent.api.browser import browser_middleware
+from edgeagent.api.budget import ByteBudget
+from edgeagent.api.keys import BUDGETS, DATAPLANE, METRICS, SETTINGS, SHARED_MEMORY, STATUS
 from edgeagent.api.routes_edge import edge_routes
+from edgeagent.api.routes_shm import shm_routes
 from edgeagent.api.routes_v2 import v2_routes
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError
 
@@ -31,23 +37,20 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # ---------------------------------------------------------------------------------------------
-# Middleware: metrics (outermost) → errors → auth → handler
+# Middleware: metrics (outermost) → errors → browser checks → auth → handler
 
 
 class HttpMetrics:
-    """Per-route request counts, latency and errors; the route label is the route template."""
+    """Per-route request counts (errors are their 4xx/5xx ``status``) and latency.
+
+    The route label is the route template, so the label set stays bounded.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter(
             "edgeagent_http_requests_total",
             "HTTP requests answered, by route template, method and status",
             ["route", "method", "status"],
-            registry=registry,
-        )
-        self.errors = Counter(
-            "edgeagent_http_errors_total",
-            "HTTP requests answered with a 4xx or 5xx status",
-            ["route", "status"],
             registry=registry,
         )
         self.latency = Histogram(
@@ -72,8 +75,6 @@ class HttpMetrics:
                 route = resource.canonical if resource is not None else "unmatched"
                 self.latency.labels(route, request.method).observe(time.perf_counter() - started)
                 self.requests.labels(route, request.method, str(status)).inc()
-                if status >= 400:
-                    self.errors.labels(route, str(status)).inc()
 
         return measure
 
@@ -87,6 +88,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     """Every failure becomes ``{"error": ...}`` with its status; nothing escapes as a crash."""
     try:
         return await handler(request)
+    except BodyTooSlow as exc:
+        return await _answer_then_close(request, error_json(exc.message, exc.status))
     except ServingError as exc:
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
         return error_json(exc.message, exc.status, headers)
@@ -100,22 +103,51 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         return error_json(f"internal error: {type(exc).__name__}: {exc}", 500)
 
 
+async def _answer_then_close(request: web.Request, response: web.Response) -> web.Response:
+    """Send ``response`` and drop the connection at once: aiohttp would otherwise keep reading
+    (lingering) the rest of a body from a client already known to be too slow."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    request.protocol.force_close()
+    return response
+
+
 def create_app(
     dataplane: DataPlane,
     *,
     settings: ServerSettings,
     metrics: CollectorRegistry,
     status: Callable[[], dict],
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> web.Application:
-    """The HTTP application over ``dataplane``; serve it on any listener."""
+    """The HTTP application over ``dataplane``; serve it on any listener.
+
+    ``shared_memory`` is the daemon's region registry (shared with gRPC, released by the
+    daemon); without one the app keeps its own and releases it on cleanup.
+    """
     http_metrics = HttpMetrics(metrics)
     app = web.Application(
-        middlewares=[http_metrics.middleware(), errors_middleware, auth_middleware(settings)],
+        middlewares=[
+            http_metrics.middleware(),
+            errors_middleware,
+            browser_middleware(settings),
+            auth_middleware(settings),
+        ],
         client_max_size=settings.max_body_bytes,
     )
     app[DATAPLANE] = dataplane
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[STATUS] = status
-    app.add_routes([*v2_routes(), *edge_routes()])
+    app[BUDGETS] = {kind: ByteBudget(settings.max_decoding_bytes) for kind in ("unix", "tcp")}
+    if shared_memory is None:
+        shared_memory = SharedMemoryRegistry(SharedMemorySettings())
+        app.on_cleanup.append(lambda _: _close_regions(shared_memory))
+    app[SHARED_MEMORY] = shared_memory
+    app.add_routes([*v2_routes(), *edge_routes(), *shm_routes()])
     return app
+
+
+async def _close_regions(regions: SharedMemoryRegistry) -> None:
+    regions.close()

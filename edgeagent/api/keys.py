@@ -8,10 +8,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from edgeagent.api.budget import ByteBudget
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.engine.dataplane import DataPlane
 
 DATAPLANE = web.AppKey("dataplane", DataPlane)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", CollectorRegistry)
 STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
+# One decoding budget per kind of listener, so TCP clients cannot starve the local socket.
+BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")
+SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)

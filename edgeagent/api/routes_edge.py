@@ -12,14 +12,16 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
-from edgeagent.api.body import read_body
+from edgeagent.api.body import received_body
 from edgeagent.api.keys import DATAPLANE, METRICS, STATUS
 
 
 async def classify_image(request: web.Request) -> web.Response:
     name, version = request.match_info["name"], request.match_info.get("version")
-    image = await read_body(request)
-    answer = await request.app[DATAPLANE].classify(name, version, image, request.query.get("top_k"))
+    async with received_body(request) as image:
+        answer = await request.app[DATAPLANE].classify(
+            name, version, image, request.query.get("top_k")
+        )
     return web.json_response(answer)
 
 

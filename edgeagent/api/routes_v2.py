@@ -13,11 +13,12 @@ from typing import Any
 from aiohttp import web
 
 from edgeagent.api import v2
-from edgeagent.api.auth import over_tcp
-from edgeagent.api.body import read_body, read_json_object
-from edgeagent.api.keys import DATAPLANE
+from edgeagent.api.auth import admin_scope, over_tcp
+from edgeagent.api.body import read_json_object, received_body
+from edgeagent.api.keys import DATAPLANE, SHARED_MEMORY
 from edgeagent.engine.dataplane import infer_options
 from edgeagent.engine.errors import InvalidInput
+from edgeagent.models.package import ModelPackage
 
 # JSON parts larger than this are parsed on a worker thread; binary tensors never need it.
 OFFLOAD_JSON_BYTES = 256 * 1024
@@ -71,31 +72,30 @@ def _json_size(body_length: int, header: str | None) -> int:
 
 async def infer(request: web.Request) -> web.Response:
     dataplane = request.app[DATAPLANE]
+    regions = request.app[SHARED_MEMORY]
     model = dataplane.model(*_names(request))
-    package = model.package
-    body = await read_body(request)
     header = request.headers.get(v2.HEADER_LENGTH)
-    if header is not None and header.strip() == "0":
-        if len(package.inputs) != 1:
-            raise InvalidInput(
-                f"a raw body ({v2.HEADER_LENGTH}: 0) needs a model with exactly one input; "
-                f"{package.name!r} has {len(package.inputs)}"
-            )
-        decoded = v2.decode_raw_request(body, package.inputs[0])
-    elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
-        # Parsing megabytes of JSON takes tens of ms; off the loop, other requests keep moving.
-        decoded = await asyncio.to_thread(v2.decode_request, body, header)
-    else:
-        decoded = v2.decode_request(body, header)
-    chosen = v2.select_outputs(decoded, [spec.name for spec in package.outputs])
-    options = infer_options(decoded.parameters, dataplane.settings)
-    results = await dataplane.infer(model, decoded.inputs, options, [n for n, _ in chosen])
-    payload, length = v2.encode_response(
-        model_name=package.name,
-        model_version=model.version,
-        outputs=[(name, results[name], binary) for name, binary in chosen],
-        request_id=decoded.id,
-    )
+    raw = header is not None and header.strip() == "0"
+    async with received_body(request, lambda size: 0 if raw else _json_size(size, header)) as body:
+        if raw:
+            decoded = _decode_raw(model.package, body)
+        elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
+            # Parsing megabytes of JSON takes tens of ms; off the loop, other requests keep moving.
+            decoded = await asyncio.to_thread(v2.decode_request, body, header, regions)
+        else:
+            decoded = v2.decode_request(body, header, regions)
+        del body
+        package = model.package
+        chosen = v2.select_outputs(decoded, [spec.name for spec in package.outputs])
+        options = infer_options(decoded.parameters, dataplane.settings)
+        results = await dataplane.infer(model, decoded.inputs, options, [n for n, _ in chosen])
+        payload, length = v2.encode_response(
+            model_name=package.name,
+            model_version=model.version,
+            outputs=[(name, results[name], binary) for name, binary in chosen],
+            request_id=decoded.id,
+            regions=regions,
+        )
     if length is None:
         response = web.Response(body=payload, content_type="application/json")
     else:
@@ -112,6 +112,16 @@ async def infer(request: web.Request) -> web.Response:
     return response
 
 
+def _decode_raw(package: ModelPackage, body: bytes) -> v2.InferRequest:
+    """Triton's raw body (``Inference-Header-Content-Length: 0``): one input's bytes."""
+    if len(package.inputs) != 1:
+        raise InvalidInput(
+            f"a raw body ({v2.HEADER_LENGTH}: 0) needs a model with exactly one input; "
+            f"{package.name!r} has {len(package.inputs)}"
+        )
+    return v2.decode_raw_request(body, package.inputs[0])
+
+
 async def repository_index(request: web.Request) -> web.Response:
     options = await read_json_object(request)
     ready_only = options.get("ready", False)
@@ -120,12 +130,14 @@ async def repository_index(request: web.Request) -> web.Response:
     return _json(request.app[DATAPLANE].repository_index(ready_only))
 
 
+@admin_scope
 async def repository_load(request: web.Request) -> web.Response:
     await read_json_object(request)  # parameters (config overrides) are not supported: ignored
     await request.app[DATAPLANE].load(request.match_info["name"])
     return web.Response(status=200)
 
 
+@admin_scope
 async def repository_unload(request: web.Request) -> web.Response:
     await read_json_object(request)  # unload_dependents: there are no dependents here
     await request.app[DATAPLANE].unload(request.match_info["name"])

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.api.shm import SharedMemoryRef, SharedMemoryRegistry, shm_ref
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import TensorSpec
 
@@ -74,6 +75,11 @@ class OutputRequest:
 
     name: str
     binary: bool | None  # None: follow the request-level binary_data_output
+    shm: SharedMemoryRef | None = None  # written into this shared memory region instead
+
+
+# How an output travels: binary (True), JSON (False) or into a shared memory region.
+Placement = bool | SharedMemoryRef
 
 
 @dataclass
@@ -117,18 +123,43 @@ def header_length(value: str | None, body_length: int) -> int | None:
     return length
 
 
+# No number in the protocol is wider than 64 bits (shapes, sizes, UINT64/INT64 data, µs).
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+MAX_INT_DIGITS = 20
+
+
+def _bounded_int(text: str) -> int:
+    """json's ``parse_int``: refuse integers no tensor or parameter can hold, before ``int()``
+    spends time on thousands of digits (or Python refuses them with an unexpected error)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS or not INT_MIN <= (value := int(text)) <= INT_MAX:
+        shown = text if len(text) <= 24 else text[:24] + "…"
+        raise InvalidInput(f"JSON integer {shown} is out of the 64-bit range")
+    return value
+
+
+def parse_json_object(data: bytes | memoryview) -> dict[str, Any]:
+    """A JSON object from untrusted bytes; every way it can be wrong is ``InvalidInput``.
+
+    Nesting deeper than the interpreter's recursion limit and integers beyond 64 bits are
+    refused here with the rest of malformed JSON (``NaN`` stays: tensors may carry it).
+    """
+    try:
+        value = json.loads(bytes(data), parse_int=_bounded_int)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidInput("request body is not valid JSON: nested too deeply") from None
+    if not isinstance(value, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return value
+
+
 def _split(body: bytes, length: int | None) -> tuple[dict[str, Any], memoryview]:
     """Separate the JSON object from the binary tail and parse it."""
     view = memoryview(body)
     json_part = view if length is None else view[:length]
     tail = view[len(view) :] if length is None else view[length:]
-    try:
-        message = json.loads(bytes(json_part))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(message, dict):
-        raise InvalidInput("request body must be a JSON object")
-    return message, tail
+    return parse_json_object(json_part), tail
 
 
 class _JsonData:
@@ -171,11 +202,20 @@ class _JsonData:
 # Tensors
 
 
+# numpy refuses arrays beyond these even when a zero dimension leaves them empty.
+MAX_DIMS = 32
+MAX_ELEMENTS = 2**40
+
+
 def _shape(value: Any, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
         raise InvalidInput(f"{where}: shape must be a list of non-negative integers, got {value!r}")
+    if len(value) > MAX_DIMS:
+        raise InvalidInput(f"{where}: shape has {len(value)} dimensions, at most {MAX_DIMS}")
+    if math.prod(d for d in value if d) > MAX_ELEMENTS:
+        raise InvalidInput(f"{where}: shape {value!r} is larger than any tensor can be")
     return tuple(value)
 
 
@@ -219,7 +259,9 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
     return values.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
 
 
-def _from_binary(blob: memoryview, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
+def tensor_from_bytes(
+    blob: memoryview, shape: tuple[int, ...], datatype: str, where: str
+) -> np.ndarray:
     dtype = numpy_dtype(datatype, where)
     expected = math.prod(shape) * dtype.itemsize
     if len(blob) != expected:
@@ -232,7 +274,7 @@ def _from_binary(blob: memoryview, shape: tuple[int, ...], datatype: str, where:
     )
 
 
-def _to_bytes(array: np.ndarray) -> bytes:
+def tensor_to_bytes(array: np.ndarray) -> bytes:
     wire = _NUMPY[datatype_of(array.dtype)]
     return np.ascontiguousarray(array, dtype=wire).tobytes()
 
@@ -247,8 +289,14 @@ def _binary_size(tensor: dict[str, Any], where: str) -> int | None:
     return size
 
 
-def _tensors(entries: Any, tail: memoryview, kind: str) -> dict[str, np.ndarray]:
-    """Decode a list of tensor objects (request inputs or response outputs)."""
+def _tensors(
+    entries: Any, tail: memoryview, kind: str, regions: SharedMemoryRegistry | None = None
+) -> dict[str, np.ndarray]:
+    """Decode a list of tensor objects (request inputs or response outputs).
+
+    An input that names a shared memory region is a view of that region (no copy); with no
+    ``regions`` (a response, a client), naming one is an error.
+    """
     if not isinstance(entries, list):
         raise InvalidInput(f"'{kind}s' must be a list of tensors")
     tensors: dict[str, np.ndarray] = {}
@@ -267,6 +315,17 @@ def _tensors(entries: Any, tail: memoryview, kind: str) -> dict[str, np.ndarray]
             raise InvalidInput(f"{where}: 'datatype' must be a string such as FP32")
         shape = _shape(entry.get("shape"), where)
         size = _binary_size(entry, where)
+        ref = shm_ref(_parameters(entry.get("parameters"), where), where)
+        if ref is not None:
+            if "data" in entry or size is not None:
+                raise InvalidInput(
+                    f"{where}: a shared memory input carries no 'data' or binary_data_size"
+                )
+            if regions is None:
+                raise InvalidInput(f"{where}: shared memory is not available on this path")
+            blob = regions.view(ref.region, ref.offset, ref.byte_size, where)
+            tensors[name] = tensor_from_bytes(blob, shape, datatype, where)
+            continue
         has_data = "data" in entry
         if has_data == (size is not None):
             raise InvalidInput(
@@ -280,7 +339,7 @@ def _tensors(entries: Any, tail: memoryview, kind: str) -> dict[str, np.ndarray]
                 f"{where}: binary_data_size {size} runs past the end of the body "
                 f"({len(tail) - offset} bytes left)"
             )
-        tensors[name] = _from_binary(tail[offset : offset + size], shape, datatype, where)
+        tensors[name] = tensor_from_bytes(tail[offset : offset + size], shape, datatype, where)
         offset += size
     if offset != len(tail):
         raise InvalidInput(
@@ -298,12 +357,12 @@ def _output_requests(value: Any) -> list[OutputRequest] | None:
     for index, entry in enumerate(value):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise InvalidInput(f"outputs[{index}] must be an object with a string 'name'")
-        binary = _parameters(entry.get("parameters"), f"output {entry['name']!r}").get(
-            "binary_data"
-        )
+        where = f"output {entry['name']!r}"
+        parameters = _parameters(entry.get("parameters"), where)
+        binary = parameters.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
-            raise InvalidInput(f"output {entry['name']!r}: binary_data must be true or false")
-        requests.append(OutputRequest(entry["name"], binary))
+            raise InvalidInput(f"{where}: binary_data must be true or false")
+        requests.append(OutputRequest(entry["name"], binary, shm_ref(parameters, where)))
     return requests
 
 
@@ -311,8 +370,11 @@ def _output_requests(value: Any) -> list[OutputRequest] | None:
 # Requests (server decodes, client encodes)
 
 
-def decode_request(body: bytes, header: str | None) -> InferRequest:
-    """Decode an infer request body given its ``Inference-Header-Content-Length`` header value."""
+def decode_request(
+    body: bytes, header: str | None, regions: SharedMemoryRegistry | None = None
+) -> InferRequest:
+    """Decode an infer request body given its ``Inference-Header-Content-Length`` header value;
+    inputs may name ``regions`` (the shared memory extension)."""
     message, tail = _split(body, header_length(header, len(body)))
     parameters = _parameters(message.get("parameters"), "request")
     request_id = message.get("id")
@@ -324,7 +386,7 @@ def decode_request(body: bytes, header: str | None) -> InferRequest:
     if not isinstance(binary_output, bool):
         raise InvalidInput("parameters.binary_data_output must be true or false")
     return InferRequest(
-        inputs=_tensors(message["inputs"], tail, "input"),
+        inputs=_tensors(message["inputs"], tail, "input", regions),
         id=request_id,
         parameters=parameters,
         outputs=_output_requests(message.get("outputs")),
@@ -345,7 +407,7 @@ def decode_raw_request(body: bytes, spec: TensorSpec) -> InferRequest:
             f"({HEADER_LENGTH}: 0) needs a fixed shape, send a JSON header instead"
         )
     datatype = datatype_of(spec.dtype)
-    array = _from_binary(memoryview(body), shape, datatype, f"input {spec.name!r}")
+    array = tensor_from_bytes(memoryview(body), shape, datatype, f"input {spec.name!r}")
     return InferRequest(inputs={spec.name: array}, binary_output=True)
 
 
@@ -368,7 +430,7 @@ def encode_request(
             "datatype": datatype_of(array.dtype),
         }
         if binary or entry["datatype"] in _NOT_JSON:
-            blob = _to_bytes(array)
+            blob = tensor_to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
@@ -391,8 +453,8 @@ def encode_request(
 # Responses (server encodes, client decodes)
 
 
-def select_outputs(request: InferRequest, available: Sequence[str]) -> list[tuple[str, bool]]:
-    """Which outputs to send and whether each travels as binary; unknown names are refused.
+def select_outputs(request: InferRequest, available: Sequence[str]) -> list[tuple[str, Placement]]:
+    """Which outputs to send and how each travels (``Placement``); unknown names are refused.
 
     Called before the model runs so a typo costs the client a 400, not an inference.
     """
@@ -404,9 +466,14 @@ def select_outputs(request: InferRequest, available: Sequence[str]) -> list[tupl
             raise InvalidInput(
                 f"unknown output {wanted.name!r} (the model has: {', '.join(available)})"
             )
-        chosen.append(
-            (wanted.name, request.binary_output if wanted.binary is None else wanted.binary)
+        placement: Placement = (
+            wanted.shm
+            if wanted.shm is not None
+            else request.binary_output
+            if wanted.binary is None
+            else wanted.binary
         )
+        chosen.append((wanted.name, placement))
     return chosen
 
 
@@ -414,18 +481,22 @@ def encode_response(
     *,
     model_name: str,
     model_version: str,
-    outputs: Sequence[tuple[str, np.ndarray, bool]],
+    outputs: Sequence[tuple[str, np.ndarray, Placement]],
     request_id: str | None = None,
+    regions: SharedMemoryRegistry | None = None,
 ) -> tuple[bytes, int | None]:
-    """Build an infer response from (name, array, binary) triples, in that order."""
+    """Build an infer response from (name, array, placement) triples, in that order; an
+    output placed in shared memory is written into its region here."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     data = _JsonData()
     for name, array, binary in outputs:
         datatype = datatype_of(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if binary:
-            blob = _to_bytes(array)
+        if isinstance(binary, SharedMemoryRef):
+            entry["parameters"] = write_to_region(array, binary, regions, f"output {name!r}")
+        elif binary:
+            blob = tensor_to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         elif datatype in _NOT_JSON:
@@ -444,6 +515,23 @@ def encode_response(
     if request_id is not None:
         message["id"] = request_id
     return data.frame(message, blobs)
+
+
+def write_to_region(
+    array: np.ndarray, ref: SharedMemoryRef, regions: SharedMemoryRegistry | None, where: str
+) -> dict[str, Any]:
+    """Copy ``array`` (wire dtype) into the region ``ref`` names; the output's parameters."""
+    if regions is None:
+        raise InvalidInput(f"{where}: shared memory is not available on this path")
+    wire = _NUMPY[datatype_of(array.dtype)]
+    size = array.size * wire.itemsize
+    if size > ref.byte_size:
+        raise InvalidInput(
+            f"{where}: needs {size} bytes but shared_memory_byte_size is {ref.byte_size}"
+        )
+    target = regions.view(ref.region, ref.offset, size, where)
+    np.copyto(np.frombuffer(target, dtype=wire).reshape(array.shape), array, casting="same_kind")
+    return SharedMemoryRef(ref.region, ref.offset, size).parameters()
 
 
 def decode_response(body: bytes, header: str | None) -> InferResponse:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import platform
 import resource
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.commands.infer import add_variant_arguments
 from edgeagent.models.locate import resolve_package
 from edgeagent.models.package import ModelPackage, PackageError, load_package
@@ -44,6 +46,7 @@ class BenchResult:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench",
+        formatter_class=DefaultsFormatter,
         help="benchmark every runtime × precision of a model that works here",
         description=(
             "Time MODEL on every matching variant (each in its own process): p50/p90/p99 batch "
@@ -56,7 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="timed run per variant")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first (default 5)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--plot", type=Path, help="write a PNG of the latency distributions")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="write a plot of the latency distributions (needs the [plot] extra: matplotlib)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -140,6 +148,12 @@ def run_isolated(*args: object, timeout_s: float = 600.0) -> BenchResult | Excep
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None and not _has_matplotlib():
+        print(
+            "edgeagent bench: --plot needs matplotlib: pip install 'edgeagent[plot]'",
+            file=sys.stderr,
+        )
+        return 2
     try:
         package_dir = resolve_package(args.model, args.models_dir)
         package = load_package(package_dir)
@@ -223,22 +237,40 @@ def speedup_vs_fp32(result: BenchResult, results: list[BenchResult]) -> str:
     return f"{base.p50_ms / result.p50_ms:.2f}×"
 
 
-def write_plot(path: Path, title: str, results: list[BenchResult]) -> None:
-    """Box plot of per-batch latency for each variant (matplotlib, from the [dev] extra)."""
+def _has_matplotlib() -> bool:
+    """Checked before any benchmark runs, so a missing extra costs no minutes of timing."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
-        print("edgeagent bench: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
-        return
+        return False
+    return True
+
+
+def write_plot(path: Path, title: str, results: list[BenchResult]) -> None:
+    """Box plot of per-batch latency for each variant, from 0 ms, with each p99 marked.
+
+    Whiskers span p1–p99 and outliers are drawn, so a slow tail stays visible; the title names
+    the model, batch size, host and its CPU, the x labels each variant's device.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     measured = [r for r in results if r.latencies_ms]
-    figure, axis = plt.subplots(figsize=(8, 4))
-    axis.boxplot([r.latencies_ms or [] for r in measured], showfliers=False)
-    axis.set_xticks(range(1, len(measured) + 1), [r.variant for r in measured], rotation=20)
+    figure, axis = plt.subplots(figsize=(9, 4.5))
+    axis.boxplot([r.latencies_ms or [] for r in measured], whis=(1, 99), showfliers=True)
+    positions = range(1, len(measured) + 1)
+    axis.scatter(positions, [r.p99_ms for r in measured], marker="_", s=400, color="red",
+                 label="p99", zorder=3)  # fmt: skip
+    labels = [f"{r.runtime} {r.precision}\n{r.device}" for r in measured]
+    axis.set_xticks(list(positions), labels, fontsize=8)
+    axis.set_ylim(bottom=0)
     axis.set_ylabel("latency per batch (ms)")
-    axis.set_title(f"{title}: latency by runtime and precision")
+    axis.legend(loc="upper right")
+    batch = measured[0].batch if measured else "?"
+    host = f"{platform.node()} ({platform.machine()}, {platform.processor() or 'CPU'})"
+    axis.set_title(f"{title}: batch {batch} on {host}", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     print(f"wrote {path}", file=sys.stderr)

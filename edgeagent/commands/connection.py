@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from edgeagent.api.client import AgentClient
+from edgeagent.api.settings import ServerSettings
 from edgeagent.config import load_config
 from edgeagent.sections import ConfigError
 
@@ -21,8 +22,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get("EDGEAGENT_TOKEN"),
-        help="bearer token for a non-loopback TCP listener (default: $EDGEAGENT_TOKEN, "
-        "else [server] token when the config is readable)",
+        help="bearer token for a TCP listener (default: $EDGEAGENT_TOKEN, else [server] "
+        "admin_token or token when the config is readable); the Unix socket needs none",
     )
     parser.add_argument(
         "--config", type=Path, help="agent config to find the socket in (default: system file)"
@@ -46,12 +47,27 @@ def _existing_socket(configured: Path | None) -> Path | None:
 
 def client_from_args(args: argparse.Namespace) -> AgentClient:
     """The client the connection arguments describe; ConfigError when the config is bad."""
+    server = _readable_server_settings(args.config) if args.url else load_config(args.config).server
     if args.url:
-        return AgentClient(url=args.url, token=args.token, timeout=args.timeout)
-    server = load_config(args.config).server
+        token = args.token or (server.admin_token or server.token if server else "")
+        return AgentClient(url=args.url, token=token or None, timeout=args.timeout)
+    assert server is not None
     socket_path = args.socket or _existing_socket(server.unix_socket)
     if socket_path is None:
         raise ConfigError("[server] unix_socket is not set: give --socket or --url")
-    return AgentClient(
-        socket_path=socket_path, token=args.token or server.token or None, timeout=args.timeout
-    )
+    return AgentClient(socket_path=socket_path, timeout=args.timeout)
+
+
+def _readable_server_settings(path: Path | None) -> ServerSettings | None:
+    """The config's [server] keys for the token, or None when the config cannot be read.
+
+    Over TCP the config only supplies a token (an operator's shell often may not read the
+    system file, and --url works without one); a config that exists but is invalid still
+    stops the command with its message.
+    """
+    try:
+        return load_config(path).server
+    except ConfigError as exc:
+        if isinstance(exc.__cause__, OSError):
+            return None
+        raise

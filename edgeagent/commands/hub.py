@@ -1,4 +1,4 @@
-"""``edgeagent hub …``: the fleet manager's commands, one sub-command per job.
+"""edgeagent hub: the fleet manager's commands, one sub-command per job.
 
     keygen DIR           root + release keys and the initial trust file devices are given
     sign PACKAGE_DIR     build the reproducible artifact and its signed release manifest
@@ -10,8 +10,9 @@
     status               the fleet table from the devices' retained MQTT reports
     rotate TRUST         trust file N+1 signed by the old and the new root keys
 
-Every command exits 0 on success, 1 when the work failed (broker unreachable, rollout
-aborted), 2 on a usage or input error, and prints a one-line reason on standard error.
+Every command exits 0 on success, 2 on a usage or input error (a bad key, package or release
+file, an unreachable or malformed --broker), 1 when the work itself failed (a rollout aborted),
+and prints a one-line reason on standard error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError
@@ -60,7 +62,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def _run(args: argparse.Namespace, work) -> int:
-    """Run one command body; turn the hub's and the trust code's errors into exit statuses."""
+    """Run one command body; the hub's and the trust code's errors are input errors (exit 2)."""
     try:
         result = work(args)
         if asyncio.iscoroutine(result):
@@ -68,7 +70,7 @@ def _run(args: argparse.Namespace, work) -> int:
         return int(result or 0)
     except (HubError, TrustError) as exc:
         print(f"edgeagent hub {args.hub_command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(exc, TrustError) else EXIT_FAILED
+        return EXIT_USAGE  # what the operator gave cannot be used: keys, files, broker
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -80,9 +82,13 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def _broker_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("broker")
-    group.add_argument("--broker", default="127.0.0.1:1883", metavar="HOST:PORT")
-    group.add_argument("--prefix", default="edgeagent", help="topic prefix (default edgeagent)")
-    group.add_argument("--username", default="")
+    group.add_argument(
+        "--broker", default="127.0.0.1:1883", metavar="HOST:PORT", help="the fleet's MQTT broker"
+    )
+    group.add_argument(
+        "--prefix", default="edgeagent", help="topic prefix (the devices' [mqtt] topic_prefix)"
+    )
+    group.add_argument("--username", default="", help="broker user name (empty: anonymous)")
     group.add_argument(
         "--password-file", type=Path, help="file holding the broker password (not on argv)"
     )
@@ -139,18 +145,25 @@ def _serials(args: argparse.Namespace):
 def _keygen(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "keygen",
+        formatter_class=DefaultsFormatter,
         help="create root and release keys and the initial trust file",
         description="Create root and release Ed25519 key pairs (PEM, private keys mode 0600) "
         "and DIR/trust.json, the trust file devices are provisioned with ([updates] trust_file). "
         "Keep the root keys offline; the release key signs day-to-day releases.",
     )
-    parser.add_argument("directory", type=Path, metavar="DIR")
-    parser.add_argument("--root-keys", type=int, default=1)
-    parser.add_argument("--release-keys", type=int, default=1)
-    parser.add_argument("--root-threshold", type=int, default=1)
-    parser.add_argument("--release-threshold", type=int, default=1)
-    parser.add_argument("--expires-days", type=int, default=365)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("directory", type=Path, metavar="DIR", help="where keys and trust.json go")
+    parser.add_argument("--root-keys", type=int, default=1, help="root key pairs to create")
+    parser.add_argument("--release-keys", type=int, default=1, help="release key pairs to create")
+    parser.add_argument(
+        "--root-threshold", type=int, default=1, help="root signatures a trust change needs"
+    )
+    parser.add_argument(
+        "--release-threshold", type=int, default=1, help="release signatures a release needs"
+    )
+    parser.add_argument(
+        "--expires-days", type=int, default=365, help="days until the trust file expires"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.keys import keygen
@@ -176,24 +189,37 @@ def _keygen(commands: argparse._SubParsersAction) -> None:
 def _sign(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "sign",
+        formatter_class=DefaultsFormatter,
         help="build a package's artifact and signed release manifest",
         description="Pack PACKAGE_DIR into a reproducible .tar.gz and write "
         "<name>-<version>.release.json, the manifest signed with the release key(s). "
         "--base-url is where 'hub serve' publishes --out.",
     )
-    parser.add_argument("package", type=Path, metavar="PACKAGE_DIR")
-    parser.add_argument("--key", action="append", type=Path, required=True, dest="keys")
+    parser.add_argument("package", type=Path, metavar="PACKAGE_DIR", help="the model package")
+    parser.add_argument(
+        "--key",
+        action="append",
+        type=Path,
+        required=True,
+        dest="keys",
+        metavar="PEM",
+        help="release private key (repeat for a threshold)",
+    )
     parser.add_argument("--base-url", required=True, help="e.g. http://hub.example:8000")
     parser.add_argument("--out", type=Path, default=Path("."), help="artifact directory")
     parser.add_argument("--trust", type=Path, help="check the result against this trust file")
-    parser.add_argument("--expires-days", type=float, default=30.0)
-    parser.add_argument("--deployment-id")
+    parser.add_argument(
+        "--expires-days", type=float, default=30.0, help="days until devices refuse the release"
+    )
+    parser.add_argument("--deployment-id", help="id the devices report back (default: generated)")
     parser.add_argument("--profile", action="append", default=[], help="target profile")
     parser.add_argument("--device-class", action="append", default=[], help="target class")
     parser.add_argument("--device-id", action="append", default=[], help="target device")
-    parser.add_argument("--min-agent-version", default="0.0.0")
+    parser.add_argument(
+        "--min-agent-version", default="0.0.0", help="older agents refuse the release"
+    )
     _serials_argument(parser)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.sign import sign_package
@@ -225,19 +251,46 @@ def _sign(commands: argparse._SubParsersAction) -> None:
 def _rotate(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "rotate",
+        formatter_class=DefaultsFormatter,
         help="write trust file N+1, signed by the old and the new root keys",
         description="Write the next trust file version over TRUST (or --out). Devices accept "
         "it only when a threshold of the current root keys and of the new ones signed it; "
         "publish it to a group with 'hub publish --trust-file'.",
     )
-    parser.add_argument("trust", type=Path, metavar="TRUST")
-    parser.add_argument("--root-key", action="append", type=Path, required=True, dest="old")
-    parser.add_argument("--new-root-key", action="append", type=Path, default=[], dest="new")
-    parser.add_argument("--release-pub", action="append", type=Path, default=[])
-    parser.add_argument("--root-threshold", type=int)
-    parser.add_argument("--release-threshold", type=int)
-    parser.add_argument("--expires-days", type=int, default=365)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("trust", type=Path, metavar="TRUST", help="the current trust file")
+    parser.add_argument(
+        "--root-key",
+        action="append",
+        type=Path,
+        required=True,
+        dest="old",
+        help="a current root private key (repeat up to the threshold)",
+    )
+    parser.add_argument(
+        "--new-root-key",
+        action="append",
+        type=Path,
+        default=[],
+        dest="new",
+        help="a new root private key (none: the root keys stay)",
+    )
+    parser.add_argument(
+        "--release-pub",
+        action="append",
+        type=Path,
+        default=[],
+        help="release public key of the new trust (none: the current ones)",
+    )
+    parser.add_argument(
+        "--root-threshold", type=int, help="new root threshold (default: unchanged)"
+    )
+    parser.add_argument(
+        "--release-threshold", type=int, help="new release threshold (default: unchanged)"
+    )
+    parser.add_argument(
+        "--expires-days", type=int, default=365, help="days until the new trust file expires"
+    )
+    parser.add_argument("--out", type=Path, help="write here instead of over TRUST")
     parser.add_argument(
         "--reset-floor",
         action="append",
@@ -277,13 +330,14 @@ def _rotate(commands: argparse._SubParsersAction) -> None:
 def _serve(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "serve",
+        formatter_class=DefaultsFormatter,
         help="serve artifacts over HTTP (Range, If-Range) for devices to download",
         description="Serve the files directly inside DIR until interrupted. Devices verify "
         "length and SHA-256 from the signed manifest, so any plain HTTP mirror would do too.",
     )
-    parser.add_argument("directory", type=Path, metavar="DIR")
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("directory", type=Path, metavar="DIR", help="the artifacts to serve")
+    parser.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port to listen on")
     parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", type=Path, help="the certificate's private key")
 
@@ -321,6 +375,7 @@ def trust_message(trust_file: Path) -> bytes:
 def _publish(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "publish",
+        formatter_class=DefaultsFormatter,
         help="publish a verified release to a device group (and/or single devices)",
         description="Publish RELEASE (a *.release.json from 'hub sign') with QoS 1: retained on "
         "<prefix>/group/<GROUP>/release/<MODEL>, and on <prefix>/device/<ID>/release for each "
@@ -329,12 +384,12 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         "it. --trust-file without RELEASE publishes only the trust file. 'hub unpublish' clears "
         "a retained release.",
     )
-    parser.add_argument("release", type=Path, metavar="RELEASE", nargs="?")
+    parser.add_argument("release", type=Path, metavar="RELEASE", nargs="?", help="a *.release.json")
     parser.add_argument("--group", help="device group ([updates] group on the devices)")
     parser.add_argument("--device", action="append", default=[], help="a device id")
     parser.add_argument("--trust", type=Path, help="the trust file devices have: verify against it")
     parser.add_argument("--trust-file", type=Path, help="publish this rotated trust file too")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
@@ -463,6 +518,7 @@ def _rollback(commands: argparse._SubParsersAction) -> None:
 def _rollout(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "rollout",
+        formatter_class=DefaultsFormatter,
         help="staged rollout (5%% → 25%% → 100%%) with an abort threshold on failures",
         description="Send RELEASE to a growing share of GROUP's devices (those with a retained "
         "state report, or --device), waiting for each stage's outcomes. Each stage's envelope is "
@@ -471,12 +527,14 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         "--min-executed devices finished and --abort-threshold percent of them failed. "
         "Exit status 1 when the rollout was aborted.",
     )
-    parser.add_argument("release", type=Path, metavar="RELEASE")
-    parser.add_argument("--group", required=True)
+    parser.add_argument("release", type=Path, metavar="RELEASE", help="a *.release.json")
+    parser.add_argument("--group", required=True, help="device group to roll out to")
     parser.add_argument("--device", action="append", help="roll out to these devices only")
     parser.add_argument("--stages", default="5,25,100", help="cumulative percentages")
     parser.add_argument("--abort-threshold", type=float, default=20.0, help="percent failed")
-    parser.add_argument("--min-executed", type=int, default=1)
+    parser.add_argument(
+        "--min-executed", type=int, default=1, help="outcomes needed before aborting can happen"
+    )
     parser.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per stage")
     parser.add_argument("--trust", type=Path, help="verify against this trust file first")
     parser.add_argument(
@@ -487,7 +545,7 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         dest="keys",
         help="release key that signs each stage's envelope (repeat for a threshold)",
     )
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
@@ -522,13 +580,14 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
 def _status(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "status",
+        formatter_class=DefaultsFormatter,
         help="fleet table: online, models and versions, last update outcome per device",
         description="Read every device's retained state and availability from the broker "
         "(for --wait seconds) and print one line per device; --json for scripts.",
     )
     parser.add_argument("--group", help="only this group's devices")
     parser.add_argument("--wait", type=float, default=1.0, help="seconds to collect reports")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:

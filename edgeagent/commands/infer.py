@@ -12,7 +12,9 @@ from typing import Any
 
 from edgeagent.api.client import AgentError, AgentUnreachable
 from edgeagent.commands.connection import add_connection_arguments, client_from_args
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
+from edgeagent.hardware.profile import ProfileError
 from edgeagent.models.locate import resolve_package
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.models.preprocess import ImageError, preprocess_image, top_k
@@ -25,13 +27,16 @@ from edgeagent.sections import ConfigError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "infer",
+        formatter_class=DefaultsFormatter,
         help="classify JPEG/PNG images with a model",
         description=(
             "Classify images with MODEL (a package directory, or a package name in the models "
             "directory). Without --runtime/--precision/--device the board's profile chooses, "
             "exactly as the daemon does (probed, cached under the state directory). With "
             "--socket or --url the images go to a running agent instead and MODEL is the name "
-            "it serves."
+            "it serves; the agent then chooses the variant, so --runtime, --precision, --device "
+            "and --threads are refused. Exit status 2: bad input (package, flags, config, "
+            "unreachable agent); 1: an image could not be classified."
         ),
     )
     parser.add_argument("model", help="package directory or name (e.g. mobilenet_v2)")
@@ -45,9 +50,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
     """The variant-selection flags shared by infer and bench."""
-    parser.add_argument("--runtime", choices=RUNTIME_NAMES)
+    parser.add_argument(
+        "--runtime", choices=RUNTIME_NAMES, help="use this runtime (default: the profile chooses)"
+    )
     parser.add_argument("--device", help="runtime device (CPU, CUDAExecutionProvider, NPU…)")
-    parser.add_argument("--precision", choices=["fp32", "fp16", "int8"])
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        help="use this precision's variant (default: the profile chooses)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads")
     parser.add_argument(
         "--models-dir", type=Path, default=None, help="where named packages live (default ./zoo)"
@@ -56,6 +67,16 @@ def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     remote = bool(args.socket or args.url)
+    chosen = [
+        f"--{name}" for name in ("runtime", "precision", "device", "threads") if getattr(args, name)
+    ]
+    if remote and chosen:
+        print(
+            f"edgeagent infer: {', '.join(chosen)} cannot be used with --socket/--url: the running "
+            "agent serves the variant its board profile chose (see `edgeagent status`)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         classify = _remote_classifier(args) if remote else _local_classifier(args)
     except (
@@ -64,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         RuntimeLoadError,
         RuntimeUnavailable,
         ConfigError,
+        ProfileError,
     ) as exc:
         print(f"edgeagent infer: {exc}", file=sys.stderr)
         return 2

@@ -11,14 +11,18 @@ import argparse
 import json
 import sys
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
 from edgeagent.hardware.choose import Choice, time_session, why_not
-from edgeagent.hardware.probe import probe_feeds
-from edgeagent.hardware.profile import ProfileError
+from edgeagent.hardware.detect import Detection, detect, read_facts
+from edgeagent.hardware.profile import ProfileError, board_profiles
 from edgeagent.hardware.service import Accelerators
+from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.paths import default_models_dir
 from edgeagent.sections import ConfigError
@@ -27,6 +31,7 @@ from edgeagent.sections import ConfigError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "profile",
+        formatter_class=DefaultsFormatter,
         help="show the detected board, every accelerator candidate and the choice per model",
         description=(
             "Detect the board from its files (device tree, /etc/nv_tegra_release, cpuinfo, device "
@@ -66,7 +71,13 @@ def register(subparsers: Any) -> None:
         type=float,
         default=1.0,
         metavar="S",
-        help="time the chosen candidate this long (1.0)",
+        help="time the chosen candidate this long",
+    )
+    parser.add_argument(
+        "--board",
+        action="store_true",
+        help="only detect the board: profile and the package extras its candidates need "
+        "(no probing; what scripts/install-device.sh asks)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(handler=run)
@@ -89,7 +100,7 @@ def _explain(acc: Accelerators, package: ModelPackage, args: argparse.Namespace)
     _probe_rest(acc, package, choice, use_cache=not args.reprobe)
     latency = None
     if choice.session is not None:
-        latency = round(time_session(choice.session, probe_feeds(package), args.seconds), 3)
+        latency = round(time_session(choice.session, sample_feeds(package), args.seconds), 3)
         choice.session.close()
     candidates = []
     for option in choice.options:
@@ -140,6 +151,33 @@ def _probe_rest(
             session.close()
 
 
+def wanted_extras(detection: Detection) -> list[str]:
+    """The edgeagent extras (``litert``, ``openvino``) that the profile's candidates run on.
+
+    Read from the installed distribution's ``Provides-Extra``, so a runtime without an extra
+    (onnxruntime is a base dependency) is never asked for.
+    """
+    try:
+        offered = set(metadata.metadata("edgeagent").get_all("Provides-Extra") or [])
+    except metadata.PackageNotFoundError:  # a source tree without an install: nothing to offer
+        offered = set()
+    return sorted({c.runtime for c in detection.profile.candidates} & offered)
+
+
+def _board(hardware: HardwareSettings, as_json: bool) -> int:
+    detection = detect(
+        board_profiles(hardware.profiles_dir), read_facts(hardware.root), hardware.profile
+    )
+    extras = wanted_extras(detection)
+    if as_json:
+        print(json.dumps({**detection.report(), "extras": extras}, indent=2))
+    else:
+        print(f"profile {detection.profile.name}: {detection.profile.description}")
+        print(f"why     {detection.reason}")
+        print(f"extras  {','.join(extras) or '-'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
@@ -151,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
             "choice": args.choice,
         }
         hardware = replace(hardware, **{k: v for k, v in overrides.items() if v is not None})
+        if args.board:
+            return _board(hardware, args.json)
         state_dir = args.state_dir or config.agent.state_dir
         acc = Accelerators(hardware, state_dir)
     except (ConfigError, ProfileError) as exc:

@@ -9,7 +9,9 @@ import logging
 import sys
 from pathlib import Path
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import Config, load_config
+from edgeagent.hardware.profile import ProfileError
 from edgeagent.models.package import PackageError
 from edgeagent.sections import ConfigError
 
@@ -20,6 +22,7 @@ EXIT_STARTUP = 1  # could not start (listener in use, no permission)
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
+        formatter_class=DefaultsFormatter,
         help="run the agent daemon (serves models over HTTP on a Unix socket and TCP)",
         description=(
             "Run the agent until SIGTERM or Ctrl-C: detect the board, load every model package "
@@ -92,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"  listening on {where}", flush=True)
 
     try:
-        asyncio.run(Daemon(config).serve(on_ready=announce))
-    except (ConfigError, PackageError) as exc:
+        daemon = Daemon(config, reread=lambda: apply_flags(load_config(args.config), args))
+        asyncio.run(daemon.serve(on_ready=announce))
+    except (ConfigError, PackageError, ProfileError) as exc:
         print(f"edgeagent run: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except StartupError as exc:

@@ -22,7 +22,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
@@ -36,15 +36,16 @@ from edgeagent.engine.errors import (
     ServingError,
     Throttled,
 )
+from edgeagent.engine.feeds import Answer, can_batch, concat_feeds, split_outputs, validate_feeds
+from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import ServingLimits
-from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import TensorSpec
-from edgeagent.runtimes.base import Session
+from edgeagent.runtimes.base import Backend, ManagedSession, Session
 
 log = logging.getLogger(__name__)
-
-LimitsProvider = Callable[[], ServingLimits]
-Answer = dict[str, np.ndarray]
 
 _ERROR_KINDS = {
     InvalidInput: "invalid_input",
@@ -66,11 +67,11 @@ def error_kind(error: BaseException) -> str:
 
 
 def backend_of(session: Session) -> tuple[str, str, str]:
-    """(runtime, device, precision) that runs now; a ResilientSession reports its candidate."""
-    source = getattr(session, "candidate", None) or session
-    return tuple(  # type: ignore[return-value]
-        str(getattr(source, key, "unknown")) for key in ("runtime", "device", "precision")
-    )
+    """(runtime, device, precision) that runs now; a ManagedSession reports its candidate."""
+    source: Backend = session
+    if isinstance(session, ManagedSession) and session.candidate is not None:
+        source = session.candidate
+    return source.runtime, source.device, source.precision
 
 
 @dataclass(frozen=True)
@@ -83,109 +84,6 @@ class BatchPolicy:
     timeout_s: float  # deadline of a request that sets none
     default_priority: int  # priority of a request that sets none (1 = most urgent)
     adaptive: bool = True  # wait for company only after a batch that served several requests
-
-
-def can_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
-    """A model batches when every input and output has a variable first (batch) dimension."""
-    return all(spec.shape[0] == -1 for spec in (*inputs, *outputs))
-
-
-def validate_feeds(
-    model: str, specs: Sequence[TensorSpec], feeds: Mapping[str, np.ndarray], batching: bool
-) -> tuple[int, tuple]:
-    """Check the feeds against the package's inputs; return (rows, shape signature).
-
-    The signature is every input's non-batch shape: only requests with equal signatures can be
-    concatenated into one batch.
-    """
-    expected = [spec.name for spec in specs]
-    for name in feeds:
-        if name not in expected:
-            raise InvalidInput(
-                f"model {model!r} has no input {name!r} (inputs: {', '.join(expected)})"
-            )
-    rows: int | None = None
-    signature = []
-    for spec in specs:
-        if spec.name not in feeds:
-            raise InvalidInput(f"model {model!r}: input {spec.name!r} is missing")
-        array = feeds[spec.name]
-        where = f"model {model!r}: input {spec.name!r}"
-        if not isinstance(array, np.ndarray):
-            raise InvalidInput(f"{where}: expected an array, got {type(array).__name__}")
-        if array.dtype != np.dtype(spec.dtype):
-            raise InvalidInput(
-                f"{where}: datatype is {array.dtype}, the model expects {spec.dtype}"
-            )
-        if array.ndim != len(spec.shape):
-            raise InvalidInput(
-                f"{where}: shape {list(array.shape)} has {array.ndim} dimensions, "
-                f"the model expects {len(spec.shape)} ({list(spec.shape)})"
-            )
-        for axis, (got, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
-            if want != -1 and got != want:
-                raise InvalidInput(
-                    f"{where}: shape {list(array.shape)} does not fit {list(spec.shape)} "
-                    f"(dimension {axis} is {got}, expected {want})"
-                )
-        if array.size == 0:
-            raise InvalidInput(f"{where}: shape {list(array.shape)} holds no elements")
-        if batching:
-            if rows is not None and array.shape[0] != rows:
-                raise InvalidInput(
-                    f"{where}: batch dimension is {array.shape[0]}, other inputs have {rows}"
-                )
-            rows = array.shape[0]
-        signature.append(array.shape[1:] if batching else array.shape)
-    return (rows or 1), tuple(signature)
-
-
-class DeviceGate:
-    """Admits batches of all models to the device: the governor's concurrency cap and pacing.
-
-    Pacing keeps batch starts ``min_batch_interval_s`` apart (the governor's duty cycle). The
-    wait is re-read from the limits in force while waiting, so a relaxed limit takes effect at
-    once rather than after a slot reserved under the old one.
-    """
-
-    RECHECK_S = 0.25  # how often a paced batch re-reads the limits while it waits
-
-    def __init__(self) -> None:
-        self._running = 0
-        self._last_start = -math.inf
-        self._changed: asyncio.Condition | None = None
-
-    def _condition(self) -> asyncio.Condition:
-        if self._changed is None:  # created lazily: it belongs to the running loop
-            self._changed = asyncio.Condition()
-        return self._changed
-
-    @property
-    def running(self) -> int:
-        return self._running
-
-    async def acquire(self, limits: LimitsProvider) -> None:
-        changed = self._condition()
-        async with changed:
-
-            def free() -> bool:
-                cap = limits().max_concurrency
-                return cap is None or self._running < max(1, cap)
-
-            await changed.wait_for(free)
-            self._running += 1
-        while True:
-            wait = self._last_start + limits().min_batch_interval_s - time.monotonic()
-            if wait <= 0:
-                break
-            await asyncio.sleep(min(wait, self.RECHECK_S))
-        self._last_start = time.monotonic()
-
-    async def release(self) -> None:
-        changed = self._condition()
-        async with changed:
-            self._running -= 1
-            changed.notify_all()
 
 
 @dataclass(eq=False)
@@ -220,6 +118,7 @@ class Batcher:
         limits: LimitsProvider,
         metrics: EngineMetrics,
         stats: ModelStats,
+        load: LoadCounter,
     ) -> None:
         self.model = model
         self.version = version
@@ -232,13 +131,13 @@ class Batcher:
         self._limits = limits
         self._metrics = metrics
         self._stats = stats
+        self._load = load
         self._pending: list[_Request] = []
         self._seq = itertools.count()
         self._arrived = asyncio.Event()
         self._closing = False
         self._low_power = False
         self._last_batch_requests = 0
-        self._depth = metrics.queue_depth.labels(model)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batch:{model}")
 
     @property
@@ -299,7 +198,6 @@ class Batcher:
             future=asyncio.get_running_loop().create_future(),
         )
         bisect.insort(self._pending, request, key=lambda r: r.order)
-        self._depth.set(len(self._pending))
         self._arrived.set()
         timeout = self.policy.timeout_s if timeout_s is None else timeout_s
         try:
@@ -327,7 +225,6 @@ class Batcher:
             if not request.future.done():
                 request.future.set_exception(error)
         self._pending.clear()
-        self._depth.set(0)
 
     async def _loop(self) -> None:
         while True:
@@ -363,7 +260,6 @@ class Batcher:
         """Forget requests whose caller gave up (deadline, disconnect) before they ran."""
         if any(r.future.done() for r in self._pending):
             self._pending = [r for r in self._pending if not r.future.done()]
-            self._depth.set(len(self._pending))
 
     def _shed_queued(self, limits: ServingLimits) -> None:
         """Requests queued before the governor started shedding are shed now, not run."""
@@ -413,15 +309,14 @@ class Batcher:
             else:
                 rest.append(request)
         self._pending = rest
-        self._depth.set(len(rest))
         return batch
 
     async def _set_power_mode(self, low: bool) -> None:
         """Follow the governor's prefer_low_power on sessions that can switch (ResilientSession)."""
-        switch = getattr(self.session, "set_power_mode", None)
-        if low == self._low_power or switch is None:
+        if low == self._low_power or not isinstance(self.session, ManagedSession):
             return
         self._low_power = low
+        switch = self.session.set_power_mode
         mode = "low" if low else "high"
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, switch, mode)
@@ -452,7 +347,9 @@ class Batcher:
         self._stats.record_batch(rows, len(batch), input_ns, infer_ns, output_ns)
         self._metrics.batch_size.labels(self.model, backend).observe(rows)
         self._metrics.compute.labels(self.model, backend).observe(infer_ns / 1e9)
-        self._metrics.busy.labels(self.model, backend).inc((input_ns + infer_ns + output_ns) / 1e9)
+        busy_s = (input_ns + infer_ns + output_ns) / 1e9
+        self._metrics.busy.labels(self.model, backend).inc(busy_s)
+        self._load.record_batch(busy_s)
         end = time.monotonic()
         requests = self._metrics.requests.labels(self.model, self.version, backend)
         latency = self._metrics.latency.labels(self.model, self.version, backend)
@@ -469,31 +366,11 @@ class Batcher:
     def _compute(self, batch: list[_Request]) -> tuple[list[Answer], tuple[int, int, int]]:
         """Worker thread: concatenate, run, split by row offsets."""
         t0 = time.perf_counter_ns()
-        if len(batch) == 1:
-            feeds = dict(batch[0].feeds)
-        else:
-            feeds = {
-                spec.name: np.concatenate([r.feeds[spec.name] for r in batch])
-                for spec in self.inputs
-            }
+        feeds = concat_feeds(self.inputs, [r.feeds for r in batch])
         t1 = time.perf_counter_ns()
         outputs = self.session.run(feeds)
         t2 = time.perf_counter_ns()
-        if len(batch) == 1:
-            answers = [dict(outputs)]
-        else:
-            total = sum(r.rows for r in batch)
-            for name, array in outputs.items():
-                if array.ndim == 0 or array.shape[0] != total:
-                    raise RuntimeError(
-                        f"output {name!r} has shape {list(array.shape)} for a batch of {total} "
-                        "rows; its rows cannot be split between requests"
-                    )
-            offsets = list(itertools.accumulate((r.rows for r in batch), initial=0))
-            answers = [
-                {name: array[a:b] for name, array in outputs.items()}
-                for a, b in itertools.pairwise(offsets)
-            ]
+        answers = split_outputs(outputs, [r.rows for r in batch])
         t3 = time.perf_counter_ns()
         return answers, (t1 - t0, t2 - t1, t3 - t2)
 

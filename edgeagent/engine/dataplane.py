@@ -19,13 +19,20 @@ import numpy as np
 
 from edgeagent import __version__
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
-from edgeagent.engine.registry import READY, LoadedModel, ModelRegistry
+from edgeagent.engine.registry import READY, ModelRegistry
+from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import TensorSpec
 from edgeagent.models.preprocess import preprocess_image, top_k
 from edgeagent.runtimes.facts import v2_platform
 
-EXTENSIONS = ["binary_tensor_data", "model_repository", "statistics", "model_configuration"]
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_repository",
+    "statistics",
+    "model_configuration",
+    "system_shared_memory",
+]
 
 
 @dataclass(frozen=True)

@@ -5,27 +5,27 @@ answered one inference, and the version it replaces keeps answering what it alre
 before its session is closed (MLServer's registry does the same), so an update or a reload
 never fails a request. Sessions are opened by an ``opener`` (the hardware façade's
 ``Accelerators.open``: probe, choose, fallback); the registry never picks a runtime itself.
+Nor does it build what serves a session: a ``build`` callable (``serving.ModelFactory``) wraps
+each warmed session, and ``on_model_load`` / ``on_model_unload`` hooks (gauges, as MLServer's
+registry has them) see every version come and go. Lookups change no model's state: a canary is
+judged after each of its requests finishes, not inside ``get()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate, backend_of
-from edgeagent.engine.cache import ResultCache, cache_key
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
-from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
+from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, PackageError, load_package, version_tuple
-from edgeagent.runtimes.base import Session
+from edgeagent.runtimes.base import ManagedSession, Session
 
 log = logging.getLogger(__name__)
 
@@ -35,85 +35,8 @@ UNLOADING = "UNLOADING"
 UNAVAILABLE = "UNAVAILABLE"
 
 Opener = Callable[[ModelPackage], Session]
-
-
-class LoadedModel:
-    """One model version on one backend, with its batcher, optional cache and statistics."""
-
-    def __init__(
-        self,
-        package: ModelPackage,
-        session: Session,
-        batcher: Batcher,
-        cache: ResultCache | None,
-        stats: ModelStats,
-        metrics: EngineMetrics,
-    ) -> None:
-        self.package = package
-        self.session = session
-        self.stats = stats
-        self.cache = cache
-        self._batcher = batcher
-        self._metrics = metrics
-        # Set when a newer version replaced this one: a request that looked this version up
-        # just before the swap is answered by the successor instead of failing.
-        self.successor: LoadedModel | None = None
-
-    @property
-    def name(self) -> str:
-        return self.package.name
-
-    @property
-    def version(self) -> str:
-        return self.package.version
-
-    @property
-    def backend(self) -> dict[str, str]:
-        runtime, device, precision = backend_of(self.session)
-        return {"runtime": runtime, "device": device, "precision": precision}
-
-    @property
-    def max_batch_size(self) -> int:
-        """The batch size clients may send (Triton's max_batch_size; 0 = no batch dimension)."""
-        return self._batcher.policy.max_batch_size if self._batcher.batching else 0
-
-    @property
-    def queued(self) -> int:
-        return self._batcher.queued
-
-    async def infer(
-        self,
-        feeds: Mapping[str, np.ndarray],
-        *,
-        priority: int = 0,
-        timeout_s: float | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Validate, answer from the cache or the batcher; raises ServingError subclasses."""
-        if self._batcher.closing and self.successor is not None:
-            return await self.successor.infer(feeds, priority=priority, timeout_s=timeout_s)
-        if self.cache is None:
-            return await self._batcher.submit(feeds, priority=priority, timeout_s=timeout_s)
-        started = asyncio.get_running_loop().time()
-        key = cache_key(self.version, feeds)
-        answer = self.cache.get(key)
-        elapsed = int((asyncio.get_running_loop().time() - started) * 1e9)
-        self.stats.record_cache(answer is not None, elapsed)
-        if answer is not None:
-            self._metrics.cache_hits.labels(self.name).inc()
-            return dict(answer)
-        self._metrics.cache_misses.labels(self.name).inc()
-        answer = await self._batcher.submit(feeds, priority=priority, timeout_s=timeout_s)
-        self.cache.put(key, answer)
-        return answer
-
-    async def close(self, drain_timeout_s: float) -> None:
-        """Answer what is queued (within the time-out), then release the session."""
-        await self._batcher.close(drain_timeout_s)
-        backend = self.backend
-        self._metrics.loaded.remove(
-            self.name, self.version, backend["runtime"], backend["device"], backend["precision"]
-        )
-        await asyncio.get_running_loop().run_in_executor(None, self.session.close)
+Builder = Callable[[ModelPackage, Session], LoadedModel]  # ModelFactory.build
+ModelHook = Callable[[LoadedModel], None]
 
 
 @dataclass
@@ -176,18 +99,21 @@ class ModelRegistry:
     def __init__(
         self,
         opener: Opener,
+        build: Builder,
         *,
         settings: EngineSettings,
-        metrics: EngineMetrics,
         executor: Executor,
-        limits_provider: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+        on_model_load: Iterable[ModelHook] = (),
+        on_model_unload: Iterable[ModelHook] = (),
     ) -> None:
+        """``build`` wraps a warmed session for serving; the hooks see every version that
+        starts serving and every one that stopped (metrics, status), as MLServer's do."""
         self._opener = opener
+        self._build = build
         self._settings = settings
-        self._metrics = metrics
         self._executor = executor
-        self._limits = limits_provider
-        self._gate = DeviceGate()
+        self._on_load = list(on_model_load)
+        self._on_unload = list(on_model_unload)
         self._entries: dict[str, _Entry] = {}
         self._closing: set[asyncio.Task] = set()  # versions retired in the background
 
@@ -217,7 +143,11 @@ class ModelRegistry:
     # ---- lookup ----------------------------------------------------------------------------
 
     def get(self, name: str, version: str | None = None) -> LoadedModel:
-        """The version that takes traffic (or the one asked for); 404 / 503 with the reason."""
+        """The version that takes traffic (or the one asked for); 404 / 503 with the reason.
+
+        A lookup changes no model's state: a running canary only counts it to keep its share
+        of the traffic; it is judged when its requests finish (``_judge``).
+        """
         entry = self._entries.get(name)
         if entry is None:
             known = ", ".join(self.names) or "none"
@@ -231,7 +161,7 @@ class ModelRegistry:
         if entry.active is None:
             raise NotReady(f"model {name!r} is {entry.state}: {entry.reason}")
         canary = entry.canary
-        if canary is not None and self._judge(entry, canary) and canary.takes_next():
+        if canary is not None and canary.takes_next():
             return canary.model
         return entry.active
 
@@ -336,7 +266,7 @@ class ModelRegistry:
                     del entry.loaded[previous.version]
             log.info("model %s: version %s serves on %s", model.name, model.version, model.backend)
         for previous in retiring:
-            await previous.close(self._settings.drain_timeout_s)
+            await self._close(previous)
         return model
 
     async def canary(self, package_dir: Path, weight: float = 0.1) -> LoadedModel:
@@ -362,18 +292,20 @@ class ModelRegistry:
             model = await self._open(package)
             previous = entry.canary
             entry.loaded[model.version] = model
-            entry.canary = _Canary(model, weight, entry.active.stats.health())
+            canary = entry.canary = _Canary(model, weight, entry.active.stats.health())
+            model.on_request_done.append(lambda: self._judge(entry, canary))
             log.info("model %s: canary %s takes %.0f%%", model.name, model.version, weight * 100)
         if previous is not None:
             self._retire(entry, previous.model, entry.active, "superseded by a newer canary")
         return model
 
-    def _judge(self, entry: _Entry, canary: _Canary) -> bool:
-        """Conclude the canary when it has enough requests; True while it still runs."""
-        assert entry.active is not None
+    def _judge(self, entry: _Entry, canary: _Canary) -> None:
+        """After each canary request: conclude the canary once it has enough requests."""
+        if entry.canary is not canary or entry.active is None:
+            return  # already concluded, superseded, or the model was unloaded
         verdict = canary.verdict(entry.active, self._settings)
         if verdict is None:
-            return True
+            return
         entry.canary = None
         stable = entry.active
         if verdict:
@@ -386,7 +318,6 @@ class ModelRegistry:
         entry.canary_outcome = (
             f"version {canary.model.version} {'rolled back: ' + verdict if verdict else 'promoted'}"
         )
-        return False
 
     def _retire(self, entry: _Entry, model: LoadedModel, successor: LoadedModel, why: str) -> None:
         """Stop routing to ``model`` now; it drains and closes in the background."""
@@ -394,7 +325,7 @@ class ModelRegistry:
         if entry.loaded.get(model.version) is model:
             del entry.loaded[model.version]
         log.info("model %s: version %s retired (%s)", entry.name, model.version, why)
-        task = asyncio.get_running_loop().create_task(model.close(self._settings.drain_timeout_s))
+        task = asyncio.get_running_loop().create_task(self._close(model))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -409,7 +340,7 @@ class ModelRegistry:
             entry.active = None
             entry.canary = None
             entry.loaded.clear()
-            await asyncio.gather(*(m.close(self._settings.drain_timeout_s) for m in models))
+            await asyncio.gather(*(self._close(m) for m in models))
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
 
     async def load_all(self) -> None:
@@ -427,18 +358,6 @@ class ModelRegistry:
 
     # ---- internals -------------------------------------------------------------------------
 
-    def _policy(self, package: ModelPackage) -> BatchPolicy:
-        settings, hints = self._settings, package.serving
-        delay_ms = settings.max_queue_delay_ms
-        return BatchPolicy(
-            max_batch_size=settings.max_batch_size or hints.max_batch_size,
-            max_queue_delay_s=(hints.max_queue_delay_ms if delay_ms is None else delay_ms) / 1e3,
-            max_queue=settings.max_queue,
-            timeout_s=settings.request_timeout_s,
-            default_priority=settings.default_priority,
-            adaptive=settings.adaptive_batching,
-        )
-
     async def _open(self, package: ModelPackage) -> LoadedModel:
         """Open a session (blocking: on a worker thread), warm it, wrap it for serving."""
         loop = asyncio.get_running_loop()
@@ -455,44 +374,22 @@ class ModelRegistry:
                 f"model {package.name!r} version {package.version} failed its warm-up "
                 f"inference: {exc}"
             ) from exc
-        stats = ModelStats()
-        batcher = Batcher(
-            package.name,
-            package.version,
-            session,
-            package.inputs,
-            package.outputs,
-            self._policy(package),
-            executor=self._executor,
-            gate=self._gate,
-            limits=self._limits,
-            metrics=self._metrics,
-            stats=stats,
-        )
-        size = self._settings.cache_size
-        size = package.serving.cache_size if size is None else size
-        cache = ResultCache(size) if size > 0 else None
-        model = LoadedModel(package, session, batcher, cache, stats, self._metrics)
-        backend = model.backend
-        self._metrics.loaded.labels(
-            package.name,
-            package.version,
-            backend["runtime"],
-            backend["device"],
-            backend["precision"],
-        ).set(1)
+        model = self._build(package, session)
+        for hook in self._on_load:
+            hook(model)
         return model
+
+    async def _close(self, model: LoadedModel) -> None:
+        """Drain and release one version, then tell the unload hooks it is gone."""
+        await model.close(self._settings.drain_timeout_s)
+        for hook in self._on_unload:
+            hook(model)
 
 
 def _warm(session: Session, package: ModelPackage) -> None:
-    """One inference on zeros: first-run allocations and JIT happen before traffic arrives."""
-    feeds = {
-        spec.name: np.zeros([1 if d == -1 else d for d in spec.shape], dtype=spec.dtype)
-        for spec in package.inputs
-    }
-    session.run(feeds)
+    """One inference on the sample feeds: first-run allocations and JIT happen before traffic."""
+    session.run(sample_feeds(package))
 
 
 def _session_status(session: Session) -> dict:
-    status = getattr(session, "status", None)
-    return status() if callable(status) else {}
+    return session.status() if isinstance(session, ManagedSession) else {}

@@ -8,30 +8,44 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgeagent.sections import require
+from edgeagent.sections import require, setting
 
 
 @dataclass(frozen=True)
 class EngineSettings:
     """The serving engine's limits and knobs; None = the model package's [serving] value."""
 
-    max_queue: int = 64  # queued requests per model before 429
-    request_timeout_s: float = 10.0  # per-request deadline when the client sets none
-    drain_timeout_s: float = 10.0  # on shutdown/hot swap: longest wait for in-flight requests
-    max_batch_size: int | None = None  # rows merged into one batch
-    max_queue_delay_ms: float | None = None  # longest wait for a batch to fill
-    # Wait for a batch to fill only after a batch that served several requests (a lone client
-    # is never delayed); false = always wait max_queue_delay_ms, like Triton.
-    adaptive_batching: bool = True
-    cache_size: int | None = None  # result-cache entries per model (0 disables)
-    worker_threads: int = 4  # inference threads shared by all models (one batch per model)
-    default_priority: int = 2  # priority of requests that give none (1 = most urgent)
-    warmup: bool = True  # run one inference before a model (version) takes traffic
-    # Canary (ModelRegistry.canary): judged after this many answered requests; rolled back when
-    # its server-side failure rate or its mean latency against the stable version is above.
-    canary_min_requests: int = 50
-    canary_max_error_rate: float = 0.02
-    canary_max_latency_ratio: float = 1.5
+    max_queue: int = setting(64, "queued requests per model before 429")
+    request_timeout_s: float = setting(10.0, "per-request deadline when the client sets none", "s")
+    drain_timeout_s: float = setting(
+        10.0, "on shutdown/hot swap: longest wait for in-flight requests", "s"
+    )
+    max_batch_size: int | None = setting(
+        None, "rows merged into one batch; unset = the package's [serving] max_batch_size"
+    )
+    max_queue_delay_ms: float | None = setting(
+        None, "longest wait for a batch to fill; unset = the package's [serving] value", "ms"
+    )
+    adaptive_batching: bool = setting(
+        True,
+        "wait for a batch to fill only after a batch that served several requests (a lone "
+        "client is never delayed); false = always wait max_queue_delay_ms, like Triton",
+    )
+    cache_size: int | None = setting(
+        None, "result-cache entries per model (0 disables); unset = the package's"
+    )
+    worker_threads: int = setting(4, "inference threads shared by all models (one batch per model)")
+    default_priority: int = setting(2, "priority of requests that give none (1 = most urgent)")
+    warmup: bool = setting(True, "run one inference before a model (version) takes traffic")
+    canary_min_requests: int = setting(
+        50, "a canary version is judged after this many answered requests"
+    )
+    canary_max_error_rate: float = setting(
+        0.02, "a canary whose server-side failure rate is above this is rolled back", "ratio"
+    )
+    canary_max_latency_ratio: float = setting(
+        1.5, "a canary whose mean latency / the stable version's is above this is rolled back"
+    )
 
     def validate(self) -> None:
         require(self.max_queue > 0, "server", "max_queue", "must be positive")

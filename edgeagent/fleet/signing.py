@@ -26,10 +26,6 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-# The one cap on a signed envelope (release manifest or trust file): a manifest is ~1 KiB, a
-# trust file a few; ``[updates] max_manifest_bytes`` and ``[mqtt] max_message_bytes`` default
-# to it, and the hub checks what it publishes against it.
-MAX_ENVELOPE_BYTES = 64 * 1024
 _KEYID_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
 _SIGNATURE_BYTES = 64
 _PUBLIC_KEY_BYTES = 32

@@ -30,8 +30,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.signing import (
-    MAX_ENVELOPE_BYTES,
     Refused,
     TrustError,
     VerificationError,

@@ -1,11 +1,14 @@
-"""The governor's Prometheus metrics, registered on the daemon's shared registry."""
+"""The governor's Prometheus metrics, registered on the daemon's shared registry.
+
+Named after Prometheus' conventions: base units (celsius, watts, seconds), ratios 0–1 (battery
+charge, duty cycle), the state as one gauge per ``state`` label (1 for the one in force).
+"""
 
 from __future__ import annotations
 
 import math
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client import Enum as EnumMetric
 
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.governor.actions import ACTIONS
@@ -29,18 +32,17 @@ class GovernorMetrics:
         self.power = gauge(
             "edgeagent_governor_power_watts", "Power per sensor (NaN while offline)", ("sensor",)
         )
-        self.power_total = gauge(
-            "edgeagent_governor_power_total_watts", "Board power (NaN when unknown)"
+        self.board_power = gauge(
+            "edgeagent_governor_board_power_watts", "Whole-board power (NaN when unknown)"
         )
         self.battery = gauge(
-            "edgeagent_governor_battery_percent", "Battery charge (NaN when unknown)"
+            "edgeagent_governor_battery_ratio", "Battery charge, 0 to 1 (NaN when unknown)"
         )
         self.on_ac = gauge("edgeagent_governor_on_ac_power", "1 on mains, 0 on battery")
-        self.state = EnumMetric(
+        self.state = gauge(
             "edgeagent_governor_state",
-            "Thermal state",
-            states=[s.label for s in State],
-            registry=registry,
+            "1 for the thermal state in force, 0 for the others",
+            ("state",),
         )
         self.action = gauge(
             "edgeagent_governor_action_active", "1 while the action is in force", ("action",)
@@ -83,12 +85,13 @@ class GovernorMetrics:
             self.power.labels(key).set(math.nan if watts is None else watts)
             self.sensor_up.labels(key).set(0 if watts is None else 1)
         total = readings.total_power_w
-        self.power_total.set(math.nan if total is None else total)
+        self.board_power.set(math.nan if total is None else total)
         supply = readings.supply
         if supply is not None:
-            self.battery.set(math.nan if supply.percent is None else supply.percent)
+            self.battery.set(math.nan if supply.percent is None else supply.percent / 100)
             self.on_ac.set(math.nan if supply.on_ac is None else float(supply.on_ac))
-        self.state.state(state.label)
+        for each in State:
+            self.state.labels(each.label).set(1 if each is state else 0)
         for action in ACTIONS:
             self.action.labels(action).set(1 if action in actions else 0)
         self.duty.set(duty)

@@ -123,3 +123,19 @@ class SensorSet:
             except SensorOffline as exc:
                 out.errors["vcgencmd:get_throttled"] = str(exc)
         return out
+
+
+def power_reader(
+    root: Path, settings: GovernorSettings, profile: Profile
+) -> Callable[[], float | None] | None:
+    """The board's total power in watts (None while unreadable), for the hardware chooser's
+    power budget; None when the profile names no power sensor.
+
+    It reads its own sensor objects, not the governor's: a RAPL average covers the time since
+    *that object's* previous read, so sharing one with the governor's loop would cut the
+    chooser's measuring window short.
+    """
+    if not profile.power_sensors:
+        return None
+    sensors = SensorSet(root, settings, (), profile.power_sensors)
+    return lambda: sensors.read().total_power_w

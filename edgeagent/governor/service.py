@@ -20,6 +20,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.load import LoadSource
 from edgeagent.governor.actions import active_actions, effective_duty, serving_limits
 from edgeagent.governor.controller import DutyController
 from edgeagent.governor.engine_load import EngineLoad
@@ -41,8 +42,11 @@ class GovernorService:
         root: Path,
         metrics_registry: CollectorRegistry,
         *,
+        load: LoadSource,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``load`` is the engine's LoadSource (the daemon passes its LoadCounter): required,
+        so that a governor wired without it cannot silently see an idle engine."""
         self.settings = settings
         self.profile = profile
         self.clock = clock
@@ -58,10 +62,10 @@ class GovernorService:
         self.thermal_loop = DutyController(settings.kp, settings.ki, settings.min_duty)
         self.power_loop = DutyController(settings.power_kp, settings.power_ki, settings.min_duty)
         self.metrics = GovernorMetrics(metrics_registry)
-        self.engine_load = EngineLoad(metrics_registry, clock)
+        self._load = load
+        self.engine_load = EngineLoad(load, clock)
         self.utilisation = 0.0
         self.duty = 1.0
-        self._registry = metrics_registry
         self.readings = Readings()
         self.power_save = False
         self.throttled_seconds = 0.0
@@ -232,7 +236,7 @@ class GovernorService:
             log.info("governor disabled by [governor] enabled = false")
             return
         if self.simulator is not None:
-            heat_source = EngineLoad(self._registry).sample  # the engine's real busy fraction
+            heat_source = EngineLoad(self._load).sample  # the engine's real busy fraction
             self._tasks.append(
                 asyncio.create_task(self.simulator.run(heat_source, self.settings.interval_s / 2))
             )

@@ -12,52 +12,78 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeagent.sections import require
+from edgeagent.sections import require, setting
 
 LowPowerFrom = Literal["warm", "hot", "critical", "never"]
 
 
 @dataclass(frozen=True)
 class GovernorSettings:
-    enabled: bool = True
-    interval_s: float = 1.0  # sensor sampling period
-    hysteresis_c: float = 3.0  # a state is left only this far below the threshold that set it
-    min_dwell_s: float = 10.0  # least time in a state before stepping down (no flapping)
-    # Closed loop: a PI controller sets the inference duty cycle so the hottest zone settles at
-    # hot_c - setpoint_margin_c instead of oscillating around hot_c.
-    setpoint_margin_c: float = 1.5
-    kp: float = 0.05  # duty per °C of error
-    ki: float = 0.01  # duty per °C·s of accumulated error
-    min_duty: float = 0.05  # never pace below this (critical sheds instead)
-    power_kp: float = 0.05  # duty per W over the profile's power budget
-    power_ki: float = 0.02
+    enabled: bool = setting(True, "run the thermal and power governor")
+    interval_s: float = setting(1.0, "sensor sampling period", "s")
+    hysteresis_c: float = setting(
+        3.0, "a state is left only this far below the threshold that set it", "°C"
+    )
+    min_dwell_s: float = setting(
+        10.0, "least time in a state before stepping down (no flapping)", "s"
+    )
+    setpoint_margin_c: float = setting(
+        1.5, "the PI controller holds the hottest zone at hot_c minus this (no oscillation)", "°C"
+    )
+    kp: float = setting(0.05, "proportional gain: duty per °C of error", "1/°C")
+    ki: float = setting(0.01, "integral gain: duty per °C·s of accumulated error", "1/(°C·s)")
+    min_duty: float = setting(
+        0.05, "never pace below this duty cycle (critical sheds instead)", "ratio"
+    )
+    power_kp: float = setting(
+        0.05, "proportional gain: duty per W over the profile's power budget", "1/W"
+    )
+    power_ki: float = setting(0.02, "integral gain: duty per W·s over the power budget", "1/(W·s)")
     # Actions per state.
-    warm_max_batch_size: int = 4
-    warm_max_concurrency: int = 2
-    hot_max_batch_size: int = 1
-    hot_max_concurrency: int = 1
-    shed_priority_from: int = 3  # in hot: shed priority >= this (1 most urgent; default 2)
-    retry_after_s: int = 10  # Retry-After sent with shed requests
-    low_power_from: LowPowerFrom = "hot"  # state from which the low-power candidate is preferred
+    warm_max_batch_size: int = setting(4, "largest batch while warm")
+    warm_max_concurrency: int = setting(2, "batches running at once while warm")
+    hot_max_batch_size: int = setting(1, "largest batch while hot")
+    hot_max_concurrency: int = setting(1, "batches running at once while hot")
+    shed_priority_from: int = setting(3, "in hot: shed priority >= this (1 most urgent; default 2)")
+    retry_after_s: int = setting(10, "Retry-After sent with shed requests", "s")
+    low_power_from: LowPowerFrom = setting(
+        "hot", "state from which the low-power candidate is preferred"
+    )
     # Power-save mode (battery low, or Raspberry Pi under-voltage).
-    battery_low_percent: float | None = None  # None: the profile's [battery] low_percent
-    battery_hysteresis_percent: float = 5.0  # leave power-save only this far above the threshold
-    power_save_duty: float = 0.5
-    power_save_max_batch_size: int = 4
+    battery_low_percent: float | None = setting(
+        None,
+        "battery level that starts power-save; unset = the profile's [battery] low_percent",
+        "%",
+    )
+    battery_hysteresis_percent: float = setting(
+        5.0, "leave power-save only this far above the threshold", "%"
+    )
+    power_save_duty: float = setting(
+        0.5, "duty cycle in power-save (battery low, Raspberry Pi under-voltage)", "ratio"
+    )
+    power_save_max_batch_size: int = setting(4, "largest batch in power-save")
     # Sensors.
-    throttle_command: str = ""  # overrides the profile's, e.g. "/opt/vc/bin/vcgencmd get_throttled"
-    pmic_command: str = "vcgencmd pmic_read_adc"
-    command_timeout_s: float = 2.0
-    # Simulator (tests, demos, benchmark): replaces the profile's zones with one simulated zone.
-    simulate: bool = False
-    sim_root: Path | None = None  # where the fake sysfs tree is written; default <state>/sim
-    sim_ambient_c: float = 40.0
-    sim_heat_c: float = 60.0  # °C above ambient at full utilisation (steady state)
-    sim_tau_s: float = 10.0  # thermal time constant
-    sim_noise_c: float = 0.2
-    sim_warm_c: float = 60.0
-    sim_hot_c: float = 70.0
-    sim_critical_c: float = 80.0
+    throttle_command: str = setting(
+        "", 'throttle sensor command; overrides the profile\'s, e.g. "vcgencmd get_throttled"'
+    )
+    pmic_command: str = setting("vcgencmd pmic_read_adc", "Raspberry Pi 5 power sensor command")
+    command_timeout_s: float = setting(2.0, "longest run of a sensor command", "s")
+    # Simulator (tests, demos, benchmark).
+    simulate: bool = setting(
+        False, "replace the profile's zones with one simulated zone (tests, demos, benchmarks)"
+    )
+    sim_root: Path | None = setting(
+        None, "simulator: where the fake sysfs tree is written; default <state_dir>/sim"
+    )
+    sim_ambient_c: float = setting(40.0, "simulator: ambient temperature", "°C")
+    sim_heat_c: float = setting(
+        60.0, "simulator: rise above ambient at full utilisation (steady state)", "°C"
+    )
+    sim_tau_s: float = setting(10.0, "simulator: thermal time constant", "s")
+    sim_noise_c: float = setting(0.2, "simulator: sensor noise", "°C")
+    sim_warm_c: float = setting(60.0, "simulator: the zone's warm limit", "°C")
+    sim_hot_c: float = setting(70.0, "simulator: the zone's hot limit", "°C")
+    sim_critical_c: float = setting(80.0, "simulator: the zone's critical limit", "°C")
 
     def validate(self) -> None:
         g = "governor"

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeagent.hardware.probe import Prober, ProbeResult, probe_feeds
+from edgeagent.hardware.probe import Prober, ProbeResult
 from edgeagent.hardware.profile import Candidate, Profile
+from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, Variant
 from edgeagent.runtimes import RuntimeUnavailable, Session, installed_version
 
@@ -229,7 +230,7 @@ class Chooser:
                     return
         elif decision:
             log.info("%s: runtime versions changed, timing candidates again", package.name)
-        feeds = probe_feeds(package)
+        feeds = sample_feeds(package)
         for option in choice.options:
             if option.dropped or len(choice.latency_ms) >= self.top_k:
                 continue

@@ -6,6 +6,8 @@ the probe input; a session that cannot answer that is broken and demoted at once
 ``failure_threshold`` consecutive errors demote it. The failing request is retried once on the
 successor, so only a request the successor also refuses fails. A demoted candidate is re-probed
 after an exponential back-off and takes over again when it ranks higher than the active one.
+Every load (failover, re-probe, power mode) runs outside the lock: while a successor loads,
+status answers and other requests fail fast with the reason instead of waiting for the load.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Any
 import numpy as np
 
 from edgeagent.hardware.choose import Option
-from edgeagent.hardware.probe import Prober, ProbeResult, check_outputs, probe_feeds
+from edgeagent.hardware.probe import Prober, ProbeResult, check_outputs
 from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, TensorSpec
 from edgeagent.runtimes import InferenceError, Session, TensorInfo
 
@@ -77,20 +80,23 @@ class ResilientSession(Session):
         initial: tuple[Option, Session] | None = None,
         results: Mapping[str, ProbeResult] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_demote: Callable[[str, str], None] | None = None,
     ) -> None:
         self.package = package
+        self._on_demote = on_demote  # (model name, candidate key): the demotion counter
         self._order = list(order)
         self._prober = prober
         self._settings = settings
         self._hash = model_hash
         self._clock = clock
         self._lock = threading.RLock()
+        self._loading = False  # a failover load is in progress (outside the lock)
         self._closed = False
         self._mode = "high"
         self._health = {o.key: _Health(probe=(results or {}).get(o.key)) for o in self._order}
         self._history: list[dict[str, Any]] = []
         self._lease: _Lease | None = None
-        self._feeds = probe_feeds(package)
+        self._feeds = sample_feeds(package)
         for key, result in (results or {}).items():
             if key in self._health and not result.ok:
                 self._health[key].reason = f"probe failed: {result.error}"
@@ -98,8 +104,7 @@ class ResilientSession(Session):
         if initial is not None:
             self._lease = _Lease(*initial)
         else:
-            with self._lock:
-                self._activate_locked()
+            self._activate()
 
     # -- the Session contract -------------------------------------------------------------
     @property
@@ -138,8 +143,10 @@ class ResilientSession(Session):
             try:
                 outputs = lease.session.run(feeds)
             except Exception as exc:
-                self._release(lease)
-                successor = self._after_error(lease, exc)
+                try:
+                    successor = self._after_error(lease, exc)  # held: not closed under it
+                finally:
+                    self._release(lease)
                 if successor is None:
                     raise
                 if attempt == 2:
@@ -186,8 +193,9 @@ class ResilientSession(Session):
         with self._lock:
             if session is not None:
                 self._promote(best, session)
-            elif self._lease is None:
-                self._activate_locked()
+            vacant = self._lease is None
+        if vacant:
+            self._activate()
 
     # -- status ---------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -254,8 +262,10 @@ class ResilientSession(Session):
 
     def _acquire(self) -> _Lease:
         with self._lock:
-            if self._lease is None and not self._closed:
-                self._activate_locked()
+            vacant = self._lease is None and not self._closed
+        if vacant:
+            self._activate()
+        with self._lock:
             lease = self._lease
             if lease is None:
                 raise InferenceError(self._no_candidate_message())
@@ -272,6 +282,8 @@ class ResilientSession(Session):
         reasons = "; ".join(
             f"{key}: {h.reason}" for key, h in self._health.items() if h.reason
         )  # fmt: skip
+        if self._loading:
+            return f"{self.package.name} is switching accelerators after a failure; retry shortly"
         return f"no working accelerator for {self.package.name} ({reasons or 'none configured'})"
 
     def _healthy(self, session: Session) -> bool:
@@ -282,23 +294,38 @@ class ResilientSession(Session):
             return False
 
     def _after_error(self, lease: _Lease, exc: Exception) -> _Lease | None:
-        """Count the error; demote when the session is broken. Returns a successor lease."""
+        """Count the error; demote when the session is broken. Returns a successor lease.
+
+        The probe run and the successor's load happen outside the lock, so requests, status
+        and power-mode calls never wait for a failover: meanwhile they fail fast.
+        """
         key = lease.option.key
         with self._lock:
             health = self._health[key]
             health.errors += 1
-            if self._lease is not lease:  # someone already replaced it
-                successor = self._lease
-            elif health.errors >= self._settings.failure_threshold:
-                self._demote_locked(key, f"{health.errors} consecutive run errors, last: {exc}")
-                successor = self._activate_locked()
-            elif not self._healthy(lease.session):
-                self._demote_locked(key, f"run failed and the probe input fails too: {exc}")
-                successor = self._activate_locked()
-            else:
-                log.warning("%s on %s: run error %d: %s", self.package.name, key, health.errors,
-                            exc)  # fmt: skip
-                return None
+            errors = health.errors
+            replaced = self._lease is not lease  # someone already replaced it
+        if replaced:
+            reason = ""
+        elif errors >= self._settings.failure_threshold:
+            reason = f"{errors} consecutive run errors, last: {exc}"
+        elif not self._healthy(lease.session):
+            reason = f"run failed and the probe input fails too: {exc}"
+        else:
+            log.warning("%s on %s: run error %d: %s", self.package.name, key, errors, exc)
+            return None
+        claimed = None
+        if reason:
+            with self._lock:  # demote and claim the load at once: no gap without either
+                if self._lease is lease:
+                    self._demote_locked(key, reason)
+                claimed = self._claim_load_locked()
+        if claimed is not None:
+            self._load_best(claimed)
+        with self._lock:
+            successor = self._lease
+            if successor is None and self._loading:  # another request's failover is under way
+                raise InferenceError(self._no_candidate_message()) from exc
             if successor is None:
                 return None
             successor.users += 1
@@ -307,6 +334,8 @@ class ResilientSession(Session):
     def _demote_locked(self, key: str, reason: str, *, load_failure: bool = False) -> None:
         health = self._health[key]
         health.demotions += 1
+        if self._on_demote is not None:
+            self._on_demote(self.package.name, key)
         health.errors = 0
         health.reason = reason
         backoff = min(
@@ -342,7 +371,7 @@ class ResilientSession(Session):
         timer.start()
 
     def _load(self, option: Option, *, use_cache: bool = True) -> Session | None:
-        """Load and prove one candidate; callers need not hold the lock (a load can be slow)."""
+        """Load and prove one candidate; never called with the lock held (a load can be slow)."""
         assert option.variant is not None
         session, result = self._prober.load(
             self.package,
@@ -374,15 +403,40 @@ class ResilientSession(Session):
         log.warning("%s now runs on %s", self.package.name, option.key)
         return True
 
-    def _activate_locked(self) -> _Lease | None:
-        """With the lock held and nothing else to serve with: load the best eligible candidate."""
-        for option in self._eligible():
-            if self._lease is not None and self._lease.option.key == option.key:
-                return self._lease
-            session = self._load(option)
-            if session is not None and self._promote(option, session):
-                return self._lease
-        return self._lease
+    def _activate(self) -> None:
+        """With nothing to serve with: load the best eligible candidate, outside the lock."""
+        with self._lock:
+            claimed = self._claim_load_locked()
+        if claimed is not None:
+            self._load_best(claimed)
+
+    def _claim_load_locked(self) -> list[Option] | None:
+        """Become the one loader when nothing serves; None when a load is already under way.
+
+        A caller that finds one under way fails fast (``_acquire``) rather than queueing behind
+        a load that can take minutes.
+        """
+        if self._loading or self._closed or self._lease is not None:
+            return None
+        self._loading = True
+        return self._eligible()
+
+    def _load_best(self, eligible: list[Option]) -> None:
+        """The claimed load: the first of ``eligible`` that loads and is still the best."""
+        try:
+            for option in eligible:
+                session = self._load(option)
+                if session is None:
+                    continue
+                with self._lock:
+                    if self._closed or self._lease is not None:  # a re-probe filled the gap
+                        session.close()
+                        return
+                    if self._promote(option, session):
+                        return
+        finally:
+            with self._lock:
+                self._loading = False
 
     def _reprobe(self, key: str) -> None:
         """Timer callback: try a demoted candidate again, outside the lock so serving goes on."""

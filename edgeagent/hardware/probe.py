@@ -22,6 +22,7 @@ import numpy as np
 
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.hardware.profile import Candidate
+from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import ModelPackage, Variant
 from edgeagent.models.session import load_request
 from edgeagent.runtimes import (
@@ -55,23 +56,6 @@ class ProbeResult:
         return asdict(self)
 
 
-def probe_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
-    """One batch-1 input per tensor the package declares, with plausible values.
-
-    Random normal values rather than zeros, because some delegates special-case all-zero input.
-    """
-    rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in package.inputs:
-        shape = tuple(1 if d == -1 else d for d in spec.shape)
-        dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
-            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
-        else:
-            feeds[spec.name] = np.zeros(shape, dtype=dtype)
-    return feeds
-
-
 def check_outputs(package: ModelPackage, outputs: Mapping[str, np.ndarray]) -> str:
     """Why an inference result is unusable, or "" when it is fine."""
     for spec in package.outputs:
@@ -91,17 +75,20 @@ def golden_problem(package: ModelPackage, session: Session, min_agreement: float
     margin, chosen by the build so that every variant, int8 included, classifies them alike;
     each variant must reproduce them up to the threshold.
     """
-    skip = min_agreement <= 0 or len(package.inputs) != 1
-    if package.golden is None or skip:
+    if min_agreement <= 0:
         return ""
     try:
-        with np.load(package.golden) as golden:
-            inputs, expected = golden["inputs"], golden["top1"].reshape(-1)
-    except (OSError, KeyError, ValueError) as exc:
-        log.warning("%s: golden file unusable for probing (%s)", package.golden, exc)
+        golden = load_golden(package)
+    except GoldenError as exc:
+        log.warning("%s: golden file unusable for probing (%s)", package.name, exc)
         return ""
-    spec = package.inputs[0]
-    outputs = session.run({spec.name: inputs.astype(spec.dtype)})
+    if golden is None or package.golden is None:
+        return ""
+    outputs = session.run(golden.feeds)
+    expected = golden.top1
+    if expected is None:  # not a classifier: its tensors within the recorded tolerance
+        problem = golden.problem(outputs, top_k=1)
+        return f"wrong answers on {package.golden.name}: {problem}" if problem else ""
     scores = np.asarray(outputs[package.outputs[0].name]).reshape(len(expected), -1)
     agree = int(np.sum(scores.argmax(axis=-1) == expected))
     if agree < min_agreement * len(expected):
@@ -218,6 +205,9 @@ class Prober:
         self.failure_ttl_s = failure_ttl_s
         self.golden_agreement = golden_agreement
         self.clock = clock
+        # (candidate, error) → the first model it was said for: an accelerator's compiler error
+        # is the same for every model, and is logged in full once.
+        self._said: dict[tuple[str, str], str] = {}
 
     def request(self, package: ModelPackage, candidate: Candidate, variant: Variant) -> LoadRequest:
         return load_request(
@@ -254,7 +244,12 @@ class Prober:
             log.info("probe %s for %s: works (%.0f ms load)", candidate.key, package.name,
                      result.load_ms)  # fmt: skip
         else:  # an accelerator this board lacks is an expected answer, not a fault
-            log.info("probe %s for %s: dropped: %s", candidate.key, package.name, result.error)
+            first = self._said.setdefault((candidate.key, result.error), package.name)
+            if first == package.name:
+                log.info("probe %s for %s: dropped: %s", candidate.key, package.name, result.error)
+            else:
+                log.info("probe %s for %s: dropped (the same error as for %s)", candidate.key,
+                         package.name, first)  # fmt: skip
         return session, result
 
     def _load_with_timeout(
@@ -278,7 +273,7 @@ class Prober:
                 return
             loaded = time.perf_counter()
             try:
-                problem = check_outputs(package, session.run(probe_feeds(package)))
+                problem = check_outputs(package, session.run(sample_feeds(package)))
                 problem = problem or golden_problem(package, session, self.golden_agreement)
             except Exception as exc:
                 problem = f"loads, but inference fails: {_describe(exc)}"

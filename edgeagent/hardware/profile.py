@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from edgeagent._toml import tomllib
 from edgeagent.models.package import PRECISIONS, RUNTIMES
+from edgeagent.paths import shipped_profiles_dir
 
 ARCHES = ("aarch64", "x86_64", "any")
 POWER_CLASSES = ("high", "low")
@@ -117,11 +118,6 @@ class Profile:
     battery: BatterySpec | None
     source: Path
     accessories: tuple[Accessory, ...] = ()
-
-
-def default_profiles_dir() -> Path:
-    """The ``device_profiles/`` shipped next to the package (the repository root)."""
-    return Path(__file__).resolve().parents[2] / "device_profiles"
 
 
 class _Table:
@@ -250,13 +246,25 @@ def load_profile(path: Path) -> Profile:
 
 def load_profiles(directory: Path | None = None) -> list[Profile]:
     """Every ``*.toml`` in ``directory`` (default: the shipped profiles), sorted by name."""
-    directory = Path(directory) if directory is not None else default_profiles_dir()
+    directory = Path(directory) if directory is not None else shipped_profiles_dir()
     if not directory.is_dir():
         raise ProfileError(f"{directory}: profile directory does not exist")
     profiles = [load_profile(path) for path in sorted(directory.glob("*.toml"))]
     if not profiles:
         raise ProfileError(f"{directory}: no *.toml profiles found")
     return profiles
+
+
+def board_profiles(extra_dir: Path | None = None) -> list[Profile]:
+    """The shipped profiles plus ``extra_dir``'s (``[hardware] profiles_dir``), sorted by name.
+
+    A profile in ``extra_dir`` replaces the shipped one of the same name, so an operator can
+    tune one board's candidates without copying the other nine.
+    """
+    merged = {p.name: p for p in load_profiles()}
+    if extra_dir is not None:
+        merged.update((p.name, p) for p in load_profiles(extra_dir))
+    return [merged[name] for name in sorted(merged)]
 
 
 def _devices(table: _Table, key: str) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from edgeagent.hardware.choose import Choice, Chooser, PowerReader, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
-from edgeagent.hardware.profile import Profile, load_profiles
+from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage
 from edgeagent.runtimes import RuntimeLoadError, runtime_status
@@ -22,8 +23,10 @@ log = logging.getLogger(__name__)
 class Accelerators:
     """Board profile + probing + choice + fallback, behind three calls: open, report, profile.
 
-    ``power_reader`` (watts averaged since its previous call, or None) lets `fastest` mode keep
-    to the profile's power budget; the governor's sensors provide it where the board has them.
+    ``power_reader`` builds, for the detected profile, a reader of the board's power (watts
+    averaged since its previous call, or None) that lets `fastest` mode keep to the profile's
+    power budget; the daemon passes the governor's sensors, which know the profile's meters.
+    ``on_demote(model, candidate)`` is told of every demotion (the daemon counts them).
     """
 
     def __init__(
@@ -31,11 +34,13 @@ class Accelerators:
         settings: HardwareSettings,
         state_dir: Path,
         *,
-        power_reader: PowerReader | None = None,
+        power_reader: Callable[[Profile], PowerReader | None] | None = None,
+        on_demote: Callable[[str, str], None] | None = None,
     ) -> None:
         self.settings = settings
+        self._on_demote = on_demote
         self.state_dir = Path(state_dir)
-        profiles = load_profiles(settings.profiles_dir)
+        profiles = board_profiles(settings.profiles_dir)
         self.detection: Detection = detect(profiles, read_facts(settings.root), settings.profile)
         self.profile: Profile = self.detection.profile
         threads = settings.threads or self.profile.threads
@@ -53,7 +58,7 @@ class Accelerators:
             top_k=settings.fastest_top_k,
             seconds=settings.fastest_seconds,
             power_budget_w=self.profile.power_budget_w,
-            power_w=power_reader,
+            power_w=power_reader(self.profile) if power_reader is not None else None,
         )
         self._lock = threading.Lock()
         self._sessions: dict[str, ResilientSession] = {}
@@ -88,6 +93,7 @@ class Accelerators:
             model_hash=package.content_hash(),
             initial=(choice.chosen, choice.session),
             results=choice.results,
+            on_demote=self._on_demote,
         )
         with self._lock:
             self._sessions[f"{package.name}:{package.version}"] = session

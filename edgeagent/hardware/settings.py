@@ -6,25 +6,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeagent.sections import require
+from edgeagent.sections import require, setting
 
 
 @dataclass(frozen=True)
 class HardwareSettings:
-    root: Path = Path("/")  # read sysfs/procfs/device nodes below this (tests use fake trees)
-    profiles_dir: Path | None = None  # default: the device_profiles shipped with the agent
-    profile: str = ""  # force a profile by name instead of detecting
-    choice: Literal["ranked", "fastest"] = "ranked"
-    threads: int = 0  # intra-op threads; 0 = the profile's [threads], else every core
-    fastest_top_k: int = 3  # `fastest`: how many working candidates are timed
-    fastest_seconds: float = 1.0  # `fastest`: timing budget per candidate
-    probe_timeout_s: float = 300.0  # one load + first inference (TensorRT engine builds are slow)
-    probe_failure_ttl_s: float = 86400.0  # a cached failed probe is retried after this long
-    probe_golden_agreement: float = 0.6  # share of golden top-1 a probe must match; 0 = off
-    probe_cache_entries: int = 1000  # probe results and decisions kept; the oldest go first
-    failure_threshold: int = 3  # consecutive run errors that demote a candidate
-    reprobe_backoff_s: float = 30.0  # first re-probe of a demoted candidate after this long
-    reprobe_backoff_max_s: float = 3600.0  # back-off doubles up to this
+    root: Path = setting(
+        Path("/"), "read sysfs/procfs/device nodes below this (tests use fake trees)"
+    )
+    profiles_dir: Path | None = setting(
+        None, "extra device profiles; one named like a shipped profile replaces it"
+    )
+    profile: str = setting("", "force a profile by name instead of detecting")
+    choice: Literal["ranked", "fastest"] = setting(
+        "ranked", "ranked: first working candidate of the profile; fastest: time the top ones"
+    )
+    threads: int = setting(0, "intra-op threads; 0 = the profile's [threads], else every core")
+    fastest_top_k: int = setting(3, "`fastest`: how many working candidates are timed")
+    fastest_seconds: float = setting(1.0, "`fastest`: timing budget per candidate", "s")
+    probe_timeout_s: float = setting(
+        300.0, "one load + first inference (TensorRT engine builds are slow)", "s"
+    )
+    probe_failure_ttl_s: float = setting(
+        86400.0, "a cached failed probe is retried after this long", "s"
+    )
+    probe_golden_agreement: float = setting(
+        0.6, "share of golden top-1 a probe must match; 0 = off", "ratio"
+    )
+    probe_cache_entries: int = setting(
+        1000, "probe results and decisions kept; the oldest go first"
+    )
+    failure_threshold: int = setting(3, "consecutive run errors that demote a candidate")
+    reprobe_backoff_s: float = setting(
+        30.0, "first re-probe of a demoted candidate after this long", "s"
+    )
+    reprobe_backoff_max_s: float = setting(3600.0, "back-off doubles up to this", "s")
 
     def validate(self) -> None:
         require(self.threads >= 0, "hardware", "threads", "must be 0 (automatic) or more")

@@ -18,15 +18,11 @@ from pathlib import Path
 
 import aiomqtt
 
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
 from edgeagent.fleet.mqtt import client_options, connect_properties
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import (
-    MAX_ENVELOPE_BYTES,
-    TrustError,
-    decode_envelope,
-    format_time,
-)
+from edgeagent.fleet.signing import TrustError, decode_envelope, format_time
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError

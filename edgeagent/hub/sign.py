@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import (
     Artifact,
     ManifestError,
@@ -31,12 +32,7 @@ from edgeagent.fleet.manifest import (
     VariantArtifact,
     parse_manifest,
 )
-from edgeagent.fleet.signing import (
-    MAX_ENVELOPE_BYTES,
-    TrustError,
-    decode_envelope,
-    sign_envelope,
-)
+from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic
 from edgeagent.hub.keys import HubError, load_private_key

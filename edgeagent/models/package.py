@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeagent._toml import tomllib
+from edgeagent.models.tasks import TASK_NAMES
 from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES
 
 RUNTIMES = RUNTIME_NAMES
@@ -30,7 +31,7 @@ DTYPES = (
     "bool",
 )
 LAYOUTS = ("NCHW", "NHWC")
-TASKS = ("classification",)
+TASKS = TASK_NAMES  # what the model computes: decides its golden record and health check
 # Which file suffixes each runtime reads; a variant whose files do not fit is refused.
 RUNTIME_SUFFIXES = {name: facts.suffixes for name, facts in RUNTIME_FACTS.items()}
 # The guards on every model name and version the agent accepts (model.toml, release manifests,
@@ -112,7 +113,12 @@ class ModelPackage:
     labels: tuple[str, ...]
     variants: tuple[Variant, ...]
     serving: ServingHints = field(default_factory=ServingHints)
-    golden: Path | None = None  # optional .npz of inputs + expected top-1 for health checks
+    golden: Path | None = None  # optional .npz of inputs + expected answers for health checks
+
+    @property
+    def input_layout(self) -> str:
+        """The layout clients send images in: the first input's, NCHW when it declares none."""
+        return self.inputs[0].layout or "NCHW"
 
     def variant(self, runtime: str, precision: str) -> Variant | None:
         for candidate in self.variants:
@@ -127,7 +133,7 @@ class ModelPackage:
         for variant in self.variants:
             for path in variant.files:
                 digest.update(path.name.encode())
-                digest.update(_file_sha256(path).encode())
+                digest.update(file_sha256(path).encode())
         return digest.hexdigest()
 
 
@@ -137,7 +143,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts + [0] * (3 - len(parts)))
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -244,7 +250,7 @@ def load_package(directory: str | Path) -> ModelPackage:
             if line.strip()
         )
         classes = outputs[0].shape[-1]
-        if classes > 0 and len(labels) != classes:
+        if task == "classification" and classes > 0 and len(labels) != classes:
             top.fail(
                 f"{labels_name} has {len(labels)} labels but output {outputs[0].name!r} "
                 f"has {classes} classes",
@@ -265,8 +271,14 @@ def load_package(directory: str | Path) -> ModelPackage:
     variants = tuple(
         _variant(root, manifest, index, table) for index, table in enumerate(raw_variants)
     )
+    logical_layout = inputs[0].layout or "NCHW"
     seen: set[str] = set()
-    for variant in variants:
+    for index, variant in enumerate(variants):
+        if logical_layout == "NHWC" and variant.layout == "NCHW":
+            raise PackageError(
+                f"{manifest}: variant[{index}].layout: an NCHW file cannot serve the NHWC input "
+                f"{inputs[0].name!r} (the agent transposes NCHW requests to NHWC files only)"
+            )
         if variant.key in seen:
             raise PackageError(f"{manifest}: variant: {variant.key} is declared twice")
         seen.add(variant.key)
@@ -437,7 +449,7 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
         match = [f for f in files if f.name == name]
         if not match:
             fields.fail(f"names {name!r}, which is not among the variant's files", "sha256")
-        if _file_sha256(match[0]) != str(expected).lower():
+        if file_sha256(match[0]) != str(expected).lower():
             fields.fail(f"{name} does not match its SHA-256 (corrupt or altered file)", "sha256")
     return Variant(
         runtime=runtime,

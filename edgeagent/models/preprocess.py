@@ -38,6 +38,10 @@ def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
         raise ImageError("not a JPEG or PNG image") from exc
+    except Image.DecompressionBombError as exc:  # dimensions far beyond max_pixels
+        raise ImageError(f"image refused: {exc}") from exc
+    except (OSError, SyntaxError) as exc:  # a header cut short or broken ("Truncated File Read")
+        raise ImageError(f"corrupt image: {exc}") from exc
     if image.format not in ACCEPTED_FORMATS:
         raise ImageError(f"{image.format} images are not accepted (JPEG or PNG only)")
     width, height = image.size

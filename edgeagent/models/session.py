@@ -40,7 +40,12 @@ def load_request(
     cache_dir: Path | None = None,
     options: dict | None = None,
 ) -> LoadRequest:
-    """The LoadRequest for a variant, carrying the package's logical tensor names."""
+    """The LoadRequest for a variant, carrying the package's logical tensor names.
+
+    The session transposes only when the file's layout differs from what clients send: an
+    NHWC file in a package whose logical input is NHWC too takes the requests as they are.
+    """
+    transpose = variant.layout if variant.layout not in (None, package.input_layout) else None
     return LoadRequest(
         files=variant.files,
         device=device,
@@ -48,7 +53,7 @@ def load_request(
         options=options or {},
         threads=threads,
         cache_dir=cache_dir,
-        layout=variant.layout,
+        layout=transpose,
         input_names=tuple(t.name for t in package.inputs),
         output_names=tuple(t.name for t in package.outputs),
     )

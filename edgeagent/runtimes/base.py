@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -88,6 +88,38 @@ class Session(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most runtimes free on GC
         """Release native resources now rather than at garbage collection."""
+
+
+class Backend(Protocol):
+    """Where a session runs, in the profile's words."""
+
+    @property
+    def runtime(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def precision(self) -> str: ...
+
+
+@runtime_checkable
+class ManagedSession(Protocol):
+    """The optional extensions of a Session that manages several backends (the hardware
+    layer's ResilientSession): the engine reports, steers and shows it through these."""
+
+    @property
+    def candidate(self) -> Backend | None:
+        """The backend that runs now, or None while none works."""
+        ...
+
+    def set_power_mode(self, mode: str) -> None:
+        """Prefer ``low``-power backends, or go back to the fastest (``high``)."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able state of every backend, for /v1/status."""
+        ...
 
 
 class Runtime(ABC):

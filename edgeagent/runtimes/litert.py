@@ -119,9 +119,16 @@ class LiteRTSession(Session):
         size = arrays[0].shape[0]
         with self._lock:
             try:
+                outputs = None
                 if self._resizable and self._ensure_batch(size):
                     outputs = self._invoke(arrays)
-                else:  # a graph with a baked-in batch size: run the batch one row at a time
+                    if any(len(o) != size for o in outputs):
+                        # The input resized but a reshape inside keeps batch 1 (MediaPipe's
+                        # models do): its answer covers one row only, so go row by row.
+                        self._resizable = False
+                        self._restore_batch_one()
+                        outputs = None
+                if outputs is None:  # a graph with a baked-in batch size: one row at a time
                     rows = [self._invoke([a[i : i + 1] for a in arrays]) for i in range(size)]
                     outputs = [np.concatenate(parts) for parts in zip(*rows, strict=True)]
             except (RuntimeError, ValueError) as exc:

@@ -5,41 +5,64 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeagent.fleet.signing import MAX_ENVELOPE_BYTES
-from edgeagent.sections import require
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
+from edgeagent.sections import require, setting
 
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    enabled: bool = False
+    enabled: bool = setting(False, "take signed model updates from the hub over MQTT")
     # --- delivery (store, download, unpack, health gate) ---
-    group: str = "default"  # device group whose releases this device follows
-    device_class: str = ""  # matched against a release's targets.device_classes
-    keep_releases: int = 2  # previous releases kept per model for rollback, besides current
-    max_artifact_bytes: int = 512 * 1024 * 1024  # refuse bigger artifacts before downloading
-    max_unpacked_bytes: int = 1024 * 1024 * 1024  # total size of the files in one artifact
-    max_unpacked_files: int = 256  # entries (files, directories, "./") in one artifact
-    max_tar_header_bytes: int = 64 * 1024  # a pax / GNU long-name header above this is refused
-    download_timeout_s: float = 900.0  # overall deadline for one artifact (all retries)
-    download_gap_s: float = 30.0  # longest silence between two reads before we give up on it
-    download_min_rate_bps: int = 1024  # slower than this on average (after 30 s) = slow-retrieval
-    download_retries: int = 5  # resumes after a dropped connection before giving up
-    free_space_margin_bytes: int = 64 * 1024 * 1024  # keep this much free after the download
-    health_timeout_s: float = 60.0  # load + warm + golden check must finish within this
-    # A golden input passes when its expected class is among the model's top-k: an int8 variant
-    # may swap near-tied classes of the fp32 reference; 1 demands the exact top-1.
-    golden_top_k: int = 5
-    # Also download the best-ranked CPU variant when the chosen one runs on an accelerator, so
-    # an accelerator that fails its probe or at run time still has a variant to fall back to.
-    cpu_fallback_variant: bool = True
-    ca_file: Path | None = None  # CA bundle for https artifact URLs; None = system store
-    # --- trust (signatures, trust store, manifests) ---
-    trust_file: Path = Path("/etc/edgeagent/trust.json")  # provisioned seed; rotations go to
-    # <state_dir>/trust/trust.json, which this seeds on first start or when its version is higher
-    max_manifest_bytes: int = (
-        MAX_ENVELOPE_BYTES  # envelopes (manifests, trust files) refused unread above
+    group: str = setting("default", "device group whose releases this device follows")
+    device_class: str = setting("", "matched against a release's targets.device_classes")
+    keep_releases: int = setting(
+        2, "previous releases kept per model for rollback, besides current"
     )
-    clock_skew_s: float = 300.0  # a release issued this far in the device's future is accepted
+    max_artifact_bytes: int = setting(
+        512 * 1024 * 1024, "refuse bigger artifacts before downloading", "bytes"
+    )
+    max_unpacked_bytes: int = setting(
+        1024 * 1024 * 1024, "total size of the files in one artifact", "bytes"
+    )
+    max_unpacked_files: int = setting(256, 'entries (files, directories, "./") in one artifact')
+    max_tar_header_bytes: int = setting(
+        64 * 1024, "a pax / GNU long-name header above this is refused", "bytes"
+    )
+    download_timeout_s: float = setting(
+        900.0, "overall deadline for one artifact (all retries)", "s"
+    )
+    download_gap_s: float = setting(
+        30.0, "longest silence between two reads before we give up on it", "s"
+    )
+    download_min_rate_bps: int = setting(
+        1024, "slower than this on average (after 30 s) = slow-retrieval", "bytes/s"
+    )
+    download_retries: int = setting(5, "resumes after a dropped connection before giving up")
+    free_space_margin_bytes: int = setting(
+        64 * 1024 * 1024, "keep this much free after the download", "bytes"
+    )
+    health_timeout_s: float = setting(
+        60.0, "load + warm + golden check must finish within this", "s"
+    )
+    golden_top_k: int = setting(
+        5, "a golden input passes when its expected class is in the top-k (1 = exact top-1)"
+    )
+    cpu_fallback_variant: bool = setting(
+        True,
+        "also download a release's best CPU variant when the chosen one needs an accelerator",
+    )
+    ca_file: Path | None = setting(None, "CA bundle for https artifact URLs; None = system store")
+    # --- trust (signatures, trust store, manifests) ---
+    trust_file: Path = setting(
+        Path("/etc/edgeagent/trust.json"),
+        "provisioned trust seed; rotations go to <state_dir>/trust/trust.json",
+    )
+    max_manifest_bytes: int = setting(
+        MAX_ENVELOPE_BYTES, "envelopes (manifests, trust files) refused unread above", "bytes"
+    )
+    clock_skew_s: float = setting(
+        300.0, "a release issued this far in the device's future is accepted", "s"
+    )
 
     def validate(self) -> None:
         require(self.max_manifest_bytes > 0, "updates", "max_manifest_bytes", "must be positive")

@@ -64,6 +64,7 @@ from edgeagent.fleet.signing import TrustError, VerificationError
 from edgeagent.fleet.topics import Topics, purpose_of, release_model
 from edgeagent.fleet.trust import TrustStore, open_trust_store
 from edgeagent.fsutil import write_json_atomic
+from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import (
     INSTALLED_VARIANTS,
     VERSION_RE,
@@ -126,49 +127,29 @@ def checkpoint(name: str) -> None:
 
 
 async def health_check(model: Served, timeout_s: float, top_k: int = 1) -> None:
-    """Run the package's golden inputs: each expected class must be in the model's top-k.
+    """Run the package's golden inputs and hold the answers to the task's golden record: each
+    expected class in the model's top-k for a classifier, tensors within the recorded
+    tolerance for detection, segmentation and tensor models.
 
-    Without golden inputs the model must at least answer zeros with finite scores.
+    Without golden inputs the model must at least answer the sample feeds with finite outputs.
     """
     package = model.package
-    expected = None
-    if package.golden is not None:
-        with np.load(package.golden) as golden:
-            data = {key: golden[key] for key in golden.files}
-        if "inputs" in data and len(package.inputs) == 1:
-            data[package.inputs[0].name] = data.pop("inputs")
-        missing = [s.name for s in package.inputs if s.name not in data]
-        if missing or "top1" not in data:
-            raise InstallFailed(
-                "health_check_failed",
-                f"{package.golden.name} lacks {', '.join([*missing, 'top1'][:3])}",
-                bad=True,
-            )
-        feeds = {s.name: data[s.name].astype(s.dtype) for s in package.inputs}
-        expected = data["top1"].reshape(-1)
-    else:
-        feeds = {
-            s.name: np.zeros([1 if d == -1 else d for d in s.shape], dtype=s.dtype)
-            for s in package.inputs
-        }
+    try:
+        golden = load_golden(package)
+    except GoldenError as exc:
+        raise InstallFailed("health_check_failed", str(exc), bad=True) from exc
+    feeds = golden.feeds if golden is not None else sample_feeds(package)
     try:
         outputs = await model.infer(feeds, priority=0, timeout_s=timeout_s)
     except Exception as exc:
         message = f"golden inference failed: {exc}"
         raise InstallFailed("health_check_failed", message, bad=True) from exc
-    scores = np.asarray(outputs[package.outputs[0].name])
-    if not np.all(np.isfinite(scores)):
+    if not all(np.all(np.isfinite(np.asarray(value))) for value in outputs.values()):
         raise InstallFailed("health_check_failed", "the model answers NaN or infinity", bad=True)
-    if expected is not None:
-        ranked = np.argsort(-scores.reshape(len(expected), -1), axis=-1)[:, :top_k]
-        wrong = int(np.sum(~np.any(ranked == expected[:, None], axis=-1)))
-        if wrong:
-            raise InstallFailed(
-                "health_check_failed",
-                f"{wrong} of {len(expected)} golden inputs lost their expected class from "
-                f"the top {top_k} ([updates] golden_top_k)",
-                bad=True,
-            )
+    problem = golden.problem(outputs, top_k) if golden is not None else ""
+    if problem:
+        hint = " ([updates] golden_top_k)" if package.task == "classification" else ""
+        raise InstallFailed("health_check_failed", problem + hint, bad=True)
 
 
 class Updater:

@@ -2,7 +2,10 @@
 
 It runs its own event loop in a thread so that synchronous clients (tritonclient, the CLI's
 client) and asyncio tests can both talk to it over real sockets, exactly as separate processes
-would.
+would. Its listeners are the daemon's own (``edgeagent.api.listeners``), and like the daemon's
+its TCP port needs a bearer token: ``TOKEN`` (``ADMIN_TOKEN`` for repository load/unload)
+unless the test configures others; ``tcp_session`` sends the first, ``triton_client`` the
+second, as an operator's repository client would.
 """
 
 from __future__ import annotations
@@ -18,19 +21,27 @@ from typing import Any
 
 import aiohttp
 import numpy as np
+import tritonclient.http as triton
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from tritonclient._plugin import InferenceServerClientPlugin
 
 from edgeagent.api.http import create_app
+from edgeagent.api.listeners import handler_args, tcp_site, unix_site
 from edgeagent.api.settings import ServerSettings
+from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
+from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
+
+TOKEN = "test-token"
+ADMIN_TOKEN = "test-admin-token"
 
 
 class AgentServer:
@@ -38,18 +49,29 @@ class AgentServer:
 
     def __init__(self, tmp_path: Path, packages: list[Path], **settings: Any) -> None:
         self.socket = tmp_path / "agent.sock"
-        defaults: dict[str, Any] = {"unix_socket": self.socket, "tcp_port": 0}
+        defaults: dict[str, Any] = {
+            "unix_socket": self.socket,
+            "tcp_port": 0,
+            "token": TOKEN,
+            "admin_token": ADMIN_TOKEN,
+        }
         merged = {**defaults, **settings}
         listener = {f.name for f in dataclasses.fields(ServerSettings)}
+        regions = {f.name for f in dataclasses.fields(SharedMemorySettings)}
         self.settings = ServerSettings(**{k: v for k, v in merged.items() if k in listener})
+        self.shared_memory = SharedMemoryRegistry(
+            SharedMemorySettings(**{k: v for k, v in merged.items() if k in regions})
+        )
         self.engine_settings = EngineSettings(
-            **{k: v for k, v in merged.items() if k not in listener}
+            **{k: v for k, v in merged.items() if k not in listener | regions}
         )
         self.packages = packages
         self.metrics = CollectorRegistry()
+        self.engine_load = LoadCounter()  # what the batchers count, for a governor
         self.status_extra: dict[str, Any] = {"profile": {"name": "test"}}
         self.limits = UNTHROTTLED  # what the governor would ask of the engine; tests change it
         self.url = ""
+        self.headers = {"Authorization": f"Bearer {self.settings.token}"}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._executor = ThreadPoolExecutor(2)
@@ -72,12 +94,13 @@ class AgentServer:
         self._executor.shutdown()
 
     async def _start(self) -> None:
-        self.registry = ModelRegistry(
+        self.registry = serving_registry(
             lambda package: open_variant(package, threads=1),
             settings=self.engine_settings,
             metrics=EngineMetrics(self.metrics),
             executor=self._executor,
-            limits_provider=lambda: self.limits,
+            limits=lambda: self.limits,
+            load=self.engine_load,
         )
         for package in self.packages:
             self.registry.add(package)
@@ -87,18 +110,20 @@ class AgentServer:
             settings=self.settings,
             metrics=self.metrics,
             status=lambda: {**self.status_extra, "models": self.registry.status()},
+            shared_memory=self.shared_memory,
         )
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, **handler_args(self.settings))
         await self._runner.setup()
-        await web.UnixSite(self._runner, str(self.socket)).start()
-        tcp = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await tcp.start()
-        port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self.unix = unix_site(self._runner, self.socket, self.settings)
+        await self.unix.start()
+        self.tcp = tcp_site(self._runner, "127.0.0.1", 0, self.settings)
+        await self.tcp.start()
+        self.url = f"http://127.0.0.1:{self.tcp.sockets[0].getsockname()[1]}"
 
     async def _stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        self.shared_memory.close()
         await self.registry.close()
 
 
@@ -118,6 +143,28 @@ async def unix_session(server: AgentServer) -> AsyncIterator[aiohttp.ClientSessi
     connector = aiohttp.UnixConnector(path=str(server.socket))
     async with aiohttp.ClientSession("http://agent", connector=connector) as session:
         yield session
+
+
+def tcp_session(server: AgentServer, **options: Any) -> aiohttp.ClientSession:
+    """An aiohttp client session to the agent's TCP listener, sending its token."""
+    return aiohttp.ClientSession(server.url, headers=server.headers, **options)
+
+
+class BearerToken(InferenceServerClientPlugin):
+    """tritonclient's way of adding a header to every request: here the agent's token."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def __call__(self, request: Any) -> None:
+        request.headers["Authorization"] = f"Bearer {self.token}"
+
+
+def triton_client(server: AgentServer) -> triton.InferenceServerClient:
+    """The stock tritonclient.http client for the agent's TCP listener, with the admin token."""
+    client = triton.InferenceServerClient(server.url.removeprefix("http://"))
+    client.register_plugin(BearerToken(server.settings.admin_token))
+    return client
 
 
 @contextmanager

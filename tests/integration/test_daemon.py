@@ -15,6 +15,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.package import set_fields
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from tests.helpers import REPO, write_tiny_package
@@ -22,6 +23,7 @@ from tests.helpers import REPO, write_tiny_package
 # Requests wait this long for company in the batch queue, so they are surely in flight when
 # SIGTERM arrives; the drain must still answer them.
 QUEUE_DELAY_MS = 1500
+DEPTH_SAMPLE = 'edgeagent_queue_depth{model="tiny"}'
 
 
 class Manager:
@@ -92,12 +94,7 @@ def infer_body(x: np.ndarray) -> dict:
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
     root = write_tiny_package(tmp_path / "models" / "tiny")
-    toml = (root / "model.toml").read_text()
-    (root / "model.toml").write_text(
-        toml.replace("max_queue_delay_ms = 2", f"max_queue_delay_ms = {QUEUE_DELAY_MS}").replace(
-            "max_batch_size = 4", "max_batch_size = 16"
-        )
-    )
+    set_fields(root, {"serving.max_queue_delay_ms": QUEUE_DELAY_MS, "serving.max_batch_size": 16})
     return root.parent
 
 
@@ -145,16 +142,26 @@ async def serve_through_sigterm(sock: Path, process, inputs):
 
         async with client.get("http://agent/v2/health/ready") as response:
             assert response.status == 200
+
+        async def queue_depth() -> float:
+            async with client.get("http://agent/metrics") as response:
+                text = await response.text()
+            samples = (line.split() for line in text.splitlines())
+            return next((float(s[-1]) for s in samples if s[0] == DEPTH_SAMPLE), 0.0)
+
         tasks = [asyncio.create_task(infer(x)) for x in inputs]
-        await asyncio.sleep(QUEUE_DELAY_MS / 1000 / 3)
+        while not any(t.done() for t in tasks) and await queue_depth() < len(inputs):
+            await asyncio.sleep(0.02)
         assert not any(t.done() for t in tasks), "answered before SIGTERM: the test proves nothing"
         process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(0.2)
-        try:
-            await asyncio.open_unix_connection(str(sock))
-            refused = False
-        except OSError:
-            refused = True
+        refused = False  # must turn true while the queued requests are still being drained
+        while not refused and not all(t.done() for t in tasks):
+            try:
+                _, writer = await asyncio.open_unix_connection(str(sock))
+                writer.close()
+                await asyncio.sleep(0.02)
+            except OSError:
+                refused = True
         return await asyncio.gather(*tasks), refused
 
 

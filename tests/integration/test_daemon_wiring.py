@@ -13,6 +13,7 @@ from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.engine.limits import ServingLimits
 from tests.helpers import write_tiny_package
+from tests.support.waiting import until
 
 
 def infer_body(x: np.ndarray, **parameters) -> dict:
@@ -105,9 +106,9 @@ async def test_hot_swap_over_http_fails_no_request(daemon, client, tmp_path: Pat
                 seen.append((response.status, body.get("model_version", body.get("error"))))
 
     clients = [asyncio.create_task(hammer(x)) for x in inputs]
-    await asyncio.sleep(0.3)
+    await until(lambda: len(seen) >= len(inputs))  # version 1 is answering
     await daemon.registry.activate(v2)
-    await asyncio.sleep(0.3)
+    await until(lambda: [version for _, version in seen].count("2") >= len(inputs))
     stop.set()
     await asyncio.gather(*clients)
     assert {status for status, _ in seen} == {200}, [s for s in seen if s[0] != 200][:3]
@@ -115,3 +116,13 @@ async def test_hot_swap_over_http_fails_no_request(daemon, client, tmp_path: Pat
     assert versions[0] == "1" and versions[-1] == "2"
     async with client.post("/v2/repository/index") as response:
         assert [(m["name"], m["version"]) for m in await response.json()] == [("tiny", "2")]
+
+
+async def test_governor_reads_the_load_the_engine_counts(daemon, client):
+    x = np.ones((1, 3, 8, 8), np.float32)
+    async with client.post("/v2/models/tiny/infer", json=infer_body(x)) as response:
+        assert response.status == 200
+    busy, batches = daemon.engine_load.totals()
+    assert batches >= 1 and busy > 0  # the warm-up runs outside the batcher: not counted
+    await daemon.governor.tick()
+    assert daemon.governor.engine_load.batch_seconds is not None

@@ -78,7 +78,7 @@ async def test_daemon_governs_from_the_profiles_sensors(orin_daemon) -> None:  #
             assert response.status == 200
         async with http.get("/metrics") as response:
             text = await response.text()
-        assert 'edgeagent_governor_state{edgeagent_governor_state="hot"} 1.0' in text
+        assert 'edgeagent_governor_state{state="hot"} 1.0' in text
         assert 'edgeagent_inference_errors_total{kind="throttled",model="tiny"} 1.0' in text
 
         write(root, TJ, 50000)

@@ -4,7 +4,6 @@ and the closed loop holding a simulated chip under its limit while real inferenc
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.package import rehash_files
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import load_profiles
@@ -32,7 +32,7 @@ class GovernedAgent(AgentServer):
     ):
         super().__init__(tmp_path, packages, max_queue_delay_ms=5.0)
         orin = {p.name: p for p in load_profiles()}["jetson-orin"]
-        self.governor = GovernorService(settings, orin, root, self.metrics)
+        self.governor = GovernorService(settings, orin, root, self.metrics, load=self.engine_load)
 
     @property  # type: ignore[override]
     def limits(self):  # type: ignore[no-untyped-def]
@@ -121,7 +121,7 @@ async def test_every_action_is_visible_through_the_http_api(orin_agent) -> None:
         assert [a.status for a in answers] == [200] * 8
         async with http.get("/metrics") as response:
             text = await response.text()
-        assert 'edgeagent_governor_state{edgeagent_governor_state="hot"} 1.0' in text
+        assert 'edgeagent_governor_state{state="hot"} 1.0' in text
         assert "edgeagent_governor_max_batch_size 1.0" in text
         assert 'edgeagent_governor_action_active{action="shedding"} 1.0' in text
         assert 'edgeagent_governor_temperature_celsius{sensor="zone:tj-thermal"} 91.0' in text
@@ -158,7 +158,6 @@ def write_busy_package(root: Path, layers: int = 24, width: int = 1024) -> Path:
 
     package = write_tiny_package(root, name="busy")
     model_file = package / "busy.fp32.onnx"
-    old_digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
     rng = np.random.default_rng(0)
     weights = {
         "w_in": rng.standard_normal((192, width)) / 14,
@@ -186,9 +185,7 @@ def write_busy_package(root: Path, layers: int = 24, width: int = 1024) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(model_file))
-    new_digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
-    toml = package / "model.toml"
-    toml.write_text(toml.read_text().replace(old_digest, new_digest))
+    rehash_files(package)
     return package
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from tests.unit.test_hardware_support import FIXTURES, write_multi_package
+from tests.support.hardware import FIXTURES, write_multi_package
 
 
 def _profile(*args: str, state: Path) -> subprocess.CompletedProcess:

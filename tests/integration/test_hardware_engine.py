@@ -8,20 +8,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import ModelRegistry
-from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
-from tests.unit.test_hardware_support import (
+from tests.helpers import serving_registry
+from tests.support.hardware import (
     FIXTURES,
     install_flaky,
     write_multi_package,
     write_profile,
 )
+from tests.support.waiting import until
 
 ORT = "onnxruntime:CPUExecutionProvider:fp32"
 OV = "openvino:CPU:fp32"
@@ -44,13 +42,7 @@ def _setup(tmp_path: Path, executor, candidates: list[str], limits=lambda: UNTHR
         ),
         tmp_path / "state",
     )
-    registry = ModelRegistry(
-        accelerators.open,
-        settings=EngineSettings(),
-        metrics=EngineMetrics(CollectorRegistry()),
-        executor=executor,
-        limits_provider=limits,
-    )
+    registry = serving_registry(accelerators.open, executor=executor, limits=limits)
     registry.add(
         write_multi_package(
             tmp_path / "models" / "tiny", [("onnxruntime", "fp32"), ("openvino", "fp32")]
@@ -97,11 +89,7 @@ async def test_governor_prefer_low_power_switches_the_candidate(tmp_path, execut
         assert model.backend["runtime"] == "onnxruntime"
         limits["now"] = ServingLimits(prefer_low_power=True, reason="hot: test")
         await model.infer({"input": frame})  # the engine reads the limits before the batch
-        for _ in range(50):
-            if model.backend["runtime"] == "openvino":
-                break
-            await asyncio.sleep(0.05)
-        assert model.backend["runtime"] == "openvino"
+        await until(lambda: model.backend["runtime"] == "openvino")
         answer = (await model.infer({"input": frame}))["logits"]
         np.testing.assert_allclose(answer, expected, rtol=1e-5, atol=1e-5)
     finally:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import yaml
 from PIL import Image
 
 from edgeagent.api.client import AgentClient, AgentError, AgentUnreachable
@@ -66,19 +65,23 @@ def test_client_over_tcp_with_a_token(tmp_path) -> None:
         assert "models" in AgentClient(url=server.url, token="t0k").status()
 
 
-def test_status_command_json_and_text(agent: AgentServer, capsys) -> None:
+def test_status_command_json_and_text(agent: AgentServer, capsys, tmp_path) -> None:
     assert main(["status", "--socket", str(agent.socket), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["models"]["tiny"]["state"] == "READY"
-    assert main(["status", "--url", agent.url]) == 0
-    text = capsys.readouterr().out
-    first, rest = text.split("\n", 1)
-    assert first == f"edgeagent at {agent.url}"
-    assert yaml.safe_load(rest)["profile"] == {"name": "test"}
+    assert main(["status", "--url", agent.url]) == 1  # TCP needs the token
+    assert "401" in capsys.readouterr().err
+    config = tmp_path / "agent.toml"  # the CLI takes it from the config, as the agent does
+    config.write_text(f'[server]\ntoken = "{agent.settings.token}"\n')
+    assert main(["status", "--url", agent.url, "--config", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f" at {agent.url} " in lines[0]
+    assert any(line.split()[:2] in (["models", "tiny"], ["tiny", "1"]) for line in lines)
+    assert len(lines) < 12  # a summary, not the document
 
 
 def test_status_command_reports_an_absent_agent(tmp_path, capsys) -> None:
-    assert main(["status", "--socket", str(tmp_path / "absent.sock")]) == 1
+    assert main(["status", "--socket", str(tmp_path / "absent.sock")]) == 2
     assert "cannot reach the agent at" in capsys.readouterr().err
     assert main(["status", "--url", "ftp://x"]) == 2
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import io
 import json
+import struct
+import zlib
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import numpy as np
 import pytest
+from PIL import Image
 
 from edgeagent.api import v2
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
@@ -53,6 +57,56 @@ def _binary(shape: list[int], size: int, tail: int) -> tuple[bytes, dict[str, st
         }
     ).encode()
     return head + b"\0" * tail, {H: str(len(head))}
+
+
+def _jpeg() -> bytes:
+    pixels = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG")
+    return out.getvalue()
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that claims ``width``×``height``: PIL refuses it as a decompression bomb."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def _with_parameters(**parameters: object) -> bytes:
+    return json.dumps({**json.loads(_json_input([1, 3, 8, 8])), "parameters": parameters}).encode()
+
+
+def _issue_13_requests() -> list[tuple[str, str, bytes, dict[str, str], int, str]]:
+    """The inputs that answered 500 before (issue 10 #13)."""
+    infer, classify = "/v2/models/tiny/infer", "/v1/models/tiny/classify"
+    return [
+        ("shape 0 x 10**30", infer, _json_input([0, 10**30], data=[]), {}, 400, "64-bit range"),
+        (
+            "shape 0 x 2**62 x 2**62",
+            infer,
+            _json_input([0, 2**62, 2**62], data=[]),
+            {},
+            400,
+            "larger than any tensor",
+        ),
+        (
+            "deep nesting",
+            infer,
+            b'{"inputs":' + b"[" * 5000 + b"]" * 5000 + b"}",
+            {},
+            400,
+            "nested too deeply",
+        ),
+        ("timeout 10**400", infer, _with_parameters(timeout=10**400), {}, 400, "64-bit range"),
+        ("decompression bomb", classify, _png_header(20000, 20000), {}, 400, "image refused"),
+        ("jpeg cut at 500 bytes", classify, _jpeg()[:500], {}, 400, "corrupt image"),
+    ]
 
 
 def _bad_requests() -> list[tuple[str, str, bytes, dict[str, str], int, str]]:
@@ -129,7 +183,7 @@ def _bad_requests() -> list[tuple[str, str, bytes, dict[str, str], int, str]]:
     ]
 
 
-BAD = _bad_requests()
+BAD = _bad_requests() + _issue_13_requests()
 
 
 @pytest.mark.parametrize(

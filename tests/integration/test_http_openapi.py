@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import aiohttp
 import yaml
 from openapi_spec_validator import validate
 from prometheus_client import CollectorRegistry
@@ -11,7 +10,7 @@ from edgeagent.api.http import create_app
 from edgeagent.api.routes_edge import openapi_document
 from edgeagent.api.settings import ServerSettings
 from tests.helpers import REPO
-from tests.integration.http_agent import tiny_agent
+from tests.integration.http_agent import tcp_session, tiny_agent
 
 SOURCE = REPO / "edgeagent" / "api" / "openapi.yaml"
 METHODS = {"get", "post", "put", "delete", "patch"}
@@ -49,7 +48,7 @@ def test_every_route_is_documented_and_every_documented_route_exists() -> None:
 async def test_served_json_is_the_yaml_source(tmp_path) -> None:
     with tiny_agent(tmp_path) as agent:
         async with (
-            aiohttp.ClientSession(agent.url) as http,
+            tcp_session(agent) as http,
             http.get("/openapi.json") as response,
         ):
             assert response.status == 200

@@ -13,7 +13,7 @@ from edgeagent.api.client import AgentClient
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image, top_k
 from edgeagent.models.session import open_variant
-from tests.integration.http_agent import AgentServer
+from tests.integration.http_agent import AgentServer, triton_client
 
 MODELS = ("mobilenet_v2", "digits_mnv3")
 
@@ -61,7 +61,7 @@ def test_tritonclient_batch_of_distinct_images(zoo: Path, agent: AgentServer) ->
     assert package.preprocess is not None
     images = [preprocess_image(p.read_bytes(), package.preprocess) for p in _samples(zoo, "x")]
     batch = np.concatenate(images)
-    client = triton.InferenceServerClient(agent.url.removeprefix("http://"))
+    client = triton_client(agent)
     try:
         tensor = triton.InferInput(package.inputs[0].name, list(batch.shape), "FP32")
         tensor.set_data_from_numpy(batch)

@@ -16,13 +16,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from devtools.broker import Broker, free_port
 from edgeagent.cli import main
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.rollout import RolloutPlan, stage_sizes
 from edgeagent.hub.status import fleet_row, format_table
 from tests.helpers import write_tiny_package
-from tests.integration.broker import Broker, broker_fixture, free_port  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,7 +130,7 @@ async def test_keygen_sign_serve_publish_status(tmp_path: Path, broker: Broker) 
         "--release-key",
         str(keys / "release.key"),
     )
-    assert nobody.returncode == 1 and "no devices in group 'lab'" in nobody.stderr
+    assert nobody.returncode == 2 and "no devices in group 'lab'" in nobody.stderr
 
 
 @pytest.mark.broker
@@ -170,22 +170,22 @@ def test_publish_over_tls_with_a_client_certificate(tmp_path: Path, broker: Brok
     assert hub("publish", release, "--device", "dev-9", *trust, *tls).returncode == 0
     password.write_text("wrong")
     refused = hub("publish", release, "--device", "dev-9", *trust, *tls)
-    assert refused.returncode == 1 and "broker 127.0.0.1" in refused.stderr
+    assert refused.returncode == 2 and "broker 127.0.0.1" in refused.stderr
 
 
 def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
     malformed = hub("status", "--broker", "nonsense")
-    assert malformed.returncode == 1 and "HOST:PORT" in malformed.stderr
+    assert malformed.returncode == 2 and "HOST:PORT" in malformed.stderr
     unreachable = hub("status", "--broker", "127.0.0.1:1")
-    assert unreachable.returncode == 1 and "broker 127.0.0.1:1" in unreachable.stderr
+    assert unreachable.returncode == 2 and "broker 127.0.0.1:1" in unreachable.stderr
     missing = hub("publish", str(tmp_path / "none.release.json"), "--group", "g", "--trust", "t")
-    assert missing.returncode == 1 and "cannot read the release" in missing.stderr
+    assert missing.returncode == 2 and "cannot read the release" in missing.stderr
     unchecked = hub("publish", str(tmp_path / "none.release.json"), "--group", "g")
-    assert unchecked.returncode == 1 and "--trust FILE" in unchecked.stderr
+    assert unchecked.returncode == 2 and "--trust FILE" in unchecked.stderr
     stages = hub(
         "rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20", "--release-key", "k"
     )
-    assert stages.returncode == 1
+    assert stages.returncode == 2
 
 
 def test_stage_sizes_are_cumulative_and_never_empty() -> None:

@@ -4,56 +4,24 @@ session across disconnects and broker restarts, retained state, and the Last Wil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiomqtt
 import pytest
 
-from edgeagent.fleet.mqtt import MqttLink, backoff_delays
+from devtools.broker import Broker
+from edgeagent.fleet.mqtt import backoff_delays
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
+from tests.support.mqtt import Device
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
-
-
-class Device:
-    """An MqttLink running in this loop, recording what it receives."""
-
-    def __init__(self, settings: MqttSettings, device_id: str = "dev-1") -> None:
-        self.received: list[tuple[str, bytes]] = []
-        self.topics = Topics(settings.topic_prefix, "lab", device_id)
-        self.link = MqttLink(settings, self.topics, self._handle)
-        self.task: asyncio.Task | None = None
-
-    async def _handle(self, topic: str, payload: bytes) -> None:
-        self.received.append((topic, payload))
-
-    async def start(self) -> Device:
-        self.task = asyncio.create_task(self.link.run())
-        return self
-
-    async def stop(self) -> None:
-        await self.link.close()
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
-
-
-async def until(predicate, timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def retained(settings: MqttSettings, topic: str) -> bytes:
@@ -62,14 +30,6 @@ async def retained(settings: MqttSettings, topic: str) -> bytes:
         async for message in client.messages:
             return bytes(message.payload)  # type: ignore[arg-type]
     raise AssertionError("no message")
-
-
-@pytest.fixture
-async def devices() -> AsyncIterator[list[Device]]:
-    started: list[Device] = []
-    yield started
-    for device in started:
-        await device.stop()
 
 
 async def test_tls_with_client_certificate_and_password(broker: Broker, devices) -> None:
@@ -99,6 +59,7 @@ async def test_tls_listener_refuses_incomplete_credentials(broker: Broker, devic
 async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker, devices) -> None:
     settings = broker.settings()
     device = await Device(settings).start()
+    devices.append(device)  # stopped again at teardown if the wait below fails (stop is idempotent)
     await asyncio.wait_for(device.link.connected.wait(), 10)
     await device.stop()  # the broker keeps the persistent session
 

@@ -12,32 +12,25 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from devtools.broker import Broker
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
-from tests.integration.test_mqtt import Device, until
+from tests.support.mqtt import Device
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 
 ACL = Path(__file__).resolve().parents[2] / "deploy" / "mosquitto" / "edgeagent.acl"
 HUB_USER = "edgeagent-hub"
 SECRET = "pw-for-tests"
-
-
-@pytest.fixture
-async def devices() -> AsyncIterator[list[Device]]:
-    started: list[Device] = []
-    yield started
-    for device in started:
-        await device.stop()
 
 
 async def test_the_broker_never_delivers_a_message_over_the_size_cap(broker: Broker, devices):

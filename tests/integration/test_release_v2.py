@@ -14,6 +14,7 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
+from devtools.broker import Broker
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
@@ -21,7 +22,6 @@ from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.sign import release_path
 from edgeagent.models.package import INSTALLED_VARIANTS
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_updates_helpers import (
     Hub,
@@ -32,8 +32,8 @@ from tests.integration.test_updates_helpers import (
     hub_fixture,  # noqa: F401 - fixture
     make_device,
     stacks_fixture,  # noqa: F401 - fixture
-    wait_for,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 
@@ -89,7 +89,7 @@ async def test_two_models_released_to_one_group_reach_a_device_that_joins_afterw
         assert json.loads(published.stdout)["topics"] == [f"edgeagent/group/lab/release/{name}"]
 
     late = await (await stacks("late")).start()
-    await wait_for(lambda: _serving(late, "tiny") == "1" and _serving(late, "other") == "1")
+    await until(lambda: _serving(late, "tiny") == "1" and _serving(late, "other") == "1")
     assert late.device.store.models() == ["other", "tiny"]
 
 
@@ -98,11 +98,11 @@ async def test_hub_rollback_brings_three_devices_back_and_a_replay_is_refused(
 ) -> None:
     fleet = [await (await stacks(f"dev-{n}")).start() for n in range(3)]
     assert (await _publish(hub, broker, _sign(hub, "1"))).returncode == 0
-    await wait_for(lambda: all(_serving(d) == "1" for d in fleet))
+    await until(lambda: all(_serving(d) == "1" for d in fleet))
     v2 = _sign(hub, "2")
     v2_envelope = v2.read_bytes()
     assert (await _publish(hub, broker, v2)).returncode == 0
-    await wait_for(lambda: all(_serving(d) == "2" for d in fleet))
+    await until(lambda: all(_serving(d) == "2" for d in fleet))
 
     rolled = await asyncio.to_thread(
         hub_cli,
@@ -126,7 +126,7 @@ async def test_hub_rollback_brings_three_devices_back_and_a_replay_is_refused(
     result = json.loads(rolled.stdout)
     assert result["serial"] == 3 and result["topic"] == "edgeagent/group/lab/release/tiny"
     rollback = result["deployment_id"]
-    await wait_for(lambda: all((d.outcome() or {}).get("deployment_id") == rollback for d in fleet))
+    await until(lambda: all((d.outcome() or {}).get("deployment_id") == rollback for d in fleet))
     for device in fleet:
         outcome = device.outcome()
         assert outcome is not None and (outcome["result"], outcome["code"]) == (
@@ -137,7 +137,7 @@ async def test_hub_rollback_brings_three_devices_back_and_a_replay_is_refused(
 
     # An attacker on the broker replays the genuine v2 envelope into the retained slot.
     await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], v2_envelope)
-    await wait_for(lambda: all((d.outcome() or {}).get("code") == "replay" for d in fleet))
+    await until(lambda: all((d.outcome() or {}).get("code") == "replay" for d in fleet))
     assert all(_serving(d) == "1" and d.device.store.current("tiny") == "1" for d in fleet)
 
 
@@ -151,7 +151,7 @@ async def test_publish_refuses_an_unverifiable_release_and_unpublish_clears_the_
     stranger = generate_key(hub.root / "stranger", "release")
     unverifiable = _sign(hub, "2", key_paths=[stranger.key_path])
     refused = await _publish(hub, broker, unverifiable)
-    assert refused.returncode == 1 and "devices would refuse this release" in refused.stderr
+    assert refused.returncode == 2 and "devices would refuse this release" in refused.stderr
     assert "unknown_key" in refused.stderr
     assert await _retained(broker, topic) == good.read_bytes()  # the good one is still there
 
@@ -270,7 +270,7 @@ async def test_publish_verifies_against_the_trust_file_it_publishes(
     )
     release = _sign(hub, "1", key_paths=[new_key.key_path])
     refused = await _publish(hub, broker, release)  # --trust: what devices have now
-    assert refused.returncode == 1 and "unknown_key" in refused.stderr
+    assert refused.returncode == 2 and "unknown_key" in refused.stderr
     published = await _publish(hub, broker, release, "--trust-file", str(rotated))
     assert published.returncode == 0, published.stderr
     assert await _retained(broker, GroupTopics("edgeagent", "lab").trust.name) is not None

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import REPO
 
-UNIT = REPO / "systemd" / "edgeagent.service"
+UNIT = REPO / "edgeagent" / "systemd" / "edgeagent.service"  # package data; systemd/ links here
 
 
 def directives(text: str) -> dict[str, list[str]]:
@@ -40,6 +40,10 @@ def test_unit_has_notify_watchdog_directories_and_hardening():
         "PrivateTmp": "yes",
         "DevicePolicy": "closed",
         "RestartPreventExitStatus": "2",
+        "PrivateMounts": "yes",
+        "IPAddressDeny": "any",
+        "IPAddressAllow": "localhost",
+        "ExecReload": "/bin/kill -HUP $MAINPID",
     }
     for key, value in expected.items():
         assert unit.get(key) == [value], key
@@ -55,13 +59,15 @@ def test_unit_has_notify_watchdog_directories_and_hardening():
         "char-hailo*",
     ):
         assert family in allowed
-    assert "render" in unit["SupplementaryGroups"][0]
+    # a group missing on the board would stop the unit: the installer's drop-in names them
+    assert "SupplementaryGroups" not in unit
+    assert unit["SystemCallFilter"] == ["@system-service", "~@privileged @resources"]
     # the socket's group access (0660) relies on the unit's umask not removing group bits
     assert unit["UMask"] == ["0007"]
 
 
 def test_sysusers_creates_the_dedicated_user():
-    line = (REPO / "systemd" / "edgeagent.sysusers").read_text().splitlines()[-1].split()
+    line = (UNIT.parent / "edgeagent.sysusers").read_text().splitlines()[-1].split()
     assert line[:2] == ["u", "edgeagent"]
 
 
@@ -83,3 +89,26 @@ def test_systemd_analyze_verify_reports_nothing(tmp_path: Path):
         [analyze, "verify", str(broken)], capture_output=True, text=True, timeout=60
     )
     assert "notfy" in result.stderr  # the check above can fail
+
+
+def test_security_exposure_is_at_most_the_recorded_score(tmp_path: Path):
+    """`systemd-analyze security` of the unit as shipped and with the installer's drop-in."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed here (apt-get install systemd)")
+    dropin = "[Service]\nSupplementaryGroups=render video\nIPAddressAllow=192.0.2.10\n"
+    for text, limit in ((UNIT.read_text(), 1.3), (UNIT.read_text() + dropin, 1.5)):
+        unit = tmp_path / "edgeagent.service"
+        unit.write_text(text)
+        result = subprocess.run(
+            [analyze, "security", "--offline=yes", str(unit)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if "Unknown option" in result.stderr or "unrecognized option" in result.stderr:
+            pytest.skip("this systemd-analyze has no --offline (systemd < 252)")
+        score = float(
+            result.stdout.rsplit("exposure level for edgeagent.service:", 1)[1].split()[0]
+        )
+        assert score <= limit, result.stdout

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.http_agent import AgentServer, direct_run, tiny_agent
+from tests.integration.http_agent import AgentServer, direct_run, tiny_agent, triton_client
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
 
 @pytest.fixture(scope="module")
 def client(agent: AgentServer) -> Iterator[triton.InferenceServerClient]:
-    client = triton.InferenceServerClient(agent.url.removeprefix("http://"))
+    client = triton_client(agent)
     yield client
     client.close()
 

@@ -14,12 +14,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from devtools.broker import make_pki
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.hub.keys import generate_key, keygen
 from edgeagent.hub.serials import ReleaseSerials
 from edgeagent.hub.serve import server_tls, start_artifact_server
-from tests.integration.broker import make_pki
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,
@@ -179,13 +179,15 @@ async def test_below_threshold_is_refused(tmp_path) -> None:
     try:
         with ThreadPoolExecutor(1) as executor:
             dev = make_device(tmp_path / "dev", hub.keys / "trust.json", executor)
-            envelope = hub.release("1", key_paths=[hub.keys / "release-1.key"])
-            outcome = await dev.apply(envelope)
-            assert (outcome["result"], outcome["code"]) == ("refused", "below_threshold")
-            both = [hub.keys / "release-1.key", hub.keys / "release-2.key"]
-            outcome = await dev.apply(hub.release("1", key_paths=both, deployment_id="d2"))
-            assert outcome["result"] == "succeeded", outcome
-            await dev.registry.close()
+            try:
+                envelope = hub.release("1", key_paths=[hub.keys / "release-1.key"])
+                outcome = await dev.apply(envelope)
+                assert (outcome["result"], outcome["code"]) == ("refused", "below_threshold")
+                both = [hub.keys / "release-1.key", hub.keys / "release-2.key"]
+                outcome = await dev.apply(hub.release("1", key_paths=both, deployment_id="d2"))
+                assert outcome["result"] == "succeeded", outcome
+            finally:
+                await dev.registry.close()
     finally:
         await runner.cleanup()
 
@@ -238,9 +240,11 @@ async def test_golden_top_k_tolerates_a_reordered_near_tie(hub, tmp_path, top_k,
     """An int8 variant may swap the fp32 reference's top two classes; top_k=2 accepts that."""
     with ThreadPoolExecutor(1) as executor:
         device = make_device(tmp_path / "d", hub.keys / "trust.json", executor, golden_top_k=top_k)
-        package = add_golden(hub.package("2", seed=2), rank=1)
-        outcome = await device.apply(hub.sign(package))
-        await device.registry.close()
+        try:
+            package = add_golden(hub.package("2", seed=2), rank=1)
+            outcome = await device.apply(hub.sign(package))
+        finally:
+            await device.registry.close()
     assert outcome["code"] == code, outcome
 
 
@@ -254,9 +258,11 @@ async def test_https_artifacts_verify_the_server_with_the_configured_ca(hub, tmp
             trusting = make_device(
                 tmp_path / "ok", hub.keys / "trust.json", executor, ca_file=pki.ca
             )
-            outcome = await trusting.apply(hub.release("1"))
-            assert outcome["result"] == "succeeded", outcome
-            await trusting.registry.close()
+            try:
+                outcome = await trusting.apply(hub.release("1"))
+                assert outcome["result"] == "succeeded", outcome
+            finally:
+                await trusting.registry.close()
             stranger = make_device(tmp_path / "no", hub.keys / "trust.json", executor)
             outcome = await stranger.apply(hub.release("1", deployment_id="again"))
             assert (outcome["result"], outcome["code"]) == ("refused", "download_failed")

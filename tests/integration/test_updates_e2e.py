@@ -22,13 +22,14 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.broker import Broker
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.publish import publish
 from edgeagent.hub.status import collect_fleet
 from edgeagent.updates.updater import KILL_ENV
 from tests.helpers import write_tiny_package
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_updates_helpers import Hub, add_golden, hub_fixture  # noqa: F401
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 REPO = Path(__file__).resolve().parents[2]
@@ -199,7 +200,7 @@ async def test_publish_with_the_hub_cli_then_the_device_serves_the_new_version(
     counts: dict[str, int] = {}
     stop = asyncio.Event()
     load = [asyncio.create_task(infer_forever(agent, counts, stop)) for _ in range(4)]
-    await asyncio.sleep(0.3)
+    await until(lambda: counts.get("ok", 0) >= 4)  # the load is flowing before the publish
     published = await asyncio.to_thread(
         cli,
         "publish",
@@ -213,7 +214,8 @@ async def test_publish_with_the_hub_cli_then_the_device_serves_the_new_version(
     )
     assert published.returncode == 0, published.stderr
     await agent.wait_version("2")
-    await asyncio.sleep(0.3)
+    served = counts.get("ok", 0)
+    await until(lambda: counts.get("ok", 0) >= served + 8)  # ...and goes on after the swap
     stop.set()
     await asyncio.gather(*load)
     assert counts.get("ok", 0) > 10 and set(counts) == {"ok"}, counts

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import hashlib
 import io
-import re
 import tarfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,10 +25,10 @@ import onnxruntime as ort
 import pytest
 from prometheus_client import CollectorRegistry
 
+from devtools.broker import Broker
+from devtools.package import add_field, rehash_files
 from edgeagent.aio import cancel_and_wait
-from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
-from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.manifest import (
     Artifact,
     DeviceIdentity,
@@ -52,8 +51,7 @@ from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import ModelStore
 from edgeagent.updates.updater import Updater
-from tests.helpers import write_tiny_package
-from tests.integration.broker import Broker
+from tests.helpers import serving_registry, write_tiny_package
 
 DEVICE = DeviceIdentity(device_id="dev-1", profile="generic_x86_64", device_class="test-box")
 
@@ -67,12 +65,7 @@ def add_golden(package: Path, *, rank: int = 0, count: int = 4) -> Path:
     scores = session.run(None, {"input": inputs})[0]
     top1 = np.argsort(-scores, axis=-1)[:, rank]
     np.savez(package / "golden.npz", inputs=inputs, top1=top1)
-    toml = package / "model.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            'labels = "labels.txt"', 'labels = "labels.txt"\ngolden = "golden.npz"'
-        )
-    )
+    add_field(package, "golden", "golden.npz")
     return package
 
 
@@ -80,9 +73,7 @@ def break_model(package: Path) -> Path:
     """A package that validates (the sha256 matches) but no runtime can load."""
     model_file = next(package.glob("*.onnx"))
     model_file.write_bytes(b"this is not an onnx model" * 10)
-    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
-    toml = package / "model.toml"
-    toml.write_text(re.sub(r'= "[0-9a-f]{64}"', f'= "{digest}"', toml.read_text()))
+    rehash_files(package)
     return package
 
 
@@ -213,12 +204,7 @@ def make_device(
     )
     store = ModelStore(state_dir)
     store.recover()
-    registry = ModelRegistry(
-        opener,
-        settings=EngineSettings(),
-        metrics=EngineMetrics(CollectorRegistry()),
-        executor=executor,
-    )
+    registry = serving_registry(opener, executor=executor)
     events: list[dict[str, Any]] = []
     reporter = UpdateReporter(DEVICE.device_id, "default", metrics=CollectorRegistry())
     reporter.connect(lambda state: None, events.append)
@@ -255,15 +241,6 @@ async def device_fixture(tmp_path: Path, hub: Hub) -> AsyncIterator[Device]:
         device = make_device(tmp_path / "device", hub.keys / "trust.json", executor)
         yield device
         await device.registry.close()
-
-
-async def wait_for(predicate, timeout: float = 20.0, interval: float = 0.05) -> None:
-    """Poll ``predicate`` until true; fail with a clear message on time-out."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(interval)
 
 
 class Online:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from devtools.broker import Broker
 from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope
@@ -21,14 +22,13 @@ from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
 from tests.integration.test_updates_helpers import (
     Hub,
     break_model,
     hub_fixture,  # noqa: F401 - fixture
     stacks_fixture,  # noqa: F401 - fixture
-    wait_for,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 
@@ -99,7 +99,7 @@ async def test_a_device_offline_during_the_publish_installs_on_reconnect(
     await publish(broker.settings(), [DeviceTopics("edgeagent", "dev-1").release], envelope)
 
     online = await (await stacks(state="dev-1")).start()
-    await wait_for(lambda: online.outcome() is not None)
+    await until(lambda: online.outcome() is not None)
     assert online.outcome()["result"] == "succeeded"
     assert online.device.serving() == "1"
 
@@ -113,10 +113,10 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
         )
         await asyncio.wait_for(server.started_sending.wait(), 15)
         await asyncio.to_thread(broker.restart)
-        await wait_for(lambda: online.outcome() is not None, timeout=60)
+        await until(lambda: online.outcome() is not None, timeout=60)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert online.link.connections >= 2
-    await wait_for(lambda: online.link.connected.is_set())
+    await until(lambda: online.link.connected.is_set())
     rows = await collect_fleet(broker.settings(), group="lab", wait_s=0.5)
     assert rows[0]["last_result"] == "succeeded" and rows[0]["models"] == {"tiny": "1"}
 
@@ -127,7 +127,7 @@ async def test_a_dropped_http_connection_resumes_with_range(stacks, hub: Hub, br
         await publish(
             broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], hub.release("1")
         )
-        await wait_for(lambda: online.outcome() is not None, timeout=30)
+        await until(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert server.ranges[0] is None and server.ranges[1] is not None
     assert server.ranges[1].startswith("bytes=") and server.ranges[1] != "bytes=0-"
@@ -140,7 +140,7 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     await publish(
         broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], hub.release("1")
     )
-    await wait_for(lambda: all(o.outcome() for o in fleet), timeout=60)
+    await until(lambda: all(o.outcome() for o in fleet), timeout=60)
 
     envelope = hub.sign(break_model(hub.package("2")))
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
@@ -177,7 +177,7 @@ async def test_a_rotated_trust_file_over_mqtt_retires_the_old_release_key(
         out_path=hub.root / "trust-v2.json",
     )
     await publish(broker.settings(), [GroupTopics("edgeagent", "lab").trust], rotated.read_bytes())
-    await wait_for(lambda: online.device.updater.trust.version == 2)
+    await until(lambda: online.device.updater.trust.version == 2)
     assert online.outcome()["code"] == "rotated"
 
     refused = await online.device.apply(hub.release("1"))  # signed with the retired key
@@ -207,7 +207,7 @@ async def test_a_device_that_slept_through_two_rotations_catches_up(
     )
     message = trust_message(hub.keys / "trust.json")  # what 'hub publish --trust-file' sends
     await publish(broker.settings(), [GroupTopics("edgeagent", "lab").trust], message)
-    await wait_for(lambda: online.device.updater.trust.version == 3)
+    await until(lambda: online.device.updater.trust.version == 3)
     accepted = await online.device.apply(
         hub.release("1", key_paths=[new_key.key_path], deployment_id="tiny-1-v3-key")
     )
@@ -239,7 +239,7 @@ async def test_a_stage_envelope_replayed_on_the_group_topic_is_wrong_target(
     await publish(
         broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], stage_envelope
     )
-    await wait_for(lambda: outside.outcome() is not None, timeout=30)
+    await until(lambda: outside.outcome() is not None, timeout=30)
     assert (outside.outcome()["result"], outside.outcome()["code"]) == ("refused", "wrong_target")
     assert outside.device.store.current("tiny") is None
 
@@ -253,8 +253,8 @@ async def test_a_release_copied_onto_the_trust_topic_still_installs(
     envelope = hub.release("1")
     group = GroupTopics("edgeagent", "lab")
     await publish(broker.settings(), [group.trust], envelope)
-    await wait_for(lambda: any(e.get("code") == "unknown_key" for e in online.device.events))
+    await until(lambda: any(e.get("code") == "unknown_key" for e in online.device.events))
     await publish(broker.settings(), [group.release("tiny")], envelope)
-    await wait_for(lambda: online.outcome() is not None, timeout=30)
+    await until(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert online.device.serving() == "1"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeagent.engine.batcher import Batcher, BatchPolicy, DeviceGate
+from devtools.package import set_fields
+from edgeagent.engine.batcher import Batcher, BatchPolicy
 from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -21,11 +22,15 @@ from edgeagent.engine.errors import (
     ServingError,
     Throttled,
 )
+from edgeagent.engine.gate import DeviceGate
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.metrics import EngineMetrics, ModelStats
+from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from tests.helpers import write_tiny_package
+from tests.support.waiting import until
 
 
 class Overlap:
@@ -66,8 +71,14 @@ class Recording:
             time.sleep(0.002)
             return self.inner.run(feeds)
 
+    # the ManagedSession extensions, as ResilientSession has them
+    candidate = None  # no profile candidate: the backend is the session's own
+
     def set_power_mode(self, mode: str) -> None:
         self.modes.append(mode)
+
+    def status(self) -> dict:
+        return {"modes": self.modes}
 
 
 @pytest.fixture
@@ -82,7 +93,7 @@ def package(tmp_path: Path):
 
 
 def make_batcher(
-    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, **policy
+    package, executor, *, session=None, limits=lambda: UNTHROTTLED, gate=None, load=None, **policy
 ):
     values = dict(
         max_batch_size=8, max_queue_delay_s=0.02, max_queue=64, timeout_s=10.0, default_priority=2
@@ -101,6 +112,7 @@ def make_batcher(
         limits=limits,
         metrics=EngineMetrics(CollectorRegistry()),
         stats=ModelStats(),
+        load=load or LoadCounter(),
     )
 
 
@@ -167,7 +179,7 @@ async def test_queue_full_then_queued_requests_still_answered(package, executor)
     batcher = make_batcher(package, executor, max_queue=2, max_queue_delay_s=0.3, adaptive=False)
     x = np.zeros((1, 3, 8, 8), np.float32)
     waiting = [asyncio.create_task(batcher.submit({"input": x})) for _ in range(2)]
-    await asyncio.sleep(0.01)
+    await until(lambda: batcher.queued == 2)
     with pytest.raises(QueueFull, match="max_queue = 2") as caught:
         await batcher.submit({"input": x})
     assert caught.value.status == 429 and caught.value.retry_after
@@ -233,8 +245,7 @@ async def test_pacing_and_concurrency_across_models(package, executor):
 
 async def test_model_that_cannot_batch_runs_one_at_a_time(tmp_path: Path, executor):
     root = write_tiny_package(tmp_path / "fixed")
-    toml = (root / "model.toml").read_text().replace("[-1, 3, 8, 8]", "[1, 3, 8, 8]")
-    (root / "model.toml").write_text(toml.replace("[-1, 4]", "[1, 4]"))
+    set_fields(root, {"inputs.0.shape": [1, 3, 8, 8], "outputs.0.shape": [1, 4]})
     package = load_package(root)
     session = Recording(open_variant(package))
     batcher = make_batcher(package, executor, session=session)
@@ -261,7 +272,8 @@ async def test_close_drains_queued_requests_and_refuses_new(package, executor):
     batcher = make_batcher(package, executor, max_queue_delay_s=0.2)
     inputs = distinct_inputs(10)
     pending = [asyncio.create_task(batcher.submit({"input": x})) for x in inputs]
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # submit queues before its first await: one turn queues them all
+    assert batcher.queued == len(inputs)
     await batcher.close(5.0)
     assert all(task.done() and not task.exception() for task in pending)
     with pytest.raises(NotReady, match="shutting down"):
@@ -272,7 +284,8 @@ async def test_close_time_out_fails_what_cannot_run(package, executor):
     limits = ServingLimits(min_batch_interval_s=0.5)
     batcher = make_batcher(package, executor, limits=lambda: limits, max_batch_size=1)
     pending = [asyncio.create_task(batcher.submit({"input": x[:1]})) for x in distinct_inputs(4)]
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop queues them all (see above)
+    assert batcher.queued == len(pending)
     await batcher.close(0.1)
     outcomes = await asyncio.gather(*pending, return_exceptions=True)
     assert any(isinstance(o, NotReady) for o in outcomes)
@@ -305,8 +318,18 @@ async def test_urgent_requests_overtake_queued_ones(package, executor):
         order.append(tag)
 
     tasks = [asyncio.create_task(submit(f"low{i}", 3)) for i in range(4)]
-    await asyncio.sleep(0.01)
+    await until(lambda: batcher.queued + len(session.rows) == 4)  # every low one is in
     tasks.append(asyncio.create_task(submit("urgent", 1)))
     await asyncio.gather(*tasks)
     assert order.index("urgent") <= 1, order  # at most the batch already started ran first
     await batcher.close(1.0)
+
+
+async def test_batcher_counts_each_batch_for_the_governor(package, executor):
+    counter = LoadCounter()
+    batcher = make_batcher(package, executor, load=counter, max_batch_size=1)
+    for x in distinct_inputs(3):
+        await batcher.submit({"input": x[:1]})
+    await batcher.close(1.0)
+    busy, batches = counter.totals()
+    assert batches == 3 and busy > 0

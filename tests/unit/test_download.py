@@ -14,6 +14,7 @@ from aiohttp import web
 
 from edgeagent.hub.serve import artifact_response, create_artifact_app, entity_tag
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
+from tests.support.waiting import until
 
 DATA = os.urandom(300_000)
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -182,9 +183,15 @@ async def test_not_enough_free_space_is_refused_before_connecting(tmp_path: Path
 
 async def test_a_paused_download_waits_for_the_governor(serve, tmp_path: Path) -> None:
     state = {"paused": True}
+    asked: list[bool] = []
+
+    def paused() -> bool:
+        asked.append(state["paused"])
+        return state["paused"]
+
     url = await serve(None)
-    task = asyncio.create_task(_fetch(url, tmp_path / "s", paused=lambda: state["paused"]))
-    await asyncio.sleep(0.8)
+    task = asyncio.create_task(_fetch(url, tmp_path / "s", paused=paused))
+    await until(lambda: len(asked) >= 3)  # the download asked, waited, and asked again
     assert not task.done() and not (tmp_path / "s" / f"{SHA}.part").exists()
     state["paused"] = False
     job = await asyncio.wait_for(task, 10)

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from edgeagent.engine.load import LoadCounter
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Profile, load_profiles
 from tests.fixtures.thermal.trees import board, write
+from tests.support.waiting import until
 
 
 class Clock:
@@ -40,12 +43,29 @@ async def step(governor: GovernorService, clock: Clock, seconds: float = 1.0) ->
 
 
 @pytest.fixture
+async def started() -> AsyncIterator[Callable[[GovernorService], Awaitable[None]]]:
+    """Start a governor for the test and stop it afterwards even when an assertion fails
+    (stop() is idempotent, so a test may still stop it itself to check what stopping does)."""
+    running: list[GovernorService] = []
+
+    async def start(governor: GovernorService) -> None:
+        running.append(governor)
+        await governor.start()
+
+    yield start
+    for governor in running:
+        await governor.stop()
+
+
+@pytest.fixture
 def orin(tmp_path: Path) -> tuple[GovernorService, Path, Clock, CollectorRegistry]:
     root = board("jetson_orin", tmp_path)
     clock = Clock()
     registry = CollectorRegistry()
     settings = GovernorSettings(min_dwell_s=5.0)
-    governor = GovernorService(settings, profile("jetson-orin"), root, registry, clock=clock)
+    governor = GovernorService(
+        settings, profile("jetson-orin"), root, registry, clock=clock, load=LoadCounter()
+    )
     return governor, root, clock, registry
 
 
@@ -64,7 +84,7 @@ async def test_jetson_orin_normal_readings_and_offline_sensors(orin) -> None:  #
     tj = {"sensor": "zone:tj-thermal"}
     assert sample(registry, "edgeagent_governor_temperature_celsius", **tj) == 50.25
     assert sample(registry, "edgeagent_governor_sensor_up", sensor="zone:gpu-thermal") == 0
-    assert sample(registry, "edgeagent_governor_state", edgeagent_governor_state="normal") == 1
+    assert sample(registry, "edgeagent_governor_state", state="normal") == 1
 
 
 async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> None:  # type: ignore[no-untyped-def]
@@ -82,8 +102,8 @@ async def test_heat_drives_states_actions_metrics_and_throttled_time(orin) -> No
     assert limits.shed_priority_from == 3 and limits.max_batch_size == 1
     assert limits.pause_downloads and limits.prefer_low_power
     assert limits.reason == "hot: zone:tj-thermal 91.5 °C"
-    state = "edgeagent_governor_state"
-    assert sample(registry, state, edgeagent_governor_state="hot") == 1
+    assert sample(registry, "edgeagent_governor_state", state="hot") == 1
+    assert sample(registry, "edgeagent_governor_state", state="normal") == 0
     assert sample(registry, "edgeagent_governor_action_active", action="shedding") == 1
     assert sample(registry, "edgeagent_governor_max_batch_size") == 1
     assert sample(registry, "edgeagent_governor_transitions_total", to="hot") == 1
@@ -110,7 +130,9 @@ async def test_power_budget_paces_inference(tmp_path: Path) -> None:
     root = board("jetson_orin", tmp_path)
     clock = Clock()
     over = profile("jetson-orin", power_budget_w=5.0)  # the fixture draws 6.8 W
-    governor = GovernorService(GovernorSettings(), over, root, CollectorRegistry(), clock=clock)
+    governor = GovernorService(
+        GovernorSettings(), over, root, CollectorRegistry(), clock=clock, load=LoadCounter()
+    )
     duties = []
     for _ in range(5):  # the engine is busy 60 % of the time: the loop throttles from there
         clock.now += 1.0
@@ -131,7 +153,9 @@ async def test_raspberry_pi_firmware_throttling_and_under_voltage(tmp_path: Path
         pmic_command=f"{root}/vc/vcgencmd pmic_read_adc",
     )
     registry = CollectorRegistry()
-    governor = GovernorService(settings, profile("raspberry-pi-5"), root, registry, clock=clock)
+    governor = GovernorService(
+        settings, profile("raspberry-pi-5"), root, registry, clock=clock, load=LoadCounter()
+    )
     await step(governor, clock)
     snap = governor.snapshot()
     assert snap["state"] == "normal" and not snap["power_save"]
@@ -152,7 +176,12 @@ async def test_missing_vcgencmd_is_an_offline_sensor_not_a_crash(tmp_path: Path)
     clock = Clock()
     settings = GovernorSettings(throttle_command=f"{root}/nowhere/vcgencmd get_throttled")
     governor = GovernorService(
-        settings, profile("raspberry-pi-5"), root, CollectorRegistry(), clock=clock
+        settings,
+        profile("raspberry-pi-5"),
+        root,
+        CollectorRegistry(),
+        clock=clock,
+        load=LoadCounter(),
     )
     await step(governor, clock)
     offline = governor.snapshot()["offline"]
@@ -165,11 +194,11 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
     clock = Clock()
     registry = CollectorRegistry()
     governor = GovernorService(
-        GovernorSettings(), profile("intel-npu"), root, registry, clock=clock
+        GovernorSettings(), profile("intel-npu"), root, registry, clock=clock, load=LoadCounter()
     )
     await step(governor, clock)
     assert not governor.snapshot()["power_save"]
-    assert sample(registry, "edgeagent_governor_battery_percent") == 64
+    assert sample(registry, "edgeagent_governor_battery_ratio") == 0.64
     assert sample(registry, "edgeagent_governor_on_ac_power") == 0
     write(root, "sys/class/power_supply/BAT0/capacity", 12)
     await step(governor, clock)
@@ -184,46 +213,52 @@ async def test_battery_low_enters_power_save_and_ac_leaves_it(tmp_path: Path) ->
     # the threshold can be set in [governor] over the profile's
     low = GovernorSettings(battery_low_percent=70.0)
     write(root, "sys/class/power_supply/AC/online", 0)
-    governor = GovernorService(low, profile("intel-npu"), root, CollectorRegistry(), clock=clock)
+    governor = GovernorService(
+        low, profile("intel-npu"), root, CollectorRegistry(), clock=clock, load=LoadCounter()
+    )
     write(root, "sys/class/power_supply/BAT0/capacity", 64)
     await step(governor, clock)
     assert governor.snapshot()["power_save"]
 
 
-async def test_runs_on_its_own_loop_and_stops_cleanly(tmp_path: Path) -> None:
+async def test_runs_on_its_own_loop_and_stops_cleanly(tmp_path: Path, started) -> None:
     root = board("jetson_orin", tmp_path)
     settings = GovernorSettings(interval_s=0.05)
-    governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
-    await governor.start()
+    governor = GovernorService(
+        settings, profile("jetson-orin"), root, CollectorRegistry(), load=LoadCounter()
+    )
+    await started(governor)
     assert governor.snapshot()["state"] == "normal"  # the first reading happens in start()
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
-    for _ in range(100):
-        if governor.limits().shed_priority_from is not None:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: governor.limits().shed_priority_from is not None)
     assert governor.snapshot()["state"] == "hot"
     await governor.stop()
     assert all(t.done() for t in asyncio.all_tasks() if t is not asyncio.current_task())
 
 
-async def test_disabled_governor_never_throttles(tmp_path: Path) -> None:
+async def test_disabled_governor_never_throttles(tmp_path: Path, started) -> None:
     root = board("jetson_orin", tmp_path)
     write(root, "sys/class/thermal/thermal_zone4/temp", 99000)
     governor = GovernorService(
-        GovernorSettings(enabled=False), profile("jetson-orin"), root, CollectorRegistry()
+        GovernorSettings(enabled=False),
+        profile("jetson-orin"),
+        root,
+        CollectorRegistry(),
+        load=LoadCounter(),
     )
-    await governor.start()
+    await started(governor)
     assert governor.limits().shed_priority_from is None
     assert governor.snapshot()["enabled"] is False
-    await governor.stop()
 
 
-async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path) -> None:
+async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path, started) -> None:
     settings = GovernorSettings(simulate=True, interval_s=0.05)
-    governor = GovernorService(settings, profile("generic-x86_64"), Path("/"), CollectorRegistry())
+    governor = GovernorService(
+        settings, profile("generic-x86_64"), Path("/"), CollectorRegistry(), load=LoadCounter()
+    )
     assert governor.simulator is not None
     sim_root = governor.simulator.root
-    await governor.start()
+    await started(governor)
     snap = governor.snapshot()
     assert [t["sensor"] for t in snap["temperatures"]] == ["zone:sim-thermal"]  # type: ignore[union-attr]
     assert snap["simulator"]["ambient_c"] == 40.0  # type: ignore[index]
@@ -232,13 +267,15 @@ async def test_simulate_mode_writes_and_removes_its_own_tree(tmp_path: Path) -> 
 
 
 async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, started
 ) -> None:
     root = board("jetson_orin", tmp_path)
     write(root, "sys/class/thermal/thermal_zone4/temp", 92000)
     settings = GovernorSettings(interval_s=0.05)
-    governor = GovernorService(settings, profile("jetson-orin"), root, CollectorRegistry())
-    await governor.start()
+    governor = GovernorService(
+        settings, profile("jetson-orin"), root, CollectorRegistry(), load=LoadCounter()
+    )
+    await started(governor)
     hot = governor.limits()
     assert hot.shed_priority_from is not None
     real_read, calls = governor.sensors.read, []
@@ -251,10 +288,7 @@ async def test_a_failing_step_keeps_the_last_limits_and_the_loop_alive(
 
     governor.sensors.read = broken_read  # type: ignore[method-assign]
     write(root, "sys/class/thermal/thermal_zone4/temp", 40000)
-    for _ in range(100):
-        if len(calls) > 3:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: len(calls) > 3)
     await governor.stop()
     assert "governor step failed; keeping the previous limits" in caplog.text
     assert len(calls) > 3  # the loop went on after the failures

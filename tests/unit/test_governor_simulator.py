@@ -6,9 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.load import LoadCounter
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.simulator import ZONE_TYPE, ThermalSimulator
 from edgeagent.governor.thermal import ThermalZone
@@ -51,16 +50,13 @@ def test_noise_is_on_the_reading_not_the_model(tmp_path: Path) -> None:
 
 
 def test_engine_load_from_the_engines_counters() -> None:
-    registry = CollectorRegistry()
-    metrics = EngineMetrics(registry)
+    counter = LoadCounter()
     now = [0.0]
-    load = EngineLoad(registry, clock=lambda: now[0])
+    load = EngineLoad(counter, clock=lambda: now[0])
     assert load.sample() == 0.0 and load.batch_seconds is None
-    # two models, two backends: 0.3 s + 0.2 s busy in 4 batches over 1 s
-    metrics.busy.labels("a", "onnxruntime:CPU:int8").inc(0.3)
-    metrics.busy.labels("b", "openvino:CPU:fp32").inc(0.2)
-    for model, seconds in (("a", 0.1), ("a", 0.2), ("b", 0.1), ("b", 0.1)):
-        metrics.compute.labels(model, "x").observe(seconds)
+    # two models' batchers: 0.3 s + 0.2 s busy in 4 batches over 1 s
+    for seconds in (0.1, 0.2, 0.1, 0.1):
+        counter.record_batch(seconds)
     now[0] = 1.0
     assert load.sample() == pytest.approx(0.5)
     assert load.batch_seconds == pytest.approx(0.125)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devtools.package import set_fields
 from edgeagent import runtimes
 from edgeagent.hardware.choose import Chooser, options_for, why_not
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober, ProbeResult
@@ -17,7 +18,7 @@ from edgeagent.models.package import load_package
 from edgeagent.runtimes import LoadRequest, get_runtime
 from edgeagent.runtimes.onnx import OnnxRuntime
 from tests.helpers import write_tiny_onnx
-from tests.unit.test_hardware_support import write_multi_package, write_profile
+from tests.support.hardware import write_multi_package, write_profile
 
 CPU = "onnxruntime:CPUExecutionProvider"
 
@@ -150,8 +151,7 @@ def test_fastest_decision_invalidated_by_runtime_upgrade_and_model_change(tmp_pa
     assert choose().reason.startswith("fastest of 2 timed")
 
     old_hash = package.content_hash()
-    package_toml = package.root / "model.toml"
-    package_toml.write_text(package_toml.read_text().replace('version = "1"', 'version = "2"'))
+    set_fields(package.root, {"version": "2"})
     changed = load_package(package.root)
     assert changed.content_hash() != old_hash
     choice = Chooser(_prober(state), mode="fastest", seconds=0.02).choose(profile, changed)

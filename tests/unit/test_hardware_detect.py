@@ -10,7 +10,7 @@ import pytest
 
 from edgeagent.hardware.detect import detect, read_facts
 from edgeagent.hardware.profile import ProfileError, load_profiles
-from tests.unit.test_hardware_support import FIXTURES
+from tests.support.hardware import FIXTURES
 
 EXPECTED = {
     "jetson-orin": "jetson-orin",

@@ -13,7 +13,7 @@ from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import InferenceError, RuntimeLoadError
-from tests.unit.test_hardware_support import (
+from tests.support.hardware import (
     FIXTURES,
     install_flaky,
     write_multi_package,
@@ -96,13 +96,13 @@ def test_consecutive_errors_demote_even_when_the_probe_input_passes(tmp_path, pa
 
 
 def test_demoted_candidate_is_reprobed_and_takes_over_again(tmp_path, package, flaky_onnx):
-    flaky_onnx.good_calls = 2
+    flaky_onnx.good_calls = 2  # the probe run and one request
+    flaky_onnx.bad_calls = 2  # the next request and its health probe fail, then it is back
     acc = _accelerators(tmp_path, [ORT, OV], reprobe_backoff_s=0.2)
     session = acc.open(package)
     session.run({"input": BATCH})
     session.run({"input": BATCH})  # breaks ORT: OpenVINO takes over
-    assert session.candidate.key == OV
-    flaky_onnx.good_calls = 10**9  # the device came back
+    assert session.status()["demotions"][0]["candidate"] == ORT
     assert _wait_for(lambda: session.candidate.key == ORT), session.status()
     assert session.run({"input": BATCH})["logits"].shape == (2, 4)
     assert flaky_onnx.loads == 2
@@ -173,13 +173,25 @@ def test_retired_session_closes_only_when_idle(tmp_path, package, flaky_onnx) ->
     session.close()
 
 
-def test_concurrent_requests_all_succeed_across_a_failover(tmp_path, package, flaky_onnx):
+def test_concurrent_requests_fail_fast_during_a_failover_and_succeed_after(
+    tmp_path, package, flaky_onnx
+):
     flaky_onnx.good_calls = 20
     session = _accelerators(tmp_path, [ORT, OV]).open(package)
     expected = session.run({"input": BATCH})["logits"]
+
+    def attempt(_):
+        try:
+            return session.run({"input": BATCH})["logits"]
+        except InferenceError as exc:  # only while the successor loads, and said so
+            assert "switching accelerators" in str(exc)
+            return None
+
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: session.run({"input": BATCH})["logits"], range(80)))
-    for result in results:
+        results = list(pool.map(attempt, range(80)))
+    answered = [r for r in results if r is not None]
+    assert answered  # those before the device broke; after the failover every request works
+    for result in [*answered, session.run({"input": BATCH})["logits"]]:
         np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
     assert session.candidate.key == OV
     assert len(session.status()["demotions"]) == 1

@@ -8,10 +8,11 @@ import pytest
 
 from edgeagent.hardware.profile import (
     ProfileError,
-    default_profiles_dir,
+    board_profiles,
     load_profile,
     load_profiles,
 )
+from edgeagent.paths import shipped_profiles_dir
 
 VALID = """
 name = "board"
@@ -59,7 +60,7 @@ def test_every_shipped_profile_loads_with_candidates_and_sensors() -> None:
     assert set(profiles) == SHIPPED
     for profile in profiles.values():
         assert profile.candidates, profile.name
-        assert profile.source.parent == default_profiles_dir()
+        assert profile.source.parent == shipped_profiles_dir()
     assert {p.arch for p in profiles.values() if p.generic} == {"x86_64", "aarch64"}
     orin = profiles["jetson-orin"]
     assert orin.candidates[0].key == "onnxruntime:TensorrtExecutionProvider:fp16"
@@ -136,3 +137,14 @@ def test_unreadable_files_and_directories(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ProfileError, match="no \\*.toml profiles"):
         load_profiles(tmp_path / "empty")
+
+
+def test_an_operator_directory_adds_to_and_overrides_the_shipped_profiles(tmp_path: Path) -> None:
+    _write(tmp_path, VALID)
+    coral = (shipped_profiles_dir() / "coral.toml").read_text()
+    _write(tmp_path, coral.replace("priority = 60", "priority = 61"), "coral")
+    profiles = {p.name: p for p in board_profiles(tmp_path)}
+    assert set(profiles) == SHIPPED | {"board"}
+    assert profiles["coral"].source == tmp_path / "coral.toml"
+    assert profiles["coral"].priority == 61
+    assert profiles["jetson-orin"].source.parent == shipped_profiles_dir()

@@ -14,7 +14,7 @@ from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
 from edgeagent.sections import ConfigError
-from tests.unit.test_hardware_support import FIXTURES, write_multi_package
+from tests.support.hardware import FIXTURES, write_multi_package
 
 
 def test_raspberry_pi_5_end_to_end(tmp_path: Path) -> None:

@@ -1,14 +1,7 @@
-"""Helpers for the hardware tests: profiles written to disk, multi-variant packages, a flaky plugin.
-
-The flaky plugin is the real onnxruntime plugin whose sessions, after a number of good runs,
-hand onnxruntime a tensor of the wrong shape: the failure is onnxruntime's own error raised
-through the plugin's own InferenceError, exactly what a session on a dying device produces.
-"""
+"""The flaky plugin and the profile writer of tests/support/hardware.py do what they claim."""
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -18,91 +11,8 @@ from edgeagent import runtimes
 from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import InferenceError
-from edgeagent.runtimes.onnx import OnnxRuntime, OnnxSession
 from tests.helpers import write_tiny_package
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "boards"
-
-
-def write_profile(directory: Path, name: str, candidates: list[str], **top: object) -> Path:
-    """A generic profile whose candidates are "runtime:device:precision[:low]" strings."""
-    directory.mkdir(parents=True, exist_ok=True)
-    lines = [f'name = "{name}"', 'arch = "any"', "generic = true"]
-    lines += [f"{key} = {value}" for key, value in top.items()]
-    for spec in candidates:
-        runtime, device, precision, *power = spec.split(":")
-        lines += [
-            "[[candidate]]",
-            f'runtime = "{runtime}"',
-            f'device = "{device}"',
-            f'precision = "{precision}"',
-            f'power = "{power[0] if power else "high"}"',
-        ]
-    path = directory / f"{name}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def write_multi_package(root: Path, variants: list[tuple[str, str]]) -> Path:
-    """The tiny package with extra (runtime, precision) variants; OpenVINO reads the .onnx."""
-    write_tiny_package(root)
-    source = root / "tiny.fp32.onnx"
-    text = (root / "model.toml").read_text()
-    for runtime, precision in variants:
-        if (runtime, precision) == ("onnxruntime", "fp32"):
-            continue
-        target = root / f"tiny.{runtime}.{precision}.onnx"
-        if precision == "int8":
-            from onnxruntime.quantization import quantize_dynamic
-
-            quantize_dynamic(str(source), str(target))
-        else:
-            shutil.copyfile(source, target)
-        text += (
-            f'\n[[variant]]\nruntime = "{runtime}"\nprecision = "{precision}"\n'
-            f'files = ["{target.name}"]\n'
-        )
-    (root / "model.toml").write_text(text)
-    return root
-
-
-class FlakySession(OnnxSession):
-    """A real onnxruntime session that fails once its device "goes away"."""
-
-    def __init__(self, session, request, plugin: FlakyOnnx) -> None:
-        super().__init__(session, request)
-        self._plugin = plugin
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._plugin.calls += 1
-        batch = next(iter(feeds.values())).shape[0]
-        broken = self._plugin.calls > self._plugin.good_calls
-        if broken or batch > self._plugin.max_batch:
-            # onnxruntime itself rejects this: a wrong-rank tensor for the model's input
-            feeds = {name: np.zeros((1, 1), np.float32) for name in feeds}
-        return super().run(feeds)
-
-
-class FlakyOnnx(OnnxRuntime):
-    """The onnxruntime plugin, but each session breaks after ``good_calls`` runs in total."""
-
-    def __init__(self, good_calls: int = 10**9, max_batch: int = 10**9) -> None:
-        self.good_calls = good_calls
-        self.max_batch = max_batch
-        self.calls = 0
-        self.loads = 0
-
-    def load(self, request):
-        session = super().load(request)
-        self.loads += 1
-        return FlakySession(session._session, request, self)
-
-
-def install_flaky(monkeypatch: pytest.MonkeyPatch) -> FlakyOnnx:
-    """Install the flaky plugin as "onnxruntime" in the plugin registry for one test."""
-    plugin = FlakyOnnx()
-    monkeypatch.setitem(runtimes._loaded, "onnxruntime", plugin)
-    return plugin
+from tests.support.hardware import install_flaky, write_profile
 
 
 def test_flaky_plugin_fails_with_onnxruntimes_own_error(tmp_path: Path, monkeypatch) -> None:

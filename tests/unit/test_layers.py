@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"commands"},
     {"daemon"},
     {"config"},
-    {"api", "hub", "governor"},
+    {"api", "hub", "governor", "packaging"},
     {"updates"},
     {"fleet"},
     {"engine"},

@@ -19,9 +19,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import ManifestError, parse_manifest
 from edgeagent.fleet.signing import (
-    MAX_ENVELOPE_BYTES,
     TrustError,
     VerificationError,
     decode_envelope,

@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from devtools.package import set_fields
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
+from tests.support.waiting import until
 
 
 class Opened:
@@ -48,11 +50,8 @@ def make_registry(
     executor, opener=open_variant, **settings
 ) -> tuple[ModelRegistry, CollectorRegistry]:
     prom = CollectorRegistry()
-    registry = ModelRegistry(
-        opener,
-        settings=EngineSettings(**settings),
-        metrics=EngineMetrics(prom),
-        executor=executor,
+    registry = serving_registry(
+        opener, settings=EngineSettings(**settings), metrics=EngineMetrics(prom), executor=executor
     )
     return registry, prom
 
@@ -92,9 +91,7 @@ async def test_load_get_index_and_unknown(tmp_path: Path, executor):
 async def test_invalid_package_is_listed_with_its_reason(tmp_path: Path, executor):
     registry, _ = make_registry(executor)
     broken = write_tiny_package(tmp_path / "broken", name="broken")
-    (broken / "model.toml").write_text(
-        (broken / "model.toml").read_text().replace('dtype = "float32"', 'dtype = "float99"', 1)
-    )
+    set_fields(broken, {"inputs.0.dtype": "float99"})
     registry.add(broken)
     await registry.load_all()
     [row] = registry.index()
@@ -141,9 +138,9 @@ async def test_hot_swap_under_load_fails_no_request(tmp_path: Path, executor):
             answered.append(model.version)
 
     clients = [asyncio.create_task(client(x)) for x in inputs]
-    await asyncio.sleep(0.2)
+    await until(lambda: "1" in answered)
     new = await registry.activate(v2)
-    await asyncio.sleep(0.2)
+    await until(lambda: answered.count("2") >= len(inputs))
     stop.set()
     await asyncio.gather(*clients)  # re-raises any failed request
     assert new.version == "2" and registry.get("tiny") is new

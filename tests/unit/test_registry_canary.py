@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.errors import LoadFailed, ServingError
-from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
+from tests.helpers import serving_registry, write_tiny_package
+from tests.support.waiting import until
 
 
 class Faulty:
@@ -55,13 +53,9 @@ def executor():
 async def start(
     tmp_path: Path, executor, ratio: float = 1.5, **faults
 ) -> tuple[ModelRegistry, Path]:
-    registry = ModelRegistry(
+    registry = serving_registry(
         opener(**faults),
-        settings=EngineSettings(
-            canary_min_requests=8,
-            canary_max_latency_ratio=ratio,
-        ),
-        metrics=EngineMetrics(CollectorRegistry()),
+        settings=EngineSettings(canary_min_requests=8, canary_max_latency_ratio=ratio),
         executor=executor,
     )
     registry.add(write_tiny_package(tmp_path / "v1", seed=1))
@@ -91,10 +85,9 @@ async def test_canary_takes_its_share_then_is_promoted(tmp_path: Path, executor)
     first = await traffic(registry, 32)
     assert [v for v, _ in first].count("2") == 8  # exactly a quarter, spread evenly
     assert all(ok for _, ok in first)
-    await traffic(registry, 1)  # the lookup after the 8th canary answer judges it
+    # the 8th canary answer concluded it: promoted, and version 1 no longer routable
     assert registry.get("tiny").version == "2"
-    await asyncio.sleep(0.1)
-    assert registry.versions("tiny") == ["2"]
+    await until(lambda: registry.versions("tiny") == ["2"])  # version 1 retires after draining
     assert registry.status()["tiny"]["last_canary"] == "version 2 promoted"
     await registry.close()
 
@@ -124,12 +117,7 @@ async def test_canary_needs_a_new_version_and_an_active_one(tmp_path: Path, exec
     registry, _ = await start(tmp_path, executor)
     with pytest.raises(LoadFailed, match="already loaded"):
         await registry.canary(tmp_path / "v1")
-    other = ModelRegistry(
-        open_variant,
-        settings=EngineSettings(),
-        metrics=EngineMetrics(CollectorRegistry()),
-        executor=executor,
-    )
+    other = serving_registry(open_variant, executor=executor)
     with pytest.raises(LoadFailed, match="no active version"):
         await other.canary(tmp_path / "v1")
     await registry.close()

@@ -34,15 +34,18 @@ def test_onnx_model_runs_with_logical_names(runtime: str, tiny_onnx) -> None:
     session = get_runtime(runtime).load(
         LoadRequest(files=(path,), threads=1, input_names=("image",), output_names=("scores",))
     )
-    assert [t.name for t in session.inputs] == ["image"]
-    assert session.inputs[0].shape == (-1, 3, 8, 8)
-    batch = np.random.default_rng(1).standard_normal((3, 3, 8, 8)).astype(np.float32)
-    out = session.run({"image": batch})
-    assert list(out) == ["scores"]
-    np.testing.assert_allclose(out["scores"], _expected(batch, weights), rtol=1e-5, atol=1e-5)
-    # a single unnamed feed binds by position
-    np.testing.assert_allclose(session.run({"x": batch[:1]})["scores"], out["scores"][:1], 1e-5)
-    session.close()
+    try:
+        assert [t.name for t in session.inputs] == ["image"]
+        assert session.inputs[0].shape == (-1, 3, 8, 8)
+        batch = np.random.default_rng(1).standard_normal((3, 3, 8, 8)).astype(np.float32)
+        out = session.run({"image": batch})
+        assert list(out) == ["scores"]
+        np.testing.assert_allclose(out["scores"], _expected(batch, weights), rtol=1e-5, atol=1e-5)
+        # a single unnamed feed binds by position
+        one = session.run({"x": batch[:1]})["scores"]
+        np.testing.assert_allclose(one, out["scores"][:1], 1e-5)
+    finally:
+        session.close()
 
 
 def test_nhwc_variant_receives_channels_last(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""A real Mosquitto for tests: our own process, config, ports, certificates and persistence.
+"""A real Mosquitto for tests and benchmarks: our own process, config, ports, certificates and
+persistence.
 
 Two listeners on ephemeral loopback ports:
 
@@ -20,11 +21,9 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -118,7 +117,7 @@ class Broker:
     def __init__(self, workdir: Path) -> None:
         binary = mosquitto_binary()
         if binary is None:
-            pytest.fail(
+            raise RuntimeError(
                 "mosquitto is not installed: run scripts/setup.sh (apt-get install mosquitto)"
             )
         self.binary = binary
@@ -224,11 +223,3 @@ require_certificate true
     def restart(self) -> None:
         self.stop()
         self.start()
-
-
-@pytest.fixture(name="broker")
-def broker_fixture(tmp_path: Path) -> Iterator[Broker]:
-    instance = Broker(tmp_path / "broker")
-    instance.start()
-    yield instance
-    instance.stop()

@@ -1,0 +1,54 @@
+# syntax=docker/dockerfile:1
+# edgeagent as a container: the same scripts/install-device.sh a board runs (--container: no
+# systemd unit), on a slim Python base, as a non-root user.
+#
+#   docker build -t edgeagent .                                   # extras: litert,openvino
+#   docker build -t edgeagent --build-arg EXTRAS=litert .         # a Raspberry Pi / RK3588
+#   docker run -d --name edgeagent -v "$PWD/zoo:/models:ro" -v edgeagent-state:/var/lib/edgeagent \
+#     -v /run/edgeagent:/run/edgeagent -p 127.0.0.1:8080:8080 edgeagent
+#
+# Accelerators are passed in, never baked in (README "Container"): --device /dev/dri and
+# --group-add "$(getent group render | cut -d: -f3)" (Intel iGPU, Mali), --device /dev/accel
+# (Intel NPU), --device /dev/apex_0 (Coral PCIe), --runtime nvidia or --gpus all with
+# --build-arg ONNXRUNTIME=onnxruntime-gpu (NVIDIA; on Jetson build FROM an l4t base instead).
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- build: the wheel, from the checkout ----------------------------------------------------
+FROM ${PYTHON_IMAGE} AS build
+WORKDIR /src
+COPY pyproject.toml README.md LICENSE ./
+COPY edgeagent ./edgeagent
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+# ---- runtime --------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+ARG EXTRAS=litert,openvino
+ARG ONNXRUNTIME=""
+# The same system user the board gets from systemd/edgeagent.sysusers.
+RUN useradd --system --user-group --home-dir /var/lib/edgeagent --no-create-home \
+      --comment "edgeagent inference agent" edgeagent \
+ && install -d -o edgeagent -g edgeagent -m 0750 /var/lib/edgeagent /run/edgeagent /models
+COPY --from=build /dist /dist
+COPY scripts/install-device.sh /usr/local/sbin/install-device.sh
+RUN install-device.sh --container --source /dist/edgeagent-*.whl --extras "$EXTRAS" \
+      ${ONNXRUNTIME:+--onnxruntime "$ONNXRUNTIME"} --pip-args "--no-cache-dir" \
+ && rm -rf /dist
+
+# systemd would set these for the unit; here they place the state, the socket and the models.
+ENV PATH=/opt/edgeagent/bin:$PATH \
+    STATE_DIRECTORY=/var/lib/edgeagent \
+    RUNTIME_DIRECTORY=/run/edgeagent \
+    EDGEAGENT_MODELS_DIR=/models \
+    PYTHONUNBUFFERED=1
+VOLUME ["/models", "/var/lib/edgeagent", "/run/edgeagent"]
+# TCP listens on the container's loopback unless the mounted /etc/edgeagent/agent.toml sets
+# tcp_host = "0.0.0.0" and a token (the agent refuses a non-loopback listener without one).
+EXPOSE 8080
+USER edgeagent
+WORKDIR /var/lib/edgeagent
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["/opt/edgeagent/bin/python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/v2/health/ready', timeout=4)"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/opt/edgeagent/bin/edgeagent"]
+CMD ["run"]

@@ -1,0 +1,45 @@
+"""The v2 system shared-memory extension over HTTP: register, unregister and status of regions.
+
+Paths and bodies are Triton's (what ``tritonclient.http`` sends): ``POST
+/v2/systemsharedmemory/region/{name}/register`` with ``{"key", "offset", "byte_size"}``,
+``…/unregister`` (every region without a name), ``GET /v2/systemsharedmemory[/region/{name}]
+/status``. Inference requests name the regions in their tensors' parameters (``v2`` codec).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from edgeagent.api.body import read_json_object
+from edgeagent.api.keys import SHARED_MEMORY
+
+
+async def register(request: web.Request) -> web.Response:
+    body = await read_json_object(request)
+    request.app[SHARED_MEMORY].register(
+        request.match_info["name"],
+        body.get("key"),  # type: ignore[arg-type]  # the registry checks every type
+        body.get("offset", 0),
+        body.get("byte_size"),  # type: ignore[arg-type]
+    )
+    return web.Response(status=200)
+
+
+async def unregister(request: web.Request) -> web.Response:
+    request.app[SHARED_MEMORY].unregister(request.match_info.get("name"))
+    return web.Response(status=200)
+
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response(request.app[SHARED_MEMORY].status(request.match_info.get("name")))
+
+
+def shm_routes() -> list[web.RouteDef]:
+    prefix = "/v2/systemsharedmemory"
+    return [
+        web.get(f"{prefix}/status", status),
+        web.get(prefix + "/region/{name}/status", status),
+        web.post(prefix + "/region/{name}/register", register),
+        web.post(prefix + "/region/{name}/unregister", unregister),
+        web.post(f"{prefix}/unregister", unregister),
+    ]

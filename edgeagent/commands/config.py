@@ -1,0 +1,205 @@
+"""``edgeagent config check|show``: validate a config file, and list every key from the code.
+
+Both read the settings classes themselves (``edgeagent.config.describe_config``), so what an
+operator sees here, what the README's reference says and what the daemon accepts cannot drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from edgeagent.commands.helpfmt import DefaultsFormatter
+from edgeagent.config import (
+    DEFAULT_CONFIG_PATH,
+    SECTIONS,
+    Config,
+    describe_config,
+    load_config,
+)
+from edgeagent.hardware.profile import ProfileError, board_profiles
+from edgeagent.sections import ConfigError, KeyDoc
+
+EXIT_INVALID = 2
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "config",
+        formatter_class=DefaultsFormatter,
+        help="check a config file, or show every key with its value, unit and meaning",
+        description=(
+            "check: validate an agent.toml without starting the agent (every problem is named "
+            "with its [section] key; the device profiles it points to are loaded too). show: "
+            "every key of every section with its value (from the file) or default, its unit "
+            "and a one-line description."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    check = actions.add_parser(
+        "check",
+        formatter_class=DefaultsFormatter,
+        help="validate a config file; exit 0 when usable, 2 with every problem named",
+        description=(
+            "Validate FILE (default: /etc/edgeagent/agent.toml, or the built-in defaults when "
+            "it does not exist) exactly as `edgeagent run` would, and load the device profiles "
+            "it names. Prints one line per problem and exits 2, or prints 'ok' and exits 0."
+        ),
+    )
+    check.add_argument(
+        "file",
+        nargs="?",
+        type=Path,
+        metavar="FILE",
+        help=f"config file (default: {DEFAULT_CONFIG_PATH})",
+    )
+    check.set_defaults(handler=run_check)
+    show = actions.add_parser(
+        "show",
+        formatter_class=DefaultsFormatter,
+        help="every key with its value or default, unit and description",
+        description=(
+            "Print every section and key as TOML: the value from --config (or the system file "
+            "when it exists), or with --defaults the built-in default; each key with its unit "
+            "and description as a comment. --markdown prints the README's reference table."
+        ),
+    )
+    show.add_argument(
+        "--config", type=Path, metavar="FILE", help=f"config file (default: {DEFAULT_CONFIG_PATH})"
+    )
+    form = show.add_mutually_exclusive_group()
+    form.add_argument("--defaults", action="store_true", help="show the defaults, ignore any file")
+    form.add_argument(
+        "--markdown", action="store_true", help="the reference tables (README), defaults only"
+    )
+    show.add_argument("--json", action="store_true", help="print one JSON document")
+    show.set_defaults(handler=run_show)
+
+
+def check(path: Path | None) -> list[str]:
+    """Every problem of the config at ``path`` (None: the system file, else the defaults)."""
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        return exc.problems
+    try:
+        board_profiles(config.hardware.profiles_dir)
+    except ProfileError as exc:
+        return [f"[hardware] profiles_dir: {exc}"]
+    return []
+
+
+def run_check(args: argparse.Namespace) -> int:
+    if args.file is not None and not args.file.is_file():
+        print(f"edgeagent config check: {args.file}: no such file", file=sys.stderr)
+        return EXIT_INVALID
+    problems = check(args.file)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        return EXIT_INVALID
+    source = args.file or (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None)
+    print(f"{source}: ok" if source else "no config file: the built-in defaults apply: ok")
+    return 0
+
+
+def _toml_value(value: Any, unit: str) -> str:
+    """``value`` as a TOML literal (octal modes stay octal)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and unit == "octal mode":
+        return oct(value)
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v, unit) for v in value) + "]"
+    return json.dumps(str(value))
+
+
+def _comment(doc: KeyDoc) -> str:
+    return f"[{doc.unit}] {doc.description}" if doc.unit else doc.description
+
+
+def render_toml(values: dict[str, dict[str, Any]]) -> str:
+    """Every section and key as TOML, each key preceded by its unit and description."""
+    lines: list[str] = []
+    for section, docs in describe_config().items():
+        lines.append(f"[{section}]")
+        for doc in docs:
+            lines.append(f"# {_comment(doc)}")
+            value = values[section][doc.key]
+            if value is None:
+                lines.append(f"# {doc.key} =  (unset)")
+            else:
+                lines.append(f"{doc.key} = {_toml_value(value, doc.unit)}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _markdown_default(doc: KeyDoc) -> str:
+    if doc.computed:
+        return "computed (see description)"
+    if doc.default is None:
+        return "unset"
+    return f"`{_toml_value(doc.default, doc.unit)}`"
+
+
+def render_markdown() -> str:
+    """The configuration reference as Markdown tables, one per TOML table (defaults only)."""
+    lines: list[str] = []
+    for section, docs in describe_config().items():
+        lines += [f"`[{section}]`", "", "| key | type | default | unit | description |"]
+        lines.append("|---|---|---|---|---|")
+        for doc in docs:
+            text = doc.description.replace("|", "\\|")
+            lines.append(
+                f"| `{doc.key}` | {doc.kind} | {_markdown_default(doc)} | {doc.unit} | {text} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _values(config: Config) -> dict[str, dict[str, Any]]:
+    """Section → key → value, [server] merged from its listener and engine halves."""
+    merged: dict[str, dict[str, Any]] = {}
+    for section, owners in SECTIONS.items():
+        merged[section] = {}
+        for attr in owners:
+            part = getattr(config, attr)
+            merged[section].update((f.name, getattr(part, f.name)) for f in fields(part))
+    return merged
+
+
+def run_show(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(render_markdown(), end="")
+        return 0
+    try:
+        config = Config() if args.defaults else load_config(args.config)
+    except ConfigError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return EXIT_INVALID
+    values = _values(config)
+    if args.json:
+        document = {
+            section: [
+                {
+                    "key": doc.key,
+                    "value": values[section][doc.key],
+                    "default": doc.default,
+                    "type": doc.kind,
+                    "unit": doc.unit,
+                    "description": doc.description,
+                }
+                for doc in docs
+            ]
+            for section, docs in describe_config().items()
+        }
+        print(json.dumps(document, indent=2, default=str))
+        return 0
+    print(render_toml(values), end="")
+    return 0

@@ -1,0 +1,177 @@
+"""``edgeagent package SOURCE… --out DIR``: turn model files into a validated package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from edgeagent.commands.helpfmt import DefaultsFormatter
+from edgeagent.models.package import LAYOUTS, TASKS, PackageError
+from edgeagent.packaging.errors import PackagingError
+from edgeagent.packaging.options import PackageOptions
+from edgeagent.packaging.quantize import CALIBRATION_METHODS
+from edgeagent.packaging.variants import DEFAULT_VARIANTS, VARIANT_NAMES
+
+
+def _numbers(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated numbers") from exc
+
+
+def _size(text: str) -> tuple[int, int]:
+    parts = text.replace("x", ",").split(",")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: HEIGHT,WIDTH in pixels, e.g. 224,224")
+    return int(parts[0]), int(parts[1])
+
+
+def _variants(text: str) -> tuple[str, ...]:
+    names = tuple(v for v in text.split(",") if v)
+    unknown = [v for v in names if v not in VARIANT_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown)}: not among {', '.join(VARIANT_NAMES)}"
+        )
+    return names
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "package",
+        help="turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
+        description=(
+            "Read each SOURCE (model.onnx, model.tflite, model.xml with its .bin, or a PyTorch "
+            "file.py:factory with --weights), make the optimised variants of an fp32 ONNX "
+            "(graph-optimised, INT8 from --calibration, OpenVINO IR, fp16), validate each "
+            "against the fp32 reference and write a package the agent serves: model.toml, "
+            "golden.npz, validation.json. Exit status 2 when a file or flag is unusable."
+        ),
+        formatter_class=DefaultsFormatter,
+    )
+    parser.add_argument("sources", nargs="+", metavar="SOURCE", help="model files, one per variant")
+    parser.add_argument("--out", type=Path, required=True, help="the package directory to create")
+    parser.add_argument("--name", help="package name (default: the first file's stem)")
+    parser.add_argument("--version", default="1.0.0", help="MAJOR.MINOR.PATCH (default 1.0.0)")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        help="what the model computes (default: "
+        "classification for one [batch, classes] output, else required)",
+    )
+    parser.add_argument("--labels", type=Path, help="class names, one per line")
+    parser.add_argument("--description", default="", help="one line for model.toml")
+    parser.add_argument(
+        "--input-size",
+        type=_size,
+        metavar="H,W",
+        help="image size for inputs whose height/width the file leaves open",
+    )
+    parser.add_argument("--layout", choices=LAYOUTS, help="input layout when the file is ambiguous")
+    parser.add_argument(
+        "--mean", type=_numbers, help="per-channel mean after --scale (e.g. 0.485,0.456,0.406)"
+    )
+    parser.add_argument("--std", type=_numbers, help="per-channel std after --scale")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1 / 255,
+        help="pixel multiplier (default: 1/255 = 0.00392156862745098)",
+    )
+    parser.add_argument("--bgr", action="store_true", help="the model takes BGR channel order")
+    parser.add_argument(
+        "--crop",
+        action="store_true",
+        help="resize the shorter side to size/0.875 and centre-crop (default: stretch)",
+    )
+    parser.add_argument(
+        "--variants",
+        type=_variants,
+        default=None,
+        help=f"comma list of {', '.join(VARIANT_NAMES)} (default "
+        f"{','.join(DEFAULT_VARIANTS)}, plus int8 with --calibration)",
+    )
+    parser.add_argument("--weights", type=Path, help="PyTorch state_dict for file.py:factory")
+    parser.add_argument("--channels", type=int, default=3, help="input channels of file.py:factory")
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        metavar="DIR|FILE.npz",
+        help="images (or tensors) to calibrate INT8 on",
+    )
+    parser.add_argument(
+        "--calibration-method",
+        choices=CALIBRATION_METHODS,
+        default="minmax",
+        help="how activation ranges are chosen from the calibration images",
+    )
+    parser.add_argument(
+        "--reduce-range",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="7-bit INT8 weights (auto: on for x86 CPUs without VNNI)",
+    )
+    parser.add_argument(
+        "--heldout",
+        type=Path,
+        metavar="DIR|FILE.npz",
+        help="validation images (ImageFolder dirs give accuracy); default: calibration",
+    )
+    parser.add_argument(
+        "--max-top1-drop",
+        type=float,
+        default=1.0,
+        help="points of top-1 agreement a variant may lose",
+    )
+    parser.add_argument("--max-images", type=int, default=200, help="rows used per data set")
+    parser.add_argument("--threads", type=int, help="intra-op threads when timing variants")
+    parser.add_argument("--json", action="store_true", help="print the validation report as JSON")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgeagent.packaging.build import build_package
+    from edgeagent.packaging.report import table
+
+    options = PackageOptions(
+        name=args.name,
+        version=args.version,
+        task=args.task,
+        labels=args.labels,
+        input_size=args.input_size,
+        layout=args.layout,
+        mean=args.mean,
+        std=args.std,
+        scale=args.scale,
+        bgr=args.bgr,
+        crop=args.crop,
+        variants=args.variants or (),
+        weights=args.weights,
+        channels=args.channels,
+        calibration=args.calibration,
+        calibration_method=args.calibration_method,
+        reduce_range=args.reduce_range,
+        heldout=args.heldout,
+        max_top1_drop=args.max_top1_drop,
+        max_images=args.max_images,
+        threads=args.threads,
+        description=args.description,
+    )
+
+    def progress(line: str) -> None:
+        print(f"edgeagent package: {line}", file=sys.stderr, flush=True)
+
+    try:
+        result = build_package(args.sources, args.out, options, progress)
+    except (PackagingError, PackageError) as exc:
+        print(f"edgeagent package: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        report = json.loads((result.out / "validation.json").read_text(encoding="utf-8"))
+        print(json.dumps({"package": str(result.out), **report}, indent=2))
+    else:
+        print(table(result))
+    return 0

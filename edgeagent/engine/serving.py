@@ -1,0 +1,167 @@
+"""A serving model: one session with its batcher, optional result cache and statistics.
+
+The registry decides *which* versions serve; this module decides *how* one version serves.
+The daemon hands the registry a ``ModelFactory`` so the registry never builds batchers or
+caches itself (MLServer keeps its registry just as ignorant of its runtimes' internals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+
+import numpy as np
+
+from edgeagent.engine.batcher import Batcher, BatchPolicy, backend_of
+from edgeagent.engine.cache import ResultCache, cache_key
+from edgeagent.engine.gate import DeviceGate, LimitsProvider
+from edgeagent.engine.limits import UNTHROTTLED
+from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.settings import EngineSettings
+from edgeagent.engine.stats import ModelStats
+from edgeagent.models.package import ModelPackage
+from edgeagent.runtimes.base import Session
+
+
+class LoadedModel:
+    """One model version on one backend, with its batcher, optional cache and statistics."""
+
+    def __init__(
+        self,
+        package: ModelPackage,
+        session: Session,
+        batcher: Batcher,
+        cache: ResultCache | None,
+        stats: ModelStats,
+        metrics: EngineMetrics,
+    ) -> None:
+        self.package = package
+        self.session = session
+        self.stats = stats
+        self.cache = cache
+        self._batcher = batcher
+        self._metrics = metrics
+        # Set when a newer version replaced this one: a request that looked this version up
+        # just before the swap is answered by the successor instead of failing.
+        self.successor: LoadedModel | None = None
+        # Called after each request this version finished, answered or failed (on the event
+        # loop): how the registry judges a canary without doing it inside a lookup.
+        self.on_request_done: list[Callable[[], None]] = []
+
+    @property
+    def name(self) -> str:
+        return self.package.name
+
+    @property
+    def version(self) -> str:
+        return self.package.version
+
+    @property
+    def backend(self) -> dict[str, str]:
+        runtime, device, precision = backend_of(self.session)
+        return {"runtime": runtime, "device": device, "precision": precision}
+
+    @property
+    def max_batch_size(self) -> int:
+        """The batch size clients may send (Triton's max_batch_size; 0 = no batch dimension)."""
+        return self._batcher.policy.max_batch_size if self._batcher.batching else 0
+
+    @property
+    def queued(self) -> int:
+        return self._batcher.queued
+
+    async def infer(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        priority: int = 0,
+        timeout_s: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Validate, answer from the cache or the batcher; raises ServingError subclasses."""
+        if self._batcher.closing and self.successor is not None:
+            return await self.successor.infer(feeds, priority=priority, timeout_s=timeout_s)
+        try:
+            return await self._answer(feeds, priority, timeout_s)
+        finally:
+            for callback in list(self.on_request_done):
+                callback()
+
+    async def _answer(
+        self, feeds: Mapping[str, np.ndarray], priority: int, timeout_s: float | None
+    ) -> dict[str, np.ndarray]:
+        if self.cache is None:
+            return await self._batcher.submit(feeds, priority=priority, timeout_s=timeout_s)
+        started = asyncio.get_running_loop().time()
+        key = cache_key(self.version, feeds)
+        answer = self.cache.get(key)
+        elapsed = int((asyncio.get_running_loop().time() - started) * 1e9)
+        self.stats.record_cache(answer is not None, elapsed)
+        if answer is not None:
+            self._metrics.cache_hits.labels(self.name).inc()
+            return dict(answer)
+        self._metrics.cache_misses.labels(self.name).inc()
+        answer = await self._batcher.submit(feeds, priority=priority, timeout_s=timeout_s)
+        self.cache.put(key, answer)
+        return answer
+
+    async def close(self, drain_timeout_s: float) -> None:
+        """Answer what is queued (within the time-out), then release the session."""
+        await self._batcher.close(drain_timeout_s)
+        await asyncio.get_running_loop().run_in_executor(None, self.session.close)
+
+
+class ModelFactory:
+    """Builds the LoadedModel of a warmed session; one per engine, so all share one DeviceGate."""
+
+    def __init__(
+        self,
+        settings: EngineSettings,
+        *,
+        executor: Executor,
+        metrics: EngineMetrics,
+        load: LoadCounter,
+        limits_provider: LimitsProvider = lambda: UNTHROTTLED,
+    ) -> None:
+        self._settings = settings
+        self._executor = executor
+        self._metrics = metrics
+        self._load = load
+        self._limits = limits_provider
+        self._gate = DeviceGate()
+
+    def policy(self, package: ModelPackage) -> BatchPolicy:
+        """[server] keys where set, else the package's [serving] hints."""
+        settings, hints = self._settings, package.serving
+        delay_ms = settings.max_queue_delay_ms
+        return BatchPolicy(
+            max_batch_size=settings.max_batch_size or hints.max_batch_size,
+            max_queue_delay_s=(hints.max_queue_delay_ms if delay_ms is None else delay_ms) / 1e3,
+            max_queue=settings.max_queue,
+            timeout_s=settings.request_timeout_s,
+            default_priority=settings.default_priority,
+            adaptive=settings.adaptive_batching,
+        )
+
+    def build(self, package: ModelPackage, session: Session) -> LoadedModel:
+        """Must run on the event loop: the batcher starts its loop task there."""
+        stats = ModelStats()
+        batcher = Batcher(
+            package.name,
+            package.version,
+            session,
+            package.inputs,
+            package.outputs,
+            self.policy(package),
+            executor=self._executor,
+            gate=self._gate,
+            limits=self._limits,
+            metrics=self._metrics,
+            stats=stats,
+            load=self._load,
+        )
+        size = self._settings.cache_size
+        size = package.serving.cache_size if size is None else size
+        cache = ResultCache(size) if size > 0 else None
+        return LoadedModel(package, session, batcher, cache, stats, self._metrics)

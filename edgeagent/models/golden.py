@@ -1,0 +1,86 @@
+"""The inputs every health check feeds a model: sample feeds and the package's golden set.
+
+Three places run a model before it takes traffic — the hardware probe, the registry's warm-up
+and the updater's health check — and all three must feed it the same thing, so the recipe lives
+here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeagent.models.package import ModelPackage
+from edgeagent.models.tasks import golden_problem
+
+
+class GoldenError(ValueError):
+    """The package's golden file cannot be read or lacks an input or the expected classes."""
+
+
+@dataclass(frozen=True)
+class GoldenSet:
+    """Golden inputs (a batch per input tensor) and what the package's task expects of them:
+    the top-1 class of each row for a classifier, reference tensors and a tolerance otherwise."""
+
+    package: ModelPackage
+    feeds: dict[str, np.ndarray]
+    record: dict[str, np.ndarray]
+
+    @property
+    def top1(self) -> np.ndarray | None:
+        """A classifier's expected class per row (None for other tasks)."""
+        value = self.record.get("top1")
+        return None if value is None else np.asarray(value).reshape(-1)
+
+    def problem(self, outputs: Mapping[str, np.ndarray], top_k: int) -> str:
+        """Why ``outputs`` (the answers to ``feeds``) break the golden record, or "".
+
+        The task decides how: classes in the top k, or tensors within the recorded tolerance.
+        """
+        names = [spec.name for spec in self.package.outputs]
+        return golden_problem(self.package.task, names, self.record, outputs, top_k)
+
+
+def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
+    """One batch-1 input per tensor the package declares, with plausible values.
+
+    Random normal values rather than zeros, because some delegates special-case all-zero input;
+    seeded, so every check of one package sees the same input.
+    """
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in package.inputs:
+        shape = tuple(1 if d == -1 else d for d in spec.shape)
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            feeds[spec.name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[spec.name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def load_golden(package: ModelPackage) -> GoldenSet | None:
+    """The package's golden set, or None when it ships none; GoldenError when it is unusable.
+
+    The file holds one array per input name (``inputs`` for a single-input model) and the
+    task's record (``top1`` for a classifier; see ``edgeagent.models.tasks``).
+    """
+    if package.golden is None:
+        return None
+    try:
+        with np.load(package.golden) as golden:
+            data = {key: golden[key] for key in golden.files}
+    except (OSError, ValueError) as exc:
+        raise GoldenError(f"{package.golden.name} cannot be read: {exc}") from exc
+    if "inputs" in data and len(package.inputs) == 1:
+        data[package.inputs[0].name] = data.pop("inputs")
+    missing = [s.name for s in package.inputs if s.name not in data]
+    if package.task == "classification" and "top1" not in data:
+        missing.append("top1")
+    if missing:
+        raise GoldenError(f"{package.golden.name} lacks {', '.join(missing[:3])}")
+    feeds = {s.name: data.pop(s.name).astype(s.dtype) for s in package.inputs}
+    return GoldenSet(package, feeds, data)

@@ -1,0 +1,349 @@
+"""The packaging pipeline: sources → variants → validation → a package directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgeagent.models.package import Preprocess, load_package
+from edgeagent.models.tasks import golden_record
+from edgeagent.models.tasks.classification import ranked
+from edgeagent.packaging.errors import PackagingError
+from edgeagent.packaging.images import Samples, load_samples
+from edgeagent.packaging.manifest import render
+from edgeagent.packaging.options import LogicalModel, PackageOptions, logical_model
+from edgeagent.packaging.sources import SourceModel, read_source
+from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
+from edgeagent.packaging.variants import (
+    DEFAULT_VARIANTS,
+    Failed,
+    Made,
+    Progress,
+    make_variants,
+    pin_input_shape,
+    reduce_range_for,
+)
+
+GOLDEN_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Result:
+    """What ``edgeagent package`` prints: the package and each variant's figures."""
+
+    out: Path
+    reports: list[VariantReport]
+    reference: dict
+    seconds: float
+    data: str  # what the validation ran on
+
+
+def build_package(
+    sources: Sequence[str], out: Path, options: PackageOptions, progress: Progress
+) -> Result:
+    """Build the package in a staging directory beside ``out`` and move it in place at the end.
+
+    A failed build leaves nothing at ``out``.
+    """
+    started = time.perf_counter()
+    if out.exists() and any(out.iterdir()):
+        raise PackagingError(f"{out}: already exists and is not empty: pass a new --out directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staging, work = Path(tmp) / "package", Path(tmp) / "work"
+        staging.mkdir()
+        work.mkdir()
+        models = [_source(spec, options, work, progress) for spec in sources]
+        reference = _reference(models)
+        logical = logical_model(reference, options)
+        preprocess = _preprocess(reference, logical, options)
+        labels = _labels(options, logical)
+        name = options.name or reference.path.stem.split(".")[0]
+        source = _pinned(reference, logical, work)
+        made, failed = _variants(
+            models,
+            reference,
+            source,
+            name,
+            staging,
+            logical,
+            preprocess,
+            labels,
+            options,
+            progress,
+        )
+        data, what = _heldout(options, preprocess, logical, labels)
+        feeds_path = work / "heldout.npz"
+        np.savez(feeds_path, allow_pickle=False, **{logical.inputs[0].name: data.inputs})
+        names = ([t.name for t in logical.inputs], [t.name for t in logical.outputs])
+        reports, ref_outputs, ref_timing, outputs = validate(
+            made,
+            source,
+            names,
+            feeds_path,
+            work,
+            classifier=logical.task == "classification",
+            labels=data.labels,
+            logical_layout=logical.layout,
+            threads=options.threads,
+            progress=progress,
+        )
+        judge(reports, options.max_top1_drop)
+        kept = [m for m, r in zip(made, reports, strict=True) if r.kept]
+        reports += [
+            VariantReport(f.runtime, f.precision, f.device_class, f.how, False, f.reason)
+            for f in failed
+        ]
+        if not kept:
+            raise PackagingError(
+                f"{reference.path}: no variant passed validation: "
+                + "; ".join(f"{r.key}: {r.reason}" for r in reports)
+            )
+        for item, report in zip(made, reports, strict=False):  # failed ones have no files
+            if not report.kept:
+                for path in item.files:
+                    path.unlink(missing_ok=True)
+        golden = _golden(logical, data.inputs, ref_outputs, outputs, reports)
+        np.savez(
+            staging / "golden.npz",
+            allow_pickle=False,
+            inputs=data.inputs[golden["rows"]],
+            **golden["record"],
+        )
+        if labels is not None:
+            shutil.copyfile(labels, staging / "labels.txt")
+        (staging / "model.toml").write_text(
+            render(
+                name=name,
+                version=options.version,
+                description=options.description,
+                logical=logical,
+                preprocess=preprocess,
+                labels="labels.txt" if labels is not None else None,
+                golden="golden.npz",
+                variants=kept,
+                root=staging,
+            ),
+            encoding="utf-8",
+        )
+        reference_figures = {"file": reference.path.name, **ref_timing}
+        seconds = round(time.perf_counter() - started, 1)
+        (staging / "validation.json").write_text(
+            json.dumps(
+                {
+                    "data": what,
+                    "rows": len(data.inputs),
+                    "package_seconds": seconds,
+                    "max_top1_drop": options.max_top1_drop,
+                    "reference": reference_figures,
+                    "variants": as_json(reports),
+                },
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        load_package(staging)  # the result must load exactly as the agent will load it
+        if out.exists():
+            out.rmdir()  # empty (checked above): the staged package takes its place
+        staging.rename(out)
+    return Result(out, reports, reference_figures, seconds, what)
+
+
+def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) -> SourceModel:
+    if ".py:" in spec:
+        from edgeagent.packaging.torch_export import export_factory
+
+        progress(f"PyTorch export to ONNX: {spec}")
+        exported = work / f"{Path(spec.rpartition(':')[0]).stem}.onnx"
+        size = options.input_size
+        return read_source(export_factory(spec, options.weights, size, options.channels, exported))
+    return read_source(Path(spec))
+
+
+def _pinned(reference: SourceModel, logical: LogicalModel, work: Path) -> Path:
+    """The fp32 file variants are made from: the ONNX with --input-size written into it."""
+    native = [t.shape[1:] for t in reference.inputs]
+    if reference.runtime != "onnxruntime" or all(None not in shape for shape in native):
+        return reference.path
+    shapes = {t.name: t.shape for t in logical.inputs}
+    return pin_input_shape(reference.path, shapes, work / reference.path.name)
+
+
+def _reference(models: list[SourceModel]) -> SourceModel:
+    """The fp32 file the others are judged against: ONNX first, it is what variants come from."""
+    fp32 = [m for m in models if m.precision == "fp32"]
+    onnx = [m for m in fp32 if m.runtime == "onnxruntime"]
+    if not fp32:
+        names = ", ".join(str(m.path) for m in models)
+        raise PackagingError(f"{names}: no fp32 source to validate against: add the fp32 model")
+    return (onnx or fp32)[0]
+
+
+def _preprocess(
+    reference: SourceModel, logical: LogicalModel, options: PackageOptions
+) -> Preprocess | None:
+    """An image input gets [preprocess]; channels 1 → greyscale, 3 → RGB (or --bgr)."""
+    shape = logical.inputs[0].shape
+    if len(shape) != 4 or logical.layout is None:
+        return None
+    channels, height, width = (
+        (shape[1], shape[2], shape[3]) if logical.layout == "NCHW" else (shape[3], *shape[1:3])
+    )
+    if channels not in (1, 3):
+        return None
+    mean = options.mean or (0.0,) * channels
+    std = options.std or (1.0,) * channels
+    for flag, values in (("--mean", mean), ("--std", std)):
+        if len(values) != channels:
+            raise PackagingError(
+                f"{reference.path}: {flag} needs {channels} values for a {channels}-channel input"
+            )
+    if any(v == 0 for v in std):
+        raise PackagingError(f"{reference.path}: --std must not contain 0")
+    color = "L" if channels == 1 else ("BGR" if options.bgr else "RGB")
+    resize = round(min(height, width) / 0.875) if options.crop else None
+    return Preprocess((height, width), resize, logical.layout, color, options.scale, mean, std)
+
+
+def _labels(options: PackageOptions, logical: LogicalModel) -> Path | None:
+    if options.labels is None:
+        return None
+    if not options.labels.is_file():
+        raise PackagingError(f"--labels {options.labels}: no such file")
+    count = len(_label_names(options.labels))
+    classes = logical.outputs[0].shape[-1]
+    if logical.task == "classification" and classes > 0 and count != classes:
+        raise PackagingError(
+            f"--labels {options.labels}: {count} labels, but the model has "
+            f"{classes} classes: pass a file with one label per class"
+        )
+    return options.labels
+
+
+def _label_names(labels: Path | None) -> tuple[str, ...]:
+    if labels is None:
+        return ()
+    return tuple(
+        line.strip() for line in labels.read_text(encoding="utf-8").splitlines() if line.strip()
+    )
+
+
+def _variants(
+    models: list[SourceModel],
+    reference: SourceModel,
+    source: Path,
+    stem: str,
+    staging: Path,
+    logical: LogicalModel,
+    preprocess: Preprocess | None,
+    labels: Path | None,
+    options: PackageOptions,
+    progress: Progress,
+) -> tuple[list[Made], list[Failed]]:
+    """Made variants from the fp32 ONNX, then every other source passed through as it is."""
+    made: list[Made] = []
+    failed: list[Failed] = []
+    if reference.runtime == "onnxruntime":
+        wanted = options.variants or DEFAULT_VARIANTS + (("int8",) if options.calibration else ())
+        calibration = None
+        if "int8" in wanted:
+            if options.calibration is None:
+                raise PackagingError(
+                    f"{reference.path}: an int8 variant needs calibration "
+                    "data: pass --calibration DIR (images) or FILE.npz"
+                )
+            names = _label_names(labels)
+            samples = load_samples(
+                options.calibration,
+                preprocess,
+                "--calibration",
+                options.max_images,
+                names,
+                logical.inputs[0].shape,
+            )
+            calibration = {logical.inputs[0].name: samples.inputs}
+        made, failed = make_variants(
+            source,
+            stem,
+            staging,
+            wanted,
+            calibration,
+            method=options.calibration_method,
+            reduce_range=reduce_range_for(options.reduce_range),
+            progress=progress,
+        )
+    for model in models:
+        if model is reference and model.runtime == "onnxruntime":
+            continue
+        if logical.layout == "NHWC" and model.layout == "NCHW":
+            raise PackagingError(
+                f"{model.path}: an NCHW file cannot serve the NHWC input of "
+                f"{reference.path.name}: list the NCHW file first"
+            )
+        files = []
+        for path in model.files:
+            target = staging / f"{stem}.{model.precision}{path.suffix}"
+            shutil.copyfile(path, target)
+            files.append(target)
+        made.append(
+            Made(model.runtime, model.precision, tuple(files), "cpu", "source", layout=model.layout)
+        )
+    seen: dict[str, Made] = {}
+    for item in made:
+        key = f"{item.runtime}/{item.precision}"
+        if key in seen:
+            raise PackagingError(
+                f"{item.files[0].name}: a second {key} variant (one file per runtime and precision)"
+            )
+        seen[key] = item
+    return made, failed
+
+
+def _heldout(
+    options: PackageOptions,
+    preprocess: Preprocess | None,
+    logical: LogicalModel,
+    labels: Path | None,
+) -> tuple[Samples, str]:
+    names = _label_names(labels)
+    for flag, source in (("--heldout", options.heldout), ("--calibration", options.calibration)):
+        if source is not None:
+            shape = logical.inputs[0].shape
+            samples = load_samples(source, preprocess, flag, options.max_images, names, shape)
+            return samples, f"{flag} {source}"
+    shape = tuple(1 if d == -1 else d for d in logical.inputs[0].shape)
+    noise = np.random.default_rng(0).standard_normal((32, *shape[1:])).astype(np.float32)
+    return Samples(noise, None), "seeded noise (no --heldout or --calibration given)"
+
+
+def _golden(
+    logical: LogicalModel,
+    inputs: np.ndarray,
+    reference: dict[str, np.ndarray],
+    outputs: dict[str, dict[str, np.ndarray]],
+    reports: list[VariantReport],
+) -> dict:
+    """Rows every kept variant answers like the reference, and the task's record for them."""
+    names = [t.name for t in logical.outputs]
+    kept = [outputs[r.key] for r in reports if r.kept and r.key in outputs]
+    rows = np.arange(len(inputs))
+    if logical.task == "classification":
+        expected = ranked(reference[names[0]], 1)[:, 0]
+        agree = np.ones(len(inputs), dtype=bool)
+        for answer in kept:
+            agree &= ranked(answer[names[0]], 1)[:, 0] == expected
+        rows = rows[agree] if agree.any() else rows
+    rows = rows[:GOLDEN_ROWS]
+    chosen = {n: reference[n][rows] for n in names}
+    errors = [float(np.max(np.abs(a[n][rows] - chosen[n]))) for a in kept for n in names]
+    atol = max(1e-5, 2.0 * max(errors, default=0.0))
+    record = golden_record(logical.task, names, chosen, top_k=5, atol=atol, rtol=1e-3)
+    return {"rows": rows, "record": record}

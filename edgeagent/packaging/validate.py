@@ -1,0 +1,182 @@
+"""Each variant against the fp32 reference on held-out inputs; which ones the package keeps.
+
+Figures per variant: max absolute and cosine error of the outputs (any task), top-1 agreement
+and top-5 recall of the reference class (classifiers), accuracy when labels are known, and the
+batch-1 latency and peak RSS measured in a process of its own (packaging/measure.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgeagent.models.tasks.classification import ranked
+from edgeagent.packaging.errors import PackagingError
+from edgeagent.packaging.sources import SUFFIXES
+from edgeagent.packaging.variants import Made, Progress
+
+
+@dataclass
+class VariantReport:
+    runtime: str
+    precision: str
+    device_class: str
+    how: str
+    kept: bool = True
+    reason: str = ""
+    max_abs_error: float | None = None
+    cosine_min: float | None = None
+    top1_agreement: float | None = None  # percent of rows whose top-1 equals the reference's
+    top5_recall: float | None = None  # percent of rows whose reference top-1 is in the top 5
+    accuracy: float | None = None  # percent, with a labelled held-out set
+    timing: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.runtime}/{self.precision}"
+
+
+def run_isolated(
+    made: Made | Path,
+    runtime: str,
+    names: tuple[list[str], list[str]],
+    inputs: Path,
+    workdir: Path,
+    layout: str | None,
+    threads: int | None,
+) -> tuple[dict, dict[str, np.ndarray]] | str:
+    """Answers and timing of one file set in a child process, or the reason it failed."""
+    files = (
+        made.files
+        if isinstance(made, Made)
+        else (made, made.with_suffix(".bin"))[: 2 if made.suffix == ".xml" else 1]
+    )
+    tag = f"{runtime}-{made.precision if isinstance(made, Made) else 'reference'}"
+    job = {
+        "runtime": runtime,
+        "precision": made.precision if isinstance(made, Made) else "fp32",
+        "files": [str(f) for f in files],
+        "layout": layout,
+        "threads": threads,
+        "input_names": names[0],
+        "output_names": names[1],
+        "inputs": str(inputs),
+        "outputs": str(workdir / f"{tag}.npz"),
+    }
+    job_file = workdir / f"{tag}.json"
+    job_file.write_text(json.dumps(job), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeagent.packaging.measure", str(job_file)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+        return (lines[-1] if lines else f"exit status {done.returncode}")[:400]
+    timing = json.loads(done.stdout.strip().splitlines()[-1])
+    with np.load(workdir / f"{tag}.npz") as data:
+        outputs = {name: data[f"out_{i}"] for i, name in enumerate(names[1])}
+    return timing, outputs
+
+
+def compare(
+    report: VariantReport,
+    reference: dict[str, np.ndarray],
+    outputs: dict[str, np.ndarray],
+    classifier: bool,
+    labels: np.ndarray | None,
+) -> None:
+    """Fill the error figures of ``report`` from the variant's outputs."""
+    ref = np.concatenate([reference[n].reshape(len(reference[n]), -1) for n in reference], 1)
+    got = np.concatenate([outputs[n].reshape(len(outputs[n]), -1) for n in reference], 1)
+    report.max_abs_error = float(np.max(np.abs(ref - got)))
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    norms = np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1)
+    cosine = np.sum(ref * got, axis=1) / np.maximum(norms, 1e-300)
+    cosine[np.all(ref == got, axis=1)] = 1.0  # equal rows agree, even all-zero ones
+    report.cosine_min = float(np.min(cosine))
+    if classifier:
+        first = next(iter(reference))
+        expected = ranked(reference[first], 1)[:, 0]
+        best = ranked(outputs[first], 5)
+        report.top1_agreement = 100.0 * float(np.mean(best[:, 0] == expected))
+        report.top5_recall = 100.0 * float(np.mean(np.any(best == expected[:, None], axis=1)))
+        if labels is not None:
+            report.accuracy = 100.0 * float(np.mean(best[:, 0] == labels))
+
+
+def judge(reports: Sequence[VariantReport], max_top1_drop: float) -> None:
+    """Leave out the variants whose top-1 agreement is more than ``max_top1_drop`` points off."""
+    for report in reports:
+        if report.kept and report.top1_agreement is not None:
+            drop = 100.0 - report.top1_agreement
+            if drop > max_top1_drop:
+                report.kept = False
+                report.reason = (
+                    f"top-1 agreement {report.top1_agreement:.2f} % is {drop:.2f} points below "
+                    f"fp32 (--max-top1-drop {max_top1_drop:g})"
+                )
+
+
+def validate(
+    made: Sequence[Made],
+    reference: Path,
+    names: tuple[list[str], list[str]],
+    inputs: Path,
+    workdir: Path,
+    *,
+    classifier: bool,
+    labels: np.ndarray | None,
+    logical_layout: str | None,
+    threads: int | None,
+    progress: Progress,
+) -> tuple[list[VariantReport], dict[str, np.ndarray], dict, dict[str, dict[str, np.ndarray]]]:
+    """Reports per variant (kept or not, and why), the reference's outputs and timing, and
+    each variant's outputs by key."""
+    progress(f"validation: fp32 reference {reference.name}")
+    ref_run = run_isolated(
+        reference, SUFFIXES[reference.suffix], names, inputs, workdir, None, threads
+    )
+    if isinstance(ref_run, str):
+        raise PackagingError(f"{reference}: the fp32 reference does not run here: {ref_run}")
+    ref_timing, ref_outputs = ref_run
+    if classifier and labels is not None:
+        first = next(iter(ref_outputs))
+        ref_timing["accuracy"] = 100.0 * float(
+            np.mean(ranked(ref_outputs[first], 1)[:, 0] == labels)
+        )
+    reports = []
+    answers: dict[str, dict[str, np.ndarray]] = {}
+    for item in made:
+        progress(f"validation: {item.runtime}/{item.precision} ({item.device_class})")
+        report = VariantReport(item.runtime, item.precision, item.device_class, item.how)
+        layout = item.layout if item.layout not in (None, logical_layout or "NCHW") else None
+        result = run_isolated(item, item.runtime, names, inputs, workdir, layout, threads)
+        if isinstance(result, str):
+            elsewhere = item.device_class != "cpu"
+            report.kept = elsewhere
+            report.reason = (
+                f"not validated here (meant for {item.device_class}): {result}"
+                if elsewhere
+                else f"does not run here: {result}"
+            )
+        else:
+            report.timing, outputs = result
+            answers[report.key] = outputs
+            compare(report, ref_outputs, outputs, classifier, labels)
+        reports.append(report)
+    return reports, ref_outputs, ref_timing, answers
+
+
+def as_json(reports: Sequence[VariantReport]) -> list[dict]:
+    return [asdict(r) for r in reports]

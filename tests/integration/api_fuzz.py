@@ -1,0 +1,102 @@
+"""Fuzz a running agent from its own OpenAPI document with schemathesis (issue 10, "keep it
+attacked"); shared by ``tests/integration/test_http_fuzz.py`` and ``scripts/fuzz_api.py``.
+
+For every operation and both of schemathesis's generation modes (requests that follow the
+document, and requests that break it), hypothesis draws ``examples`` requests and each is sent
+to the daemon over loopback TCP. A *server error* is any 5xx except the documented
+back-pressure answers (503 with ``Retry-After``) and 504, the deadline a client may ask for.
+
+The model name in paths is pinned to the served model so bodies reach the codec and the engine
+rather than the 404. The user token is sent, so repository load/unload answer 403 and the
+fuzzer cannot unload the model that every later request needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+
+from edgeagent.api.routes_edge import openapi_document
+
+MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
+
+
+@dataclass
+class FuzzReport:
+    """What the fuzzer sent and what came back."""
+
+    examples: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+    server_errors: list[str] = field(default_factory=list)
+
+
+def is_server_error(response: Any) -> bool:
+    if response.status_code == 503 and "Retry-After" in response.headers:
+        return False
+    return response.status_code >= 500 and response.status_code != 504
+
+
+def operations() -> list[schemathesis.APIOperation]:
+    """Every operation of the document the agent serves (``edgeagent/api/openapi.yaml``)."""
+    schema = schemathesis.openapi.from_dict(openapi_document())
+    return [result.ok() for result in schema.get_all_operations()]
+
+
+def fuzz_operation(
+    operation: schemathesis.APIOperation,
+    base_url: str,
+    headers: dict[str, str],
+    examples: int,
+    report: FuzzReport,
+    derandomize: bool = True,
+    model: str = "tiny",
+) -> None:
+    """Send ``examples`` generated requests per mode for ``operation``; record the answers."""
+    pinned = {"name": model} if any(p.name == "name" for p in operation.path_parameters) else None
+    session = requests.Session()
+    for mode in MODES:
+        try:
+            _draw(
+                operation, mode, pinned, base_url, session, headers, examples, report, derandomize
+            )
+        except Unsatisfiable:  # nothing in this operation can be made invalid (no inputs)
+            if mode is not schemathesis.GenerationMode.NEGATIVE:
+                raise
+    session.close()
+
+
+def _draw(
+    operation: schemathesis.APIOperation,
+    mode: schemathesis.GenerationMode,
+    pinned: dict[str, str] | None,
+    base_url: str,
+    session: requests.Session,
+    headers: dict[str, str],
+    examples: int,
+    report: FuzzReport,
+    derandomize: bool,
+) -> None:
+    @given(case=operation.as_strategy(generation_mode=mode, path_parameters=pinned))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=derandomize,
+        database=None,
+    )
+    def send(case: schemathesis.Case) -> None:
+        response = case.call(base_url=base_url, session=session, headers=headers, timeout=60)
+        report.examples += 1
+        report.statuses[response.status_code] = report.statuses.get(response.status_code, 0) + 1
+        if is_server_error(response):
+            report.server_errors.append(
+                f"{case.method} {case.formatted_path} ({mode.value}) answered "
+                f"{response.status_code}: {response.text[:300]}"
+            )
+
+    send()

@@ -1,0 +1,83 @@
+"""`edgeagent config check|show` as an operator runs them: real processes, files, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from edgeagent.config import describe_config
+from tests.helpers import REPO
+
+
+def _config(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "edgeagent.cli", "config", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+
+
+def test_check_names_every_problem_with_section_and_key(tmp_path: Path) -> None:
+    bad = tmp_path / "agent.toml"
+    bad.write_text(
+        '[server]\ntcp_port = "x"\nbogus = 1\n[hardware]\nthreads = -1\nchoice = "best"\n'
+        "[mqtt]\nport = true\n[typo]\n"
+    )
+    result = _config("check", str(bad))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    expected = [
+        "unknown section(s) typo",
+        "[server] unknown key(s) bogus",
+        "[server] tcp_port: must be an integer",
+        "[hardware] threads: must be 0",
+        "[hardware] choice: must be one of",
+        "[mqtt] port: must be an integer",
+    ]
+    for fragment in expected:
+        assert any(fragment in line and line.startswith(str(bad)) for line in lines), fragment
+    assert len(lines) == len(expected)
+    assert "Traceback" not in result.stderr
+
+
+def test_check_accepts_a_good_file_and_refuses_a_missing_one(tmp_path: Path) -> None:
+    good = tmp_path / "agent.toml"
+    good.write_text('[hardware]\nchoice = "fastest"\n')
+    result = _config("check", str(good))
+    assert (result.returncode, result.stdout.strip()) == (0, f"{good}: ok")
+    missing = _config("check", str(tmp_path / "none.toml"))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_check_loads_the_profiles_the_file_points_to(tmp_path: Path) -> None:
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "broken.toml").write_text("name = [\n")
+    config = tmp_path / "agent.toml"
+    config.write_text(f'[hardware]\nprofiles_dir = "{tmp_path / "profiles"}"\n')
+    result = _config("check", str(config))
+    assert result.returncode == 2
+    assert result.stderr.startswith("[hardware] profiles_dir: ")
+    assert "broken.toml: cannot read profile" in result.stderr
+
+
+def test_show_lists_every_key_with_the_file_value_and_defaults(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text("[server]\ntcp_port = 9999\nmax_queue = 7\n")
+    shown = _config("show", "--config", str(config), "--json")
+    assert shown.returncode == 0, shown.stderr
+    document = json.loads(shown.stdout)
+    for section, docs in describe_config().items():
+        assert [row["key"] for row in document[section]] == [doc.key for doc in docs]
+    server = {row["key"]: row for row in document["server"]}
+    assert (server["tcp_port"]["value"], server["tcp_port"]["default"]) == (9999, 8080)
+    assert server["max_queue"]["value"] == 7
+    assert server["request_timeout_s"]["unit"] == "s"
+    text = _config("show", "--defaults").stdout
+    assert "[server]\n" in text and "tcp_port = 8080\n" in text
+    assert "# [s] per-request deadline when the client sets none\n" in text

@@ -1,0 +1,159 @@
+"""``edgeagent package`` refuses every unusable input with the file's name and the flag to pass."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from edgeagent.cli import main
+from tests.helpers import write_tiny_onnx
+
+
+def _onnx(path: Path, inputs: list, output: list, op: str = "GlobalAveragePool") -> Path:
+    """A one-node ONNX model whose input and output shapes are what the test needs."""
+    nodes = [helper.make_node(op, ["x"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, inputs)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, output)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(["package", *argv]) == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.onnx"
+    write_tiny_onnx(path)
+    return path
+
+
+def test_a_file_of_another_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    weights = tmp_path / "model.pt"
+    weights.write_bytes(b"\x80\x02")
+    err = refusal(capsys, str(weights), "--out", str(tmp_path / "p"))
+    assert f"{weights}: not a model file this tool reads (.onnx, .tflite, .xml" in err
+    assert not (tmp_path / "p").exists()
+
+
+def test_empty_and_corrupt_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty, corrupt = tmp_path / "empty.onnx", tmp_path / "corrupt.tflite"
+    empty.touch()
+    corrupt.write_bytes(b"not a flatbuffer at all")
+    assert f"{empty}: the file is empty" in refusal(
+        capsys, str(empty), "--out", str(tmp_path / "p")
+    )
+    err = refusal(capsys, str(corrupt), "--out", str(tmp_path / "p"))
+    assert f"{corrupt}: cannot be read as litert model" in err
+
+
+def test_openvino_ir_without_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    xml = tmp_path / "model.xml"
+    xml.write_text("<net/>")
+    err = refusal(capsys, str(xml), "--out", str(tmp_path / "p"))
+    assert f"{xml}: OpenVINO IR needs its weights model.bin beside it" in err
+
+
+def test_open_image_size_asks_for_input_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = _onnx(tmp_path / "any_size.onnx", ["N", 3, "H", "W"], ["N", 3, 1, 1])
+    err = refusal(capsys, str(model), "--task", "tensor", "--out", str(tmp_path / "p"))
+    assert "input 'x' [?, 3, ?, ?] leaves dimension(s) 2, 3 open: pass --input-size" in err
+
+
+def test_unknown_task_asks_for_task(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = _onnx(tmp_path / "map.onnx", ["N", 3, 8, 8], ["N", 3, 1, 1])
+    err = refusal(capsys, str(model), "--out", str(tmp_path / "p"))
+    assert f"{model}: cannot tell the task from its outputs (y [?, 3, 1, 1])" in err
+    assert "pass --task classification|detection|segmentation|tensor" in err
+
+
+def test_a_model_with_two_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "two.onnx"
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    err = refusal(capsys, str(path), "--out", str(tmp_path / "p"))
+    assert f"{path}: 2 inputs (a, b): edgeagent package handles one-input models" in err
+
+
+def test_ambiguous_layout_asks_for_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = _onnx(tmp_path / "square.onnx", ["N", 3, 8, 3], ["N", 3, 1, 1])
+    err = refusal(capsys, str(model), "--task", "tensor", "--out", str(tmp_path / "p"))
+    assert "is NCHW or NHWC: pass --layout NCHW|NHWC" in err
+
+
+def test_int8_needs_calibration(tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    err = refusal(capsys, str(tiny), "--variants", "int8", "--out", str(tmp_path / "p"))
+    assert f"{tiny}: an int8 variant needs calibration data: pass --calibration" in err
+
+
+def test_labels_must_match_the_classes(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    labels = tmp_path / "labels.txt"
+    labels.write_text("a\nb\nc\n")
+    err = refusal(capsys, str(tiny), "--labels", str(labels), "--out", str(tmp_path / "p"))
+    assert f"--labels {labels}: 3 labels, but the model has 4 classes" in err
+
+
+def test_the_output_directory_must_be_new(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "keep.txt").write_text("mine")
+    err = refusal(capsys, str(tiny), "--out", str(tmp_path / "p"))
+    assert "already exists and is not empty: pass a new --out directory" in err
+    assert (tmp_path / "p" / "keep.txt").read_text() == "mine"
+
+
+def test_two_files_for_one_variant(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refusal(capsys, str(tiny), str(tiny), "--variants", "graph", "--out", str(tmp_path / "p"))
+    assert "a second onnxruntime/fp32 variant" in err
+
+
+def test_no_fp32_reference(zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    int8 = zoo / "digits_mnv3" / "digits_mnv3.int8.onnx"
+    err = refusal(capsys, str(int8), "--out", str(tmp_path / "p"))
+    assert f"{int8}: no fp32 source to validate against" in err
+
+
+def test_nchw_file_behind_an_nhwc_reference(
+    zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    digits = zoo / "digits_mnv3"
+    tflite, xml = digits / "digits_mnv3.fp32.tflite", digits / "digits_mnv3.fp32.xml"
+    err = refusal(capsys, str(tflite), str(xml), "--out", str(tmp_path / "p"))
+    assert f"{xml}: an NCHW file cannot serve the NHWC input" in err
+
+
+def test_pytorch_source_without_torch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("torch is importable here; the export itself is tested from .venv-build")
+    module = tmp_path / "net.py"
+    module.write_text("def make():\n    raise AssertionError('never called')\n")
+    err = refusal(capsys, f"{module}:make", "--input-size", "8,8", "--out", str(tmp_path / "p"))
+    assert f"{module}:make: torch is not installed in this environment" in err
