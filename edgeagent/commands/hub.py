@@ -433,13 +433,14 @@ def _publish(commands: argparse._SubParsersAction) -> None:
 def _unpublish(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "unpublish",
+        formatter_class=DefaultsFormatter,
         help="clear a model's retained release in a group",
         description="Delete the retained message on <prefix>/group/<GROUP>/release/<MODEL>, so "
         "devices that join later no longer receive that release. Devices that installed it keep "
         "serving it.",
     )
-    parser.add_argument("model", metavar="MODEL")
-    parser.add_argument("--group", required=True)
+    parser.add_argument("model", metavar="MODEL", help="the model whose release to clear")
+    parser.add_argument("--group", required=True, help="device group ([updates] group)")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
@@ -458,15 +459,18 @@ def _unpublish(commands: argparse._SubParsersAction) -> None:
 def _rollback(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "rollback",
+        formatter_class=DefaultsFormatter,
         help="roll a group back to an older version of a model",
         description="Sign the release of MODEL --to VERSION kept in --artifacts again, with the "
         "model's next serial (so devices that committed a later version install it, while a "
         "replay of any earlier envelope stays refused), verify it against --trust and publish "
         "it retained to the group.",
     )
-    parser.add_argument("model", metavar="MODEL")
-    parser.add_argument("--to", required=True, dest="version", metavar="VERSION")
-    parser.add_argument("--group", required=True)
+    parser.add_argument("model", metavar="MODEL", help="the model to roll back")
+    parser.add_argument(
+        "--to", required=True, dest="version", metavar="VERSION", help="the version to go back to"
+    )
+    parser.add_argument("--group", required=True, help="device group ([updates] group)")
     parser.add_argument(
         "--release-key",
         action="append",
@@ -479,9 +483,11 @@ def _rollback(commands: argparse._SubParsersAction) -> None:
         "--artifacts", type=Path, default=Path("."), help="where 'hub sign' wrote (--out)"
     )
     parser.add_argument("--trust", type=Path, required=True, help="the devices' trust file")
-    parser.add_argument("--expires-days", type=float, default=30.0)
+    parser.add_argument(
+        "--expires-days", type=float, default=30.0, help="lifetime of the new release"
+    )
     _serials_argument(parser)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:

@@ -221,11 +221,11 @@ def test_rotate_can_reset_floors_and_refuses_a_malformed_reset(tmp_path: Path) -
     assert hub("keygen", str(keys)).returncode == 0
     root = str(keys / "root.key")
     bad = hub("rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny")
-    assert bad.returncode == 1 and "MODEL=VERSION" in bad.stderr
+    assert bad.returncode == 2 and "MODEL=VERSION" in bad.stderr
     hostile = hub(
         "rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny=1\n"
     )
-    assert hostile.returncode == 1 and "floor_resets" in hostile.stderr
+    assert hostile.returncode == 2 and "floor_resets" in hostile.stderr
     done = hub("rotate", str(keys / "trust.json"), "--root-key", root, "--reset-floor", "tiny=3")
     assert done.returncode == 0, done.stderr
     payload = decode_envelope((keys / "trust.json").read_bytes(), max_bytes=1 << 16).payload

@@ -155,13 +155,16 @@ async def test_an_envelope_over_the_configured_size_is_refused(hub, tmp_path) ->
 
 async def test_a_garbage_golden_file_rolls_back_and_reports_the_step(hub, device) -> None:
     """Item 3: np.load on random bytes used to escape the guards; the model that never
-    passed its health check kept serving and pending.json wedged every later install."""
+    passed its health check kept serving and pending.json wedged every later install. A
+    signed release whose golden file is unreadable is broken as published: it fails its
+    health check (and is marked bad, so a re-delivery does not try it again)."""
     assert (await device.apply(hub.release("1")))["result"] == "succeeded"
     package = add_golden(hub.package("2", seed=2))
     (package / "golden.npz").write_bytes(os.urandom(4096))
     outcome = await device.apply(hub.sign(package))
-    assert (outcome["result"], outcome["code"]) == ("failed", "internal_error"), outcome
-    assert "'health'" in outcome["message"]
+    assert (outcome["result"], outcome["code"]) == ("failed", "health_check_failed"), outcome
+    assert "golden.npz cannot be read" in outcome["message"]
+    assert "2" in device.store.bad_versions("tiny")
     assert device.serving() == "1" and device.store.current("tiny") == "1"
     assert device.store.pending() is None
     assert (await device.apply(hub.release("3")))["result"] == "succeeded"
