@@ -157,7 +157,10 @@ class Daemon:
         self.status_providers["governor"] = self.governor.snapshot
         self.updates = None
         if config.updates.enabled:  # recovers a half-done install before any model loads
+            from edgeagent.hardware.choose import release_variants
             from edgeagent.updates.updater import UpdateService
+
+            profile = self.accelerators.profile
 
             self.updates = UpdateService(
                 config.updates,
@@ -168,7 +171,13 @@ class Daemon:
                 metrics=self.metrics,
                 limits=self.limits_provider,
                 sources=self.status_providers,
-                profile=self.accelerators.profile.name,
+                choose_variants=lambda available: release_variants(
+                    profile,
+                    available,
+                    cpu_fallback=config.updates.cpu_fallback_variant,
+                    failed=self.accelerators.failed_candidates(),
+                ),
+                profile=profile.name,
             )
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status

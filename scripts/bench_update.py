@@ -3,9 +3,13 @@
 
 What it measures (issue 5):
 
-- **publish → serving**: from the moment the hub publishes a signed release of a ~4 MB package
-  (MobileNetV3-Small, int8 ONNX + golden inputs) until the agent's HTTP API reports the new
-  version — verify, download, hash, unpack, install, load, warm, golden check, hot swap;
+- **publish → serving**: from the moment the hub publishes a signed release of the whole
+  MobileNetV3-Small package (ONNX, LiteRT and OpenVINO at fp32 and int8, labels, golden
+  inputs) until the agent's HTTP API reports the new version — verify, download, hash,
+  unpack, install, load, warm, golden check, hot swap;
+- **bytes per device** (release format 2): what the device downloaded (the shared files plus
+  the variants it lists in ``variants.installed``, sizes from the signed manifest) against
+  every artifact of the release — what release format 1 made every device download;
 - **failed requests during the swap**: clients classify images over the agent's Unix socket
   the whole time; every non-200 answer counts (it must be 0);
 - **baseline**, measured in the same run on the same machine: a plain HTTP download + SHA-256
@@ -40,25 +44,35 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
-from devtools.package import keep_variants, set_fields  # noqa: E402
+from devtools.package import set_fields  # noqa: E402
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES  # noqa: E402
+from edgeagent.fleet.manifest import parse_manifest  # noqa: E402
+from edgeagent.fleet.signing import decode_envelope  # noqa: E402
 from edgeagent.fleet.topics import GroupTopics  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
 from edgeagent.hub.sign import sign_package  # noqa: E402
+from edgeagent.models.package import INSTALLED_VARIANTS  # noqa: E402
 
 MODEL = "mobilenet_v3_small"
 
 
 def make_package(zoo: Path, out: Path, version: str) -> Path:
-    """The zoo package cut to its int8 ONNX variant (plus labels and golden): about 4 MB."""
+    """The whole zoo package (every runtime × precision) with its version set."""
     source = zoo / MODEL
-    out.mkdir(parents=True)
-    for name in ("model.toml", "labels.txt", "golden.npz", f"{MODEL}.int8.onnx"):
-        shutil.copy2(source / name, out / name)
+    shutil.copytree(source, out)
     set_fields(out, {"version": version})
-    keep_variants(out, lambda v: v["runtime"] == "onnxruntime" and v["precision"] == "int8")
     return out
+
+
+def downloads_of(envelope: bytes, installed: Path) -> tuple[list[str], int, int, list[str]]:
+    """(URLs this device downloaded, their bytes, bytes of every artifact, its variants)."""
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload)
+    chosen = (installed / INSTALLED_VARIANTS).read_text().split()
+    artifacts = [manifest.artifact, *(v.artifact for v in manifest.variants if v.key in chosen)]
+    everything = manifest.artifact.size + sum(v.artifact.size for v in manifest.variants)
+    return [a.url for a in artifacts], sum(a.size for a in artifacts), everything, chosen
 
 
 async def classify_forever(socket: Path, image: bytes, counts: dict, stop: asyncio.Event):
@@ -95,14 +109,16 @@ async def wait_serving(socket: Path, version: str, timeout: float = 300) -> floa
     raise RuntimeError(f"the agent did not serve version {version} within {timeout} s")
 
 
-async def baseline_fetch(url: str) -> float:
-    """Download + SHA-256 of the artifact, nothing else: the floor of any update."""
+async def baseline_fetch(urls: list[str]) -> float:
+    """Download + SHA-256 of the artifacts, nothing else: the floor of any update."""
     started = time.perf_counter()
-    digest = hashlib.sha256()
-    async with aiohttp.ClientSession() as http, http.get(url) as response:
-        async for chunk in response.content.iter_chunked(1 << 18):
-            digest.update(chunk)
-    digest.hexdigest()
+    async with aiohttp.ClientSession() as http:
+        for url in urls:
+            digest = hashlib.sha256()
+            async with http.get(url) as response:
+                async for chunk in response.content.iter_chunked(1 << 18):
+                    digest.update(chunk)
+            digest.hexdigest()
     return time.perf_counter() - started
 
 
@@ -156,13 +172,21 @@ async def run(args: argparse.Namespace) -> dict:
             )
             envelope = release.read_bytes()
             started = time.perf_counter()
-            await publish(broker.settings(), [GroupTopics("edgeagent", "bench").release], envelope)
+            await publish(
+                broker.settings(), [GroupTopics("edgeagent", "bench").release(MODEL)], envelope
+            )
             served = await wait_serving(socket, version)
-            baseline = await baseline_fetch(f"{base_url}/{artifact.name}")
+            urls, downloaded, everything, chosen = downloads_of(
+                envelope, work / "state" / "store" / MODEL / version
+            )
+            baseline = await baseline_fetch(urls)
             rounds.append(
                 {
                     "version": version,
                     "artifact_bytes": artifact.stat().st_size,
+                    "bytes_per_device": downloaded,
+                    "bytes_all_variants": everything,
+                    "variants": chosen,
                     "publish_to_serving_s": served - started,
                     "baseline_fetch_s": baseline,
                 }
@@ -191,6 +215,9 @@ async def run(args: argparse.Namespace) -> dict:
     return {
         "model": MODEL,
         "artifact_bytes": rounds[0]["artifact_bytes"],
+        "bytes_per_device": rounds[0]["bytes_per_device"],
+        "bytes_all_variants": rounds[0]["bytes_all_variants"],
+        "variants": rounds[0]["variants"],
         "rounds": rounds,
         "clients": args.clients,
         "median_publish_to_serving_s": median,
@@ -213,8 +240,11 @@ def main() -> int:
         print(json.dumps(result, indent=2))
     else:
         print(
-            f"{result['model']} artifact {result['artifact_bytes'] / 1e6:.1f} MB, "
+            f"{result['model']} shared artifact {result['artifact_bytes'] / 1e6:.1f} MB, "
             f"{args.rounds} updates, {args.clients} concurrent clients\n"
+            f"  bytes per device    {result['bytes_per_device'] / 1e6:.1f} MB "
+            f"({', '.join(result['variants'])}; every variant: "
+            f"{result['bytes_all_variants'] / 1e6:.1f} MB)\n"
             f"  publish → serving   median {result['median_publish_to_serving_s']:.3f} s\n"
             f"  baseline (download+hash)  {result['median_baseline_fetch_s']:.3f} s\n"
             f"  ratio                     {result['ratio_to_baseline']:.1f}×\n"

@@ -3,7 +3,9 @@
     keygen DIR           root + release keys and the initial trust file devices are given
     sign PACKAGE_DIR     build the reproducible artifact and its signed release manifest
     serve DIR            serve artifacts over HTTP with Range / If-Range (resumable downloads)
-    publish RELEASE      put a signed release on the broker for a group and/or devices
+    publish RELEASE      put a verified release on the broker for a group and/or devices
+    unpublish MODEL      clear a model's retained release in a group
+    rollback MODEL       sign the kept release of an older version anew and publish it
     rollout RELEASE      staged deployment (5 % → 25 % → 100 %) with an abort threshold
     status               the fleet table from the devices' retained MQTT reports
     server               the fleet manager as a service (database, REST API, durable rollouts)
@@ -47,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _sign(commands)
     _serve(commands)
     _publish(commands)
+    _unpublish(commands)
+    _rollback(commands)
     _rollout(commands)
     _status(commands)
     _rotate(commands)
@@ -133,6 +137,20 @@ def mqtt_settings(args: argparse.Namespace) -> MqttSettings:
     return settings
 
 
+def _serials_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--serials",
+        type=Path,
+        help="the per-model release serial counters (default: serials.json beside the key)",
+    )
+
+
+def _serials(args: argparse.Namespace):
+    from edgeagent.hub.serials import ReleaseSerials
+
+    return None if args.serials is None else ReleaseSerials(args.serials)
+
+
 # ---- keygen / sign / rotate: the trust engineer's functions -----------------------------
 
 
@@ -212,6 +230,7 @@ def _sign(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--min-agent-version", default="0.0.0", help="older agents refuse the release"
     )
+    _serials_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def work(args: argparse.Namespace) -> int:
@@ -232,6 +251,7 @@ def _sign(commands: argparse._SubParsersAction) -> None:
             deployment_id=args.deployment_id,
             min_agent_version=args.min_agent_version,
             trust_path=args.trust,
+            serials=_serials(args),
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
         _emit(args, data, f"artifact {artifact}\nrelease  {envelope}")
@@ -368,49 +388,144 @@ def _publish(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "publish",
         formatter_class=DefaultsFormatter,
-        help="publish a signed release to a device group (and/or single devices)",
+        help="publish a verified release to a device group (and/or single devices)",
         description="Publish RELEASE (a *.release.json from 'hub sign') with QoS 1: retained on "
-        "<prefix>/group/<GROUP>/release, and on <prefix>/device/<ID>/release for each --device. "
-        "With --trust the release is verified first. --trust-file publishes a rotated trust "
-        "file to the group instead. --clear removes the group's retained release.",
+        "<prefix>/group/<GROUP>/release/<MODEL>, and on <prefix>/device/<ID>/release for each "
+        "--device. The release is verified first, against --trust (the trust file devices have) "
+        "or --trust-file (published with it, before it), and refused when devices would refuse "
+        "it. --trust-file without RELEASE publishes only the trust file. 'hub unpublish' clears "
+        "a retained release.",
     )
     parser.add_argument("release", type=Path, metavar="RELEASE", nargs="?", help="a *.release.json")
     parser.add_argument("--group", help="device group ([updates] group on the devices)")
     parser.add_argument("--device", action="append", default=[], help="a device id")
-    parser.add_argument("--trust", type=Path, help="verify against this trust file first")
-    parser.add_argument("--trust-file", type=Path, help="publish this rotated trust file")
-    parser.add_argument("--clear", action="store_true", help="delete the retained release")
+    parser.add_argument("--trust", type=Path, help="the trust file devices have: verify against it")
+    parser.add_argument("--trust-file", type=Path, help="publish this rotated trust file too")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
-        from edgeagent.hub.publish import clear_release, publish, read_release, release_topics
+        from edgeagent.hub.publish import publish, read_release, release_topics
 
         settings = mqtt_settings(args)
-        prefix = settings.topic_prefix
-        if args.clear:
-            if not args.group:
-                raise HubError("--clear needs --group")
-            await clear_release(settings, args.group)
-            print(f"cleared the retained release of group {args.group}")
-            return 0
+        release = None
+        if args.release is not None:
+            trust = args.trust_file or args.trust
+            if trust is None:
+                raise HubError(
+                    "say which trust file the devices verify against: --trust FILE "
+                    "(or --trust-file FILE to publish it with the release)"
+                )
+            release = read_release(args.release, trust)
+        elif args.trust_file is None:
+            raise HubError("say which RELEASE to publish (a *.release.json from 'hub sign')")
         if args.trust_file is not None:
             if not args.group:
                 raise HubError("--trust-file needs --group")
-            topic = GroupTopics(prefix, args.group).trust
+            topic = GroupTopics(settings.topic_prefix, args.group).trust
             await publish(settings, [topic], trust_message(args.trust_file))
             print(f"published {args.trust_file} to {topic}")
+        if release is None:
             return 0
-        if args.release is None:
-            raise HubError("say which RELEASE to publish (a *.release.json from 'hub sign')")
-        envelope, manifest = read_release(args.release, args.trust)
-        topics = release_topics(prefix, args.group, args.device)
+        envelope, manifest = release
+        topics = release_topics(settings.topic_prefix, args.group, args.device, manifest.model)
         await publish(settings, topics, envelope)
         names = [topic.name for topic in topics]
-        data = {"deployment_id": manifest.deployment_id, "topics": names}
+        data = {"deployment_id": manifest.deployment_id, "serial": manifest.serial, "topics": names}
         text = (
-            f"published {manifest.model} {manifest.version} "
+            f"published {manifest.model} {manifest.version} serial {manifest.serial} "
             f"(deployment {manifest.deployment_id}) to {', '.join(names)}"
+        )
+        _emit(args, data, text)
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _unpublish(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "unpublish",
+        formatter_class=DefaultsFormatter,
+        help="clear a model's retained release in a group",
+        description="Delete the retained message on <prefix>/group/<GROUP>/release/<MODEL>, so "
+        "devices that join later no longer receive that release. Devices that installed it keep "
+        "serving it.",
+    )
+    parser.add_argument("model", metavar="MODEL", help="the model whose release to clear")
+    parser.add_argument("--group", required=True, help="device group ([updates] group)")
+    _broker_arguments(parser)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.publish import clear_release
+
+        try:
+            topic = await clear_release(mqtt_settings(args), args.group, args.model)
+        except ValueError as exc:
+            raise HubError(f"MODEL: {exc}") from exc
+        print(f"cleared the retained release on {topic}")
+        return 0
+
+    parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _rollback(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "rollback",
+        formatter_class=DefaultsFormatter,
+        help="roll a group back to an older version of a model",
+        description="Sign the release of MODEL --to VERSION kept in --artifacts again, with the "
+        "model's next serial (so devices that committed a later version install it, while a "
+        "replay of any earlier envelope stays refused), verify it against --trust and publish "
+        "it retained to the group.",
+    )
+    parser.add_argument("model", metavar="MODEL", help="the model to roll back")
+    parser.add_argument(
+        "--to", required=True, dest="version", metavar="VERSION", help="the version to go back to"
+    )
+    parser.add_argument("--group", required=True, help="device group ([updates] group)")
+    parser.add_argument(
+        "--release-key",
+        action="append",
+        type=Path,
+        required=True,
+        dest="keys",
+        help="release key that signs the rollback (repeat for a threshold)",
+    )
+    parser.add_argument(
+        "--artifacts", type=Path, default=Path("."), help="where 'hub sign' wrote (--out)"
+    )
+    parser.add_argument("--trust", type=Path, required=True, help="the devices' trust file")
+    parser.add_argument(
+        "--expires-days", type=float, default=30.0, help="lifetime of the new release"
+    )
+    _serials_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    _broker_arguments(parser)
+
+    async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.publish import publish
+        from edgeagent.hub.sign import sign_rollback
+
+        settings = mqtt_settings(args)
+        manifest, envelope = sign_rollback(
+            args.model,
+            args.version,
+            key_paths=args.keys,
+            out_dir=args.artifacts,
+            expires_in=timedelta(days=args.expires_days),
+            trust_path=args.trust,
+            serials=_serials(args),
+        )
+        topic = GroupTopics(settings.topic_prefix, args.group).release(manifest.model)
+        await publish(settings, [topic], envelope)
+        data = {
+            "deployment_id": manifest.deployment_id,
+            "serial": manifest.serial,
+            "topic": topic.name,
+        }
+        text = (
+            f"rolled {args.group} back to {manifest.model} {manifest.version} with serial "
+            f"{manifest.serial} (deployment {manifest.deployment_id}) on {topic}"
         )
         _emit(args, data, text)
         return 0

@@ -1,7 +1,15 @@
-"""Release manifests: what one signed release promises, and whether this device may take it.
+"""Release manifests (format 2): what one signed release promises, and whether a device may take it.
 
-A manifest pins the artifact by URL, exact size and SHA-256 (so the download can be capped at
-the signed length and checked before unpacking) and says which devices it is for, when it was
+Format 2 (SPEC §13) names one model and carries a per-model ``serial`` that the hub increments
+for every release it signs. The serial — not the model version — is the anti-rollback floor: a
+signed release may carry an *older* model version (a fleet rollback), while a replay of any
+earlier release (lower serial) is still refused. A payload without ``"format": 2`` (the first
+release format) is refused with ``unsupported_format``: see the README's update section.
+
+A manifest pins each artifact — the shared files (``artifact``: model.toml, labels, golden
+inputs) and one per variant (``variants``: runtime, precision) — by URL, exact size and
+SHA-256 (so a download can be capped at the signed length and checked before unpacking), and
+says which devices it is for, when it was
 issued, when it expires and which agent it needs. It is parsed only after ``TrustStore.verify``
 has checked its signatures, and then refused for policy reasons — expiry, target, version floor
 — *before* anything is downloaded: the MQTT message is only a hint.
@@ -37,6 +45,7 @@ __all__ = [
     "ReleaseManifest",
     "ReleaseRefused",
     "Targets",
+    "VariantArtifact",
     "check_release",
     "parse_manifest",
     "verify_release",
@@ -46,13 +55,20 @@ DEFAULT_CLOCK_SKEW_S = 300.0
 _SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
 _DEPLOYMENT_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 _TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
+MAX_VARIANTS = 64
+_VARIANT_FIELD_RE = re.compile(r"\A[a-z0-9][a-z0-9_]{0,31}\Z", re.ASCII)  # runtime, precision
 MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its devices)
 MAX_URL_CHARS = 2048
+FORMAT = 2
+MAX_SERIAL = 2**53 - 1  # exact in every JSON parser
 _FIELDS = {
     "type",
+    "format",
+    "serial",
     "model",
     "version",
     "artifact",
+    "variants",
     "targets",
     "issued_at",
     "expires",
@@ -63,10 +79,11 @@ _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
 
 class ManifestError(VerificationError):
-    """A correctly signed payload that is not a valid release manifest (code ``malformed``)."""
+    """A correctly signed payload that is not a valid release manifest (code ``malformed``, or
+    ``unsupported_format`` for a release of another format)."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__("malformed", message)
+    def __init__(self, message: str, code: str = "malformed") -> None:
+        super().__init__(code, message)
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,31 @@ class Artifact:
     url: str
     size: int
     sha256: str
+
+
+@dataclass(frozen=True)
+class VariantArtifact:
+    """One variant's files (a ``.tar.gz``): a device downloads only the variants it runs."""
+
+    runtime: str
+    precision: str
+    artifact: Artifact
+
+    @property
+    def key(self) -> str:
+        """The package's spelling of a variant (``ModelPackage.variant`` / ``Variant.key``)."""
+        return f"{self.runtime}/{self.precision}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "precision": self.precision,
+            **_artifact_dict(self.artifact),
+        }
+
+
+def _artifact_dict(artifact: Artifact) -> dict[str, Any]:
+    return {"url": artifact.url, "size": artifact.size, "sha256": artifact.sha256}
 
 
 @dataclass(frozen=True)
@@ -97,7 +139,9 @@ class DeviceIdentity:
 class ReleaseManifest:
     model: str
     version: str
-    artifact: Artifact
+    serial: int
+    artifact: Artifact  # the shared files
+    variants: tuple[VariantArtifact, ...]
     issued_at: datetime
     expires: datetime
     deployment_id: str
@@ -107,13 +151,12 @@ class ReleaseManifest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "type": "release",
+            "format": FORMAT,
+            "serial": self.serial,
             "model": self.model,
             "version": self.version,
-            "artifact": {
-                "url": self.artifact.url,
-                "size": self.artifact.size,
-                "sha256": self.artifact.sha256,
-            },
+            "artifact": _artifact_dict(self.artifact),
+            "variants": [variant.to_dict() for variant in self.variants],
             "targets": {name: list(getattr(self.targets, name)) for name in _TARGET_FIELDS},
             "issued_at": format_time(self.issued_at),
             "expires": format_time(self.expires),
@@ -133,21 +176,40 @@ def _string(document: dict[str, Any], key: str, pattern: re.Pattern[str], rule: 
     return value
 
 
-def _artifact(value: Any) -> Artifact:
-    if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"}:
-        raise ManifestError("manifest artifact: must be an object with url, size and sha256")
+def _artifact(value: Any, where: str = "artifact", extra: frozenset[str] = frozenset()) -> Artifact:
+    if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"} | extra:
+        fields = ", ".join(sorted({"url", "size", "sha256"} | extra))
+        raise ManifestError(f"manifest {where}: must be an object with {fields}")
     url = value["url"]
     parts = urlsplit(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
         raise ManifestError(
-            f"manifest artifact.url: {str(url)[:80]!r} is not an http(s) URL "
+            f"manifest {where}.url: {str(url)[:80]!r} is not an http(s) URL "
             f"of at most {MAX_URL_CHARS} characters"
         )
     size = value["size"]
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ManifestError(f"manifest artifact.size: {size!r} is not a positive integer")
+        raise ManifestError(f"manifest {where}.size: {str(size)[:40]!r} is not a positive integer")
     sha256 = _string(value, "sha256", _SHA256_RE, "64 lowercase hex digits")
     return Artifact(url=url, size=size, sha256=sha256)
+
+
+def _variants(value: Any) -> tuple[VariantArtifact, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_VARIANTS:
+        raise ManifestError(f"manifest variants: must be a list of 1-{MAX_VARIANTS} variants")
+    variants = []
+    for index, item in enumerate(value):
+        where = f"variants[{index}]"
+        artifact = _artifact(item, where, frozenset({"runtime", "precision"}))
+        runtime, precision = (
+            _string(item, key, _VARIANT_FIELD_RE, "1-32 lowercase letters, digits or '_'")
+            for key in ("runtime", "precision")
+        )
+        variants.append(VariantArtifact(runtime, precision, artifact))
+    keys = [variant.key for variant in variants]
+    if len(set(keys)) != len(keys):
+        raise ManifestError("manifest variants: a runtime/precision is listed twice")
+    return tuple(variants)
 
 
 def _targets(value: Any) -> Targets:
@@ -182,6 +244,13 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         raise ManifestError(exc.message) from exc
     if not isinstance(document, dict):
         raise ManifestError("manifest: must be a JSON object")
+    form = document.get("format")
+    if document.get("type") == "release" and (type(form) is not int or form != FORMAT):
+        raise ManifestError(
+            f"manifest format: {str(form)[:20]!r} is not {FORMAT}; this agent "
+            "takes only release format 2 (sign it with a hub of this version)",
+            "unsupported_format",
+        )
     missing = sorted(_FIELDS - set(document))
     extra = sorted(set(document) - _FIELDS)
     if missing or extra:
@@ -198,10 +267,15 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         raise ManifestError(exc.message) from exc
     if expires <= issued_at:
         raise ManifestError("manifest expires: must be later than issued_at")
+    serial = document["serial"]
+    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
+        raise ManifestError(f"manifest serial: {str(serial)[:40]!r} is not an integer 1..2^53-1")
     return ReleaseManifest(
+        serial=serial,
         model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
         version=_string(document, "version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
         artifact=_artifact(document["artifact"]),
+        variants=_variants(document["variants"]),
         targets=_targets(document["targets"]),
         issued_at=issued_at,
         expires=expires,
@@ -233,14 +307,19 @@ def check_release(
     device: DeviceIdentity,
     floor: str | None,
     bad_versions: Collection[str],
+    serial_floor: int | None = None,
     max_artifact_bytes: int,
     clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
 ) -> None:
     """Raise ``Refused`` unless this device may install ``manifest`` at ``now``.
 
     ``now`` is fixed by the caller once per check (and already raised to the verified time);
-    ``floor`` is the model's committed version, ``bad_versions`` those that failed a health
-    gate. ``clock_skew_s`` tolerates a device clock slightly behind the hub's.
+    ``serial_floor`` is the serial of the release committed last: a release must carry a
+    higher one (any model version other than the committed one, so a signed rollback installs;
+    a replay never does). ``floor`` is the committed version, and a version floor while no
+    serial is recorded — the factory seed's version, or a root-signed floor reset;
+    ``bad_versions`` are those that failed a health gate. ``clock_skew_s`` tolerates a device
+    clock slightly behind the hub's.
     """
     name = f"{manifest.model} {manifest.version}"
     if manifest.expires <= now:
@@ -262,17 +341,32 @@ def check_release(
     version = version_tuple(manifest.version)
     if any(version_tuple(bad) == version for bad in bad_versions):
         raise Refused("known_bad", f"{name}: failed its health check here before")
-    if floor is not None:
+    if serial_floor is not None:
+        if manifest.serial < serial_floor:
+            raise Refused(
+                "replay",
+                f"{name}: serial {manifest.serial} is below serial {serial_floor} committed here",
+            )
+        if manifest.serial == serial_floor:
+            raise Refused("same_version", f"{name}: serial {serial_floor} is already installed")
+        if floor is not None and version == version_tuple(floor):
+            raise Refused("same_version", f"{name}: version {floor} is already serving")
+    elif floor is not None:
         if version < version_tuple(floor):
             raise Refused("rollback", f"{name}: older than the installed version {floor}")
         if version == version_tuple(floor):
             raise Refused("same_version", f"{name}: version {floor} is already installed")
-    if manifest.artifact.size > max_artifact_bytes:
+    largest = max([manifest.artifact, *(v.artifact for v in manifest.variants)], key=_size)
+    if largest.size > max_artifact_bytes:
         raise Refused(
             "too_large",
-            f"{name}: artifact is {manifest.artifact.size} bytes, over the limit of "
-            f"{max_artifact_bytes} ([updates] max_artifact_bytes)",
+            f"{name}: artifact {largest.url.rsplit('/', 1)[-1][:80]} is {largest.size} bytes, "
+            f"over the limit of {max_artifact_bytes} ([updates] max_artifact_bytes)",
         )
+
+
+def _size(artifact: Artifact) -> int:
+    return artifact.size
 
 
 class ReleaseRefused(Refused):
@@ -288,6 +382,8 @@ class ReleaseHistory(Protocol):
     """What the store remembers per model (``ModelStore`` provides it)."""
 
     def floor(self, model: str) -> str | None: ...
+
+    def serial_floor(self, model: str) -> int | None: ...
 
     def bad_versions(self, model: str) -> set[str]: ...
 
@@ -323,6 +419,7 @@ def verify_release(
             now=moment,
             device=device,
             floor=history.floor(manifest.model),
+            serial_floor=history.serial_floor(manifest.model),
             bad_versions=history.bad_versions(manifest.model),
             max_artifact_bytes=max_artifact_bytes,
             clock_skew_s=clock_skew_s,

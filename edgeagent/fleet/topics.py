@@ -1,9 +1,10 @@
 """The MQTT topic layout, spelled once for the device and the hub alike.
 
 Two kinds of topic exist: *group* topics (``<p>/group/<group>/…``), which the hub publishes
-retained so a device that joins later still finds the current release and trust file, and
-*device* topics (``<p>/device/<id>/…``). Whether a topic is retained is a property of its
-kind, decided here, so no caller has to guess it from the topic's spelling.
+retained so a device that joins later still finds the current trust file and the current
+release of *every* model (one retained topic per (group, model): ``<p>/group/<g>/release/<m>``;
+release format 2), and *device* topics (``<p>/device/<id>/…``). Whether a topic is retained
+is a property of its kind, decided here, so no caller has to guess it from its spelling.
 """
 
 from __future__ import annotations
@@ -28,14 +29,21 @@ class Topic:
 
 @dataclass(frozen=True)
 class GroupTopics:
-    """The hub → devices topics of one group; both retained (late joiners read them)."""
+    """The hub → devices topics of one group; all retained (late joiners read them)."""
 
     prefix: str
     group: str
 
+    def release(self, model: str) -> Topic:
+        """The retained slot of ``model``'s current release in this group."""
+        if not model or any(c in model for c in "/+#"):
+            raise ValueError(f"{model!r} cannot be a topic level")
+        return Topic(f"{self.prefix}/group/{self.group}/release/{model}", retained=True)
+
     @property
-    def release(self) -> Topic:
-        return Topic(f"{self.prefix}/group/{self.group}/release", retained=True)
+    def releases(self) -> str:
+        """The subscription that receives every model's release of this group."""
+        return f"{self.prefix}/group/{self.group}/release/{ANY}"
 
     @property
     def trust(self) -> Topic:
@@ -101,8 +109,8 @@ class Topics:
         return DeviceTopics(self.prefix, self.device_id)
 
     @property
-    def group_release(self) -> str:
-        return self.of_group.release.name
+    def group_releases(self) -> str:
+        return self.of_group.releases
 
     @property
     def group_trust(self) -> str:
@@ -126,14 +134,29 @@ class Topics:
 
     @property
     def subscriptions(self) -> tuple[str, ...]:
-        return (self.group_release, self.group_trust, self.device_release)
+        return (self.group_releases, self.group_trust, self.device_release)
+
+
+def release_model(topic: str) -> str | None:
+    """The model whose retained slot ``topic`` is (``…/group/<g>/release/<model>``), else None."""
+    levels = topic.split("/")
+    if len(levels) >= 4 and levels[-4] == "group" and levels[-2] == "release":
+        return levels[-1]
+    return None
 
 
 def purpose_of(topic: str) -> str | None:
-    """``"release"`` or ``"trust"``: what a hub → device topic carries (its last level).
+    """``"release"`` or ``"trust"``: what a hub → device topic carries, from its shape
+    (``…/group/<g>/release/<model>``, ``…/device/<id>/release``, ``…/group/<g>/trust``).
 
     The updater keys its de-duplication on this, so an envelope copied onto the wrong topic
     can never shadow the same bytes on the right one.
     """
-    kind = topic.rpartition("/")[2]
-    return kind if kind in ("release", "trust") else None
+    if release_model(topic) is not None:
+        return "release"
+    levels = topic.split("/")
+    if len(levels) >= 3 and levels[-3] == "device" and levels[-1] == "release":
+        return "release"
+    if len(levels) >= 3 and levels[-3] == "group" and levels[-1] == "trust":
+        return "trust"
+    return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +57,48 @@ def options_for(profile: Profile, package: ModelPackage) -> list[Option]:
                 dropped = str(exc)
         options.append(Option(rank, candidate, variant, dropped))
     return options
+
+
+def is_cpu(candidate: Candidate) -> bool:
+    """The CPU candidates ("CPU", "CPUExecutionProvider"): they work wherever the runtime does."""
+    return candidate.device.upper().startswith("CPU")
+
+
+def release_variants(
+    profile: Profile,
+    available: Sequence[str],
+    *,
+    cpu_fallback: bool = True,
+    failed: Collection[str] = (),
+) -> list[str]:
+    """The variant keys (``runtime/precision``) of a release a device downloads.
+
+    The same ranking as ``options_for`` at start, applied before any file exists (nothing can
+    be probed yet): the best-ranked candidate whose variant the release offers and whose
+    runtime is installed; with ``cpu_fallback``, also the best-ranked CPU candidate's variant,
+    so an accelerator that fails its probe or at run time still has somewhere to go.
+    Candidates in ``failed`` (keys whose probe already failed here, e.g. a CUDA provider this
+    machine lacks) are skipped, as the probe at start would skip them. Empty when the release
+    has nothing this device can run.
+    """
+    usable = []
+    for candidate in profile.candidates:
+        key = f"{candidate.runtime}/{candidate.precision}"
+        if key not in available or candidate.key in failed:
+            continue
+        try:
+            installed_version(candidate.runtime)
+        except RuntimeUnavailable:
+            continue
+        usable.append((candidate, key))
+    if not usable:
+        return []
+    picked = [usable[0][1]]
+    if cpu_fallback and not is_cpu(usable[0][0]):
+        cpu = next((key for candidate, key in usable if is_cpu(candidate)), None)
+        if cpu is not None and cpu not in picked:
+            picked.append(cpu)
+    return picked
 
 
 def time_session(

@@ -100,6 +100,18 @@ class Accelerators:
             self._choices[f"{package.name}:{package.version}"] = choice
         return session
 
+    def failed_candidates(self) -> set[str]:
+        """Candidate keys whose probe failed for a model served now: a release's variant for
+        them is not worth downloading (``choose.release_variants``)."""
+        with self._lock:
+            sessions = [s for s in self._sessions.values() if not s.closed]
+        return {
+            entry["candidate"]
+            for session in sessions
+            for entry in session.status()["candidates"]
+            if entry["state"] == "unavailable"
+        }
+
     def report(self) -> dict[str, Any]:
         """JSON-able state for /v1/status: board, profile, runtimes and each model's accelerator."""
         with self._lock:  # a version the registry closed is gone from the report

@@ -1,16 +1,19 @@
 """``edgeagent hub publish``: put a signed release (or trust file) on the broker for devices.
 
-The envelope is checked before it leaves the hub — it must decode, and with ``--trust`` it
-must verify against the fleet's trust file — because a release that every device refuses is
-better caught once here. Group releases are published retained (QoS 1), so devices that are
-offline or join later still receive them; single-device releases (rollout waves) are not
-retained and reach an offline device through its persistent session.
+A release is verified before it leaves the hub — signatures and threshold against the trust
+file devices have (or the one published with it), release format, expiry — because a release
+that every device refuses would replace the good one in its retained slot. Group releases
+are published retained (QoS 1) on their model's topic, so devices that are offline or join
+later receive the current release of every model; single-device releases (rollout waves) are
+not retained and reach an offline device through its persistent session. ``hub unpublish``
+clears a model's retained slot.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 import aiomqtt
@@ -19,7 +22,7 @@ from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
 from edgeagent.fleet.mqtt import client_options, connect_properties
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import TrustError, decode_envelope
+from edgeagent.fleet.signing import TrustError, decode_envelope, format_time
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
@@ -37,27 +40,40 @@ def hub_client(settings: MqttSettings, role: str) -> aiomqtt.Client:
     )
 
 
-def read_release(path: Path, trust: Path | None = None) -> tuple[bytes, ReleaseManifest]:
-    """Load a ``*.release.json`` envelope and its manifest; verify it when ``trust`` is given."""
+def read_release(
+    path: Path, trust: Path | None = None, *, now: datetime | None = None
+) -> tuple[bytes, ReleaseManifest]:
+    """Load a ``*.release.json`` envelope and its manifest; with ``trust``, refuse it unless a
+    device trusting that file would accept it (signatures, format, both expiries)."""
     try:
         envelope = path.read_bytes()
     except OSError as exc:
         raise HubError(f"{path}: cannot read the release ({exc.strerror})") from exc
     try:
-        payload = (
-            TrustStore.load(trust).verify(envelope, "release")
-            if trust is not None
-            else decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
-        )
-        return envelope, parse_manifest(payload)
+        if trust is None:
+            return envelope, parse_manifest(
+                decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
+            )
+        store = TrustStore.load(trust)
+        manifest = parse_manifest(store.verify(envelope, "release"))
     except TrustError as exc:
         raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
+    moment = now or datetime.now(timezone.utc)
+    for what, expires in (("the release", manifest.expires), (str(trust), store.expires)):
+        if expires <= moment:
+            raise HubError(
+                f"{path}: devices would refuse this release: {what} expired at "
+                f"{format_time(expires)}"
+            )
+    return envelope, manifest
 
 
-def release_topics(prefix: str, group: str | None, devices: Sequence[str]) -> list[Topic]:
+def release_topics(
+    prefix: str, group: str | None, devices: Sequence[str], model: str
+) -> list[Topic]:
     topics = [DeviceTopics(prefix, device).release for device in devices]
     if group:
-        topics.insert(0, GroupTopics(prefix, group).release)
+        topics.insert(0, GroupTopics(prefix, group).release(model))
     if not topics:
         raise HubError("say where to publish: --group GROUP and/or --device ID")
     return topics
@@ -73,6 +89,8 @@ async def publish(settings: MqttSettings, topics: Sequence[Topic], envelope: byt
         raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
 
 
-async def clear_release(settings: MqttSettings, group: str) -> None:
-    """Remove a group's retained release (an empty retained message deletes it)."""
-    await publish(settings, [GroupTopics(settings.topic_prefix, group).release], b"")
+async def clear_release(settings: MqttSettings, group: str, model: str) -> Topic:
+    """Remove ``model``'s retained release in ``group`` (an empty retained message deletes it)."""
+    topic = GroupTopics(settings.topic_prefix, group).release(model)
+    await publish(settings, [topic], b"")
+    return topic

@@ -1,14 +1,17 @@
-"""``hub sign``: turn a model package directory into a release artifact and its signed manifest.
+"""``hub sign``: turn a model package directory into release artifacts and a signed manifest.
 
-The artifact is a reproducible ``.tar.gz`` — entries sorted, mtime 0, owner 0/root-less, modes
+Release format 2 ships a package as one archive of the shared files (model.toml, labels,
+golden inputs) plus one archive per variant, so a device downloads only the variant it runs.
+Each artifact is a reproducible ``.tar.gz`` — entries sorted, mtime 0, owner 0/root-less, modes
 normalised, gzip header without name or time — so signing the same package twice gives the same
 SHA-256 and anyone can rebuild and compare it. Entries are relative to the package root
-(``model.toml``, ``labels.txt`` …, no leading directory); only regular files and directories
-go in, so an archive from this hub never carries a link.
+(``model.toml``, ``labels.txt`` …, no leading directory); only regular files go in, so an
+archive from this hub never carries a link.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -16,73 +19,97 @@ import os
 import secrets
 import tarfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import (
     Artifact,
     ManifestError,
     ReleaseManifest,
     Targets,
+    VariantArtifact,
     parse_manifest,
 )
-from edgeagent.fleet.signing import TrustError, sign_envelope
+from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic
 from edgeagent.hub.keys import HubError, load_private_key
+from edgeagent.hub.serials import ReleaseSerials, serials_path_for
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 
 DEFAULT_RELEASE_LIFETIME = timedelta(days=30)
 
 
 def _entries(root: Path) -> list[Path]:
-    """Every file and directory below ``root`` in sorted order; anything else is refused."""
+    """Every file below ``root`` in sorted order; links and special files are refused."""
     found = []
     for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(dirs + files):
+        for name in dirs + files:
             path = Path(directory) / name
             if path.is_symlink() or not (path.is_file() or path.is_dir()):
                 raise HubError(f"{path}: links and special files cannot go into a release")
-            found.append(path)
+            if path.is_file():
+                found.append(path)
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _tarinfo(path: Path, root: Path) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(path.relative_to(root).as_posix())
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    if path.is_dir():
-        info.type, info.mode = tarfile.DIRTYPE, 0o755
-    else:
-        info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, path.stat().st_size
-    return info
-
-
-def archive_package(package_dir: str | Path) -> tuple[bytes, ModelPackage]:
-    """Validate the package and return its reproducible ``.tar.gz`` bytes."""
-    try:
-        package = load_package(package_dir)
-    except PackageError as exc:
-        raise HubError(f"not a valid model package: {exc}") from exc
+def _tar(root: Path, files: Sequence[Path]) -> bytes:
+    """A reproducible ``.tar.gz`` of ``files`` (relative to ``root``; the unpacker makes the
+    directories)."""
     buffer = io.BytesIO()
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as compressed,
         tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
     ):
-        for path in _entries(package.root):
-            info = _tarinfo(path, package.root)
-            if info.isdir():
-                archive.addfile(info)
-            else:
-                with path.open("rb") as handle:
-                    archive.addfile(info, handle)
-    return buffer.getvalue(), package
+        for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
+            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+            info.mtime = 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, path.stat().st_size
+            with path.open("rb") as handle:
+                archive.addfile(info, handle)
+    return buffer.getvalue()
 
 
-def _artifact_path(out_dir: str | Path, package: ModelPackage) -> Path:
-    return Path(out_dir) / f"{package.name}-{package.version}.tar.gz"
+SHARED = "shared"  # the key of the shared files' artifact beside the variant keys
+
+
+@dataclass(frozen=True)
+class PackageArchives:
+    """A package split the way release format 2 ships it: the shared files (model.toml,
+    labels, golden inputs — everything no variant lists) and one archive per variant."""
+
+    package: ModelPackage
+    shared: bytes
+    variants: dict[str, bytes]  # Variant.key ("onnxruntime/int8") → archive bytes
+
+    def names(self) -> dict[str, str]:
+        """Artifact file names: ``<name>-<version>.tar.gz`` for the shared files and
+        ``<name>-<version>.<runtime>.<precision>.tar.gz`` per variant."""
+        stem = f"{self.package.name}-{self.package.version}"
+        names = {SHARED: f"{stem}.tar.gz"}
+        for key in self.variants:
+            names[key] = f"{stem}.{key.replace('/', '.')}.tar.gz"
+        return names
+
+    def data(self) -> dict[str, bytes]:
+        return {SHARED: self.shared, **self.variants}
+
+
+def archive_package(package_dir: str | Path) -> PackageArchives:
+    """Validate the package and return its reproducible archives (see ``PackageArchives``)."""
+    try:
+        package = load_package(package_dir)
+    except PackageError as exc:
+        raise HubError(f"not a valid model package: {exc}") from exc
+    entries = _entries(package.root)
+    in_variants = {path for variant in package.variants for path in variant.files}
+    shared = [path for path in entries if path not in in_variants]
+    variants = {v.key: _tar(package.root, v.files) for v in package.variants}
+    return PackageArchives(package, _tar(package.root, shared), variants)
 
 
 def _write_artifact(path: Path, data: bytes, *, replace: bool) -> None:
@@ -96,14 +123,16 @@ def _write_artifact(path: Path, data: bytes, *, replace: bool) -> None:
     write_file_atomic(path, data)
 
 
-def build_artifact(
+def build_artifacts(
     package_dir: str | Path, out_dir: str | Path, *, replace: bool = True
-) -> tuple[Path, ModelPackage]:
-    """Write ``<out_dir>/<name>-<version>.tar.gz`` (see ``archive_package``)."""
-    data, package = archive_package(package_dir)
-    path = _artifact_path(out_dir, package)
-    _write_artifact(path, data, replace=replace)
-    return path, package
+) -> tuple[dict[str, Path], ModelPackage]:
+    """Write every artifact of the package into ``out_dir``; {"shared" | variant key: path}."""
+    archives = archive_package(package_dir)
+    paths = {}
+    for key, name in archives.names().items():
+        paths[key] = Path(out_dir) / name
+        _write_artifact(paths[key], archives.data()[key], replace=replace)
+    return paths, archives.package
 
 
 class ManifestSigner:
@@ -127,6 +156,21 @@ class ManifestSigner:
         return sign_envelope(payload, self.keys)
 
 
+def release_path(out_dir: str | Path, model: str, version: str) -> Path:
+    """``<out_dir>/<model>-<version>.release.json``: the envelope signed last for that version."""
+    return Path(out_dir) / f"{model}-{version}.release.json"
+
+
+def _check_against(envelope: bytes, trust_path: str | Path | None) -> None:
+    """With a trust file, refuse an envelope that devices trusting it would refuse."""
+    if trust_path is None:
+        return
+    try:
+        TrustStore.load(trust_path).verify(envelope, "release")
+    except TrustError as exc:
+        raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
+
+
 def sign_package(
     package_dir: str | Path,
     *,
@@ -140,29 +184,41 @@ def sign_package(
     passphrase: bytes | None = None,
     trust_path: str | Path | None = None,
     replace_artifact: bool = True,
+    serials: ReleaseSerials | None = None,
     now: datetime | None = None,
 ) -> tuple[Path, Path]:
-    """Build the artifact and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
+    """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
     ``key_paths`` are release keys (a threshold of them when the role needs more than one);
-    ``base_url`` is where ``hub serve`` will publish ``out_dir``. With ``trust_path`` the
-    envelope is verified against that trust file first, so a release signed by a key the fleet
-    does not trust is caught here rather than on every device. With ``replace_artifact=False``
-    (what an operator wants unless forcing) an existing artifact of the same name and version
-    with other bytes is refused. Nothing is written unless every check passed. Returns
-    (artifact path, envelope path).
+    ``base_url`` is where ``hub serve`` will publish ``out_dir``. The release takes the model's
+    next serial from ``serials`` (default: ``serials.json`` beside the first key). With
+    ``trust_path`` the envelope is verified against that trust file first, so a release signed
+    by a key the fleet does not trust is caught here rather than on every device. With
+    ``replace_artifact=False`` (what an operator wants unless forcing) an existing artifact of
+    the same name and version with other bytes is refused. Nothing but the serial counter is
+    written unless every check passed. Returns (shared artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
-    data, package = archive_package(package_dir)
-    artifact = _artifact_path(out_dir, package)
+    archives = archive_package(package_dir)
+    package, names, data = archives.package, archives.names(), archives.data()
+    base = base_url.rstrip("/")
+
+    def artifact(key: str) -> Artifact:
+        return Artifact(
+            url=f"{base}/{names[key]}",
+            size=len(data[key]),
+            sha256=hashlib.sha256(data[key]).hexdigest(),
+        )
+
+    counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     manifest = ReleaseManifest(
         model=package.name,
         version=package.version,
-        artifact=Artifact(
-            url=f"{base_url.rstrip('/')}/{artifact.name}",
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+        serial=counter.next(package.name),
+        artifact=artifact(SHARED),
+        variants=tuple(
+            VariantArtifact(v.runtime, v.precision, artifact(v.key)) for v in package.variants
         ),
         issued_at=issued,
         expires=issued + expires_in,
@@ -171,12 +227,71 @@ def sign_package(
         min_agent_version=min_agent_version,
     )
     envelope = signer(manifest)
-    if trust_path is not None:
-        try:
-            TrustStore.load(trust_path).verify(envelope, "release")
-        except TrustError as exc:
-            raise HubError(f"devices trusting {trust_path} would refuse it: {exc}") from exc
-    envelope_path = Path(out_dir) / f"{package.name}-{package.version}.release.json"
-    _write_artifact(artifact, data, replace=replace_artifact)
+    _check_against(envelope, trust_path)
+    envelope_path = release_path(out_dir, package.name, package.version)
+    for key, name in names.items():
+        _write_artifact(Path(out_dir) / name, data[key], replace=replace_artifact)
     write_file_atomic(envelope_path, envelope)
-    return artifact, envelope_path
+    return Path(out_dir) / names[SHARED], envelope_path
+
+
+def sign_rollback(
+    model: str,
+    version: str,
+    *,
+    key_paths: Sequence[str | Path],
+    out_dir: str | Path,
+    expires_in: timedelta = DEFAULT_RELEASE_LIFETIME,
+    passphrase: bytes | None = None,
+    trust_path: str | Path | None = None,
+    serials: ReleaseSerials | None = None,
+    now: datetime | None = None,
+) -> tuple[ReleaseManifest, bytes]:
+    """Sign ``model`` ``version`` again, from the artifacts kept in ``out_dir``, as a new release.
+
+    The new envelope pins the same artifact (URL, size, SHA-256 — checked against the file
+    still in ``out_dir``, so a rollback never points devices at bytes that are gone) with the
+    model's next serial, a fresh issue time, expiry and deployment id: devices that committed a
+    later version install it, and the old envelope of that version stays a refused replay.
+    It replaces ``<model>-<version>.release.json``. Returns (manifest, envelope).
+    """
+    signer = ManifestSigner(key_paths, passphrase)
+    kept = release_path(out_dir, model, version)
+    try:
+        old = parse_manifest(
+            decode_envelope(kept.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES).payload
+        )
+    except OSError as exc:
+        raise HubError(
+            f"{kept}: no kept release of {model} {version} to roll back to ({exc.strerror})"
+        ) from exc
+    except TrustError as exc:
+        raise HubError(f"{kept}: not a release this hub can re-sign: {exc}") from exc
+    if (old.model, old.version) != (model, version):
+        raise HubError(f"{kept} holds {old.model} {old.version}, not {model} {version}")
+    for kept_artifact in (old.artifact, *(v.artifact for v in old.variants)):
+        _check_kept_artifact(Path(out_dir), kept_artifact)
+    counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
+    issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    manifest = dataclasses.replace(
+        old,
+        serial=counter.next(model),
+        issued_at=issued,
+        expires=issued + expires_in,
+        deployment_id=f"{model}-{version}-rollback-{secrets.token_hex(4)}",
+    )
+    envelope = signer(manifest)
+    _check_against(envelope, trust_path)
+    write_file_atomic(kept, envelope)
+    return manifest, envelope
+
+
+def _check_kept_artifact(out_dir: Path, artifact: Artifact) -> None:
+    """The artifact a rollback points at must still be in ``out_dir`` with the signed bytes."""
+    path = out_dir / artifact.url.rsplit("/", 1)[-1]
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise HubError(f"{path}: the artifact to roll back to is gone ({exc.strerror})") from exc
+    if len(data) != artifact.size or hashlib.sha256(data).hexdigest() != artifact.sha256:
+        raise HubError(f"{path}: no longer the signed artifact (size or SHA-256 differ)")

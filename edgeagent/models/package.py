@@ -276,6 +276,7 @@ def load_package(directory: str | Path) -> ModelPackage:
     raw_variants = top.get("variant", list)
     if not raw_variants:
         top.fail("at least one [[variant]] is required", "variant")
+    raw_variants = _installed_subset(root, raw_variants)
     variants = tuple(
         _variant(root, manifest, index, table) for index, table in enumerate(raw_variants)
     )
@@ -315,6 +316,33 @@ def load_package(directory: str | Path) -> ModelPackage:
         detection=detection,
         anchors=anchors,
     )
+
+
+INSTALLED_VARIANTS = "variants.installed"
+
+
+def _installed_subset(root: Path, tables: list[Any]) -> list[Any]:
+    """The ``[[variant]]`` tables this directory holds the files of.
+
+    A device updated by a release of format 2 downloads only the variants it runs, and lists
+    them (``runtime/precision``, one a line) in ``variants.installed`` beside model.toml; the
+    other variants' files are absent, so they are left out. Without that file every variant
+    is expected to be present.
+    """
+    listing = root / INSTALLED_VARIANTS
+    if not listing.is_file():
+        return tables
+    wanted = set(listing.read_text(encoding="utf-8").split())
+    keys = [
+        f"{t.get('runtime')}/{t.get('precision')}" if isinstance(t, dict) else "" for t in tables
+    ]
+    unknown = sorted(wanted - set(keys))
+    if unknown or not wanted:
+        raise PackageError(
+            f"{listing}: names {', '.join(unknown) or 'no variant'}; model.toml declares "
+            f"{', '.join(keys)}"
+        )
+    return [table for table, key in zip(tables, keys, strict=True) if key in wanted]
 
 
 def _inside(root: Path, manifest: Path, key: str, name: str) -> Path:

@@ -47,6 +47,10 @@ class UpdateSettings:
     golden_top_k: int = setting(
         5, "a golden input passes when its expected class is in the top-k (1 = exact top-1)"
     )
+    cpu_fallback_variant: bool = setting(
+        True,
+        "also download a release's best CPU variant when the chosen one needs an accelerator",
+    )
     ca_file: Path | None = setting(None, "CA bundle for https artifact URLs; None = system store")
     # --- trust (signatures, trust store, manifests) ---
     trust_file: Path = setting(

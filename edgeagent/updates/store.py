@@ -4,7 +4,10 @@ Layout under ``<state_dir>/store``::
 
     <model>/<version>/      one installed release (an unpacked model package), never modified
     <model>/current         symlink to the version served at start-up (swapped atomically)
-    floors.json             {model: version} — the anti-rollback floor, raised only on commit
+    floors.json             {model: version} — the version committed last (or a root-signed
+                            reset); a version floor only while the model has no serial
+    serials.json            {model: serial} — the anti-rollback floor of release format 2:
+                            the serial of the release committed last, raised only on commit
     bad.json                {model: [version, ...]} — releases that failed their health gate
     pending.json            the install in progress, so a restart can finish or undo it
 
@@ -50,6 +53,7 @@ class PendingInstall:
     version: str
     previous: str | None  # the version that was current when the install began
     deployment_id: str
+    serial: int = 0  # 0 only in a record left by an agent of release format 1
     step: str = "verified"
     started_at: float = field(default_factory=time.time)
 
@@ -132,6 +136,12 @@ class ModelStore:
     def floor(self, model: str) -> str | None:
         return self._floors().get(model)
 
+    def serial_floor(self, model: str) -> int | None:
+        """The serial committed last for ``model``; None before the first commit or after a
+        root-signed floor reset (then ``floor`` is a version floor)."""
+        serial = self._serials().get(model)
+        return serial if isinstance(serial, int) and not isinstance(serial, bool) else None
+
     def bad_versions(self, model: str) -> set[str]:
         return set(self._bad().get(model, []))
 
@@ -148,6 +158,7 @@ class ModelStore:
         """Everything the trusted state consists of; equal snapshots mean nothing changed."""
         return {
             "floors": self._floors(),
+            "serials": self._serials(),
             "bad": self._bad(),
             "pending": _read_json(self.root / "pending.json", None),
             "current": {m: self.current(m) for m in self.models()},
@@ -192,18 +203,32 @@ class ModelStore:
         os.replace(tmp, link)
         fsync_dir(directory)
 
-    def raise_floor(self, model: str, version: str) -> None:
-        """Record ``version`` as the anti-rollback floor: the next must be higher. Never lowers."""
-        floors = self._floors()
-        old = floors.get(check_name(model))
-        if old is not None and version_tuple(old) >= version_tuple(check_version(version)):
+    def raise_floor(self, model: str, version: str, serial: int) -> None:
+        """Record a committed release: ``serial`` becomes the floor (the next release must carry
+        a higher one; a lower serial never lowers it) and ``version`` the committed version —
+        older than the one before it when the release was a signed rollback.
+
+        The serial is written first: a crash between the two writes leaves the release counted
+        as committed (``recover``), and the version record follows at the next commit.
+        """
+        old = self.serial_floor(check_name(model))
+        if old is not None and old >= serial:
             return
-        floors[model] = version
+        serials = self._serials()
+        serials[model] = serial
+        write_json_atomic(self.root / "serials.json", serials)
+        floors = self._floors()
+        floors[model] = check_version(version)
         write_json_atomic(self.root / "floors.json", floors)
 
     def reset_floor(self, model: str, version: str) -> None:
         """Set the floor to exactly ``version``, lower or not: only for a root-signed reset
-        (recovery from a leaked release key). The version is no longer remembered as bad."""
+        (recovery from a leaked release key). The serial floor is forgotten (the attacker's
+        serial with it), so until the next commit the version floor applies; the version is no
+        longer remembered as bad."""
+        serials = self._serials()
+        if serials.pop(check_name(model), None) is not None:
+            write_json_atomic(self.root / "serials.json", serials)
         floors = self._floors()
         floors[check_name(model)] = check_version(version)
         write_json_atomic(self.root / "floors.json", floors)
@@ -285,8 +310,8 @@ class ModelStore:
         pending = self.pending()
         if pending is None:
             return None
-        floor = self.floor(pending.model)
-        committed = floor is not None and version_tuple(floor) >= version_tuple(pending.version)
+        floor = self.serial_floor(pending.model)
+        committed = pending.serial > 0 and floor is not None and floor >= pending.serial
         if committed and (self.root / pending.model / pending.version).is_dir():
             self.set_current(pending.model, pending.version)
             self.clear_pending()
@@ -314,6 +339,9 @@ class ModelStore:
 
     def _floors(self) -> dict[str, str]:
         return dict(_read_json(self.root / "floors.json", {}))
+
+    def _serials(self) -> dict[str, int]:
+        return dict(_read_json(self.root / "serials.json", {}))
 
     def _bad(self) -> dict[str, list[str]]:
         return dict(_read_json(self.root / "bad.json", {}))

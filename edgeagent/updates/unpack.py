@@ -86,19 +86,18 @@ def _copy_capped(source, target: Path, budget: int, name: str) -> int:
     return written
 
 
-def unpack_archive(
+def unpack_files(
     archive: Path,
     dest: Path,
     *,
     max_bytes: int,
     max_files: int,
     max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-) -> Path:
-    """Extract ``archive`` into the new directory ``dest``; return the package root in it.
+) -> None:
+    """Extract ``archive`` into the new directory ``dest`` with every check below (a variant's
+    archive of release format 2 holds only its files). On any error ``dest`` is removed again.
 
-    ``max_files`` bounds the archive's entries of every kind. The package root is ``dest``
-    itself when ``model.toml`` is at the top of the archive, or the single top-level directory
-    holding it. On any error ``dest`` is removed again.
+    ``max_files`` bounds the archive's entries of every kind.
     """
     dest.mkdir(parents=True)
     try:
@@ -109,6 +108,28 @@ def unpack_archive(
             max_files=max_files,
             max_header_bytes=max_header_bytes,
         )
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+
+
+def unpack_archive(
+    archive: Path,
+    dest: Path,
+    *,
+    max_bytes: int,
+    max_files: int,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+) -> Path:
+    """Extract ``archive`` (see ``unpack_files``) and return the package root in ``dest``.
+
+    The package root is ``dest`` itself when ``model.toml`` is at the top of the archive, or
+    the single top-level directory holding it. On any error ``dest`` is removed again.
+    """
+    unpack_files(
+        archive, dest, max_bytes=max_bytes, max_files=max_files, max_header_bytes=max_header_bytes
+    )
+    try:
         return _package_root(dest)
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)

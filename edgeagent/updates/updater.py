@@ -2,16 +2,19 @@
 
 Each received release envelope runs through these steps, one release at a time::
 
-    verify      signatures, then manifest, expiry, target, floor, bad list (the trust
-                engineer's ``verify_release``); a refusal changes nothing and is reported
-    download    into staging/<sha256>.part, capped at the signed length, resumable, hashed
-    unpack      into staging, refusing traversal, links, devices and oversize archives; the
+    verify      signatures, then manifest (format 2), expiry, target, serial floor, bad list
+                (``verify_release``), the retained slot's model, and which variants this
+                device runs (its profile ranking); a refusal changes nothing and is reported
+    download    the shared artifact and the chosen variants' only, each into
+                staging/<sha256>.part, capped at its signed length, resumable, hashed
+    unpack      into staging, refusing traversal, links, devices and oversize archives, each
+                variant's files beside the shared ones (``variants.installed`` lists them); the
                 package's own model.toml must name the signed model and version
     install     one rename into store/<model>/<version>
     activate    ``current`` → new; the registry loads and warms it and swaps traffic over
     health      the golden inputs must give the golden top-1 (or, without a golden file, a
                 finite answer) within ``health_timeout_s``
-    commit      raise the floor, clear the pending record, GC old releases
+    commit      raise the serial floor, clear the pending record, GC old releases
 
 Before each step the step name is written to ``pending.json``, so a crash anywhere is finished
 or undone by ``ModelStore.recover()`` at the next start. Any failure after ``verify`` rolls
@@ -28,6 +31,7 @@ agent at an exact point rather than at a random moment.
 from __future__ import annotations
 
 import asyncio
+import filecmp
 import hashlib
 import json
 import logging
@@ -35,7 +39,7 @@ import os
 import shutil
 import signal
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -46,20 +50,23 @@ from prometheus_client import CollectorRegistry
 from edgeagent.aio import cancel_and_wait
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet.manifest import (
+    Artifact,
     DeviceIdentity,
     ManifestError,
     ReleaseManifest,
     ReleaseRefused,
+    VariantArtifact,
     verify_release,
 )
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError, VerificationError
-from edgeagent.fleet.topics import Topics, purpose_of
+from edgeagent.fleet.topics import Topics, purpose_of, release_model
 from edgeagent.fleet.trust import TrustStore, open_trust_store
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import (
+    INSTALLED_VARIANTS,
     VERSION_RE,
     ModelPackage,
     PackageError,
@@ -70,7 +77,7 @@ from edgeagent.updates.download import ArtifactDownload, DownloadError, Download
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
-from edgeagent.updates.unpack import UnpackError, unpack_archive
+from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +103,11 @@ class Activator(Protocol):
     async def unload(self, name: str) -> None: ...
 
     def get(self, name: str) -> Served: ...
+
+
+VariantChoice = Callable[[Sequence[str]], list[str]]
+"""Which of a release's variant keys (``runtime/precision``) this device downloads, best
+first (``hardware.choose.release_variants`` over the board's profile)."""
 
 
 class InstallFailed(Exception):
@@ -152,9 +164,11 @@ class Updater:
         registry: Activator,
         device: DeviceIdentity,
         reporter: UpdateReporter,
+        choose_variants: VariantChoice,
         limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
     ) -> None:
         self.settings = settings
+        self.choose_variants = choose_variants
         self.store = store
         self.trust = trust
         self.registry = registry
@@ -167,6 +181,8 @@ class Updater:
         self._hint_ready = asyncio.Event()
         self._handled_path = store.root / "handled.json"
         self._handled: list[str] = self._load_handled()
+        self._committed_path = store.root / "committed-envelopes.json"
+        self._committed: dict[str, str] = self._load_committed()
 
     # --- entry points --------------------------------------------------------------------
     async def on_message(self, topic: str, payload: bytes) -> None:
@@ -190,7 +206,7 @@ class Updater:
             if not self._hints:
                 self._hint_ready.clear()
             try:
-                await self.apply(envelope)
+                await self.apply(envelope, topic)
             except Exception:  # a bug in one install must not stop later ones
                 log.exception("the update worker failed on a release from %s", topic)
 
@@ -214,8 +230,13 @@ class Updater:
         self.reporter.outcome(release, "succeeded", "rotated", detail)
         self._remember(key)
 
-    async def apply(self, envelope: bytes) -> dict[str, Any] | None:
-        """Run one release through every step; return the outcome record (None if a repeat)."""
+    async def apply(self, envelope: bytes, topic: str = "") -> dict[str, Any] | None:
+        """Run one release through every step; return the outcome record (None if a repeat).
+
+        ``topic`` is where it arrived: on a model's retained slot only that model's release is
+        taken, so a copy in another model's slot (which would hide that model's release from
+        devices joining later) is refused as ``wrong_topic``.
+        """
         key = self._handled_key("release", envelope)
         if key in self._handled:
             log.debug("release envelope %s already installed", key)
@@ -232,14 +253,36 @@ class Updater:
             )
         except TrustError as exc:
             return self._refused(self._describe(envelope, exc), exc)
-        await self._install(manifest, key)
+        slot = release_model(topic)
+        if slot is not None and slot != manifest.model:
+            refusal = TrustError(
+                "wrong_topic",
+                f"a release of {manifest.model} on the retained slot of {slot} ({topic})",
+            )
+            return self._refused(self._describe_manifest(manifest), refusal)
+        variants = self._variants(manifest)
+        if not variants:
+            offered = ", ".join(v.key for v in manifest.variants)
+            refusal = TrustError(
+                "no_variant",
+                f"{manifest.model} {manifest.version}: none of its variants ({offered}) runs "
+                f"on profile {self.device.profile or '?'} with the runtimes installed here",
+            )
+            return self._refused(self._describe_manifest(manifest), refusal)
+        await self._install(manifest, variants, key)
         return self.reporter.last
+
+    def _variants(self, manifest: ReleaseManifest) -> list[VariantArtifact]:
+        """The variants of ``manifest`` this device downloads (its choice, best first)."""
+        by_key = {variant.key: variant for variant in manifest.variants}
+        return [by_key[key] for key in self.choose_variants(list(by_key)) if key in by_key]
 
     # --- the release history verify_release checks against (ReleaseHistory) --------------
     def floor(self, model: str) -> str | None:
-        """The anti-rollback floor: the store's committed floor, or — before anything of this
-        model was committed here — the version serving now, so a device serving factory seed
-        v5 never accepts an old (still unexpired) v2."""
+        """The version floor, which counts only while the model has no serial floor: the
+        store's record (a root-signed reset), or — before anything of this model was committed
+        here — the version serving now, so a device serving factory seed v5 never accepts an
+        old (still unexpired) v2."""
         floor = self.store.floor(model)
         if floor is not None:  # committed here: the store's record is the whole truth (and
             return floor  # a root-signed reset may have lowered it below what serves now)
@@ -248,6 +291,9 @@ class Updater:
         except Exception:  # not loaded (or unknown): only the store's record counts
             serving = None
         return serving if serving is not None and VERSION_RE.match(serving) else None
+
+    def serial_floor(self, model: str) -> int | None:
+        return self.store.serial_floor(model)
 
     def bad_versions(self, model: str) -> set[str]:
         return self.store.bad_versions(model)
@@ -271,15 +317,17 @@ class Updater:
     @staticmethod
     def _describe(envelope: bytes, exc: TrustError) -> dict[str, str]:
         """Model, version and deployment of a refused release, when its signature was good."""
-        release = {"model": "", "version": "", "deployment_id": ""}
         if isinstance(exc, ReleaseRefused):
-            manifest = exc.manifest
-            release.update(
-                model=manifest.model,
-                version=manifest.version,
-                deployment_id=manifest.deployment_id,
-            )
-        return release
+            return Updater._describe_manifest(exc.manifest)
+        return {"model": "", "version": "", "deployment_id": ""}
+
+    @staticmethod
+    def _describe_manifest(manifest: ReleaseManifest) -> dict[str, str]:
+        return {
+            "model": manifest.model,
+            "version": manifest.version,
+            "deployment_id": manifest.deployment_id,
+        }
 
     def status(self) -> dict[str, Any]:
         return {
@@ -287,6 +335,7 @@ class Updater:
             "queued": len(self._hints),
             "trust_version": self.trust.version,
             "floors": {m: self.floor(m) for m in self.store.models()},
+            "serials": {m: self.store.serial_floor(m) for m in self.store.models()},
             "installed": {m: self.store.current(m) for m in self.store.models()},
             "pending": (lambda p: p and {"model": p.model, "version": p.version, "step": p.step})(
                 self.store.pending()
@@ -294,7 +343,9 @@ class Updater:
         }
 
     # --- the steps -----------------------------------------------------------------------
-    async def _install(self, manifest: ReleaseManifest, key: str) -> None:
+    async def _install(
+        self, manifest: ReleaseManifest, variants: list[VariantArtifact], key: str
+    ) -> None:
         """Run the steps after ``verify``; any failure, expected or not, rolls back.
 
         ``step`` names where it stopped, so an unexpected exception (a bug, or a network value
@@ -312,6 +363,7 @@ class Updater:
                 version=manifest.version,
                 previous=self.store.current(manifest.model),
                 deployment_id=manifest.deployment_id,
+                serial=manifest.serial,
             )
             self.store.begin(pending)
         except Exception as exc:  # nothing was changed yet: a refusal, the store as it was
@@ -324,14 +376,21 @@ class Updater:
         # What to swap the registry back to on failure: False until the new release serves.
         swap_back: Path | Literal[False] | None = False
         before = self._served_dir(manifest.model)
+        downloads: list[Path] = []  # completed artifacts in staging, removed when done
         step = "download"
         try:
-            artifact = await self._download(manifest, release)
+            for artifact in (manifest.artifact, *(v.artifact for v in variants)):
+                downloads.append(await self._download(artifact, release))
+            shared, *files = downloads
+            downloaded = manifest.artifact.size + sum(v.artifact.size for v in variants)
             self.store.advance(pending, "downloaded")
+            self.reporter.progress(
+                release, "downloaded", bytes=downloaded, variants=[v.key for v in variants]
+            )
             checkpoint("downloaded")
 
             step = "unpack"
-            unpacked = await self._unpack(manifest, artifact)
+            unpacked = await self._unpack(manifest, shared, list(zip(variants, files, strict=True)))
             self.store.advance(pending, "unpacked")
             self.reporter.progress(release, "unpacked")
             checkpoint("unpacked")
@@ -340,7 +399,7 @@ class Updater:
             installed = await asyncio.to_thread(
                 self.store.install, manifest.model, manifest.version, unpacked
             )
-            artifact.unlink(missing_ok=True)
+            self._discard(downloads)
             self.store.advance(pending, "installed")
             self.reporter.progress(release, "installed")
             checkpoint("installed")
@@ -362,8 +421,10 @@ class Updater:
             checkpoint("committing")
             self._commit(pending, release, key)
         except InstallFailed as exc:
+            self._discard(downloads)
             await self._roll_back(pending, release, swap_back, exc.code, str(exc), bad=exc.bad)
         except Exception as exc:
+            self._discard(downloads)
             log.exception("update step %r of %s %s failed", step, manifest.model, manifest.version)
             message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
             await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
@@ -397,8 +458,9 @@ class Updater:
         """Raise the floor, then report, then drop the pending record — in that order, so a
         crash between any two steps still ends in one durable "succeeded" (recover() reports
         a raised floor as a committed install, and the reporter persists its outcomes)."""
-        self.store.raise_floor(pending.model, pending.version)
+        self.store.raise_floor(pending.model, pending.version, pending.serial)
         self._remember(key)  # a re-delivered envelope is not refused as "same_version"
+        self._supersede(pending.model, key)
         removed = self.store.gc(pending.model, self.settings.keep_releases)
         detail = f"now serving {pending.model} {pending.version}"
         if removed:
@@ -407,7 +469,7 @@ class Updater:
         self.store.clear_pending()
         checkpoint("committed")
 
-    async def _download(self, manifest: ReleaseManifest, release: dict[str, str]) -> Path:
+    async def _download(self, artifact: Artifact, release: dict[str, str]) -> Path:
         settings = self.settings
         limits = DownloadLimits(
             timeout_s=settings.download_timeout_s,
@@ -424,9 +486,9 @@ class Updater:
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             job = ArtifactDownload(
                 http,
-                manifest.artifact.url,
-                size=manifest.artifact.size,
-                sha256=manifest.artifact.sha256,
+                artifact.url,
+                size=artifact.size,
+                sha256=artifact.sha256,
                 staging=self.store.staging,
                 limits=limits,
                 paused=lambda: self.limits().pause_downloads,
@@ -440,21 +502,31 @@ class Updater:
                 job.discard()
                 raise InstallFailed(exc.code, str(exc)) from exc
 
-    async def _unpack(self, manifest: ReleaseManifest, artifact: Path) -> Path:
+    async def _unpack(
+        self,
+        manifest: ReleaseManifest,
+        shared: Path,
+        variants: list[tuple[VariantArtifact, Path]],
+    ) -> Path:
+        """Unpack the shared files, add each downloaded variant's files beside them, list the
+        variants in ``variants.installed`` and validate the result as a package."""
         destination = self.store.staging / f"unpack-{manifest.artifact.sha256}"
         shutil.rmtree(destination, ignore_errors=True)
+        limits = {
+            "max_bytes": self.settings.max_unpacked_bytes,
+            "max_files": self.settings.max_unpacked_files,
+            "max_header_bytes": self.settings.max_tar_header_bytes,
+        }
         try:
-            root = await asyncio.to_thread(
-                unpack_archive,
-                artifact,
-                destination,
-                max_bytes=self.settings.max_unpacked_bytes,
-                max_files=self.settings.max_unpacked_files,
-                max_header_bytes=self.settings.max_tar_header_bytes,
+            root = await asyncio.to_thread(unpack_archive, shared, destination, **limits)
+            for variant, archive in variants:
+                await asyncio.to_thread(self._add_variant, root, variant, archive, limits)
+            (root / INSTALLED_VARIANTS).write_text(
+                "".join(f"{variant.key}\n" for variant, _ in variants), encoding="utf-8"
             )
             package = await asyncio.to_thread(load_package, root)
         except UnpackError as exc:
-            artifact.unlink(missing_ok=True)
+            shutil.rmtree(destination, ignore_errors=True)
             raise InstallFailed("unsafe_archive", str(exc)) from exc
         except PackageError as exc:
             shutil.rmtree(destination, ignore_errors=True)
@@ -468,6 +540,33 @@ class Updater:
                 bad=True,
             )
         return root
+
+    @staticmethod
+    def _discard(downloads: list[Path]) -> None:
+        for path in downloads:
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _add_variant(
+        root: Path, variant: VariantArtifact, archive: Path, limits: dict[str, int]
+    ) -> None:
+        """Unpack one variant's archive beside the package root, then move its files in. A
+        file already there (a shared file, or another variant's) must have the same bytes —
+        two variants may share a file (OpenVINO reading the ONNX one) — or it is refused."""
+        holder = root.parent / f"variant-{variant.artifact.sha256}"
+        shutil.rmtree(holder, ignore_errors=True)
+        unpack_files(archive, holder, **limits)
+        try:
+            for path in sorted(p for p in holder.rglob("*") if p.is_file()):
+                target = root / path.relative_to(holder)
+                if target.name == INSTALLED_VARIANTS or (
+                    target.exists() and not filecmp.cmp(path, target, shallow=False)
+                ):
+                    raise UnpackError(f"{variant.key}: {target.name} would replace a file")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, target)
+        finally:
+            shutil.rmtree(holder, ignore_errors=True)
 
     async def _activate(self, installed: Path) -> Served:
         try:
@@ -549,6 +648,25 @@ class Updater:
         self._handled = [*self._handled, key][-_REMEMBERED:]
         write_json_atomic(self._handled_path, self._handled)
 
+    def _load_committed(self) -> dict[str, str]:
+        try:
+            data = json.loads(self._committed_path.read_text(encoding="utf-8"))
+            return {str(m): str(k) for m, k in data.items()}
+        except (OSError, ValueError, TypeError, AttributeError):
+            return {}
+
+    def _supersede(self, model: str, key: str) -> None:
+        """Forget the envelope committed before for ``model``: it is a replay now (its serial
+        is below the floor), and a replay is refused and reported, not silently skipped."""
+        old = self._committed.get(model)
+        if old == key:
+            return
+        if old in self._handled:
+            self._handled = [k for k in self._handled if k != old]
+            write_json_atomic(self._handled_path, self._handled)
+        self._committed[model] = key
+        write_json_atomic(self._committed_path, self._committed)
+
 
 class UpdateService:
     """The updater as one of the daemon's services: recovery, MQTT link, install worker.
@@ -569,6 +687,7 @@ class UpdateService:
         metrics: CollectorRegistry,
         limits: Callable[[], ServingLimits],
         sources: Mapping[str, Callable[[], dict[str, Any]]],
+        choose_variants: VariantChoice,
         profile: str = "",
     ) -> None:
         self.store = ModelStore(state_dir)
@@ -595,6 +714,7 @@ class UpdateService:
             registry=registry,
             device=DeviceIdentity(device_id, profile, settings.device_class),
             reporter=self.reporter,
+            choose_variants=choose_variants,
             limits=limits,
         )
         topics = Topics(mqtt.topic_prefix, settings.group, device_id)

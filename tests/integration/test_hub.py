@@ -103,10 +103,19 @@ async def test_keygen_sign_serve_publish_status(tmp_path: Path, broker: Broker) 
     broker_arg = f"127.0.0.1:{broker.port}"
     release = json.loads(signed.stdout)["release"]
     published = await asyncio.to_thread(
-        hub, "publish", release, "--group", "lab", "--broker", broker_arg, "--json"
+        hub,
+        "publish",
+        release,
+        "--group",
+        "lab",
+        "--trust",
+        str(keys / "trust.json"),
+        "--broker",
+        broker_arg,
+        "--json",
     )
     assert published.returncode == 0, published.stderr
-    assert json.loads(published.stdout)["topics"] == ["edgeagent/group/lab/release"]
+    assert json.loads(published.stdout)["topics"] == ["edgeagent/group/lab/release/tiny"]
 
     status = await asyncio.to_thread(hub, "status", "--broker", broker_arg, "--wait", "0.3")
     assert status.returncode == 0 and "0 device(s), 0 online" in status.stdout
@@ -157,9 +166,10 @@ def test_publish_over_tls_with_a_client_certificate(tmp_path: Path, broker: Brok
         str(password),
     ]
     release = json.loads(signed.stdout)["release"]
-    assert hub("publish", release, "--device", "dev-9", *tls).returncode == 0
+    trust = ["--trust", str(keys / "trust.json")]
+    assert hub("publish", release, "--device", "dev-9", *trust, *tls).returncode == 0
     password.write_text("wrong")
-    refused = hub("publish", release, "--device", "dev-9", *tls)
+    refused = hub("publish", release, "--device", "dev-9", *trust, *tls)
     assert refused.returncode == 2 and "broker 127.0.0.1" in refused.stderr
 
 
@@ -168,8 +178,10 @@ def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
     assert malformed.returncode == 2 and "HOST:PORT" in malformed.stderr
     unreachable = hub("status", "--broker", "127.0.0.1:1")
     assert unreachable.returncode == 2 and "broker 127.0.0.1:1" in unreachable.stderr
-    missing = hub("publish", str(tmp_path / "none.release.json"), "--group", "g")
+    missing = hub("publish", str(tmp_path / "none.release.json"), "--group", "g", "--trust", "t")
     assert missing.returncode == 2 and "cannot read the release" in missing.stderr
+    unchecked = hub("publish", str(tmp_path / "none.release.json"), "--group", "g")
+    assert unchecked.returncode == 2 and "--trust FILE" in unchecked.stderr
     stages = hub(
         "rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20", "--release-key", "k"
     )

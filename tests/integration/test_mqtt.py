@@ -64,13 +64,13 @@ async def test_a_release_sent_while_offline_arrives_on_reconnect(broker: Broker,
     await device.stop()  # the broker keeps the persistent session
 
     await publish(settings, [device.topics.of_device.release], b"release-for-dev-1")
-    await publish(settings, [device.topics.of_group.release], b"group-release")
+    await publish(settings, [device.topics.of_group.release("tiny")], b"group-release")
 
     device = await Device(settings).start()
     devices.append(device)
     await until(lambda: len(device.received) >= 2)
     assert (device.topics.device_release, b"release-for-dev-1") in device.received
-    assert (device.topics.group_release, b"group-release") in device.received
+    assert (device.topics.of_group.release("tiny").name, b"group-release") in device.received
 
 
 async def test_the_link_survives_a_broker_restart(broker: Broker, devices) -> None:
@@ -152,7 +152,7 @@ def test_settings_refuse_a_client_cert_without_its_key() -> None:
 def test_topics_are_one_scheme() -> None:
     topics = Topics("edgeagent", "lab", "dev-1")
     assert topics.subscriptions == (
-        "edgeagent/group/lab/release",
+        "edgeagent/group/lab/release/+",
         "edgeagent/group/lab/trust",
         "edgeagent/device/dev-1/release",
     )

@@ -150,14 +150,15 @@ async def test_a_device_writes_only_its_own_topics(acl_broker: Broker) -> None:
 async def test_only_the_hub_writes_release_and_trust_topics(acl_broker: Broker) -> None:
     dev2 = _as(acl_broker, "dev-2")
     group = GroupTopics("edgeagent", "lab")
+    release = group.release("tiny").name
     watcher = await _watch(dev2, "edgeagent/#", b"marker")
     await _raw_publish(
         _as(acl_broker, "dev-1"),
-        [(group.release.name, b"device-made release"), (group.trust.name, b"device-made trust")],
+        [(release, b"device-made release"), (group.trust.name, b"device-made trust")],
     )
-    await _raw_publish(_as(acl_broker, HUB_USER), [(group.release.name, b"marker")])
+    await _raw_publish(_as(acl_broker, HUB_USER), [(release, b"marker")])
     received = await asyncio.wait_for(watcher, 10)
-    assert received == [(group.release.name, b"marker")]
+    assert received == [(release, b"marker")]
 
 
 async def test_the_agent_link_works_under_the_acl(acl_broker: Broker) -> None:
@@ -172,9 +173,10 @@ async def test_the_agent_link_works_under_the_acl(acl_broker: Broker) -> None:
     task = asyncio.create_task(link.run())
     try:
         await asyncio.wait_for(link.connected.wait(), 10)
-        await publish(_as(acl_broker, HUB_USER), [GroupTopics("edgeagent", "lab").release], b"r1")
+        topic = GroupTopics("edgeagent", "lab").release("tiny")
+        await publish(_as(acl_broker, HUB_USER), [topic], b"r1")
         await until(lambda: received)
-        assert received == [("edgeagent/group/lab/release", b"r1")]
+        assert received == [("edgeagent/group/lab/release/tiny", b"r1")]
     finally:
         await link.close()
         task.cancel()

@@ -18,6 +18,7 @@ from devtools.broker import make_pki
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.hub.keys import generate_key, keygen
+from edgeagent.hub.serials import ReleaseSerials
 from edgeagent.hub.serve import server_tls, start_artifact_server
 from tests.integration.test_updates_helpers import (
     Device,
@@ -33,6 +34,7 @@ from tests.integration.test_updates_helpers import (
 
 
 async def _serving_v1(hub: Hub, device: Device) -> dict:
+    (hub.keys / "serials.json").write_text('{"tiny": 9}')  # a hub that has released before
     outcome = await device.apply(hub.release("1"))
     assert outcome["result"] == "succeeded", outcome
     assert device.serving() == "1"
@@ -93,7 +95,8 @@ def _bad_signature(hub: Hub) -> bytes:
 
 
 def _replayed_older(hub: Hub) -> bytes:
-    return hub.release("0.9")
+    """A genuine envelope signed before the one installed (a lower serial)."""
+    return hub.release("0.9", serials=ReleaseSerials(hub.root / "serials-of-the-past.json"))
 
 
 def _equal_version(hub: Hub) -> bytes:
@@ -111,7 +114,7 @@ def _wrong_target(hub: Hub) -> bytes:
 
 def _malformed(hub: Hub) -> bytes:
     key = load_private_key(hub.keys / "release.key")
-    return sign_envelope(b'{"type": "release", "model": 42}', [key])
+    return sign_envelope(b'{"type": "release", "format": 2, "model": 42}', [key])
 
 
 def _traversal(hub: Hub) -> bytes:
@@ -130,7 +133,7 @@ ATTACKS = [
     (_truncate, "refused", "truncated"),
     (_wrong_key, "refused", "unknown_key"),
     (_bad_signature, "refused", "bad_signature"),
-    (_replayed_older, "refused", "rollback"),
+    (_replayed_older, "refused", "replay"),
     (_equal_version, "refused", "same_version"),
     (_expired, "refused", "expired"),
     (_wrong_target, "refused", "wrong_target"),
@@ -213,8 +216,9 @@ async def test_a_failed_golden_check_swaps_back_to_the_old_version(hub, device) 
 
 async def test_a_package_that_is_not_what_was_signed_is_refused(hub, device) -> None:
     await _serving_v1(hub, device)
-    archive = (next(hub.artifacts.glob("tiny-1*.tar.gz"))).read_bytes()
-    outcome = await device.apply(hub.raw_release(archive, version="5"))
+    shared = (hub.artifacts / "tiny-1.tar.gz").read_bytes()
+    variant = (hub.artifacts / "tiny-1.onnxruntime.fp32.tar.gz").read_bytes()
+    outcome = await device.apply(hub.raw_release(shared, version="5", variant_bytes=variant))
     assert outcome["code"] == "bad_package" and "signed manifest says tiny 5" in outcome["message"]
     assert device.serving() == "1"
 

@@ -15,11 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.fleet.manifest import Artifact, ReleaseManifest, Targets
+from edgeagent.fleet.manifest import (
+    MAX_SERIAL,
+    Artifact,
+    ReleaseManifest,
+    Targets,
+    VariantArtifact,
+)
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics
 from edgeagent.fleet.trust import TrustStore, trust_state_path
 from edgeagent.hub.keys import generate_key, load_private_key, rotate
+from edgeagent.hub.serials import ReleaseSerials
 from edgeagent.updates.settings import UpdateSettings
 from tests.integration.test_updates_helpers import (
     Device,
@@ -30,7 +37,7 @@ from tests.integration.test_updates_helpers import (
 )
 
 TRUST_TOPIC = GroupTopics("edgeagent", "default").trust.name
-RELEASE_TOPIC = GroupTopics("edgeagent", "default").release.name
+RELEASE_TOPIC = GroupTopics("edgeagent", "default").release("tiny").name
 
 
 def _rotated_v2(hub: Hub, release_key_name: str = "release-2") -> tuple[bytes, Path]:
@@ -190,7 +197,15 @@ def _raw_manifest(hub: Hub, version: str) -> bytes:
     manifest = ReleaseManifest(
         model="tiny",
         version=version,
+        serial=hub.next_serial(),
         artifact=Artifact(f"{hub.url}/x.tar.gz", len(body), hashlib.sha256(body).hexdigest()),
+        variants=(
+            VariantArtifact(
+                "onnxruntime",
+                "fp32",
+                Artifact(f"{hub.url}/y.tar.gz", len(body), hashlib.sha256(body).hexdigest()),
+            ),
+        ),
         issued_at=now,
         expires=now + timedelta(days=1),
         deployment_id="long",
@@ -220,14 +235,16 @@ async def test_no_downgrade_below_the_factory_seed(hub, device, tmp_path) -> Non
 
 
 async def test_a_root_signed_floor_reset_recovers_from_a_leaked_release_key(hub, device) -> None:
-    """Item 6: a leaked release key signed the highest possible version; every genuine
-    release was `rollback` for ever. The root keys revoke the key and reset the floor in one
-    rotation; the next genuine release installs, the attacker's key is refused."""
+    """Item 6: a leaked release key signed the highest possible serial; every genuine release
+    was a `replay` for ever. The root keys revoke the key and reset the floor in one rotation;
+    the next genuine release installs, the attacker's key is refused."""
     assert (await device.apply(hub.release("1")))["result"] == "succeeded"
-    leaked = await device.apply(hub.release("999999999"))  # the attacker, with the leaked key
+    attacker = hub.root / "attacker-serials.json"
+    attacker.write_text(json.dumps({"tiny": MAX_SERIAL - 1}))
+    leaked = await device.apply(hub.release("999999999", serials=ReleaseSerials(attacker)))
     assert leaked["result"] == "succeeded" and device.serving() == "999999999"
     blocked = await device.apply(hub.release("2"))
-    assert (blocked["result"], blocked["code"]) == ("refused", "rollback")
+    assert (blocked["result"], blocked["code"]) == ("refused", "replay")
 
     new_key = generate_key(hub.keys, "release-2")
     rotated = rotate(
@@ -239,7 +256,7 @@ async def test_a_root_signed_floor_reset_recovers_from_a_leaked_release_key(hub,
     await device.updater.on_message(TRUST_TOPIC, rotated.read_bytes())
     assert _last_event(device)["code"] == "rotated"
     assert "floor of tiny reset to 1" in _last_event(device)["message"]
-    assert device.store.floor("tiny") == "1"
+    assert (device.store.floor("tiny"), device.store.serial_floor("tiny")) == ("1", None)
 
     again = await device.apply(hub.release("999999999", deployment_id="attacker-again"))
     assert (again["result"], again["code"]) == ("refused", "unknown_key")

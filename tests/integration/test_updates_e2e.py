@@ -239,7 +239,7 @@ async def test_an_attack_is_reported_over_mqtt_and_the_device_keeps_serving(
     data = bytearray(artifact.read_bytes())
     data[len(data) // 2] ^= 0xFF
     artifact.write_bytes(bytes(data))
-    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], envelope)
+    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], envelope)
     for _ in range(100):
         rows = await collect_fleet(broker.settings(), group="lab", wait_s=0.3)
         if rows and rows[0]["last_code"]:
@@ -268,7 +268,9 @@ async def test_sigkill_at_each_install_step_then_restart_serves_a_verified_versi
     agent: Agent, hub: Hub, broker: Broker, step: str
 ) -> None:
     await agent.start(**{KILL_ENV: step})
-    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("2"))
+    await publish(
+        broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], hub.release("2")
+    )
     assert await agent.killed() == -signal.SIGKILL
     await agent.start()
     expected = KILL_POINTS[step]

@@ -8,7 +8,9 @@ one thing (version, key, expiry, target, artifact bytes) and then checks the rep
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import hashlib
 import io
 import tarfile
@@ -23,12 +25,25 @@ import onnxruntime as ort
 import pytest
 from prometheus_client import CollectorRegistry
 
+from devtools.broker import Broker
 from devtools.package import add_field, rehash_files
+from edgeagent.aio import cancel_and_wait
 from edgeagent.engine.registry import ModelRegistry
-from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ReleaseManifest, Targets
+from edgeagent.fleet.manifest import (
+    Artifact,
+    DeviceIdentity,
+    ReleaseManifest,
+    Targets,
+    VariantArtifact,
+)
+from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import sign_envelope
+from edgeagent.fleet.topics import Topics
 from edgeagent.fleet.trust import open_trust_store
+from edgeagent.hardware.choose import release_variants
+from edgeagent.hardware.profile import Profile, load_profiles
 from edgeagent.hub.keys import keygen, load_private_key
+from edgeagent.hub.serials import ReleaseSerials
 from edgeagent.hub.serve import start_artifact_server
 from edgeagent.hub.sign import ManifestSigner, sign_package
 from edgeagent.models.session import open_variant
@@ -98,19 +113,32 @@ class Hub:
             add_golden(self.package(version, seed=int(version.split(".")[0]))), **options
         )
 
-    def raw_release(self, artifact_bytes: bytes, model: str = "tiny", version: str = "9") -> bytes:
-        """Sign a manifest for arbitrary artifact bytes (a hostile archive)."""
-        name = f"{model}-{version}-raw.tar.gz"
-        (self.artifacts / name).write_bytes(artifact_bytes)
+    def next_serial(self, model: str = "tiny") -> int:
+        """The serial ``hub sign`` would give the model's next release (the same counter)."""
+        return ReleaseSerials(self.keys / "serials.json").next(model)
+
+    def raw_release(
+        self,
+        artifact_bytes: bytes,
+        model: str = "tiny",
+        version: str = "9",
+        variant_bytes: bytes = b"variant files",
+        variant_key: tuple[str, str] = ("onnxruntime", "fp32"),
+    ) -> bytes:
+        """Sign a manifest for arbitrary shared and variant archive bytes (hostile archives)."""
         now = datetime.now(timezone.utc).replace(microsecond=0)
+
+        def artifact(suffix: str, data: bytes) -> Artifact:
+            name = f"{model}-{version}-raw{suffix}.tar.gz"
+            (self.artifacts / name).write_bytes(data)
+            return Artifact(f"{self.url}/{name}", len(data), hashlib.sha256(data).hexdigest())
+
         manifest = ReleaseManifest(
             model=model,
             version=version,
-            artifact=Artifact(
-                url=f"{self.url}/{name}",
-                size=len(artifact_bytes),
-                sha256=hashlib.sha256(artifact_bytes).hexdigest(),
-            ),
+            serial=self.next_serial(model),
+            artifact=artifact("", artifact_bytes),
+            variants=(VariantArtifact(*variant_key, artifact(".variant", variant_bytes)),),
             issued_at=now,
             expires=now + timedelta(days=1),
             deployment_id=f"raw-{version}",
@@ -151,7 +179,20 @@ class Device:
         return outcome
 
 
-def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) -> Device:
+def profile_named(name: str = "generic-x86_64") -> Profile:
+    """One of the shipped board profiles (the generic x86 one ranks CUDA, NPU, Edge TPU, CPU)."""
+    return next(p for p in load_profiles() if p.name == name)
+
+
+def make_device(
+    state_dir: Path,
+    trust_seed: Path,
+    executor,
+    *,
+    profile: Profile | None = None,
+    opener=open_variant,
+    **settings: Any,
+) -> Device:
     update_settings = UpdateSettings(
         enabled=True,
         device_class=DEVICE.device_class,
@@ -163,7 +204,7 @@ def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) ->
     )
     store = ModelStore(state_dir)
     store.recover()
-    registry = serving_registry(open_variant, executor=executor)
+    registry = serving_registry(opener, executor=executor)
     events: list[dict[str, Any]] = []
     reporter = UpdateReporter(DEVICE.device_id, "default", metrics=CollectorRegistry())
     reporter.connect(lambda state: None, events.append)
@@ -174,6 +215,11 @@ def make_device(state_dir: Path, trust_seed: Path, executor, **settings: Any) ->
         registry=registry,
         device=DEVICE,
         reporter=reporter,
+        choose_variants=functools.partial(
+            release_variants,
+            profile or profile_named(),
+            cpu_fallback=update_settings.cpu_fallback_variant,
+        ),
     )
     return Device(state_dir, store, registry, updater, events)
 
@@ -195,3 +241,55 @@ async def device_fixture(tmp_path: Path, hub: Hub) -> AsyncIterator[Device]:
         device = make_device(tmp_path / "device", hub.keys / "trust.json", executor)
         yield device
         await device.registry.close()
+
+
+class Online:
+    """A device stack plus its MQTT link, as the daemon's UpdateService runs them."""
+
+    def __init__(self, device: Device, broker: Broker, device_id: str = "dev-1") -> None:
+        self.device = device
+        topics = Topics("edgeagent", "lab", device_id)
+        self.link = MqttLink(broker.settings(), topics, device.updater.on_message)
+        device.updater.device = dataclasses.replace(device.updater.device, device_id=device_id)
+        device.updater.reporter.device_id = device_id
+        device.updater.reporter.group = "lab"
+        device.updater.reporter.sources = {"models": device.registry.status}
+        device.updater.reporter.connect(self.link.publish_state, self._event)
+        self.tasks: list[asyncio.Task] = []
+
+    def _event(self, event: dict) -> None:
+        self.device.events.append(event)
+        self.link.publish_event(event)
+
+    async def start(self) -> Online:
+        self.tasks = [
+            asyncio.create_task(self.link.run()),
+            asyncio.create_task(self.device.updater.run()),
+        ]
+        await asyncio.wait_for(self.link.connected.wait(), 15)
+        return self
+
+    async def stop(self) -> None:
+        await self.link.close()
+        await cancel_and_wait(self.tasks)
+
+    def outcome(self) -> dict | None:
+        return self.device.updater.reporter.last
+
+
+@pytest.fixture(name="stacks")
+async def stacks_fixture(tmp_path: Path, hub: Hub, broker: Broker) -> AsyncIterator:
+    """Make online devices on demand; everything is stopped and closed afterwards."""
+    made: list[Online] = []
+    with ThreadPoolExecutor(2) as executor:
+
+        async def make(device_id: str = "dev-1", state: str | None = None) -> Online:
+            device = make_device(tmp_path / (state or device_id), hub.keys / "trust.json", executor)
+            online = Online(device, broker, device_id)
+            made.append(online)
+            return online
+
+        yield make
+        for online in made:
+            await online.stop()
+            await online.device.registry.close()

@@ -6,88 +6,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from devtools.broker import Broker
-from edgeagent.aio import cancel_and_wait
 from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
-from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.signing import decode_envelope
-from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics
+from edgeagent.fleet.topics import DeviceTopics, GroupTopics
 from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.rollout import RolloutPlan, rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
 from tests.integration.test_updates_helpers import (
-    Device,
     Hub,
     break_model,
     hub_fixture,  # noqa: F401 - fixture
-    make_device,
+    stacks_fixture,  # noqa: F401 - fixture
 )
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
-
-
-class Online:
-    """A device stack plus its MQTT link, as the daemon's UpdateService runs them."""
-
-    def __init__(self, device: Device, broker: Broker, device_id: str = "dev-1") -> None:
-        self.device = device
-        topics = Topics("edgeagent", "lab", device_id)
-        self.link = MqttLink(broker.settings(), topics, device.updater.on_message)
-        device.updater.device = dataclasses.replace(device.updater.device, device_id=device_id)
-        device.updater.reporter.device_id = device_id
-        device.updater.reporter.group = "lab"
-        device.updater.reporter.sources = {"models": device.registry.status}
-        device.updater.reporter.connect(self.link.publish_state, self._event)
-        self.tasks: list[asyncio.Task] = []
-
-    def _event(self, event: dict) -> None:
-        self.device.events.append(event)
-        self.link.publish_event(event)
-
-    async def start(self) -> Online:
-        self.tasks = [
-            asyncio.create_task(self.link.run()),
-            asyncio.create_task(self.device.updater.run()),
-        ]
-        await asyncio.wait_for(self.link.connected.wait(), 15)
-        return self
-
-    async def stop(self) -> None:
-        await self.link.close()
-        await cancel_and_wait(self.tasks)
-
-    def outcome(self) -> dict | None:
-        return self.device.updater.reporter.last
-
-
-@pytest.fixture
-async def stacks(tmp_path: Path, hub: Hub, broker: Broker) -> AsyncIterator:
-    """Make online devices on demand; everything is stopped and closed afterwards."""
-    made: list[Online] = []
-    with ThreadPoolExecutor(2) as executor:
-
-        async def make(device_id: str = "dev-1", state: str | None = None) -> Online:
-            device = make_device(tmp_path / (state or device_id), hub.keys / "trust.json", executor)
-            online = Online(device, broker, device_id)
-            made.append(online)
-            return online
-
-        yield make
-        for online in made:
-            await online.stop()
-            await online.device.registry.close()
 
 
 class ArtifactServer:
@@ -165,7 +108,9 @@ async def test_a_broker_restart_in_the_middle_of_a_download(stacks, hub: Hub, br
     online = await (await stacks()).start()
     async with serving(hub, chunk_delay=0.05) as server:
         envelope = hub.release("1")
-        await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], envelope)
+        await publish(
+            broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], envelope
+        )
         await asyncio.wait_for(server.started_sending.wait(), 15)
         await asyncio.to_thread(broker.restart)
         await until(lambda: online.outcome() is not None, timeout=60)
@@ -180,7 +125,7 @@ async def test_a_dropped_http_connection_resumes_with_range(stacks, hub: Hub, br
     online = await (await stacks()).start()
     async with serving(hub, drop_first=True) as server:
         await publish(
-            broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("1")
+            broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], hub.release("1")
         )
         await until(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
@@ -192,7 +137,9 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     fleet = [await (await stacks(f"dev-{i}")).start() for i in range(4)]
     for online in fleet:  # every device serves v1, through the group's retained release
         online.device.updater.reporter.refresh()
-    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], hub.release("1"))
+    await publish(
+        broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], hub.release("1")
+    )
     await until(lambda: all(o.outcome() for o in fleet), timeout=60)
 
     envelope = hub.sign(break_model(hub.package("2")))
@@ -289,7 +236,9 @@ async def test_a_stage_envelope_replayed_on_the_group_topic_is_wrong_target(
         stage_envelope = bytes((await anext(aiter(spy.messages))).payload)  # type: ignore[arg-type]
     assert report.outcomes == {"dev-0": "succeeded"} and inside.device.serving() == "1"
 
-    await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release], stage_envelope)
+    await publish(
+        broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], stage_envelope
+    )
     await until(lambda: outside.outcome() is not None, timeout=30)
     assert (outside.outcome()["result"], outside.outcome()["code"]) == ("refused", "wrong_target")
     assert outside.device.store.current("tiny") is None
@@ -305,7 +254,7 @@ async def test_a_release_copied_onto_the_trust_topic_still_installs(
     group = GroupTopics("edgeagent", "lab")
     await publish(broker.settings(), [group.trust], envelope)
     await until(lambda: any(e.get("code") == "unknown_key" for e in online.device.events))
-    await publish(broker.settings(), [group.release], envelope)
+    await publish(broker.settings(), [group.release("tiny")], envelope)
     await until(lambda: online.outcome() is not None, timeout=30)
     assert online.outcome()["result"] == "succeeded", online.outcome()
     assert online.device.serving() == "1"

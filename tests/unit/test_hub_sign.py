@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import stat
 import tarfile
 from datetime import datetime, timedelta, timezone
@@ -25,7 +27,8 @@ from edgeagent.hub.keys import (
     rotate,
     trust_chain,
 )
-from edgeagent.hub.sign import build_artifact, sign_package
+from edgeagent.hub.serials import ReleaseSerials
+from edgeagent.hub.sign import SHARED, build_artifacts, sign_package, sign_rollback
 from tests.unit.test_trust_sim import DEVICE, History
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0)
@@ -132,17 +135,30 @@ def test_signed_release_is_accepted_by_a_device(hub: Path, tiny_package: Path, t
     assert manifest.artifact.url == "http://hub.local:8000/releases/tiny-1.tar.gz"
     assert manifest.artifact.size == artifact.stat().st_size
     assert manifest.artifact.sha256 == hashlib.sha256(artifact.read_bytes()).hexdigest()
+    [variant] = manifest.variants
+    variant_file = tmp_path / "out" / "tiny-1.onnxruntime.fp32.tar.gz"
+    assert (variant.runtime, variant.precision) == ("onnxruntime", "fp32")
+    assert variant.artifact.url == f"http://hub.local:8000/releases/{variant_file.name}"
+    assert variant.artifact.size == variant_file.stat().st_size
+    assert variant.artifact.sha256 == hashlib.sha256(variant_file.read_bytes()).hexdigest()
+    with tarfile.open(artifact) as shared, tarfile.open(variant_file) as files:
+        assert shared.getnames() == ["labels.txt", "model.toml"]  # no variant file
+        assert files.getnames() == ["tiny.fp32.onnx"]
+    assert manifest.serial == 1 and json.loads((hub / "serials.json").read_text()) == {"tiny": 1}
     assert manifest.deployment_id == "dep-42"
     assert manifest.targets.device_classes == ("x86",)
     assert manifest.expires == NOW + timedelta(days=30)
 
 
 def test_artifact_is_reproducible_and_clean(tiny_package: Path, tmp_path: Path) -> None:
-    first, _ = build_artifact(tiny_package, tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _ = build_artifacts(tiny_package, tmp_path / "a")
     os.utime(tiny_package / "labels.txt", (1, 1))  # touching files changes nothing
-    second, _ = build_artifact(tiny_package, tmp_path / "b")
-    assert first.read_bytes() == second.read_bytes()
-    with tarfile.open(first) as archive:
+    second, _ = build_artifacts(tiny_package, tmp_path / "b")
+    assert sorted(first) == ["onnxruntime/fp32", SHARED]
+    assert all(first[key].read_bytes() == second[key].read_bytes() for key in first)
+    with tarfile.open(first[SHARED]) as archive:
         members = archive.getmembers()
     names = [m.name for m in members]
     assert names == sorted(names)
@@ -161,14 +177,14 @@ def test_artifact_is_reproducible_and_clean(tiny_package: Path, tmp_path: Path) 
 def test_links_in_a_package_are_refused(tiny_package: Path, tmp_path: Path) -> None:
     (tiny_package / "extra").symlink_to("/etc/passwd")
     with pytest.raises(HubError, match="links and special files"):
-        build_artifact(tiny_package, tmp_path)
+        build_artifacts(tiny_package, tmp_path)
     assert not list(tmp_path.glob("*.tar.gz"))
 
 
 def test_invalid_package_is_refused_with_its_reason(tiny_package: Path, tmp_path: Path) -> None:
     (tiny_package / "labels.txt").unlink()
     with pytest.raises(HubError, match="labels"):
-        build_artifact(tiny_package, tmp_path / "out")
+        build_artifacts(tiny_package, tmp_path / "out")
 
 
 def test_signing_with_a_key_the_fleet_does_not_trust(hub, tiny_package, tmp_path) -> None:
@@ -272,3 +288,57 @@ def test_trust_chain_lets_a_sleeping_device_catch_up(hub: Path, tmp_path: Path) 
     device = device.update(trust_chain(hub / "trust.json"))
     assert device.version == 3
     assert TrustStore.load(tmp_path / "device" / "trust.json").version == 3
+
+
+# --- release serials and rollback ------------------------------------------------------------
+
+
+def test_serials_count_per_model_and_persist(tmp_path: Path) -> None:
+    serials = ReleaseSerials(tmp_path / "serials.json")
+    assert [serials.next("a"), serials.next("a"), serials.next("b")] == [1, 2, 1]
+    assert ReleaseSerials(tmp_path / "serials.json").last("a") == 2
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"a": -1}', '{"a": true}', "[1]"])
+def test_a_corrupt_serials_file_is_refused_not_reset(tmp_path: Path, content: str) -> None:
+    (tmp_path / "serials.json").write_text(content)
+    with pytest.raises(HubError, match="serials"):
+        ReleaseSerials(tmp_path / "serials.json").next("a")
+    assert (tmp_path / "serials.json").read_text() == content
+
+
+def test_rollback_re_signs_the_kept_release_with_the_next_serial(
+    hub: Path, tiny_package: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    options = {"key_paths": [hub / "release.key"], "base_url": "http://h", "out_dir": out}
+    sign_package(tiny_package, **options)
+    newer = tiny_package.parent / "tiny-2"
+    shutil.copytree(tiny_package, newer)
+    toml = newer / "model.toml"
+    toml.write_text(toml.read_text().replace('version = "1"', 'version = "2"'))
+    sign_package(newer, **options)
+    manifest, envelope = sign_rollback(
+        "tiny", "1", key_paths=[hub / "release.key"], out_dir=out, trust_path=hub / "trust.json"
+    )
+    assert (manifest.version, manifest.serial) == ("1", 3)
+    assert "rollback" in manifest.deployment_id
+    assert (out / "tiny-1.release.json").read_bytes() == envelope
+
+
+def test_rollback_refuses_when_the_kept_artifact_is_gone_or_changed(
+    hub: Path, tiny_package: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    sign_package(tiny_package, key_paths=[hub / "release.key"], base_url="http://h", out_dir=out)
+    keys = [hub / "release.key"]
+    with pytest.raises(HubError, match="no kept release of tiny 7"):
+        sign_rollback("tiny", "7", key_paths=keys, out_dir=out)
+    (out / "tiny-1.onnxruntime.fp32.tar.gz").write_bytes(b"other bytes")
+    before = (hub / "serials.json").read_text()
+    with pytest.raises(HubError, match="no longer the signed artifact"):
+        sign_rollback("tiny", "1", key_paths=keys, out_dir=out)
+    (out / "tiny-1.onnxruntime.fp32.tar.gz").unlink()
+    with pytest.raises(HubError, match="is gone"):
+        sign_rollback("tiny", "1", key_paths=keys, out_dir=out)
+    assert (hub / "serials.json").read_text() == before  # no serial spent on a refusal

@@ -54,6 +54,7 @@ def _set(path: str, value):
 
 
 _DELETE = object()
+_VARIANT = Simulator().release_doc()["variants"][0]
 MALFORMED = {
     "type trust": _set("type", "trust"),
     "missing model": _set("model", _DELETE),
@@ -72,6 +73,18 @@ MALFORMED = {
     "url relative": _set("artifact.url", "/x.tar.gz"),
     "url missing": _set("artifact.url", _DELETE),
     "artifact extra": _set("artifact.mirror", "http://x"),
+    "variants missing": _set("variants", _DELETE),
+    "variants empty": _set("variants", []),
+    "variants not list": _set("variants", {"runtime": "onnxruntime"}),
+    "variant runtime upper": _set("variants", [{**_VARIANT, "runtime": "ONNX"}]),
+    "variant precision path": _set("variants", [{**_VARIANT, "precision": "../x"}]),
+    "variant without sha256": _set(
+        "variants", [{k: v for k, v in _VARIANT.items() if k != "sha256"}]
+    ),
+    "variant extra field": _set("variants", [{**_VARIANT, "device": "GPU"}]),
+    "variant url ftp": _set("variants", [{**_VARIANT, "url": "ftp://hub/x"}]),
+    "variant listed twice": _set("variants", [_VARIANT, _VARIANT]),
+    "too many variants": _set("variants", [{**_VARIANT, "precision": f"p{n}"} for n in range(65)]),
     "targets unknown criterion": _set("targets.regions", ["eu"]),
     "targets not list": _set("targets.profiles", "rpi5"),
     "targets empty string": _set("targets.device_ids", [""]),
@@ -105,14 +118,43 @@ def test_malformed_manifests_name_the_field(sim: Simulator, case: str) -> None:
     assert info.value.message.startswith("manifest")
 
 
-@pytest.mark.parametrize("payload", [b"", b"[]", b"nul", b"\xff\xfe", b'{"type": "release"}'])
+@pytest.mark.parametrize("payload", [b"", b"[]", b"nul", b"\xff\xfe", b'{"type": "trust"}'])
 def test_non_manifest_payloads(payload: bytes) -> None:
     with pytest.raises(ManifestError) as info:
         parse_manifest(payload)
     assert info.value.code == "malformed"
 
 
-def check(sim: Simulator, *, now=NOW, device=DEVICE, floor=None, bad=(), limit=1 << 20, **doc):
+@pytest.mark.parametrize("form", [_DELETE, 1, 3, "2", True])
+def test_a_release_of_another_format_is_unsupported(sim: Simulator, form) -> None:
+    """A release format 1 manifest (no format, no serial) is refused with its own code."""
+    doc = sim.release_doc()
+    _set("format", form)(doc)
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(dumps(doc))
+    assert info.value.code == "unsupported_format"
+
+
+@pytest.mark.parametrize("serial", [_DELETE, 0, -1, 2**53, True, "3", 1.5])
+def test_the_serial_is_a_positive_integer(sim: Simulator, serial) -> None:
+    doc = sim.release_doc()
+    _set("serial", serial)(doc)
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(dumps(doc))
+    assert info.value.code == "malformed"
+
+
+def check(
+    sim: Simulator,
+    *,
+    now=NOW,
+    device=DEVICE,
+    floor=None,
+    bad=(),
+    limit=1 << 20,
+    serial_floor=None,
+    **doc,
+):
     manifest = parse_manifest(dumps(sim.release_doc(**doc)))
     check_release(
         manifest,
@@ -121,6 +163,7 @@ def check(sim: Simulator, *, now=NOW, device=DEVICE, floor=None, bad=(), limit=1
         floor=floor,
         bad_versions=set(bad),
         max_artifact_bytes=limit,
+        serial_floor=serial_floor,
     )
 
 
@@ -178,10 +221,26 @@ def test_rollback_and_same_version(sim: Simulator) -> None:
     assert "already installed" in error.message
 
 
+def test_once_a_serial_is_committed_the_serial_is_the_floor(sim: Simulator) -> None:
+    """An older model version with a higher serial is a signed rollback: it passes, whatever
+    the version floor says; a lower serial is a replay, an equal one a re-delivery."""
+    check(sim, version="1", serial=5, serial_floor=4, floor="3")
+    error = refused("replay", sim, version="9", serial=3, serial_floor=4)
+    assert "serial 3 is below serial 4" in error.message
+    refused("same_version", sim, serial=4, serial_floor=4)
+    refused("known_bad", sim, serial=5, serial_floor=4, bad=["2"])
+
+
 def test_artifact_too_large(sim: Simulator) -> None:
     error = refused("too_large", sim, limit=4095)
     assert "max_artifact_bytes" in error.message
     check(sim, limit=4096)
+
+
+def test_a_variant_artifact_over_the_limit_is_too_large(sim: Simulator) -> None:
+    big = {**_VARIANT, "size": 8192}
+    error = refused("too_large", sim, limit=4096, variants=[big])
+    assert "digits-2.onnxruntime.int8.tar.gz is 8192 bytes" in error.message
 
 
 def test_nesting_deeper_than_the_bound_is_malformed_not_a_recursion_error() -> None:

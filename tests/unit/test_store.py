@@ -52,12 +52,15 @@ def test_names_that_could_escape_the_store_are_refused(tmp_path: Path, name: str
         store.install(name, "1", _package(tmp_path, "m"))
 
 
-def test_floor_only_rises_and_bad_versions_accumulate(tmp_path: Path) -> None:
+def test_the_serial_floor_only_rises_and_bad_versions_accumulate(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
-    store.raise_floor("m", "1.2.0")
-    store.raise_floor("m", "1.10")
-    store.raise_floor("m", "1.9.9")
-    assert store.floor("m") == "1.10"
+    assert store.serial_floor("m") is None
+    store.raise_floor("m", "1.2.0", 1)
+    store.raise_floor("m", "1.10", 3)
+    store.raise_floor("m", "1.11", 2)  # a lower serial changes nothing
+    assert (store.floor("m"), store.serial_floor("m")) == ("1.10", 3)
+    store.raise_floor("m", "1.0.0", 4)  # a signed rollback: the version may go down
+    assert (store.floor("m"), ModelStore(tmp_path).serial_floor("m")) == ("1.0.0", 4)
     store.mark_bad("m", "3")
     store.mark_bad("m", "2")
     assert ModelStore(tmp_path).bad_versions("m") == {"2", "3"}
@@ -90,8 +93,8 @@ def test_recover_rolls_back_an_uncommitted_install(tmp_path: Path) -> None:
     store = ModelStore(tmp_path)
     _install(store, tmp_path, "m", "1")
     store.set_current("m", "1")
-    store.raise_floor("m", "1")
-    pending = PendingInstall("m", "2", "1", "d1")
+    store.raise_floor("m", "1", 1)
+    pending = PendingInstall("m", "2", "1", "d1", serial=2)
     store.begin(pending)
     _install(store, tmp_path, "m", "2")
     store.advance(pending, "activating")
@@ -118,14 +121,39 @@ def test_recover_finishes_an_install_whose_floor_was_raised(tmp_path: Path) -> N
     store = ModelStore(tmp_path)
     _install(store, tmp_path, "m", "1")
     store.set_current("m", "1")
-    pending = PendingInstall("m", "2", "1", "d1")
+    pending = PendingInstall("m", "2", "1", "d1", serial=7)
     store.begin(pending)
     _install(store, tmp_path, "m", "2")
     store.advance(pending, "committing")
-    store.raise_floor("m", "2")
+    store.raise_floor("m", "2", 7)
     recovery = store.recover()
     assert recovery is not None and recovery.outcome == "committed"
     assert store.current("m") == "2" and store.pending() is None
+
+
+def test_recover_finishes_a_committed_rollback_to_an_older_version(tmp_path: Path) -> None:
+    """Committed means "the serial floor reached this release's serial", not "the version is
+    at most the floor": a rollback from 2 to 1 is finished, not undone."""
+    store = ModelStore(tmp_path)
+    for version in ("1", "2"):
+        _install(store, tmp_path, "m", version)
+    store.set_current("m", "2")
+    store.raise_floor("m", "2", 2)
+    pending = PendingInstall("m", "1", "2", "rollback", serial=3)
+    store.begin(pending)
+    store.advance(pending, "committing")
+    store.set_current("m", "1")
+    store.raise_floor("m", "1", 3)
+    recovery = ModelStore(tmp_path).recover()
+    assert recovery is not None and recovery.outcome == "committed"
+    assert store.current("m") == "1"
+
+
+def test_reset_floor_forgets_the_serial_so_the_version_floor_applies(tmp_path: Path) -> None:
+    store = ModelStore(tmp_path)
+    store.raise_floor("m", "9", 999)
+    store.reset_floor("m", "1.4.0")
+    assert (store.floor("m"), store.serial_floor("m")) == ("1.4.0", None)
 
 
 def test_snapshot_is_stable_when_nothing_changes(tmp_path: Path) -> None:

@@ -74,9 +74,20 @@ class Simulator:
     def release_doc(self, **changes: Any) -> dict[str, Any]:
         document: dict[str, Any] = {
             "type": "release",
+            "format": 2,
+            "serial": 2,
             "model": "digits",
             "version": "2",
             "artifact": {"url": "http://hub.local/digits-2.tar.gz", "size": 4096, "sha256": SHA},
+            "variants": [
+                {
+                    "runtime": "onnxruntime",
+                    "precision": "int8",
+                    "url": "http://hub.local/digits-2.onnxruntime.int8.tar.gz",
+                    "size": 2048,
+                    "sha256": SHA,
+                }
+            ],
             "targets": {"profiles": [], "device_classes": [], "device_ids": []},
             "issued_at": format_time(self.now - timedelta(minutes=5)),
             "expires": format_time(self.now + timedelta(days=7)),
@@ -100,13 +111,20 @@ class History:
     """The per-model floors and bad versions ``verify_release`` consults (the store's role)."""
 
     def __init__(
-        self, floors: dict[str, str] | None = None, bad: dict[str, set[str]] | None = None
+        self,
+        floors: dict[str, str] | None = None,
+        bad: dict[str, set[str]] | None = None,
+        serials: dict[str, int] | None = None,
     ):
         self.floors = floors or {}
         self.bad = bad or {}
+        self.serials = serials or {}
 
     def floor(self, model: str) -> str | None:
         return self.floors.get(model)
+
+    def serial_floor(self, model: str) -> int | None:
+        return self.serials.get(model)
 
     def bad_versions(self, model: str) -> set[str]:
         return self.bad.get(model, set())
