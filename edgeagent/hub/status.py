@@ -99,8 +99,10 @@ async def collect_fleet(
     try:
         async with hub_client(settings, "status") as client:
             every_device = DeviceTopics(prefix)
-            await client.subscribe(every_device.state.name, qos=1)
-            await client.subscribe(every_device.availability.name, qos=1)
+            # QoS 0: Mosquitto queues at most max_queued_messages (1000) QoS 1 messages per
+            # subscriber and silently drops the rest of a large fleet's retained reports.
+            await client.subscribe(every_device.state.name, qos=0)
+            await client.subscribe(every_device.availability.name, qos=0)
             messages = aiter(client.messages)
             deadline = time.monotonic() + wait_s
             while (left := deadline - time.monotonic()) > 0:
