@@ -39,9 +39,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the simulator is the test suite's device double
 
-from tests.integration.broker import Broker  # noqa: E402
-
-from tests.integration.hub_fleet import (  # noqa: E402
+from devtools.broker import Broker  # noqa: E402
+from devtools.hub_fleet import (  # noqa: E402
     Api,
     FakeDevice,
     HubProcess,

@@ -33,8 +33,8 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.daemon_process import running_daemon  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
-from tests.integration.daemon_process import running_daemon  # noqa: E402
 
 MAX_BODY = 1024 * 1024
 INFER = "/v2/models/tiny/infer"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.broker import free_port
+from devtools.broker import free_port
 
 PG_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.daemon_process import running_daemon
 from tests.helpers import REPO, write_tiny_package
-from tests.integration.daemon_process import running_daemon
 
 
 def _start(tmp_path: Path, sock: Path) -> subprocess.CompletedProcess:

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
+from devtools.daemon_process import running_daemon
 from edgeagent.api.listeners import REFUSAL
-from tests.integration.daemon_process import running_daemon
 from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
 
 BOUND_S = 30  # the most any event below may take before the test fails

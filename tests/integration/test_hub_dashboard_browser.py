@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
-from tests.integration.hub_fleet import Api, fleet, hub_server, make_release
+from devtools.broker import Broker
+from devtools.hub_fleet import Api, fleet, hub_server, make_release
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 

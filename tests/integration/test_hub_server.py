@@ -8,9 +8,9 @@ import json
 import aiomqtt
 import pytest
 
+from devtools.broker import Broker
+from devtools.hub_fleet import Api, fleet, hub_server, make_release
 from edgeagent.fleet.mqtt import client_options
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
-from tests.integration.hub_fleet import Api, fleet, hub_server, make_release
 from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]

@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 from openapi_spec_validator import validate
 
+from devtools.broker import Broker
+from devtools.hub_fleet import Api, fleet, hub_server, make_release, write_tokens
 from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import Tokens
 from edgeagent.hub.server.settings import ServerSettings
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
-from tests.integration.hub_fleet import Api, fleet, hub_server, make_release, write_tokens
 from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]

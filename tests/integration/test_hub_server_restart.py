@@ -12,8 +12,8 @@ import signal
 
 import pytest
 
-from tests.integration.broker import Broker, broker_fixture  # noqa: F401 - fixture
-from tests.integration.hub_fleet import Api, HubProcess, fleet, make_release
+from devtools.broker import Broker
+from devtools.hub_fleet import Api, HubProcess, fleet, make_release
 from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(120)]

@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers import REPO, write_tiny_package
+from devtools.tiny import write_tiny_package
+
+REPO = Path(__file__).resolve().parents[1]
 
 TOKEN = "daemon-test-token"
 ADMIN_TOKEN = "daemon-test-admin-token"
@@ -55,7 +57,11 @@ def running_daemon(
     )
     sock = root / "run" / "agent.sock"
     log = root / "daemon.log"
-    env = {**os.environ, "XDG_STATE_HOME": str(root / "state"), "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(root / "state"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     env.pop("NOTIFY_SOCKET", None)
     command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
     command += ["--models-dir", str(models), "--socket", str(sock)]
