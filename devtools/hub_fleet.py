@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeagent.fleet.manifest import Artifact, ReleaseManifest, parse_manifest
+from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact, parse_manifest
 from edgeagent.fleet.mqtt import client_options
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
@@ -45,16 +45,34 @@ def make_release(version: str, model: str = MODEL) -> bytes:
     manifest = ReleaseManifest(
         model=model,
         version=version,
+        serial=_serial(version),
         artifact=Artifact(
             url=f"http://127.0.0.1:9/{model}-{version}.tar.gz",
             size=1000,
             sha256=hashlib.sha256(version.encode()).hexdigest(),
+        ),
+        variants=(
+            VariantArtifact(
+                "onnxruntime",
+                "int8",
+                Artifact(
+                    url=f"http://127.0.0.1:9/{model}-{version}.onnxruntime.int8.tar.gz",
+                    size=1000,
+                    sha256=hashlib.sha256(f"{version}.int8".encode()).hexdigest(),
+                ),
+            ),
         ),
         issued_at=issued,
         expires=issued + timedelta(days=1),
         deployment_id=f"{model}-{version}-test",
     )
     return sign_envelope(manifest.to_payload(), [SIGNING_KEY])
+
+
+def _serial(version: str) -> int:
+    """A serial that grows with the version, as the hub's per-model counter would."""
+    major, minor, patch = (int(part) for part in [*version.split("."), "0", "0"][:3])
+    return major * 1_000_000 + minor * 1_000 + patch + 1
 
 
 class FakeDevice:

@@ -559,9 +559,10 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         "--release-key",
         action="append",
         type=Path,
-        required=True,
+        default=[],
         dest="keys",
-        help="release key that signs each stage's envelope (repeat for a threshold)",
+        help="release key that signs each stage's envelope (repeat for a threshold; needed "
+        "without --server, where the hub server sends the envelope as signed)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     _broker_arguments(parser)
@@ -571,6 +572,8 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         from edgeagent.hub.rollout import RolloutPlan, rollout
         from edgeagent.hub.sign import ManifestSigner
 
+        if not args.keys:
+            raise HubError("--release-key is required (it signs each stage's envelope)")
         try:
             stages = tuple(float(p) for p in args.stages.split(","))
         except ValueError as exc:

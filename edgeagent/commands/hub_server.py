@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.hub.keys import HubError
 
 if TYPE_CHECKING:  # imported when used: every CLI start would pay for aiohttp's client
@@ -60,10 +61,15 @@ def _server(
         "deployments as rows and drive them (a restart resumes them), and answer the REST API "
         "at http://HOST:PORT/api/v1 (document: /openapi.json). Tokens: --token-file with "
         "'read TOKEN' / 'admin TOKEN' lines; required unless --host is loopback.",
+        formatter_class=DefaultsFormatter,
     )
-    parser.add_argument("--db", default="", help="sqlite:///PATH or postgresql://USER@HOST/DB")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="sqlite:///PATH or postgresql://USER@HOST/DB (default: hub.db under --state-dir)",
+    )
     parser.add_argument("--state-dir", type=Path, help="where the SQLite file lives")
-    parser.add_argument("--host", default=defaults.host)
+    parser.add_argument("--host", default=defaults.host, help="REST API and dashboard address")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
     parser.add_argument("--token-file", type=Path, help="'SCOPE TOKEN' lines (read / admin)")
     parser.add_argument("--trust", type=Path, help="verify uploaded releases against this")
@@ -82,10 +88,8 @@ def _server(
         ("--send-batch", "send_batch", int, "releases sent between two commits"),
     ):
         default = getattr(defaults, attr)
-        limits.add_argument(
-            flag, dest=attr, type=kind, default=default, help=f"{what} (default {default:g})"
-        )
-    parser.add_argument("--log-level", default="INFO")
+        limits.add_argument(flag, dest=attr, type=kind, default=default, help=what)
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:

@@ -202,7 +202,7 @@ async def test_hub_status_and_rollout_as_clients_of_the_server(
         assert code == 0, out
         assert [row["device_id"] for row in json.loads(out)] == ["dev-000", "dev-001", "dev-002"]
         code, out = await _cli("status", "--server", url)
-        assert code == 1 and "401" in out  # no token: refused, and said so
+        assert code == 2 and "401" in out  # no token: refused (an input error), and said so
         code, out = await _cli(
             "rollout", str(release), "--group", "lab", "--stages", "50,100", *server
         )
