@@ -316,6 +316,12 @@ class Api:
         assert health["synced"], health
         return health
 
+    async def deploy(self, version: str, **body: Any) -> dict[str, Any]:
+        """Upload the test release of ``version`` and create a deployment of it to group lab."""
+        await self.call("POST", "/api/v1/releases", expect=201, data=make_release(version))
+        request = {"model": MODEL, "version": version, "group": "lab", **body}
+        return await self.call("POST", "/api/v1/deployments", expect=201, json=request)
+
     async def until(self, deployment_id: str, *states: str) -> dict[str, Any]:
         """Long-poll the deployment until it reaches one of ``states``."""
         found = await self.call("GET", f"/api/v1/deployments/{deployment_id}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from devtools.broker import Broker
-from devtools.hub_fleet import Api, fleet, hub_server, make_release
+from devtools.hub_fleet import Api, fleet, hub_server
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -93,18 +93,7 @@ async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) ->
 
         await asyncio.to_thread(fleet_table)
 
-        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
-        created = await api.call(
-            "POST",
-            "/api/v1/deployments",
-            expect=201,
-            json={
-                "model": "mobilenet_v2",
-                "version": "2.0.0",
-                "group": "lab",
-                "stages_pct": [50, 100],
-            },
-        )
+        created = await api.deploy("2.0.0", stages_pct=[50, 100])
         await asyncio.gather(*(d.got_release.wait() for d in lab[:2]))
 
         def deployment_waiting() -> None:

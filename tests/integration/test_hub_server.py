@@ -94,12 +94,6 @@ async def _wait_for_availability(api: Api, device_id: str, wanted: str) -> dict:
     return found
 
 
-async def _deploy(api: Api, version: str, **body) -> dict:
-    await api.call("POST", "/api/v1/releases", expect=201, data=make_release(version))
-    request = {"model": "mobilenet_v2", "version": version, "group": "lab", **body}
-    return await api.call("POST", "/api/v1/deployments", expect=201, json=request)
-
-
 async def test_staged_rollout_succeeds_stage_by_stage(broker: Broker, database_url: str) -> None:
     settings = broker.settings()
     async with fleet(settings, 10) as devices, hub_server(database_url, settings) as url:
@@ -138,19 +132,7 @@ async def test_failures_in_stage_one_abort_before_stage_two(
     ):
         api = Api(url)
         await api.synced()
-        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
-        created = await api.call(
-            "POST",
-            "/api/v1/deployments",
-            expect=201,
-            json={
-                "model": "mobilenet_v2",
-                "version": "2.0.0",
-                "group": "lab",
-                "stages_pct": [30, 100],
-                "abort_threshold_pct": 30,
-            },
-        )
+        created = await api.deploy("2.0.0", stages_pct=[30, 100], abort_threshold_pct=30)
         done = await api.until(created["id"], "succeeded", "aborted")
         assert done["state"] == "aborted"
         assert "3 of 3 devices failed" in done["reason"]
@@ -193,19 +175,7 @@ async def test_silent_devices_time_out_and_abort_the_deployment(
     ):
         api = Api(url)
         await api.synced()
-        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
-        created = await api.call(
-            "POST",
-            "/api/v1/deployments",
-            expect=201,
-            json={
-                "model": "mobilenet_v2",
-                "version": "2.0.0",
-                "group": "lab",
-                "stages_pct": [50, 100],
-                "stage_timeout_s": 0.5,
-            },
-        )
+        created = await api.deploy("2.0.0", stages_pct=[50, 100], stage_timeout_s=0.5)
         done = await api.until(created["id"], "succeeded", "aborted")
         assert done["state"] == "aborted"
         first = [d for d in done["devices"] if d["stage"] == 1]
@@ -225,7 +195,7 @@ async def test_an_outcome_event_lost_on_the_way_is_read_from_the_state_report(
     ):
         api = Api(url)
         await api.synced()
-        created = await _deploy(api, "2.0.0")
+        created = await api.deploy("2.0.0")
         done = await api.until(created["id"], "succeeded", "aborted")
         assert done["state"] == "succeeded"
         assert [d["code"] for d in done["devices"]] == ["installed"] * 3

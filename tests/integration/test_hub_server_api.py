@@ -28,12 +28,6 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'hub.db'}"
 
 
-async def _deploy(api: Api, version: str, **body) -> dict:
-    await api.call("POST", "/api/v1/releases", expect=201, data=make_release(version))
-    request = {"model": "mobilenet_v2", "version": version, "group": "lab", **body}
-    return await api.call("POST", "/api/v1/deployments", expect=201, json=request)
-
-
 async def test_pause_resume_abort_and_rollback(broker: Broker, database_url: str) -> None:
     settings = broker.settings()
     hold = asyncio.Event()
@@ -42,7 +36,7 @@ async def test_pause_resume_abort_and_rollback(broker: Broker, database_url: str
         await api.synced()
         first, second = devices[:2], devices[2:]
 
-        created = await _deploy(api, "2.0.0", stages_pct=[50, 100])
+        created = await api.deploy("2.0.0", stages_pct=[50, 100])
         await asyncio.gather(*(d.got_release.wait() for d in first))
         paused = await api.call("POST", f"/api/v1/deployments/{created['id']}/pause")
         assert paused["state"] == "paused"
@@ -64,7 +58,7 @@ async def test_pause_resume_abort_and_rollback(broker: Broker, database_url: str
         hold.clear()
         for device in devices:
             device.got_release.clear()
-        bad = await _deploy(api, "3.0.0", stages_pct=[50, 100])
+        bad = await api.deploy("3.0.0", stages_pct=[50, 100])
         await asyncio.gather(*(d.got_release.wait() for d in first))
         aborted = await api.call(
             "POST", f"/api/v1/deployments/{bad['id']}/abort", json={"reason": "bad accuracy"}
@@ -231,7 +225,7 @@ async def test_dashboard_pages_with_sign_in(broker: Broker, tmp_path: Path) -> N
             found = await api.call(
                 "GET", f"/api/v1/devices/dev-001?wait=30&after={found['version']}"
             )
-        created = await _deploy(api, "2.0.0", stages_pct=[100])
+        created = await api.deploy("2.0.0", stages_pct=[100])
         await api.until(created["id"], "succeeded")
 
         # a browser keeps cookies for 127.0.0.1 too (aiohttp only when told it is safe)

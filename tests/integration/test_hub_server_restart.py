@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from devtools.broker import Broker
-from devtools.hub_fleet import Api, HubProcess, fleet, make_release
+from devtools.hub_fleet import Api, HubProcess, fleet
 from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -28,18 +28,7 @@ async def test_sigkill_mid_stage_then_restart_finishes_the_deployment(
         hub = HubProcess(database_url, settings)
         api = Api(await hub.start())
         await api.synced()
-        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
-        created = await api.call(
-            "POST",
-            "/api/v1/deployments",
-            expect=201,
-            json={
-                "model": "mobilenet_v2",
-                "version": "2.0.0",
-                "group": "lab",
-                "stages_pct": [50, 100],
-            },
-        )
+        created = await api.deploy("2.0.0", stages_pct=[50, 100])
         first, second = devices[:2], devices[2:]
         await asyncio.gather(*(d.got_release.wait() for d in first))
         running = await api.call("GET", f"/api/v1/deployments/{created['id']}")
