@@ -70,3 +70,31 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 def write_json_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` as indented, key-sorted JSON (diffable, reproducible)."""
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True), mode)
+
+
+def create_file_exclusive(path: Path, data: bytes, mode: int = 0o600) -> bool:
+    """Create ``path`` holding ``data`` unless it exists; True when this call created it.
+
+    The data is written and fsynced under a temporary name (O_EXCL, ``mode`` from the start),
+    then hard-linked to ``path``, which fails if ``path`` exists: two processes racing get one
+    winner, and nobody ever sees a half-written file (a private key read while being written).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return True
