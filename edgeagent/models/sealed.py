@@ -53,4 +53,3 @@ class Unsealer:
         except SealingError as exc:
             raise SealedError(f"{where}: sealed, and does not open here: {exc}") from exc
         return tuple(plain)
-

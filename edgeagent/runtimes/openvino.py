@@ -151,7 +151,6 @@ class OpenVINORuntime(Runtime):
             actual = ",".join(compiled.get_property("EXECUTION_DEVICES")) or device
         return OpenVINOSession(compiled, request, actual)
 
-
     def _read(self, model_file: Path, content: bytes | None, request: LoadRequest) -> Any:
         """The model from its file, or from memory: IR as xml bytes + a weights Tensor, ONNX
         as its bytes (OpenVINO's read_model(model=bytes, weights=Tensor))."""
