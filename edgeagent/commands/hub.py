@@ -625,12 +625,21 @@ def _status(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--group", help="only this group's devices")
     parser.add_argument("--wait", type=float, default=1.0, help="seconds to collect reports")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--recipients",
+        type=Path,
+        metavar="FILE",
+        help="also write each reporting device's public key to FILE, for 'hub sign --encrypt'",
+    )
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.encrypt import write_recipients
         from edgeagent.hub.status import collect_fleet, format_table
 
         rows = await collect_fleet(mqtt_settings(args), group=args.group, wait_s=args.wait)
+        if args.recipients is not None:
+            write_recipients(args.recipients, {r["device_id"]: r["public_key"] for r in rows})
         _emit(args, rows, format_table(rows))
         return 0
 

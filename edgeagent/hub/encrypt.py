@@ -6,9 +6,10 @@ is wrapped for every recipient's X25519 public key (``edgeagent.models.sealing``
 files — model.toml, labels, golden inputs — stay plain: they hold no weights, and the device
 must read model.toml to validate the package before it can open anything.
 
-Recipients come from a file of device id → public key as devices report it (``edgeagent
-status --json`` → ``device_key.public_key``, or the ``device_key`` of each retained state
-report): TOML (``"dev-1" = "base64…"``) or, for a ``.json`` name, one JSON object.
+Recipients come from a file of device id → public key as devices report it (``hub status
+--recipients FILE`` writes it from the retained state reports; ``edgeagent status --json`` →
+``device_key.public_key`` shows one device's): TOML (``"dev-1" = "base64…"``) or, for a
+``.json`` name, one JSON object.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from edgeagent._toml import tomllib
 from edgeagent.fleet.encryption import Encryption
 from edgeagent.fleet.manifest import Targets
+from edgeagent.fsutil import write_text_atomic
 from edgeagent.hub.keys import HubError
 from edgeagent.models.package import ModelPackage, Variant, sealed_dir
 from edgeagent.models.sealing import (
@@ -53,6 +55,14 @@ def load_recipients(path: Path) -> dict[str, X25519PublicKey]:
         return {str(d): parse_public_key(key, f"{path}: {d}") for d, key in table.items()}
     except SealingError as exc:
         raise HubError(str(exc)) from exc
+
+
+def write_recipients(path: Path, keys: Mapping[str, str]) -> None:
+    """Write the recipients file ``load_recipients`` reads (TOML) from device id → key text;
+    devices that reported no key (an older agent) are left out."""
+    lines = ["# device id = X25519 public key, as each device reported it\n"]
+    lines += [f"{json.dumps(d)} = {json.dumps(k)}\n" for d, k in sorted(keys.items()) if k]
+    write_text_atomic(path, "".join(lines))
 
 
 def for_targets(recipients: Recipients, targets: Targets) -> dict[str, X25519PublicKey]:
