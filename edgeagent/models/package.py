@@ -477,10 +477,11 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
         if path.suffix not in suffixes:
             fields.fail(f"{name!r} is not a {runtime} file ({' '.join(suffixes)})", "files")
         stored = sealed / path.relative_to(root) if sealed.is_dir() else path
+        shown = repr(stored.relative_to(root).as_posix())
         if not stored.is_file():
-            fields.fail(f"file {stored.relative_to(root)} does not exist", "files")
+            fields.fail(f"file {shown} does not exist", "files")
         if stored.stat().st_size == 0:
-            fields.fail(f"file {stored.relative_to(root)} is empty", "files")
+            fields.fail(f"file {shown} is empty", "files")
         files.append(path)
         sealed_files.append(stored)
     needs_weights = runtime == "openvino" and files[0].suffix == ".xml"
