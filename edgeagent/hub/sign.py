@@ -171,7 +171,14 @@ class ManifestSigner:
             parse_manifest(payload)
         except ManifestError as exc:
             raise HubError(f"cannot sign this release: {exc.message}") from exc
-        return sign_envelope(payload, self.keys)
+        envelope = sign_envelope(payload, self.keys)
+        if len(envelope) > MAX_ENVELOPE_BYTES:  # what devices and the broker accept by default
+            raise HubError(
+                f"the signed release is {len(envelope)} bytes, over the {MAX_ENVELOPE_BYTES} "
+                "devices accept; an encrypted one carries a wrapped key per recipient and "
+                "variant: seal it for fewer devices at a time (--device-id)"
+            )
+        return envelope
 
 
 def release_path(out_dir: str | Path, model: str, version: str) -> Path:

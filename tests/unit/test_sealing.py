@@ -195,3 +195,18 @@ def test_a_release_for_target_devices_needs_a_key_for_each(tmp_path: Path) -> No
             recipients={"dev-1": X25519PrivateKey.generate().public_key()},
         )
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_release_sealed_for_more_devices_than_an_envelope_holds_is_refused(
+    tmp_path: Path,
+) -> None:
+    keygen(tmp_path / "keys")
+    key = X25519PrivateKey.generate().public_key()
+    with pytest.raises(HubError, match="seal it for fewer devices"):
+        sign_package(
+            write_tiny_package(tmp_path / "tiny", "tiny", "1"),
+            key_paths=[tmp_path / "keys" / "release.key"],
+            base_url="http://hub.test",
+            out_dir=tmp_path / "out",
+            recipients={f"dev-{n}": key for n in range(600)},
+        )
