@@ -155,19 +155,24 @@ def test_a_sealed_variant_without_the_key_or_altered_does_not_load(tmp_path: Pat
         load_request(package, variant, unsealer=Unsealer(device))
 
 
+def _sign(tmp_path: Path, **options) -> Path:
+    """``sign_package`` of the tiny package with fresh keys; returns the envelope's path."""
+    keygen(tmp_path / "keys")
+    _, envelope = sign_package(
+        write_tiny_package(tmp_path / "tiny", "tiny", "1"),
+        key_paths=[tmp_path / "keys" / "release.key"],
+        base_url="http://hub.test",
+        out_dir=tmp_path / "out",
+        **options,
+    )
+    return envelope
+
+
 def test_the_signed_manifest_carries_wrapped_keys_and_refuses_malformed_ones(
     tmp_path: Path,
 ) -> None:
     device = X25519PrivateKey.generate()
-    keygen(tmp_path / "keys")
-    package = write_tiny_package(tmp_path / "tiny", "tiny", "1")
-    _, envelope = sign_package(
-        package,
-        key_paths=[tmp_path / "keys" / "release.key"],
-        base_url="http://hub.test",
-        out_dir=tmp_path / "out",
-        recipients={"dev-1": device.public_key()},
-    )
+    envelope = _sign(tmp_path, recipients={"dev-1": device.public_key()})
     signed = decode_envelope(envelope.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES).payload
     manifest = parse_manifest(signed)
     variant = manifest.variants[0]
@@ -184,13 +189,9 @@ def test_the_signed_manifest_carries_wrapped_keys_and_refuses_malformed_ones(
 
 
 def test_a_release_for_target_devices_needs_a_key_for_each(tmp_path: Path) -> None:
-    keygen(tmp_path / "keys")
     with pytest.raises(HubError, match="no public key for target device.*dev-2"):
-        sign_package(
-            write_tiny_package(tmp_path / "tiny", "tiny", "1"),
-            key_paths=[tmp_path / "keys" / "release.key"],
-            base_url="http://hub.test",
-            out_dir=tmp_path / "out",
+        _sign(
+            tmp_path,
             targets=Targets(device_ids=("dev-1", "dev-2")),
             recipients={"dev-1": X25519PrivateKey.generate().public_key()},
         )
@@ -200,13 +201,6 @@ def test_a_release_for_target_devices_needs_a_key_for_each(tmp_path: Path) -> No
 def test_a_release_sealed_for_more_devices_than_an_envelope_holds_is_refused(
     tmp_path: Path,
 ) -> None:
-    keygen(tmp_path / "keys")
     key = X25519PrivateKey.generate().public_key()
     with pytest.raises(HubError, match="seal it for fewer devices"):
-        sign_package(
-            write_tiny_package(tmp_path / "tiny", "tiny", "1"),
-            key_paths=[tmp_path / "keys" / "release.key"],
-            base_url="http://hub.test",
-            out_dir=tmp_path / "out",
-            recipients={f"dev-{n}": key for n in range(600)},
-        )
+        _sign(tmp_path, recipients={f"dev-{n}": key for n in range(600)})
