@@ -54,7 +54,9 @@ from edgeagent.engine.serving import ModelFactory
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
+from edgeagent.models.device_key import DeviceKeyError, open_device_key
 from edgeagent.models.package import PackageError, load_package
+from edgeagent.models.sealed import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
@@ -114,12 +116,18 @@ class Daemon:
             config.engine.worker_threads, thread_name_prefix="edgeagent-infer"
         )
         config.agent.state_dir.mkdir(parents=True, exist_ok=True)
+        # The key sealed releases are wrapped for: created at first start, reported for the hub.
+        try:
+            self.device_key = open_device_key(config.agent.state_dir)
+        except DeviceKeyError as exc:
+            raise StartupError(str(exc)) from exc
         # `fastest` keeps to the profile's power budget with the governor's power sensors.
         self.accelerators = Accelerators(
             config.hardware,
             config.agent.state_dir,
             power_reader=partial(power_reader, config.hardware.root, config.governor),
             on_demote=lambda model, key: self.engine_metrics.demotions.labels(model, key).inc(),
+            unsealer=Unsealer(self.device_key.private),
         )
         self.engine_load = LoadCounter()  # the batchers count, the governor reads
         self.governor = GovernorService(
@@ -151,6 +159,7 @@ class Daemon:
         self.status_providers: dict[str, Callable[[], dict]] = {
             "profile": self.accelerators.report,
             "models": self.registry.status,
+            "device_key": self.device_key.status,  # in the MQTT state report too
         }
         self.services: list[Service] = []  # started in order after the models, stopped reversed
         self.services.append(self.governor)

@@ -38,6 +38,17 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(Path(directory))
 
 
+def _write_and_close(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, fsync it, close it (closed even when writing fails)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_file_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data``: temp file, fsync, rename, fsync the directory.
 
@@ -48,13 +59,7 @@ def write_file_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_and_close(fd, data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -70,3 +75,25 @@ def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 def write_json_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` as indented, key-sorted JSON (diffable, reproducible)."""
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True), mode)
+
+
+def create_file_exclusive(path: Path, data: bytes, mode: int = 0o600) -> bool:
+    """Create ``path`` holding ``data`` unless it exists; True when this call created it.
+
+    The data is written and fsynced under a temporary name (O_EXCL, ``mode`` from the start),
+    then hard-linked to ``path``, which fails if ``path`` exists: two processes racing get one
+    winner, and nobody ever sees a half-written file (a private key read while being written).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        _write_and_close(fd, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+    return True

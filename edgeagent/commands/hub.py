@@ -230,12 +230,27 @@ def _sign(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--min-agent-version", default="0.0.0", help="older agents refuse the release"
     )
+    parser.add_argument(
+        "--encrypt",
+        action="store_true",
+        help="seal every variant (AES-256-GCM) for the --recipients devices' X25519 keys",
+    )
+    parser.add_argument(
+        "--recipients",
+        type=Path,
+        metavar="FILE",
+        help="device id = public key, as devices report it (TOML, or JSON for *.json)",
+    )
     _serials_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
     def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.encrypt import load_recipients
         from edgeagent.hub.sign import sign_package
 
+        if args.encrypt != (args.recipients is not None):
+            raise HubError("--encrypt and --recipients FILE go together")
+        recipients = load_recipients(args.recipients) if args.encrypt else None
         args.out.mkdir(parents=True, exist_ok=True)
         artifact, envelope = sign_package(
             args.package,
@@ -252,6 +267,7 @@ def _sign(commands: argparse._SubParsersAction) -> None:
             min_agent_version=args.min_agent_version,
             trust_path=args.trust,
             serials=_serials(args),
+            recipients=recipients,
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
         _emit(args, data, f"artifact {artifact}\nrelease  {envelope}")
@@ -609,12 +625,21 @@ def _status(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--group", help="only this group's devices")
     parser.add_argument("--wait", type=float, default=1.0, help="seconds to collect reports")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--recipients",
+        type=Path,
+        metavar="FILE",
+        help="also write each reporting device's public key to FILE, for 'hub sign --encrypt'",
+    )
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
+        from edgeagent.hub.encrypt import write_recipients
         from edgeagent.hub.status import collect_fleet, format_table
 
         rows = await collect_fleet(mqtt_settings(args), group=args.group, wait_s=args.wait)
+        if args.recipients is not None:
+            write_recipients(args.recipients, {r["device_id"]: r["public_key"] for r in rows})
         _emit(args, rows, format_table(rows))
         return 0
 

@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Ask the running agent (GET /v1/status and /metrics) and print a summary: the board "
             "profile; per model version its backend (runtime/device/precision), requests "
-            "answered and median latency; the governor's state and actions; the update state. "
+            "answered and median latency; the governor's state and actions; the update state; "
+            "the device's public key (for 'hub sign --encrypt --recipients'). "
             "--json prints the whole status document. Connects to the Unix socket of the "
             "agent's config unless --socket or --url says otherwise. Exit status 2: bad "
             "arguments or config, or the agent cannot be reached; 1: it answered with an error."
@@ -136,6 +137,9 @@ def summary(
             f"{governor.get('duty_cycle', 1):.2f}; actions: {actions}"
         )
     lines.append(f"updates   {_updates(status.get('updates'))}")
+    key = status.get("device_key") or {}
+    if key.get("public_key"):  # what 'hub sign --encrypt --recipients' wraps keys for
+        lines.append(f"key       {key['public_key']} ({key.get('scheme', '?')})")
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from edgeagent import __version__
+from edgeagent.fleet.encryption import Encryption, parse_encryption
 from edgeagent.fleet.signing import (
     Refused,
     VerificationError,
@@ -100,6 +101,7 @@ class VariantArtifact:
     runtime: str
     precision: str
     artifact: Artifact
+    encryption: Encryption | None = None  # a sealed variant: its wrapped content keys
 
     @property
     def key(self) -> str:
@@ -107,10 +109,12 @@ class VariantArtifact:
         return f"{self.runtime}/{self.precision}"
 
     def to_dict(self) -> dict[str, Any]:
+        sealed = {"encryption": self.encryption.to_dict()} if self.encryption else {}
         return {
             "runtime": self.runtime,
             "precision": self.precision,
             **_artifact_dict(self.artifact),
+            **sealed,
         }
 
 
@@ -200,12 +204,18 @@ def _variants(value: Any) -> tuple[VariantArtifact, ...]:
     variants = []
     for index, item in enumerate(value):
         where = f"variants[{index}]"
-        artifact = _artifact(item, where, frozenset({"runtime", "precision"}))
+        sealed = isinstance(item, dict) and "encryption" in item
+        extra = {"runtime", "precision"} | ({"encryption"} if sealed else set())
+        artifact = _artifact(item, where, frozenset(extra))
         runtime, precision = (
             _string(item, key, _VARIANT_FIELD_RE, "1-32 lowercase letters, digits or '_'")
             for key in ("runtime", "precision")
         )
-        variants.append(VariantArtifact(runtime, precision, artifact))
+        try:
+            encryption = parse_encryption(item["encryption"], where) if sealed else None
+        except ValueError as exc:
+            raise ManifestError(f"manifest {exc}") from exc
+        variants.append(VariantArtifact(runtime, precision, artifact, encryption))
     keys = [variant.key for variant in variants]
     if len(set(keys)) != len(keys):
         raise ManifestError("manifest variants: a runtime/precision is listed twice")

@@ -24,6 +24,7 @@ from edgeagent.fsutil import write_json_atomic
 from edgeagent.hardware.profile import Candidate
 from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import ModelPackage, Variant
+from edgeagent.models.sealed import Unsealer
 from edgeagent.models.session import load_request
 from edgeagent.runtimes import (
     LoadRequest,
@@ -196,6 +197,7 @@ class Prober:
         timeout_s: float,
         failure_ttl_s: float,
         golden_agreement: float = 0.0,
+        unsealer: Unsealer | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cache = cache
@@ -204,6 +206,7 @@ class Prober:
         self.timeout_s = timeout_s
         self.failure_ttl_s = failure_ttl_s
         self.golden_agreement = golden_agreement
+        self.unsealer = unsealer  # opens sealed variants; None: they fail to load, clearly
         self.clock = clock
         # (candidate, error) → the first model it was said for: an accelerator's compiler error
         # is the same for every model, and is logged in full once.
@@ -217,6 +220,7 @@ class Prober:
             threads=self.threads,
             cache_dir=self.compiled_dir / candidate.runtime,
             options=dict(candidate.options),
+            unsealer=self.unsealer,
         )
 
     def load(
@@ -262,12 +266,13 @@ class Prober:
         """
         outcome: dict[str, Any] = {}
         abandoned = threading.Event()
-        request = self.request(package, candidate, variant)
 
         def work() -> None:
             started = time.perf_counter()
-            try:
+            try:  # a sealed variant is decrypted here, its time counted as loading
+                request = self.request(package, candidate, variant)
                 session = get_runtime(candidate.runtime).load(request)
+                del request  # the plaintext of a sealed model lives no longer than the load
             except Exception as exc:  # the plugin's RuntimeLoadError, or a driver's own error
                 outcome["error"] = _describe(exc)
                 return

@@ -15,6 +15,7 @@ from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
 from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage
+from edgeagent.models.sealed import Unsealer
 from edgeagent.runtimes import RuntimeLoadError, runtime_status
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ class Accelerators:
     averaged since its previous call, or None) that lets `fastest` mode keep to the profile's
     power budget; the daemon passes the governor's sensors, which know the profile's meters.
     ``on_demote(model, candidate)`` is told of every demotion (the daemon counts them).
+    ``unsealer`` opens sealed (encrypted) variants with the device key, in memory.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class Accelerators:
         *,
         power_reader: Callable[[Profile], PowerReader | None] | None = None,
         on_demote: Callable[[str, str], None] | None = None,
+        unsealer: Unsealer | None = None,
     ) -> None:
         self.settings = settings
         self._on_demote = on_demote
@@ -51,6 +54,7 @@ class Accelerators:
             timeout_s=settings.probe_timeout_s,
             failure_ttl_s=settings.probe_failure_ttl_s,
             golden_agreement=settings.probe_golden_agreement,
+            unsealer=unsealer,
         )
         self.chooser = Chooser(
             self.prober,

@@ -18,11 +18,12 @@ import io
 import os
 import secrets
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from edgeagent.fleet.encryption import Encryption
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import (
     Artifact,
@@ -35,6 +36,7 @@ from edgeagent.fleet.manifest import (
 from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic
+from edgeagent.hub.encrypt import Recipients, for_targets, seal_variant
 from edgeagent.hub.keys import HubError, load_private_key
 from edgeagent.hub.serials import ReleaseSerials, serials_path_for
 from edgeagent.models.package import ModelPackage, PackageError, load_package
@@ -55,22 +57,26 @@ def _entries(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _tar(root: Path, files: Sequence[Path]) -> bytes:
-    """A reproducible ``.tar.gz`` of ``files`` (relative to ``root``; the unpacker makes the
+def _files(root: Path, files: Sequence[Path]) -> dict[str, bytes]:
+    """Archive entries for ``files``, named relative to ``root``."""
+    return {path.relative_to(root).as_posix(): path.read_bytes() for path in files}
+
+
+def _tar(entries: Mapping[str, bytes]) -> bytes:
+    """A reproducible ``.tar.gz`` of ``entries`` (name → bytes; the unpacker makes the
     directories)."""
     buffer = io.BytesIO()
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as compressed,
         tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
     ):
-        for path in sorted(files, key=lambda p: p.relative_to(root).as_posix()):
-            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+        for name in sorted(entries):
+            info = tarfile.TarInfo(name)
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""
-            info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, path.stat().st_size
-            with path.open("rb") as handle:
-                archive.addfile(info, handle)
+            info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, len(entries[name])
+            archive.addfile(info, io.BytesIO(entries[name]))
     return buffer.getvalue()
 
 
@@ -85,22 +91,28 @@ class PackageArchives:
     package: ModelPackage
     shared: bytes
     variants: dict[str, bytes]  # Variant.key ("onnxruntime/int8") → archive bytes
+    encryption: dict[str, Encryption] = dataclasses.field(default_factory=dict)  # sealed ones
 
     def names(self) -> dict[str, str]:
         """Artifact file names: ``<name>-<version>.tar.gz`` for the shared files and
-        ``<name>-<version>.<runtime>.<precision>.tar.gz`` per variant."""
+        ``<name>-<version>.<runtime>.<precision>[.sealed].tar.gz`` per variant."""
         stem = f"{self.package.name}-{self.package.version}"
         names = {SHARED: f"{stem}.tar.gz"}
         for key in self.variants:
-            names[key] = f"{stem}.{key.replace('/', '.')}.tar.gz"
+            sealed = ".sealed" if key in self.encryption else ""
+            names[key] = f"{stem}.{key.replace('/', '.')}{sealed}.tar.gz"
         return names
 
     def data(self) -> dict[str, bytes]:
         return {SHARED: self.shared, **self.variants}
 
 
-def archive_package(package_dir: str | Path) -> PackageArchives:
-    """Validate the package and return its reproducible archives (see ``PackageArchives``)."""
+def archive_package(
+    package_dir: str | Path, recipients: Recipients | None = None
+) -> PackageArchives:
+    """Validate the package and return its archives (see ``PackageArchives``): reproducible,
+    except that with ``recipients`` each variant is sealed for them under a fresh key
+    (``hub.encrypt``), which by design never gives the same bytes twice."""
     try:
         package = load_package(package_dir)
     except PackageError as exc:
@@ -108,8 +120,14 @@ def archive_package(package_dir: str | Path) -> PackageArchives:
     entries = _entries(package.root)
     in_variants = {path for variant in package.variants for path in variant.files}
     shared = [path for path in entries if path not in in_variants]
-    variants = {v.key: _tar(package.root, v.files) for v in package.variants}
-    return PackageArchives(package, _tar(package.root, shared), variants)
+    variants, encryption = {}, {}
+    for variant in package.variants:
+        if recipients is None:
+            variants[variant.key] = _tar(_files(package.root, variant.files))
+        else:
+            sealed, encryption[variant.key] = seal_variant(package, variant, recipients)
+            variants[variant.key] = _tar(sealed)
+    return PackageArchives(package, _tar(_files(package.root, shared)), variants, encryption)
 
 
 def _write_artifact(path: Path, data: bytes, *, replace: bool) -> None:
@@ -153,7 +171,14 @@ class ManifestSigner:
             parse_manifest(payload)
         except ManifestError as exc:
             raise HubError(f"cannot sign this release: {exc.message}") from exc
-        return sign_envelope(payload, self.keys)
+        envelope = sign_envelope(payload, self.keys)
+        if len(envelope) > MAX_ENVELOPE_BYTES:  # what devices and the broker accept by default
+            raise HubError(
+                f"the signed release is {len(envelope)} bytes, over the {MAX_ENVELOPE_BYTES} "
+                "devices accept; an encrypted one carries a wrapped key per recipient and "
+                "variant: seal it for fewer devices at a time (--device-id)"
+            )
+        return envelope
 
 
 def release_path(out_dir: str | Path, model: str, version: str) -> Path:
@@ -185,6 +210,7 @@ def sign_package(
     trust_path: str | Path | None = None,
     replace_artifact: bool = True,
     serials: ReleaseSerials | None = None,
+    recipients: Recipients | None = None,
     now: datetime | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
@@ -196,10 +222,13 @@ def sign_package(
     by a key the fleet does not trust is caught here rather than on every device. With
     ``replace_artifact=False`` (what an operator wants unless forcing) an existing artifact of
     the same name and version with other bytes is refused. Nothing but the serial counter is
-    written unless every check passed. Returns (shared artifact path, envelope path).
+    written unless every check passed. With ``recipients`` (device id → X25519 public key)
+    every variant is sealed, for the release's target devices when it names some (each must
+    be a recipient) or else for all of them. Returns (shared artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
-    archives = archive_package(package_dir)
+    wrapped_for = None if recipients is None else for_targets(recipients, targets or Targets())
+    archives = archive_package(package_dir, wrapped_for)
     package, names, data = archives.package, archives.names(), archives.data()
     base = base_url.rstrip("/")
 
@@ -218,7 +247,8 @@ def sign_package(
         serial=counter.next(package.name),
         artifact=artifact(SHARED),
         variants=tuple(
-            VariantArtifact(v.runtime, v.precision, artifact(v.key)) for v in package.variants
+            VariantArtifact(v.runtime, v.precision, artifact(v.key), archives.encryption.get(v.key))
+            for v in package.variants
         ),
         issued_at=issued,
         expires=issued + expires_in,

@@ -83,6 +83,7 @@ def fleet_row(device_id: str, state: dict[str, Any], availability: str) -> dict[
         "last_code": _text(last.get("code")),
         "last_release": f"{_text(last.get('model'))} {_text(last.get('version'))}".strip(),
         "deployment_id": _text(last.get("deployment_id")),
+        "public_key": _text(_section(state.get("device_key")).get("public_key")),
         "reported_at": state.get("updated_at")
         if isinstance(state.get("updated_at"), (int, float))
         else None,

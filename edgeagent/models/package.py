@@ -99,10 +99,18 @@ class Variant:
     files: tuple[Path, ...]
     layout: str | None  # input layout of this file when it differs from the package's
     sha256: Mapping[str, str]
+    # A sealed variant's encrypted files, one per entry of ``files`` (which are then absent:
+    # the plaintext exists only in memory, see ``edgeagent.models.sealed``); () when plain.
+    sealed_files: tuple[Path, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.runtime}/{self.precision}"
+
+    @property
+    def stored_files(self) -> tuple[Path, ...]:
+        """The files on disk: the sealed ones of a sealed variant, else ``files``."""
+        return self.sealed_files or self.files
 
 
 @dataclass(frozen=True)
@@ -139,7 +147,7 @@ class ModelPackage:
         digest = hashlib.sha256()
         digest.update((self.root / "model.toml").read_bytes())
         for variant in self.variants:
-            for path in variant.files:
+            for path in variant.stored_files:  # a sealed variant: its ciphertext
                 digest.update(path.name.encode())
                 digest.update(file_sha256(path).encode())
         return digest.hexdigest()
@@ -319,6 +327,15 @@ def load_package(directory: str | Path) -> ModelPackage:
 
 
 INSTALLED_VARIANTS = "variants.installed"
+# A sealed variant keeps its encrypted files under sealed/<runtime>.<precision>/, each at the
+# name model.toml gives it, beside WRAPPED_KEY: its content key wrapped for this device.
+SEALED_DIR = "sealed"
+WRAPPED_KEY = "wrapped-key"
+
+
+def sealed_dir(root: Path, variant_key: str) -> Path:
+    """Where the variant ``runtime/precision`` of the package at ``root`` keeps sealed files."""
+    return root / SEALED_DIR / variant_key.replace("/", ".")
 
 
 def _installed_subset(root: Path, tables: list[Any]) -> list[Any]:
@@ -453,16 +470,20 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
     if not names or not all(isinstance(n, str) for n in names):
         fields.fail("must be a non-empty list of file names", "files")
     suffixes = RUNTIME_SUFFIXES[runtime]
-    files = []
+    sealed = sealed_dir(root, f"{runtime}/{precision}")
+    files, sealed_files = [], []
     for name in names:
         path = _inside(root, manifest, f"variant[{index}].files", name)
         if path.suffix not in suffixes:
             fields.fail(f"{name!r} is not a {runtime} file ({' '.join(suffixes)})", "files")
-        if not path.is_file():
-            fields.fail(f"file {name!r} does not exist", "files")
-        if path.stat().st_size == 0:
-            fields.fail(f"file {name!r} is empty", "files")
+        stored = sealed / path.relative_to(root) if sealed.is_dir() else path
+        shown = repr(stored.relative_to(root).as_posix())
+        if not stored.is_file():
+            fields.fail(f"file {shown} does not exist", "files")
+        if stored.stat().st_size == 0:
+            fields.fail(f"file {shown} is empty", "files")
         files.append(path)
+        sealed_files.append(stored)
     needs_weights = runtime == "openvino" and files[0].suffix == ".xml"
     if needs_weights and not any(f.suffix == ".bin" for f in files):
         fields.fail("an OpenVINO .xml needs its .bin weights listed too", "files")
@@ -471,6 +492,8 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
         match = [f for f in files if f.name == name]
         if not match:
             fields.fail(f"names {name!r}, which is not among the variant's files", "sha256")
+        if sealed.is_dir():  # checked on the plaintext, in memory, when it is opened
+            continue
         if file_sha256(match[0]) != str(expected).lower():
             fields.fail(f"{name} does not match its SHA-256 (corrupt or altered file)", "sha256")
     return Variant(
@@ -479,6 +502,7 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
         files=tuple(files),
         layout=fields.get("layout", str, None, choices=LAYOUTS),
         sha256=dict(sha256),
+        sealed_files=tuple(sealed_files) if sealed.is_dir() else (),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeagent.models.package import ModelPackage, Variant
+from edgeagent.models.sealed import SealedError, Unsealer
 from edgeagent.runtimes import (
     LoadRequest,
     RuntimeLoadError,
@@ -39,13 +40,24 @@ def load_request(
     threads: int | None = None,
     cache_dir: Path | None = None,
     options: dict | None = None,
+    unsealer: Unsealer | None = None,
 ) -> LoadRequest:
     """The LoadRequest for a variant, carrying the package's logical tensor names.
 
     The session transposes only when the file's layout differs from what clients send: an
     NHWC file in a package whose logical input is NHWC too takes the requests as they are.
+    A sealed variant is decrypted here with ``unsealer`` into the request's ``contents``, and
+    gets no ``cache_dir``: a compiled-model cache would put the model on disk after all.
     """
     transpose = variant.layout if variant.layout not in (None, package.input_layout) else None
+    contents = None
+    if variant.sealed_files:
+        if unsealer is None:
+            raise SealedError(
+                f"{package.name} {package.version} {variant.key} is sealed: only an agent "
+                "holding the device key it was encrypted for can open it"
+            )
+        contents, cache_dir = unsealer.contents(package, variant), None
     return LoadRequest(
         files=variant.files,
         device=device,
@@ -56,6 +68,7 @@ def load_request(
         layout=transpose,
         input_names=tuple(t.name for t in package.inputs),
         output_names=tuple(t.name for t in package.outputs),
+        contents=contents,
     )
 
 
@@ -79,6 +92,7 @@ def open_variant(
     precision: str | None = None,
     device: str | None = None,
     threads: int | None = None,
+    unsealer: Unsealer | None = None,
 ) -> Session:
     """Load the first matching variant that works here; VariantChoiceError lists every failure."""
     candidates = matching_variants(package, runtime, precision)
@@ -92,7 +106,8 @@ def open_variant(
     for variant in candidates:
         try:
             plugin = get_runtime(variant.runtime)
-            return plugin.load(load_request(package, variant, device or "CPU", threads))
-        except (RuntimeLoadError, RuntimeUnavailable) as exc:
+            request = load_request(package, variant, device or "CPU", threads, unsealer=unsealer)
+            return plugin.load(request)
+        except (RuntimeLoadError, RuntimeUnavailable, SealedError) as exc:
             failures.append(f"{variant.key}: {exc}")
     raise VariantChoiceError(f"no variant of {package.name} loads here: " + "; ".join(failures))

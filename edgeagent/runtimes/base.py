@@ -61,6 +61,17 @@ class LoadRequest:
     layout: str | None = None  # NHWC when the file wants channels-last but clients send NCHW
     input_names: tuple[str, ...] | None = None
     output_names: tuple[str, ...] | None = None
+    # The files' bytes, one per entry of ``files``, when the model must be loaded from memory
+    # (a sealed variant decrypted for this load): ``files`` then only name them, and a runtime
+    # writes nothing derived from them to disk (no compiled-model cache, no optimised copy).
+    contents: tuple[bytes, ...] | None = field(default=None, repr=False)
+
+    def file(self, suffixes: Sequence[str]) -> tuple[Path, bytes | None] | None:
+        """The first file with one of ``suffixes``, and its bytes when they are in memory."""
+        for index, path in enumerate(self.files):
+            if path.suffix in suffixes:
+                return path, None if self.contents is None else self.contents[index]
+        return None
 
 
 class Session(ABC):

@@ -183,9 +183,11 @@ class LiteRTRuntime(Runtime):
         return ["CPU"]
 
     def load(self, request: LoadRequest) -> LiteRTSession:
-        model = next((f for f in request.files if f.suffix == ".tflite"), None)
-        if model is None:
+        found = request.file((".tflite",))
+        if found is None:
             raise RuntimeLoadError("LiteRT needs a .tflite file")
+        model, content = found
+        source = {"model_path": str(model)} if content is None else {"model_content": content}
         device = request.device.upper()
         delegates = []
         if device in ("EDGETPU", "DELEGATE"):
@@ -196,7 +198,7 @@ class LiteRTRuntime(Runtime):
             )
         try:
             interpreter = _interpreter.Interpreter(
-                model_path=str(model),
+                **source,
                 num_threads=request.threads or default_threads(),
                 experimental_delegates=delegates or None,
             )

@@ -116,9 +116,10 @@ class OnnxRuntime(Runtime):
         return [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
 
     def load(self, request: LoadRequest) -> OnnxSession:
-        model = next((f for f in request.files if f.suffix == ".onnx"), None)
-        if model is None:
+        found = request.file((".onnx",))
+        if found is None:
             raise RuntimeLoadError("onnxruntime needs an .onnx file")
+        model, content = found
         provider = request.device if request.device != "CPU" else CPU
         available = ort.get_available_providers()
         if provider not in available:
@@ -140,7 +141,10 @@ class OnnxRuntime(Runtime):
         if provider != CPU:
             providers.append(CPU)
         try:
-            session = ort.InferenceSession(str(model), sess_options=options, providers=providers)
+            # From memory when sealed; options.optimized_model_filepath stays unset either way,
+            # so onnxruntime never writes the (optimised) model back to disk.
+            source = content if content is not None else str(model)
+            session = ort.InferenceSession(source, sess_options=options, providers=providers)
         except Exception as exc:
             raise RuntimeLoadError(f"onnxruntime could not load {model.name}: {exc}") from exc
         actual = session.get_providers()[0]
@@ -160,7 +164,11 @@ class OnnxRuntime(Runtime):
             if k != "allow_spinning"  # a session option, not a provider option
         }
         cache = _CACHE_OPTIONS.get(provider)
-        if cache and request.cache_dir is not None:
+        if cache and request.contents is not None:  # an engine cache would hold the model
+            for key in cache:
+                if key:
+                    opts.pop(key, None)
+        elif cache and request.cache_dir is not None:
             path_key, enable_key = cache
             Path(request.cache_dir).mkdir(parents=True, exist_ok=True)
             opts.setdefault(path_key, str(request.cache_dir))

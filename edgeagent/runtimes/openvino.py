@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -122,9 +123,10 @@ class OpenVINORuntime(Runtime):
         return list(self._core.available_devices)
 
     def load(self, request: LoadRequest) -> OpenVINOSession:
-        model_file = next((f for f in request.files if f.suffix in (".xml", ".onnx")), None)
-        if model_file is None:
+        found = request.file((".xml", ".onnx"))
+        if found is None:
             raise RuntimeLoadError("OpenVINO needs an .xml (with its .bin) or an .onnx file")
+        model_file, content = found
         device = request.device.upper()
         config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY"}
         if device in ("CPU", "GPU"):
@@ -135,8 +137,10 @@ class OpenVINORuntime(Runtime):
             request.cache_dir.mkdir(parents=True, exist_ok=True)
             config["CACHE_DIR"] = str(request.cache_dir)
         config.update({str(k): v for k, v in request.options.items()})
+        if content is not None:  # the compiled-model cache would write the model to disk
+            config.pop("CACHE_DIR", None)
         try:
-            model = self._core.read_model(str(model_file))
+            model = self._read(model_file, content, request)
             compiled = self._core.compile_model(model, device, config)
         except RuntimeError as exc:
             raise RuntimeLoadError(
@@ -146,6 +150,17 @@ class OpenVINORuntime(Runtime):
         if device.startswith(("AUTO", "MULTI", "HETERO")):
             actual = ",".join(compiled.get_property("EXECUTION_DEVICES")) or device
         return OpenVINOSession(compiled, request, actual)
+
+    def _read(self, model_file: Path, content: bytes | None, request: LoadRequest) -> Any:
+        """The model from its file, or from memory: IR as xml bytes + a weights Tensor, ONNX
+        as its bytes (OpenVINO's read_model(model=bytes, weights=Tensor))."""
+        if content is None:
+            return self._core.read_model(str(model_file))
+        weights = request.file((".bin",)) if model_file.suffix == ".xml" else None
+        blob = weights[1] if weights is not None and weights[1] is not None else b""
+        return self._core.read_model(
+            model=content, weights=ov.Tensor(np.frombuffer(blob, dtype=np.uint8))
+        )
 
 
 def _first_lines(exc: Exception, count: int = 3) -> str:

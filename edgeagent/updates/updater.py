@@ -3,8 +3,9 @@
 Each received release envelope runs through these steps, one release at a time::
 
     verify      signatures, then manifest (format 2), expiry, target, serial floor, bad list
-                (``verify_release``), the retained slot's model, and which variants this
-                device runs (its profile ranking); a refusal changes nothing and is reported
+                (``verify_release``), the retained slot's model, which variants this
+                device runs (its profile ranking), and that a sealed one is wrapped for this
+                device (``not_a_recipient``); a refusal changes nothing and is reported
     download    the shared artifact and the chosen variants' only, each into
                 staging/<sha256>.part, capped at its signed length, resumable, hashed
     unpack      into staging, refusing traversal, links, devices and oversize archives, each
@@ -75,6 +76,7 @@ from edgeagent.models.package import (
 from edgeagent.sections import ConfigError
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
 from edgeagent.updates.report import UpdateReporter
+from edgeagent.updates.sealed import install_wrapped_keys, recipient_refusal
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
 from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
@@ -269,6 +271,9 @@ class Updater:
                 f"on profile {self.device.profile or '?'} with the runtimes installed here",
             )
             return self._refused(self._describe_manifest(manifest), refusal)
+        locked = recipient_refusal(manifest, variants, self.device.device_id)
+        if locked is not None:
+            return self._refused(self._describe_manifest(manifest), locked)
         await self._install(manifest, variants, key)
         return self.reporter.last
 
@@ -521,6 +526,7 @@ class Updater:
             root = await asyncio.to_thread(unpack_archive, shared, destination, **limits)
             for variant, archive in variants:
                 await asyncio.to_thread(self._add_variant, root, variant, archive, limits)
+            install_wrapped_keys(root, [variant for variant, _ in variants], self.device.device_id)
             (root / INSTALLED_VARIANTS).write_text(
                 "".join(f"{variant.key}\n" for variant, _ in variants), encoding="utf-8"
             )
