@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,26 @@ def create_file_exclusive(path: Path, data: bytes, mode: int = 0o600) -> bool:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
     return True
+
+
+class SecretFileError(OSError):
+    """A key file that cannot be read, or that users other than its owner could read."""
+
+
+def read_secret_file(path: Path) -> bytes:
+    """The bytes of a private-key file, refused when group or others have any access to it.
+
+    Why refuse rather than warn: a key others could read may already be copied, and a daemon
+    that starts anyway hides that from the operator.
+    """
+    try:
+        mode = path.stat().st_mode
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SecretFileError(f"{path}: cannot read the key ({exc.strerror})") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SecretFileError(
+            f"{path}: the key is accessible to other users (mode {stat.S_IMODE(mode):o}); "
+            f"run chmod 600 {path}"
+        )
+    return data

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from edgeagent.fleet.signing import (
     sign_envelope,
 )
 from edgeagent.fleet.trust import TrustStore, parse_trust
-from edgeagent.fsutil import write_file_atomic
+from edgeagent.fsutil import SecretFileError, read_secret_file, write_file_atomic
 
 DEFAULT_TRUST_LIFETIME = timedelta(days=365)
 
@@ -90,12 +89,9 @@ def load_private_key(path: str | Path, passphrase: bytes | None = None) -> Ed255
     """Read a ``.key`` file; refuse one that others can read, is not Ed25519 or is locked."""
     path = Path(path)
     try:
-        mode = path.stat().st_mode
-        data = path.read_bytes()
-    except OSError as exc:
-        raise HubError(f"{path}: cannot read private key ({exc.strerror})") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise HubError(f"{path}: private key is readable by others; run chmod 600 {path}")
+        data = read_secret_file(path)
+    except SecretFileError as exc:
+        raise HubError(f"private key: {exc}") from exc
     try:
         key = serialization.load_pem_private_key(data, password=passphrase)
     except TypeError as exc:

@@ -9,7 +9,6 @@ never silently replaced: replacing it would lock the device out of every release
 
 from __future__ import annotations
 
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from edgeagent.fsutil import create_file_exclusive
+from edgeagent.fsutil import SecretFileError, create_file_exclusive, read_secret_file
 from edgeagent.models.sealing import SCHEME, public_key_text
 
 DEVICE_KEY_FILE = "device-key.pem"
@@ -59,15 +58,9 @@ def open_device_key(state_dir: Path) -> DeviceKey:
 
 def _read(path: Path) -> DeviceKey:
     try:
-        mode = path.stat().st_mode
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DeviceKeyError(f"{path}: cannot read the device key ({exc.strerror})") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise DeviceKeyError(
-            f"{path}: the device key is accessible to other users (mode {stat.S_IMODE(mode):o}); "
-            f"run chmod 600 {path}"
-        )
+        data = read_secret_file(path)
+    except SecretFileError as exc:
+        raise DeviceKeyError(f"device key: {exc}") from exc
     try:
         key = load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:

@@ -55,19 +55,7 @@ def _plaintext_marks(package: Path) -> list[bytes]:
 
 async def _sign_encrypted(hub: Hub, package: Path, recipients: Path) -> Path:
     signed = await asyncio.to_thread(
-        hub_cli,
-        "sign",
-        str(package),
-        "--key",
-        str(hub.keys / "release.key"),
-        "--base-url",
-        hub.url,
-        "--out",
-        str(hub.artifacts),
-        "--encrypt",
-        "--recipients",
-        str(recipients),
-        "--json",
+        hub_cli, *hub.sign_command(package, "--encrypt", "--recipients", str(recipients))
     )
     assert signed.returncode == 0, signed.stderr
     return Path(json.loads(signed.stdout)["release"])

@@ -182,18 +182,7 @@ async def test_publish_with_the_hub_cli_then_the_device_serves_the_new_version(
     await agent.start()
     assert await agent.version() == "1"
     package = add_golden(hub.package("2", seed=2))
-    signed = await asyncio.to_thread(
-        cli,
-        "sign",
-        str(package),
-        "--key",
-        str(hub.keys / "release.key"),
-        "--base-url",
-        hub.url,
-        "--out",
-        str(hub.artifacts),
-        "--json",
-    )
+    signed = await asyncio.to_thread(cli, *hub.sign_command(package))
     assert signed.returncode == 0, signed.stderr
     release = json.loads(signed.stdout)["release"]
 

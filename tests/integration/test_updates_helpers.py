@@ -104,6 +104,21 @@ class Hub:
         )
         return envelope.read_bytes()
 
+    def sign_command(self, package: Path, *extra: str) -> list[str]:
+        """The ``hub sign`` arguments that sign ``package`` into this hub's artifacts, as JSON."""
+        return [
+            "sign",
+            str(package),
+            "--key",
+            str(self.keys / "release.key"),
+            "--base-url",
+            self.url,
+            "--out",
+            str(self.artifacts),
+            *extra,
+            "--json",
+        ]
+
     def signer(self) -> ManifestSigner:
         """What ``hub rollout --key`` signs each stage's envelope with."""
         return ManifestSigner([self.keys / "release.key"])
