@@ -89,17 +89,7 @@ async def test_an_encrypted_release_is_served_from_memory_and_never_lands_in_pla
     marks = _plaintext_marks(package)
     sealed = next(hub.artifacts.glob("tiny-2.*.sealed.tar.gz"))
     assert not any(_files_holding(hub.artifacts, mark) for mark in marks)  # nor on the server
-    published = await asyncio.to_thread(
-        cli,
-        "publish",
-        str(release),
-        "--group",
-        "lab",
-        "--broker",
-        f"127.0.0.1:{broker.port}",
-        "--trust",
-        str(hub.keys / "trust.json"),
-    )
+    published = await asyncio.to_thread(cli, *hub.publish_command(release, broker.port))
     assert published.returncode == 0, published.stderr
     await agent.wait_version("2")
     assert (await agent.get("/v1/status"))["updates"]["last"]["code"] == "committed"

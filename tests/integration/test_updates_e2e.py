@@ -190,17 +190,7 @@ async def test_publish_with_the_hub_cli_then_the_device_serves_the_new_version(
     stop = asyncio.Event()
     load = [asyncio.create_task(infer_forever(agent, counts, stop)) for _ in range(4)]
     await until(lambda: counts.get("ok", 0) >= 4)  # the load is flowing before the publish
-    published = await asyncio.to_thread(
-        cli,
-        "publish",
-        release,
-        "--group",
-        "lab",
-        "--broker",
-        f"127.0.0.1:{broker.port}",
-        "--trust",
-        str(hub.keys / "trust.json"),
-    )
+    published = await asyncio.to_thread(cli, *hub.publish_command(release, broker.port))
     assert published.returncode == 0, published.stderr
     await agent.wait_version("2")
     served = counts.get("ok", 0)

@@ -119,6 +119,21 @@ class Hub:
             "--json",
         ]
 
+    def publish_command(
+        self, release: str | Path, broker_port: int, group: str = "lab"
+    ) -> list[str]:
+        """The ``hub publish`` arguments that put ``release`` in ``group``'s retained slot."""
+        return [
+            "publish",
+            str(release),
+            "--group",
+            group,
+            "--broker",
+            f"127.0.0.1:{broker_port}",
+            "--trust",
+            str(self.keys / "trust.json"),
+        ]
+
     def signer(self) -> ManifestSigner:
         """What ``hub rollout --key`` signs each stage's envelope with."""
         return ManifestSigner([self.keys / "release.key"])
