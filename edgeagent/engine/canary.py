@@ -54,14 +54,15 @@ def check_threshold(key: str, value: Any) -> float | int:
         raise ValueError(f"unknown canary setting {key!r} (known: {', '.join(LIMITS)})")
     low, high = LIMITS[key]
     integer = key in INTEGER_FIELDS
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
+    wrong_kind = not isinstance(value, int) if integer else not isinstance(value, (int, float))
+    if isinstance(value, bool) or wrong_kind:
         kind = "an integer" if integer else "a number"
         raise ValueError(f"canary {key}: must be {kind}, got {str(value)[:40]!r}")
-    if not low <= value <= high or (key == "share" and value <= 0):
+    number: int | float = value if integer else float(value)
+    if not low <= number <= high or (key == "share" and number <= 0):
         low_text = f"above {low:g}" if key == "share" else f"{low:g}"
         raise ValueError(f"canary {key}: {value!r} is not within {low_text}..{high:g}")
-    return value if integer else float(value)
+    return number
 
 
 @dataclass(frozen=True)
