@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edgeagent.engine.canary import PROMOTED, Canary, CanaryPolicy, CanaryVerdict
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
@@ -284,6 +285,10 @@ class ModelRegistry:
                 "model %s: canary %s takes %.0f%%", model.name, model.version, policy.share * 100
             )
         return canary
+
+    def canary_policy(self, **overrides: Any) -> CanaryPolicy:
+        """The ``[server] canary_*`` defaults with ``overrides`` (a release's own values)."""
+        return CanaryPolicy.from_settings(self._settings, **overrides)
 
     def _judge(self, entry: _Entry, canary: Canary) -> None:
         """After each canary request: conclude the canary once the evidence suffices."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import (
     Artifact,
@@ -186,6 +187,7 @@ def sign_package(
     replace_artifact: bool = True,
     serials: ReleaseSerials | None = None,
     now: datetime | None = None,
+    canary: ReleaseCanary | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
@@ -196,7 +198,8 @@ def sign_package(
     by a key the fleet does not trust is caught here rather than on every device. With
     ``replace_artifact=False`` (what an operator wants unless forcing) an existing artifact of
     the same name and version with other bytes is refused. Nothing but the serial counter is
-    written unless every check passed. Returns (shared artifact path, envelope path).
+    written unless every check passed. With ``canary`` the device judges the new version on
+    live traffic before committing it. Returns (shared artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
     archives = archive_package(package_dir)
@@ -225,6 +228,7 @@ def sign_package(
         deployment_id=deployment_id or f"{package.name}-{package.version}-{secrets.token_hex(4)}",
         targets=targets or Targets(),
         min_agent_version=min_agent_version,
+        canary=canary,
     )
     envelope = signer(manifest)
     _check_against(envelope, trust_path)
