@@ -235,7 +235,6 @@ def _sign(commands: argparse._SubParsersAction) -> None:
         "--canary",
         nargs="?",
         const="",
-        type=_canary,
         metavar="KEY=VALUE,...",
         help="devices run the new version beside the old one on live traffic before "
         "committing it: share, min_requests, max_error_rate, max_p99_ratio, max_seconds "
@@ -263,7 +262,7 @@ def _sign(commands: argparse._SubParsersAction) -> None:
             min_agent_version=args.min_agent_version,
             trust_path=args.trust,
             serials=_serials(args),
-            canary=args.canary,
+            canary=None if args.canary is None else _canary(args.canary),
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
         _emit(args, data, f"artifact {artifact}\nrelease  {envelope}")
@@ -273,11 +272,11 @@ def _sign(commands: argparse._SubParsersAction) -> None:
 
 
 def _canary(text: str) -> ReleaseCanary:
-    """``--canary`` as argparse's type: a bad value is a usage error naming the key."""
+    """``--canary KEY=VALUE,...``; a bad value is a usage error naming the key and bounds."""
     try:
         return ReleaseCanary.from_option(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+        raise HubError(f"--canary: {exc}") from exc
 
 
 def _rotate(commands: argparse._SubParsersAction) -> None:

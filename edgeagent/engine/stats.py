@@ -34,7 +34,7 @@ class _BatchStat:
 
 
 class LatencyRing:
-    """The latencies (ns) of the last ``size`` answered requests, for a canary's p99.
+    """The service times (ns) of the last ``size`` answered requests, for a canary's p99.
 
     A preallocated list written in a circle: one store per request on the hot path, bounded
     memory however long a version serves; the percentile is computed (numpy) only when a
@@ -109,14 +109,26 @@ class ModelStats:
             stat.compute_output.add(output_ns)
 
     def record_request(
-        self, ok: bool, total_ns: int, queue_ns: int | None = None, *, server_fault: bool = False
+        self,
+        ok: bool,
+        total_ns: int,
+        queue_ns: int | None = None,
+        *,
+        server_fault: bool = False,
+        service_ns: int | None = None,
     ) -> None:
         """One answered or failed request; ``server_fault`` marks failures that are the
-        model's or device's doing (run errors, missed deadlines), not the client's."""
+        model's or device's doing (run errors, missed deadlines), not the client's.
+
+        ``service_ns`` (its batch's compute on the worker thread, without queue, gate or
+        executor wait; default ``total_ns``) goes into the latency ring: a canary shares the
+        device and the worker threads with the stable version, so a slow canary would slow
+        the stable version's total latency as well and hide itself in the ratio.
+        """
         with self._lock:
             (self.success if ok else self.fail).add(total_ns)
             if ok:
-                self._latencies.add(total_ns)
+                self._latencies.add(total_ns if service_ns is None else service_ns)
             if queue_ns is not None:
                 self.queue.add(queue_ns)
             if server_fault:
