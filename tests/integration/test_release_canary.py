@@ -27,6 +27,7 @@ from tests.helpers import write_tiny_package
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_release_v2 import _publish
 from tests.integration.test_updates_helpers import (
+    Device,
     Hub,
     Online,
     add_golden,
@@ -45,13 +46,15 @@ def _sign(hub: Hub, version: str, canary: str | None, **bad: Any) -> Path:
     package = write_tiny_package(
         hub.root / "packages" / f"tiny-{version}", version=version, seed=int(version), **bad
     )
-    args = ["sign", str(add_golden(package)), "--key", str(hub.keys / "release.key")]
-    args += ["--base-url", hub.url, "--out", str(hub.artifacts), "--json"]
-    if canary is not None:
-        args += ["--canary", canary]
-    signed = hub_cli(*args)
+    signed = _hub_sign(hub, add_golden(package), *([] if canary is None else ["--canary", canary]))
     assert signed.returncode == 0, signed.stderr
     return release_path(hub.artifacts, "tiny", version)
+
+
+def _hub_sign(hub: Hub, package: Path, *extra: str):
+    """``edgeagent hub sign PACKAGE --json EXTRA…`` with the hub's key, URL and artifacts."""
+    args = ["sign", str(package), "--key", str(hub.keys / "release.key"), "--json"]
+    return hub_cli(*args, "--base-url", hub.url, "--out", str(hub.artifacts), *extra)
 
 
 class Traffic:
@@ -162,6 +165,13 @@ async def test_a_canary_slower_than_max_p99_ratio_is_rolled_back(
     assert online.device.serving() == "1" and online.device.store.bad_versions("tiny") == {"2"}
 
 
+async def _serving_v1_offline(hub: Hub, tmp_path: Path, executor, **settings: Any) -> Device:
+    """A device stack (no MQTT) with ``[updates]`` ``settings`` that committed version 1."""
+    device = make_device(tmp_path / "device", hub.keys / "trust.json", executor, **settings)
+    assert (await device.apply(_sign(hub, "1", None).read_bytes()))["code"] == "committed"
+    return device
+
+
 @pytest.mark.parametrize(
     ("without_traffic", "result", "serving"),
     [("golden", "succeeded", "2"), ("rollback", "failed", "1")],
@@ -170,15 +180,10 @@ async def test_with_no_traffic_by_max_seconds_the_config_decides(
     hub: Hub, tmp_path: Path, without_traffic: str, result: str, serving: str
 ) -> None:
     with ThreadPoolExecutor(2) as executor:
-        device = make_device(
-            tmp_path / "device",
-            hub.keys / "trust.json",
-            executor,
-            canary_without_traffic=without_traffic,
+        device = await _serving_v1_offline(
+            hub, tmp_path, executor, canary_without_traffic=without_traffic
         )
         try:
-            first = await device.apply(_sign(hub, "1", None).read_bytes())
-            assert first["code"] == "committed"
             outcome = await device.apply(_sign(hub, "2", "max_seconds=1").read_bytes())
             assert outcome["result"] == result, outcome
             figures = outcome["canary"]
@@ -196,14 +201,9 @@ async def test_a_device_that_cannot_hold_both_versions_refuses_before_downloadin
     hub: Hub, tmp_path: Path
 ) -> None:
     with ThreadPoolExecutor(2) as executor:
-        device = make_device(
-            tmp_path / "device",
-            hub.keys / "trust.json",
-            executor,
-            canary_min_free_bytes=2**60,  # more than any machine has
-        )
+        # more memory to keep free than any machine has
+        device = await _serving_v1_offline(hub, tmp_path, executor, canary_min_free_bytes=2**60)
         try:
-            assert (await device.apply(_sign(hub, "1", None).read_bytes()))["code"] == "committed"
             before = device.store.snapshot()
             events = len(device.events)
             outcome = await device.apply(_sign(hub, "2", "").read_bytes())
@@ -238,35 +238,10 @@ def test_a_restart_mid_canary_leaves_the_old_release_current(tmp_path: Path) -> 
 def test_hub_sign_refuses_a_canary_out_of_bounds(hub: Hub) -> None:
     package = add_golden(write_tiny_package(hub.root / "packages" / "bad", version="5"))
     for canary, why in (("share=0.9", "0..0.5"), ("min_requests=x", "not a number")):
-        signed = hub_cli(
-            "sign",
-            str(package),
-            "--key",
-            str(hub.keys / "release.key"),
-            "--base-url",
-            hub.url,
-            "--out",
-            str(hub.artifacts),
-            "--canary",
-            canary,
-        )
+        signed = _hub_sign(hub, package, "--canary", canary)
         assert signed.returncode == 2 and why in signed.stderr, signed.stderr
     assert not release_path(hub.artifacts, "tiny", "5").exists()
-    good = json.loads(
-        hub_cli(
-            "sign",
-            str(package),
-            "--key",
-            str(hub.keys / "release.key"),
-            "--base-url",
-            hub.url,
-            "--out",
-            str(hub.artifacts),
-            "--canary",
-            "share=0.25,max_seconds=60",
-            "--json",
-        ).stdout
-    )
+    good = json.loads(_hub_sign(hub, package, "--canary", "share=0.25,max_seconds=60").stdout)
     assert Path(good["release"]).exists()
     assert _canary_of(Path(good["release"])) == {"share": 0.25, "max_seconds": 60.0}
 
