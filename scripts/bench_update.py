@@ -12,6 +12,10 @@ What it measures (issue 5):
   every artifact of the release — what release format 1 made every device download;
 - **failed requests during the swap**: clients classify images over the agent's Unix socket
   the whole time; every non-200 answer counts (it must be 0);
+- **canary decision time** (issue 11 item 4): rounds alternate between a plain release and
+  one signed with a canary table (``CANARY``); for those, publish → verdict (the device's
+  ``canary_promoted`` event) and verdict → committed (its outcome event), both read from the
+  device's events topic as they arrive, with the same clients running;
 - **baseline**, measured in the same run on the same machine: a plain HTTP download + SHA-256
   of the same artifact from the same server — the part no updater can avoid — so the
   ratio says what the rest of the pipeline costs, independent of machine speed.
@@ -39,16 +43,18 @@ import time
 from pathlib import Path
 
 import aiohttp
+import aiomqtt
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
 from devtools.package import set_fields  # noqa: E402
+from edgeagent.fleet.canary import ReleaseCanary  # noqa: E402
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES  # noqa: E402
 from edgeagent.fleet.manifest import parse_manifest  # noqa: E402
 from edgeagent.fleet.signing import decode_envelope  # noqa: E402
-from edgeagent.fleet.topics import GroupTopics  # noqa: E402
+from edgeagent.fleet.topics import GroupTopics, Topics  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
@@ -56,6 +62,9 @@ from edgeagent.hub.sign import sign_package  # noqa: E402
 from edgeagent.models.package import INSTALLED_VARIANTS  # noqa: E402
 
 MODEL = "mobilenet_v3_small"
+# Two builds of one model: a p99 ratio limit of 100 keeps a loaded machine's jitter from
+# rolling it back, so the round times the decision, not a verdict that varies.
+CANARY = "share=0.25,min_requests=200,max_p99_ratio=100"
 
 
 def make_package(zoo: Path, out: Path, version: str) -> Path:
@@ -109,6 +118,24 @@ async def wait_serving(socket: Path, version: str, timeout: float = 300) -> floa
     raise RuntimeError(f"the agent did not serve version {version} within {timeout} s")
 
 
+async def record_events(port: int, arrived: dict[tuple[str, str], float]) -> None:
+    """(deployment id, step) → when the device's event arrived (perf_counter), until cancelled."""
+    async with aiomqtt.Client("127.0.0.1", port) as client:
+        await client.subscribe(Topics("edgeagent", "bench", "bench").events, qos=1)
+        async for message in client.messages:
+            event = json.loads(bytes(message.payload))  # type: ignore[arg-type]
+            arrived.setdefault((event.get("deployment_id", ""), event["step"]), time.perf_counter())
+
+
+async def wait_event(arrived: dict, key: tuple[str, str], timeout: float = 600) -> float:
+    deadline = time.perf_counter() + timeout
+    while key not in arrived:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"no {key[1]} event for {key[0]} within {timeout} s")
+        await asyncio.sleep(0.01)
+    return arrived[key]
+
+
 async def baseline_fetch(urls: list[str]) -> float:
     """Download + SHA-256 of the artifacts, nothing else: the floor of any update."""
     started = time.perf_counter()
@@ -158,6 +185,8 @@ async def run(args: argparse.Namespace) -> dict:
         if not ready.startswith(b"edgeagent serving"):
             raise RuntimeError(f"agent did not start: {(work / 'agent.log').read_text()[-2000:]}")
         image = (zoo / "samples" / "flower.png").read_bytes()
+        arrived: dict[tuple[str, str], float] = {}
+        listener = asyncio.create_task(record_events(broker.port, arrived))
         stop = asyncio.Event()
         load = [
             asyncio.create_task(classify_forever(socket, image, counts, stop))
@@ -167,8 +196,14 @@ async def run(args: argparse.Namespace) -> dict:
         for number in range(2, args.rounds + 2):
             version = f"{number}.0.0"
             package = make_package(zoo, work / "packages" / version, version)
+            canary = number % 2 == 1  # rounds alternate: plain, canary, plain, …
             artifact, release = sign_package(
-                package, key_paths=[keys / "release.key"], base_url=base_url, out_dir=artifacts
+                package,
+                key_paths=[keys / "release.key"],
+                base_url=base_url,
+                out_dir=artifacts,
+                deployment_id=f"bench-{version}",
+                canary=ReleaseCanary.from_option(CANARY) if canary else None,
             )
             envelope = release.read_bytes()
             started = time.perf_counter()
@@ -180,9 +215,19 @@ async def run(args: argparse.Namespace) -> dict:
                 envelope, work / "state" / "store" / MODEL / version
             )
             baseline = await baseline_fetch(urls)
+            decision: dict[str, float] = {}
+            if canary:
+                verdict = await wait_event(arrived, (f"bench-{version}", "canary_promoted"))
+                committed = await wait_event(arrived, (f"bench-{version}", "done"))
+                decision = {
+                    "publish_to_verdict_s": verdict - started,
+                    "verdict_to_committed_s": committed - verdict,
+                }
             rounds.append(
                 {
                     "version": version,
+                    "canary": canary,
+                    **decision,
                     "artifact_bytes": artifact.stat().st_size,
                     "bytes_per_device": downloaded,
                     "bytes_all_variants": everything,
@@ -199,6 +244,7 @@ async def run(args: argparse.Namespace) -> dict:
         await asyncio.sleep(0.5)
         stop.set()
         await asyncio.gather(*load)
+        listener.cancel()
     finally:
         agent.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -209,8 +255,14 @@ async def run(args: argparse.Namespace) -> dict:
         broker.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    median = statistics.median(r["publish_to_serving_s"] for r in rounds)
-    base = statistics.median(r["baseline_fetch_s"] for r in rounds)
+    plain = [r for r in rounds if not r["canary"]]
+    canaries = [r for r in rounds if r["canary"]]
+    median = statistics.median(r["publish_to_serving_s"] for r in plain)
+    base = statistics.median(r["baseline_fetch_s"] for r in plain)
+
+    def median_of(key: str) -> float | None:
+        return statistics.median(r[key] for r in canaries) if canaries else None
+
     failed = sum(v for k, v in counts.items() if k != "ok")
     return {
         "model": MODEL,
@@ -223,6 +275,9 @@ async def run(args: argparse.Namespace) -> dict:
         "median_publish_to_serving_s": median,
         "median_baseline_fetch_s": base,
         "ratio_to_baseline": median / base if base else None,
+        "canary": CANARY,
+        "median_canary_publish_to_verdict_s": median_of("publish_to_verdict_s"),
+        "median_canary_verdict_to_committed_s": median_of("verdict_to_committed_s"),
         "requests": counts,
         "failed_requests": failed,
     }
@@ -230,7 +285,9 @@ async def run(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="updates to time (default 3)")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="updates to time, plain and canary alternately"
+    )
     parser.add_argument("--clients", type=int, default=4, help="concurrent classify clients")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -248,6 +305,9 @@ def main() -> int:
             f"  publish → serving   median {result['median_publish_to_serving_s']:.3f} s\n"
             f"  baseline (download+hash)  {result['median_baseline_fetch_s']:.3f} s\n"
             f"  ratio                     {result['ratio_to_baseline']:.1f}×\n"
+            f"  canary ({CANARY}): publish → verdict median "
+            f"{result['median_canary_publish_to_verdict_s'] or 0:.3f} s, verdict → committed "
+            f"{result['median_canary_verdict_to_committed_s'] or 0:.3f} s\n"
             f"  requests during updates   {result['requests']}\n"
             f"  failed requests           {result['failed_requests']}"
         )

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeagent.commands.helpfmt import DefaultsFormatter
+from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError
@@ -241,6 +242,15 @@ def _sign(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="device id = public key, as devices report it (TOML, or JSON for *.json)",
     )
+    parser.add_argument(
+        "--canary",
+        nargs="?",
+        const="",
+        metavar="KEY=VALUE,...",
+        help="devices run the new version beside the old one on live traffic before "
+        "committing it: share, min_requests, max_error_rate, max_p99_ratio, max_seconds "
+        "(e.g. share=0.1,min_requests=200); a key left out takes the device's default",
+    )
     _serials_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -268,12 +278,21 @@ def _sign(commands: argparse._SubParsersAction) -> None:
             trust_path=args.trust,
             serials=_serials(args),
             recipients=recipients,
+            canary=None if args.canary is None else _canary(args.canary),
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
         _emit(args, data, f"artifact {artifact}\nrelease  {envelope}")
         return 0
 
     parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _canary(text: str) -> ReleaseCanary:
+    """``--canary KEY=VALUE,...``; a bad value is a usage error naming the key and bounds."""
+    try:
+        return ReleaseCanary.from_option(text)
+    except ValueError as exc:
+        raise HubError(f"--canary: {exc}") from exc
 
 
 def _rotate(commands: argparse._SubParsersAction) -> None:

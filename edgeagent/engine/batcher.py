@@ -360,7 +360,10 @@ class Batcher:
             requests.inc()
             latency.observe(end - request.enqueued)
             self._stats.record_request(
-                True, int((end - request.enqueued) * 1e9), int((start - request.enqueued) * 1e9)
+                True,
+                int((end - request.enqueued) * 1e9),
+                int((start - request.enqueued) * 1e9),
+                service_ns=input_ns + infer_ns + output_ns,
             )
 
     def _compute(self, batch: list[_Request]) -> tuple[list[Answer], tuple[int, int, int]]:

@@ -8,18 +8,21 @@ never fails a request. Sessions are opened by an ``opener`` (the hardware façad
 Nor does it build what serves a session: a ``build`` callable (``serving.ModelFactory``) wraps
 each warmed session, and ``on_model_load`` / ``on_model_unload`` hooks (gauges, as MLServer's
 registry has them) see every version come and go. Lookups change no model's state: a canary is
-judged after each of its requests finishes, not inside ``get()``.
+judged after each of its requests finishes, not inside ``get()`` (the judgement itself lives in
+``engine.canary``; whoever starts a canary awaits its verdict there).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from edgeagent.engine.canary import PROMOTED, Canary, CanaryPolicy, CanaryVerdict
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
@@ -37,45 +40,7 @@ UNAVAILABLE = "UNAVAILABLE"
 Opener = Callable[[ModelPackage], Session]
 Builder = Callable[[ModelPackage, Session], LoadedModel]  # ModelFactory.build
 ModelHook = Callable[[LoadedModel], None]
-
-
-@dataclass
-class _Canary:
-    """A candidate version that takes ``weight`` of the unversioned traffic until judged."""
-
-    model: LoadedModel
-    weight: float
-    baseline: tuple[int, int, int]  # the stable version's ModelStats.health() at the start
-    routed: int = 0  # unversioned lookups seen since the start
-
-    def takes_next(self) -> bool:
-        """Exactly ``weight`` of the lookups, spread evenly (every 10th for 0.1)."""
-        self.routed += 1
-        return int(self.routed * self.weight) > int((self.routed - 1) * self.weight)
-
-    def verdict(self, stable: LoadedModel, settings: EngineSettings) -> str | None:
-        """None while too few requests; else "" to promote, or why it is rolled back."""
-        answered, ns, faults = self.model.stats.health()
-        if answered + faults < settings.canary_min_requests:
-            return None
-        rate = faults / (answered + faults)
-        if rate > settings.canary_max_error_rate:
-            return (
-                f"{faults} of {answered + faults} requests failed ({rate:.1%} > "
-                f"[server] canary_max_error_rate {settings.canary_max_error_rate:.1%})"
-            )
-        stable_answered, stable_ns, _ = stable.stats.health()
-        base_answered, base_ns, _ = self.baseline
-        if answered and stable_answered > base_answered:
-            mine = ns / answered
-            theirs = (stable_ns - base_ns) / (stable_answered - base_answered)
-            if mine > theirs * settings.canary_max_latency_ratio:
-                return (
-                    f"mean latency {mine / 1e6:.1f} ms against {theirs / 1e6:.1f} ms of version "
-                    f"{stable.version} (> × [server] canary_max_latency_ratio "
-                    f"{settings.canary_max_latency_ratio:g})"
-                )
-        return ""
+Check = Callable[[LoadedModel], Awaitable[None]]  # raises when the version must not serve
 
 
 @dataclass
@@ -89,7 +54,7 @@ class _Entry:
     active: LoadedModel | None = None
     loaded: dict[str, LoadedModel] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    canary: _Canary | None = None
+    canary: Canary | None = None
     canary_outcome: str = ""  # the last canary's verdict, for status
 
 
@@ -198,8 +163,8 @@ class ModelRegistry:
                 "canary": (
                     {
                         "version": entry.canary.model.version,
-                        "weight": entry.canary.weight,
-                        "answered_and_faults": entry.canary.model.stats.health()[::2],
+                        "share": entry.canary.policy.share,
+                        "requests_and_faults": entry.canary.counts(),
                     }
                     if entry.canary
                     else None
@@ -255,7 +220,7 @@ class ModelRegistry:
                 candidates.append(entry.active)
             if entry.canary is not None:  # an explicit activation ends any canary
                 candidates.append(entry.canary.model)
-                entry.canary = None
+                self._interrupt(entry, f"version {model.version} was activated")
             retiring = [m for m in dict.fromkeys(candidates) if m is not None and m is not model]
             entry.loaded[model.version] = model
             entry.active = model
@@ -269,16 +234,23 @@ class ModelRegistry:
             await self._close(previous)
         return model
 
-    async def canary(self, package_dir: Path, weight: float = 0.1) -> LoadedModel:
-        """Load a new version beside the active one and send it ``weight`` of the traffic.
+    async def canary(
+        self,
+        package_dir: Path,
+        policy: CanaryPolicy | None = None,
+        *,
+        check: Check | None = None,
+    ) -> Canary:
+        """Load a new version beside the active one and send it ``policy.share`` of the traffic.
 
-        Once it has answered ``[server] canary_min_requests`` requests it is judged: promoted
-        (it becomes the active version, the old one retires as in ``activate``) or rolled back
-        when its failure rate or latency regresses against the active version. Requests that
-        name a version are never redirected. Raises LoadFailed when it cannot load.
+        ``check`` (the updater's golden check) runs on the loaded version before any traffic
+        reaches it; when it raises, the version is closed and the error propagates. The
+        canary is then judged on its requests (``edgeagent.engine.canary``): promoted — it
+        becomes the active version, the old one retires as in ``activate`` — or rolled back.
+        Await ``outcome()`` of the returned canary for the verdict. Requests that name a
+        version are never redirected. Raises LoadFailed when it cannot load.
         """
-        if not 0 < weight < 1:
-            raise ValueError(f"canary weight must be between 0 and 1, got {weight}")
+        policy = policy or CanaryPolicy.from_settings(self._settings)
         try:
             package = load_package(package_dir)
         except PackageError as exc:
@@ -290,34 +262,73 @@ class ModelRegistry:
             raise LoadFailed(f"model {package.name!r} version {package.version} is already loaded")
         async with entry.lock:
             model = await self._open(package)
+            try:
+                if check is not None:
+                    await check(model)
+            except BaseException:
+                await self._close(model)
+                raise
+            if entry.active is None:  # unloaded while it loaded or was checked
+                await self._close(model)
+                raise LoadFailed(f"model {package.name!r} was unloaded while its canary loaded")
             previous = entry.canary
+            if previous is not None:
+                self._interrupt(entry, f"superseded by version {model.version}")
+                self._retire(entry, previous.model, entry.active, "superseded by a newer canary")
             entry.loaded[model.version] = model
-            canary = entry.canary = _Canary(model, weight, entry.active.stats.health())
+            canary = entry.canary = Canary(model, entry.active, policy)
             model.on_request_done.append(lambda: self._judge(entry, canary))
-            log.info("model %s: canary %s takes %.0f%%", model.name, model.version, weight * 100)
-        if previous is not None:
-            self._retire(entry, previous.model, entry.active, "superseded by a newer canary")
-        return model
+            canary.timer = asyncio.get_running_loop().call_later(
+                policy.max_seconds, self._time_out, entry, canary
+            )
+            log.info(
+                "model %s: canary %s takes %.0f%%", model.name, model.version, policy.share * 100
+            )
+        return canary
 
-    def _judge(self, entry: _Entry, canary: _Canary) -> None:
-        """After each canary request: conclude the canary once it has enough requests."""
+    def canary_policy(self, **overrides: Any) -> CanaryPolicy:
+        """The ``[server] canary_*`` defaults with ``overrides`` (a release's own values)."""
+        return CanaryPolicy.from_settings(self._settings, **overrides)
+
+    def _judge(self, entry: _Entry, canary: Canary) -> None:
+        """After each canary request: conclude the canary once the evidence suffices."""
         if entry.canary is not canary or entry.active is None:
             return  # already concluded, superseded, or the model was unloaded
-        verdict = canary.verdict(entry.active, self._settings)
-        if verdict is None:
-            return
+        verdict = canary.judge(entry.active)
+        if verdict is not None:
+            self._conclude(entry, canary, verdict)
+
+    def _time_out(self, entry: _Entry, canary: Canary) -> None:
+        """``max_seconds`` passed: conclude on what was seen (``Canary.time_out``)."""
+        if entry.canary is canary and entry.active is not None:
+            self._conclude(entry, canary, canary.time_out(entry.active))
+
+    def _conclude(self, entry: _Entry, canary: Canary, verdict: CanaryVerdict) -> None:
+        """Act on the verdict (promote or roll back), then resolve the canary's outcome."""
         entry.canary = None
         stable = entry.active
-        if verdict:
-            self._retire(entry, canary.model, stable, f"rolled back: {verdict}")
-            log.warning("model %s: canary %s %s", entry.name, canary.model.version, verdict)
-        else:
+        assert stable is not None  # callers check; a canary never outlives its stable version
+        version = canary.model.version
+        if verdict.outcome == PROMOTED:
             entry.active = canary.model
+            entry.source = canary.model.package.root
             self._retire(entry, stable, canary.model, "promoted")
-            log.info("model %s: canary %s promoted", entry.name, canary.model.version)
-        entry.canary_outcome = (
-            f"version {canary.model.version} {'rolled back: ' + verdict if verdict else 'promoted'}"
-        )
+            log.info("model %s: canary %s promoted: %s", entry.name, version, verdict.summary())
+            entry.canary_outcome = f"version {version} promoted"
+        else:
+            self._retire(entry, canary.model, stable, f"rolled back: {verdict.reason}")
+            log.warning("model %s: canary %s rolled back: %s", entry.name, version, verdict.reason)
+            entry.canary_outcome = f"version {version} rolled back: {verdict.reason}"
+        canary.resolve(verdict)
+
+    def _interrupt(self, entry: _Entry, why: str) -> None:
+        """End the running canary without a verdict (its model is retired by the caller)."""
+        canary = entry.canary
+        if canary is None:
+            return
+        entry.canary = None
+        entry.canary_outcome = f"version {canary.model.version} interrupted: {why}"
+        canary.resolve(canary.interrupted(why))
 
     def _retire(self, entry: _Entry, model: LoadedModel, successor: LoadedModel, why: str) -> None:
         """Stop routing to ``model`` now; it drains and closes in the background."""
@@ -338,7 +349,7 @@ class ModelRegistry:
             models = list(entry.loaded.values())
             entry.state, entry.reason = UNLOADING, "unloading"
             entry.active = None
-            entry.canary = None
+            self._interrupt(entry, "the model was unloaded")
             entry.loaded.clear()
             await asyncio.gather(*(self._close(m) for m in models))
             entry.state, entry.reason = UNAVAILABLE, "unloaded"

@@ -146,7 +146,7 @@ class ModelFactory:
 
     def build(self, package: ModelPackage, session: Session) -> LoadedModel:
         """Must run on the event loop: the batcher starts its loop task there."""
-        stats = ModelStats()
+        stats = ModelStats(self._settings.latency_samples)
         batcher = Batcher(
             package.name,
             package.version,

@@ -38,13 +38,16 @@ class EngineSettings:
     default_priority: int = setting(2, "priority of requests that give none (1 = most urgent)")
     warmup: bool = setting(True, "run one inference before a model (version) takes traffic")
     canary_min_requests: int = setting(
-        50, "a canary version is judged after this many answered requests"
+        50, "a canary is judged after this many requests (a release's canary may say more)"
     )
     canary_max_error_rate: float = setting(
         0.02, "a canary whose server-side failure rate is above this is rolled back", "ratio"
     )
-    canary_max_latency_ratio: float = setting(
-        1.5, "a canary whose mean latency / the stable version's is above this is rolled back"
+    canary_max_p99_ratio: float = setting(
+        1.5, "a canary whose p99 latency / the stable version's p99 is above this is rolled back"
+    )
+    latency_samples: int = setting(
+        2048, "answered-request latencies kept per model version (a ring) for a canary's p99"
     )
 
     def validate(self) -> None:
@@ -72,7 +75,10 @@ class EngineSettings:
         require(self.worker_threads >= 1, "server", "worker_threads", "must be at least 1")
         require(self.default_priority >= 1, "server", "default_priority", "must be at least 1")
         require(
-            self.canary_min_requests >= 1, "server", "canary_min_requests", "must be at least 1"
+            1 <= self.canary_min_requests <= 1_000_000,
+            "server",
+            "canary_min_requests",
+            "must be between 1 and 1000000",
         )
         require(
             0 <= self.canary_max_error_rate <= 1,
@@ -81,8 +87,14 @@ class EngineSettings:
             "must be between 0 and 1",
         )
         require(
-            self.canary_max_latency_ratio >= 1,
+            1 <= self.canary_max_p99_ratio <= 100,
             "server",
-            "canary_max_latency_ratio",
-            "must be at least 1",
+            "canary_max_p99_ratio",
+            "must be between 1 and 100",
+        )
+        require(
+            1 <= self.latency_samples <= 1_000_000,
+            "server",
+            "latency_samples",
+            "must be between 1 and 1000000",
         )

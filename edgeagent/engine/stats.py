@@ -10,6 +10,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class Duration:
@@ -31,15 +33,51 @@ class _BatchStat:
     compute_output: Duration = field(default_factory=Duration)
 
 
+class LatencyRing:
+    """The service times (ns) of the last ``size`` answered requests, for a canary's p99.
+
+    A preallocated list written in a circle: one store per request on the hot path, bounded
+    memory however long a version serves; the percentile is computed (numpy) only when a
+    canary is judged. ``count`` never wraps, so it doubles as a mark of "from here on".
+    """
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a latency ring needs at least one slot, got {size}")
+        self._samples = [0] * size
+        self.count = 0
+
+    def add(self, ns: int) -> None:
+        self._samples[self.count % len(self._samples)] = ns
+        self.count += 1
+
+    def since(self, mark: int) -> np.ndarray:
+        """The samples recorded after ``count`` was ``mark`` — the newest ``size`` of them."""
+        size = len(self._samples)
+        wanted = min(self.count - mark, size)
+        if wanted <= 0:
+            return np.empty(0, dtype=np.int64)
+        end = self.count % size
+        start = end - wanted
+        if start >= 0:
+            return np.array(self._samples[start:end], dtype=np.int64)
+        return np.array(self._samples[start:] + self._samples[:end], dtype=np.int64)
+
+
+DEFAULT_LATENCY_SAMPLES = 2048
+
+
 class ModelStats:
     """Counters of one model version in the shape of the v2 statistics extension (Triton's).
 
     Written from the event loop and read by the HTTP handler, guarded by a lock because a
-    snapshot must never show a batch half-counted.
+    snapshot must never show a batch half-counted. Answered requests' latencies also go into a
+    bounded ring (``latency_samples``) that a canary's p99 is taken from.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, latency_samples: int = DEFAULT_LATENCY_SAMPLES) -> None:
         self._lock = threading.Lock()
+        self._latencies = LatencyRing(latency_samples)
         self.last_inference_ms = 0
         self.inference_count = 0  # rows answered
         self.execution_count = 0  # batches run
@@ -71,12 +109,26 @@ class ModelStats:
             stat.compute_output.add(output_ns)
 
     def record_request(
-        self, ok: bool, total_ns: int, queue_ns: int | None = None, *, server_fault: bool = False
+        self,
+        ok: bool,
+        total_ns: int,
+        queue_ns: int | None = None,
+        *,
+        server_fault: bool = False,
+        service_ns: int | None = None,
     ) -> None:
         """One answered or failed request; ``server_fault`` marks failures that are the
-        model's or device's doing (run errors, missed deadlines), not the client's."""
+        model's or device's doing (run errors, missed deadlines), not the client's.
+
+        ``service_ns`` (its batch's compute on the worker thread, without queue, gate or
+        executor wait; default ``total_ns``) goes into the latency ring: a canary shares the
+        device and the worker threads with the stable version, so a slow canary would slow
+        the stable version's total latency as well and hide itself in the ratio.
+        """
         with self._lock:
             (self.success if ok else self.fail).add(total_ns)
+            if ok:
+                self._latencies.add(total_ns if service_ns is None else service_ns)
             if queue_ns is not None:
                 self.queue.add(queue_ns)
             if server_fault:
@@ -86,6 +138,16 @@ class ModelStats:
         """(answered, their total ns, server faults): what a canary is judged on."""
         with self._lock:
             return self.success.count, self.success.ns, self.server_faults
+
+    def latency_mark(self) -> int:
+        """A mark for ``latencies_since``: answered requests counted so far."""
+        with self._lock:
+            return self._latencies.count
+
+    def latencies_since(self, mark: int) -> np.ndarray:
+        """Latencies (ns) of the requests answered after ``mark`` (bounded by the ring)."""
+        with self._lock:
+            return self._latencies.since(mark)
 
     def record_cache(self, hit: bool, ns: int) -> None:
         with self._lock:

@@ -9,8 +9,9 @@ release format) is refused with ``unsupported_format``: see the README's update 
 A manifest pins each artifact — the shared files (``artifact``: model.toml, labels, golden
 inputs) and one per variant (``variants``: runtime, precision) — by URL, exact size and
 SHA-256 (so a download can be capped at the signed length and checked before unpacking), and
-says which devices it is for, when it was
-issued, when it expires and which agent it needs. It is parsed only after ``TrustStore.verify``
+says which devices it is for, when it was issued, when it expires and which agent it needs; an
+optional ``canary`` table asks the device to judge the new version on live traffic beside the
+old one before committing it (``fleet.canary``). It is parsed only after ``TrustStore.verify``
 has checked its signatures, and then refused for policy reasons — expiry, target, version floor
 — *before* anything is downloaded: the MQTT message is only a hint.
 """
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from edgeagent import __version__
+from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.encryption import Encryption, parse_encryption
 from edgeagent.fleet.signing import (
     Refused,
@@ -76,6 +78,7 @@ _FIELDS = {
     "deployment_id",
     "min_agent_version",
 }
+_OPTIONAL_FIELDS = {"canary"}  # written only when set, so a release without one signs as before
 _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
 
@@ -151,9 +154,12 @@ class ReleaseManifest:
     deployment_id: str
     targets: Targets = field(default_factory=Targets)
     min_agent_version: str = "0.0.0"
+    canary: ReleaseCanary | None = None  # on-device canary before the commit (fleet.canary)
 
     def to_dict(self) -> dict[str, Any]:
+        optional = {} if self.canary is None else {"canary": self.canary.to_dict()}
         return {
+            **optional,
             "type": "release",
             "format": FORMAT,
             "serial": self.serial,
@@ -262,7 +268,7 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
             "unsupported_format",
         )
     missing = sorted(_FIELDS - set(document))
-    extra = sorted(set(document) - _FIELDS)
+    extra = sorted(set(document) - _FIELDS - _OPTIONAL_FIELDS)
     if missing or extra:
         raise ManifestError(
             f"manifest: missing field(s) {', '.join(missing) or '-'}; "
@@ -295,7 +301,15 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         min_agent_version=_string(
             document, "min_agent_version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"
         ),
+        canary=_canary(document["canary"]) if "canary" in document else None,
     )
+
+
+def _canary(value: Any) -> ReleaseCanary:
+    try:
+        return ReleaseCanary.parse(value)
+    except ValueError as exc:
+        raise ManifestError(f"manifest canary: {exc}") from exc
 
 
 def _target_mismatch(targets: Targets, device: DeviceIdentity) -> str | None:

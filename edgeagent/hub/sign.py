@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.encryption import Encryption
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import (
@@ -212,6 +213,7 @@ def sign_package(
     serials: ReleaseSerials | None = None,
     recipients: Recipients | None = None,
     now: datetime | None = None,
+    canary: ReleaseCanary | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
@@ -224,7 +226,9 @@ def sign_package(
     the same name and version with other bytes is refused. Nothing but the serial counter is
     written unless every check passed. With ``recipients`` (device id → X25519 public key)
     every variant is sealed, for the release's target devices when it names some (each must
-    be a recipient) or else for all of them. Returns (shared artifact path, envelope path).
+    be a recipient) or else for all of them. With ``canary`` the device judges the new
+    version on live traffic before committing it. Returns (shared artifact path, envelope
+    path).
     """
     signer = ManifestSigner(key_paths, passphrase)
     wrapped_for = None if recipients is None else for_targets(recipients, targets or Targets())
@@ -255,6 +259,7 @@ def sign_package(
         deployment_id=deployment_id or f"{package.name}-{package.version}-{secrets.token_hex(4)}",
         targets=targets or Targets(),
         min_agent_version=min_agent_version,
+        canary=canary,
     )
     envelope = signer(manifest)
     _check_against(envelope, trust_path)

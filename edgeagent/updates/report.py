@@ -85,8 +85,10 @@ class UpdateReporter:
         message: str,
         *,
         persist: bool = True,
+        details: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The install ended: ``result`` is one of RESULTS; ``code`` says why, for machines.
+        """The install ended: ``result`` is one of RESULTS; ``code`` says why, for machines;
+        ``details`` are JSON-ready figures beside the message (a canary's ``canary`` table).
 
         ``persist=False`` (refused junk: bytes no trusted key signed) reports the event and
         counts it, but leaves the saved history and the retained state alone, so a flood of
@@ -94,7 +96,14 @@ class UpdateReporter:
         """
         if result not in RESULTS:
             raise ValueError(f"result must be one of {RESULTS}, got {result!r}")
-        record = {**release, "result": result, "code": code, "message": message, "at": time.time()}
+        record = {
+            **release,
+            **(details or {}),
+            "result": result,
+            "code": code,
+            "message": message,
+            "at": time.time(),
+        }
         log.log(
             logging.INFO if result == "succeeded" else logging.WARNING,
             "update %s %s %s: %s (%s) %s",

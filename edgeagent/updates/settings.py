@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.sections import require, setting
@@ -52,6 +53,21 @@ class UpdateSettings:
         "also download a release's best CPU variant when the chosen one needs an accelerator",
     )
     ca_file: Path | None = setting(None, "CA bundle for https artifact URLs; None = system store")
+    # --- canary (a release's canary table; thresholds it leaves out: [server] canary_*) ---
+    canary_max_seconds: float = setting(
+        600.0, "a canary's longest window when its release sets no max_seconds", "s"
+    )
+    canary_without_traffic: Literal["golden", "rollback"] = setting(
+        "golden",
+        "too few requests by max_seconds: golden = the passed golden check promotes it, "
+        "rollback = roll it back",
+    )
+    canary_memory_factor: float = setting(
+        2.0, "a loaded model is estimated at this × its variant files (canary memory check)"
+    )
+    canary_min_free_bytes: int = setting(
+        64 * 1024 * 1024, "memory that must stay available with a canary loaded", "bytes"
+    )
     # --- trust (signatures, trust store, manifests) ---
     trust_file: Path = setting(
         Path("/etc/edgeagent/trust.json"),
@@ -81,6 +97,19 @@ class UpdateSettings:
         require(self.keep_releases >= 1, "updates", "keep_releases", "must be at least 1")
         require(self.golden_top_k >= 1, "updates", "golden_top_k", "must be at least 1")
         require(self.download_retries >= 0, "updates", "download_retries", "must be >= 0")
+        require(
+            1 <= self.canary_max_seconds <= 7 * 86400,
+            "updates",
+            "canary_max_seconds",
+            "must be 1..604800 seconds",
+        )
+        require(
+            1 <= self.canary_memory_factor <= 100,
+            "updates",
+            "canary_memory_factor",
+            "must be between 1 and 100",
+        )
+        require(self.canary_min_free_bytes >= 0, "updates", "canary_min_free_bytes", "must be >= 0")
         require(
             bool(self.group) and not any(c in self.group for c in "+#/"),
             "updates",

@@ -37,7 +37,15 @@ from edgeagent.models.package import NAME_RE, VERSION_RE, version_tuple
 log = logging.getLogger(__name__)
 
 # Install steps in order; pending.json records the last one reached.
-STEPS = ("verified", "downloaded", "unpacked", "installed", "activating", "committing")
+STEPS = (
+    "verified",
+    "downloaded",
+    "unpacked",
+    "installed",
+    "activating",
+    "canary",  # loaded beside the old version, judged on live traffic; current is still old
+    "committing",
+)
 STAGING_MAX_AGE_S = 24 * 3600  # partial downloads older than this are deleted at start-up
 
 
@@ -327,6 +335,8 @@ class ModelStore:
         if pending.step == "activating":
             self.mark_bad(pending.model, pending.version)
             reason += "; marked bad (the crash happened while the new model was loading)"
+        elif pending.step == "canary":  # it had passed its load and golden check
+            reason += "; its canary had no verdict, so it was never committed (not marked bad)"
         self.clear_pending()
         self._sweep_hidden(self.root / pending.model)
         return Recovery(pending, "rolled_back", reason)

@@ -49,6 +49,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from edgeagent.aio import cancel_and_wait
+from edgeagent.engine.canary import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet.manifest import (
     Artifact,
@@ -74,7 +75,9 @@ from edgeagent.models.package import (
     load_package,
 )
 from edgeagent.sections import ConfigError
+from edgeagent.updates.canary import CanaryRegistry, CanaryStage
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
+from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.sealed import install_wrapped_keys, recipient_refusal
 from edgeagent.updates.settings import UpdateSettings
@@ -97,8 +100,9 @@ class Served(Protocol):
     ) -> dict[str, np.ndarray]: ...
 
 
-class Activator(Protocol):
-    """The part of ModelRegistry the updater drives (hot swap in, hot swap back, unload)."""
+class Activator(CanaryRegistry, Protocol):
+    """The part of ModelRegistry the updater drives (hot swap in, hot swap back, unload, and
+    a canary beside the serving version)."""
 
     async def activate(self, package_dir: Path) -> Served: ...
 
@@ -110,15 +114,6 @@ class Activator(Protocol):
 VariantChoice = Callable[[Sequence[str]], list[str]]
 """Which of a release's variant keys (``runtime/precision``) this device downloads, best
 first (``hardware.choose.release_variants`` over the board's profile)."""
-
-
-class InstallFailed(Exception):
-    """A step after verification failed; ``code`` is reported, ``bad`` marks the release bad."""
-
-    def __init__(self, code: str, message: str, *, bad: bool = False) -> None:
-        super().__init__(message)
-        self.code = code
-        self.bad = bad
 
 
 def checkpoint(name: str) -> None:
@@ -177,6 +172,7 @@ class Updater:
         self.device = device
         self.reporter = reporter
         self.limits = limits
+        self.canary = CanaryStage(settings, registry, reporter, self._golden)
         # Release hints waiting for the worker, newest per topic: a burst on one topic (junk
         # or a re-publish) replaces what waited there and can never push out another topic's.
         self._hints: dict[str, bytes] = {}
@@ -362,6 +358,15 @@ class Updater:
             "version": manifest.version,
             "deployment_id": manifest.deployment_id,
         }
+        # A canary runs beside what serves (a first install has nothing to compare with);
+        # a device that cannot hold both versions refuses before downloading anything.
+        policy = None
+        if manifest.canary is not None and self._served_dir(manifest.model) is not None:
+            try:
+                policy = self.canary.prepare(manifest.canary, variants)
+            except InstallFailed as exc:
+                self.reporter.outcome(release, "refused", exc.code, str(exc))
+                return
         try:
             pending = PendingInstall(
                 model=manifest.model,
@@ -409,25 +414,36 @@ class Updater:
             self.reporter.progress(release, "installed")
             checkpoint("installed")
 
-            step = "activate"
-            self.store.advance(pending, "activating")
-            self.store.set_current(manifest.model, manifest.version)
-            checkpoint("activating")
-            model = await self._activate(installed)
-            swap_back = before
-            self.reporter.progress(release, "activated")
-            checkpoint("activated")
+            verdict = None
+            if policy is not None:  # the old version serves until the canary is promoted
+                step = "canary"
+                self.store.advance(pending, "canary")
+                checkpoint("canary")
+                verdict = await self.canary.run(installed, policy, release)
+                swap_back = before
+                self.store.set_current(manifest.model, manifest.version)
+            else:
+                step = "activate"
+                self.store.advance(pending, "activating")
+                self.store.set_current(manifest.model, manifest.version)
+                checkpoint("activating")
+                model = await self._activate(installed)
+                swap_back = before
+                self.reporter.progress(release, "activated")
+                checkpoint("activated")
 
-            step = "health"
-            await self._health(model, manifest.model, installed)
+                step = "health"
+                await self._health(model, manifest.model, installed)
 
             step = "commit"
             self.store.advance(pending, "committing")
             checkpoint("committing")
-            self._commit(pending, release, key)
+            self._commit(pending, release, key, verdict)
         except InstallFailed as exc:
             self._discard(downloads)
-            await self._roll_back(pending, release, swap_back, exc.code, str(exc), bad=exc.bad)
+            await self._roll_back(
+                pending, release, swap_back, exc.code, str(exc), bad=exc.bad, details=exc.details
+            )
         except Exception as exc:
             self._discard(downloads)
             log.exception("update step %r of %s %s failed", step, manifest.model, manifest.version)
@@ -441,25 +457,34 @@ class Updater:
         the release), the check proves nothing: the install rolls back without marking the
         release bad, so its re-delivery is tried again.
         """
+        try:
+            await self._golden(model)
+        except InstallFailed as exc:
+            if self._served_dir(name) != installed:
+                raise InstallFailed(
+                    "health_check_interrupted",
+                    f"{name} was unloaded or replaced during its health check ({exc})",
+                ) from exc
+            raise
+
+    async def _golden(self, model: Served) -> None:
+        """The golden check within ``health_timeout_s``; InstallFailed when it fails."""
         timeout_s = self.settings.health_timeout_s
         try:
             await asyncio.wait_for(
                 health_check(model, timeout_s, self.settings.golden_top_k), timeout_s
             )
-        except (asyncio.TimeoutError, InstallFailed) as exc:
-            failure = (
-                exc
-                if isinstance(exc, InstallFailed)
-                else InstallFailed("health_check_failed", f"took over {timeout_s} s", bad=True)
-            )
-            if self._served_dir(name) != installed:
-                raise InstallFailed(
-                    "health_check_interrupted",
-                    f"{name} was unloaded or replaced during its health check ({failure})",
-                ) from exc
-            raise failure from exc
+        except asyncio.TimeoutError as exc:
+            message = f"took over {timeout_s} s"
+            raise InstallFailed("health_check_failed", message, bad=True) from exc
 
-    def _commit(self, pending: PendingInstall, release: dict[str, str], key: str) -> None:
+    def _commit(
+        self,
+        pending: PendingInstall,
+        release: dict[str, str],
+        key: str,
+        canary: CanaryVerdict | None = None,
+    ) -> None:
         """Raise the floor, then report, then drop the pending record — in that order, so a
         crash between any two steps still ends in one durable "succeeded" (recover() reports
         a raised floor as a committed install, and the reporter persists its outcomes)."""
@@ -470,7 +495,11 @@ class Updater:
         detail = f"now serving {pending.model} {pending.version}"
         if removed:
             detail += f"; removed old release(s) {', '.join(removed)}"
-        self.reporter.outcome(release, "succeeded", "committed", detail)
+        details = {}
+        if canary is not None:
+            detail += f"; canary promoted ({canary.reason}): {canary.summary()}"
+            details["canary"] = canary.figures()
+        self.reporter.outcome(release, "succeeded", "committed", detail, details=details)
         self.store.clear_pending()
         checkpoint("committed")
 
@@ -602,6 +631,7 @@ class Updater:
         message: str,
         *,
         bad: bool,
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         """Return to the previous release in the store and in the registry; report why.
 
@@ -630,9 +660,10 @@ class Updater:
         finally:  # whatever else failed, the next install must not find this one pending
             self.store.clear_pending()
         if installed:
-            self.reporter.outcome(release, "failed", code, f"rolled back: {message}")
+            message = f"rolled back: {message}"
+            self.reporter.outcome(release, "failed", code, message, details=details)
         else:  # nothing had been installed: the release was refused, the store is as it was
-            self.reporter.outcome(release, "refused", code, message)
+            self.reporter.outcome(release, "refused", code, message, details=details)
 
     # --- handled envelopes ---------------------------------------------------------------
     @staticmethod

@@ -1,4 +1,5 @@
-"""Canary versions: a share of the traffic, then promoted or rolled back on errors or latency."""
+"""Canary versions through the registry: a share of the traffic, then promoted or rolled back on
+errors or p99 latency, with an awaitable verdict."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeagent.engine.canary import INTERRUPTED, PROMOTED, ROLLED_BACK, CanaryPolicy
 from edgeagent.engine.errors import LoadFailed, ServingError
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
@@ -50,14 +52,12 @@ def executor():
         yield pool
 
 
-async def start(
-    tmp_path: Path, executor, ratio: float = 1.5, **faults
-) -> tuple[ModelRegistry, Path]:
-    registry = serving_registry(
-        opener(**faults),
-        settings=EngineSettings(canary_min_requests=8, canary_max_latency_ratio=ratio),
-        executor=executor,
-    )
+def policy(share: float, ratio: float = 1.5, **options) -> CanaryPolicy:
+    return CanaryPolicy(share=share, min_requests=8, max_p99_ratio=ratio, **options)
+
+
+async def start(tmp_path: Path, executor, **faults) -> tuple[ModelRegistry, Path]:
+    registry = serving_registry(opener(**faults), settings=EngineSettings(), executor=executor)
     registry.add(write_tiny_package(tmp_path / "v1", seed=1))
     await registry.load("tiny")
     return registry, write_tiny_package(tmp_path / "v2", version="2", seed=2)
@@ -78,38 +78,93 @@ async def traffic(registry: ModelRegistry, count: int) -> list[tuple[str, bool]]
 
 
 async def test_canary_takes_its_share_then_is_promoted(tmp_path: Path, executor):
+    registry, v2 = await start(tmp_path, executor)
     # equal models: a loaded machine's jitter must not read as a latency regression here
-    registry, v2 = await start(tmp_path, executor, ratio=100)
-    await registry.canary(v2, weight=0.25)
+    canary = await registry.canary(v2, policy(0.25, ratio=100))
     assert registry.versions("tiny") == ["1", "2"]
     first = await traffic(registry, 32)
     assert [v for v, _ in first].count("2") == 8  # exactly a quarter, spread evenly
     assert all(ok for _, ok in first)
     # the 8th canary answer concluded it: promoted, and version 1 no longer routable
+    verdict = await canary.outcome()
+    assert (verdict.outcome, verdict.decided_by) == (PROMOTED, "traffic")
+    assert (verdict.canary_requests, verdict.canary_faults, verdict.stable_requests) == (8, 0, 24)
+    assert verdict.canary_p99_ms and verdict.stable_p99_ms and verdict.p99_ratio
     assert registry.get("tiny").version == "2"
     await until(lambda: registry.versions("tiny") == ["2"])  # version 1 retires after draining
     assert registry.status()["tiny"]["last_canary"] == "version 2 promoted"
     await registry.close()
 
 
-async def test_failing_canary_is_rolled_back(tmp_path: Path, executor):
+async def test_failing_canary_is_rolled_back_at_the_first_fault_that_decides(
+    tmp_path: Path, executor
+):
     registry, v2 = await start(tmp_path, executor, fail=True)
-    await registry.canary(v2, weight=0.5)
+    canary = await registry.canary(v2, policy(0.5))  # max_error_rate 2% of 8: one fault decides
     outcomes = await traffic(registry, 40)
     assert all(ok for version, ok in outcomes if version == "1")
-    assert [ok for version, ok in outcomes if version == "2"] == [False] * 8  # then no more
+    assert [ok for version, ok in outcomes if version == "2"] == [False]  # then no more
+    verdict = await canary.outcome()
+    assert (verdict.outcome, verdict.canary_requests, verdict.canary_faults) == (ROLLED_BACK, 1, 1)
+    assert verdict.error_rate == 1.0 and "1 of 1 requests failed" in verdict.reason
     assert registry.get("tiny").version == "1" and registry.versions("tiny") == ["1"]
-    assert "rolled back: 8 of 8 requests failed" in registry.status()["tiny"]["last_canary"]
+    assert "rolled back: 1 of 1 requests failed" in registry.status()["tiny"]["last_canary"]
     await registry.close()
 
 
-async def test_slow_canary_is_rolled_back(tmp_path: Path, executor):
+async def test_slow_canary_is_rolled_back_on_its_p99(tmp_path: Path, executor):
     registry, v2 = await start(tmp_path, executor, delay_s=0.05)
-    await registry.canary(v2, weight=0.5)
+    canary = await registry.canary(v2, policy(0.5))
     outcomes = await traffic(registry, 40)
     assert all(ok for _, ok in outcomes)  # slow, not failing: every request answered
+    verdict = await canary.outcome()
+    assert verdict.outcome == ROLLED_BACK and verdict.p99_ratio is not None
+    assert verdict.p99_ratio > 1.5 and verdict.canary_p99_ms is not None
+    assert verdict.canary_p99_ms >= 50
     assert registry.get("tiny").version == "1"
-    assert "mean latency" in registry.status()["tiny"]["last_canary"]
+    assert "p99 latency" in registry.status()["tiny"]["last_canary"]
+    await registry.close()
+
+
+async def test_without_traffic_max_seconds_decides_by_the_policy(tmp_path: Path, executor):
+    registry, v2 = await start(tmp_path, executor)
+    canary = await registry.canary(v2, policy(0.1, max_seconds=1, without_traffic="rollback"))
+    verdict = await canary.outcome()  # resolved by the registry's timer, no request at all
+    assert (verdict.outcome, verdict.decided_by, verdict.canary_requests) == (
+        ROLLED_BACK,
+        "max_seconds",
+        0,
+    )
+    assert "0 of 8 requests in 1 s; without_traffic = rollback" in verdict.reason
+    assert registry.get("tiny").version == "1"
+    v3 = write_tiny_package(tmp_path / "v3", version="3", seed=3)
+    promoted = await (await registry.canary(v3, policy(0.1, max_seconds=1))).outcome()
+    assert (promoted.outcome, promoted.decided_by) == (PROMOTED, "max_seconds")
+    assert registry.get("tiny").version == "3"
+    await registry.close()
+
+
+async def test_a_failing_check_keeps_all_traffic_on_the_stable_version(tmp_path: Path, executor):
+    registry, v2 = await start(tmp_path, executor)
+    checked = []
+
+    async def golden(model):
+        checked.append(model.version)
+        raise RuntimeError("golden answer differs")
+
+    with pytest.raises(RuntimeError, match="golden answer differs"):
+        await registry.canary(v2, policy(0.5), check=golden)
+    assert checked == ["2"] and registry.versions("tiny") == ["1"]
+    assert {v for v, _ in await traffic(registry, 4)} == {"1"}
+    await registry.close()
+
+
+async def test_unloading_interrupts_the_canary(tmp_path: Path, executor):
+    registry, v2 = await start(tmp_path, executor)
+    canary = await registry.canary(v2, policy(0.5))
+    await registry.unload("tiny")
+    verdict = await canary.outcome()
+    assert (verdict.outcome, verdict.reason) == (INTERRUPTED, "the model was unloaded")
     await registry.close()
 
 

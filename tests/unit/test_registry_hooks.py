@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeagent.engine.canary import CanaryPolicy
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
@@ -68,7 +69,7 @@ async def test_gauge_hooks_add_and_remove_each_versions_series(tmp_path: Path, e
     labels = {"model": "tiny", "version": "1", **model.backend}
     assert prom.get_sample_value("edgeagent_model_loaded", labels) == 1
     assert prom.get_sample_value("edgeagent_queue_depth", {"model": "tiny"}) == 0
-    await registry.canary(write_tiny_package(tmp_path / "v2", version="2"), weight=0.5)
+    await registry.canary(write_tiny_package(tmp_path / "v2", version="2"), CanaryPolicy(share=0.5))
     assert prom.get_sample_value("edgeagent_model_loaded", {**labels, "version": "2"}) == 1
     await registry.unload("tiny")
     assert prom.get_sample_value("edgeagent_model_loaded", labels) is None
@@ -80,11 +81,11 @@ async def test_canary_is_judged_when_its_requests_finish_not_on_lookup(tmp_path:
     registry = serving_registry(
         open_variant,
         executor=executor,
-        settings=EngineSettings(canary_min_requests=4, canary_max_latency_ratio=100),
     )
     registry.add(write_tiny_package(tmp_path / "v1", seed=1))
     await registry.load("tiny")
-    await registry.canary(write_tiny_package(tmp_path / "v2", version="2", seed=2), weight=0.5)
+    policy = CanaryPolicy(share=0.5, min_requests=4, max_p99_ratio=100)
+    await registry.canary(write_tiny_package(tmp_path / "v2", version="2", seed=2), policy)
     canary = registry.get("tiny", "2")  # a versioned lookup: never routed, never judging
     for _ in range(4):
         await canary.infer({"input": X})

@@ -1,0 +1,251 @@
+"""The on-device canary of a release (issue 11 item 4) over a real Mosquitto, signed with the
+``hub sign --canary`` CLI: promoted under good traffic; rolled back when the new version errors
+or is slower than ``max_p99_ratio`` (real ONNX graphs made bad on purpose, devtools/tiny.py);
+with no traffic by ``max_seconds`` the golden check decides (or the config says roll back); a
+device that cannot hold both versions refuses before downloading; a crash mid-canary is
+never committed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from devtools.broker import Broker
+from edgeagent.engine.errors import ServingError
+from edgeagent.fleet.manifest import parse_manifest
+from edgeagent.fleet.signing import decode_envelope
+from edgeagent.hub.sign import release_path
+from edgeagent.updates.store import ModelStore, PendingInstall
+from tests.helpers import write_tiny_package
+from tests.integration.test_hub import hub as hub_cli
+from tests.integration.test_release_v2 import _publish
+from tests.integration.test_updates_helpers import (
+    Device,
+    Hub,
+    Online,
+    add_golden,
+    hub_fixture,  # noqa: F401 - fixture
+    make_device,
+    stacks_fixture,  # noqa: F401 - fixture
+)
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.broker
+
+
+def _sign(hub: Hub, version: str, canary: str | None, **bad: Any) -> Path:
+    """``hub sign`` (the CLI) of a tiny package, ``--canary CANARY`` when given; ``bad`` makes
+    the model slow or failing (devtools.tiny.write_tiny_onnx)."""
+    package = write_tiny_package(
+        hub.root / "packages" / f"tiny-{version}", version=version, seed=int(version), **bad
+    )
+    signed = _hub_sign(hub, add_golden(package), *([] if canary is None else ["--canary", canary]))
+    assert signed.returncode == 0, signed.stderr
+    return release_path(hub.artifacts, "tiny", version)
+
+
+def _hub_sign(hub: Hub, package: Path, *extra: str):
+    """``edgeagent hub sign PACKAGE --json EXTRA…`` with the hub's key, URL and artifacts."""
+    args = ["sign", str(package), "--key", str(hub.keys / "release.key"), "--json"]
+    return hub_cli(*args, "--base-url", hub.url, "--out", str(hub.artifacts), *extra)
+
+
+class Traffic:
+    """Clients sending unversioned requests through the device's registry until stopped;
+    answers and failures counted per version that took them."""
+
+    def __init__(self, online: Online, value: float | None = None, clients: int = 2) -> None:
+        self.registry = online.device.registry
+        rng = np.random.default_rng(3)
+        feeds = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+        self.feeds = {"input": feeds if value is None else np.full_like(feeds, value)}
+        self.answered: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._client()) for _ in range(clients)]
+
+    async def _client(self) -> None:
+        while not self._stop.is_set():
+            model = self.registry.get("tiny")
+            try:
+                await model.infer(self.feeds)
+                self.answered[model.version] += 1
+            except ServingError:
+                self.failed[model.version] += 1
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+
+async def _serving_v1(stacks, hub: Hub, broker: Broker) -> Online:
+    online = await (await stacks("dev-1")).start()
+    assert (await _publish(hub, broker, _sign(hub, "1", None))).returncode == 0
+    await until(lambda: (online.outcome() or {}).get("code") == "committed")
+    assert online.device.serving() == "1"
+    return online
+
+
+def _deployment(release: Path) -> str:
+    """The deployment id ``hub sign`` put into the envelope it wrote."""
+    envelope = decode_envelope(release.read_bytes(), max_bytes=1 << 20)
+    return parse_manifest(envelope.payload).deployment_id
+
+
+async def _canary_outcome(online: Online, release: Path, hub: Hub, broker: Broker) -> dict:
+    deployment = _deployment(release)
+    assert (await _publish(hub, broker, release)).returncode == 0
+    await until(lambda: (online.outcome() or {}).get("deployment_id") == deployment, timeout=120)
+    outcome = online.outcome()
+    assert outcome is not None
+    steps = [e["step"] for e in online.device.events if e.get("deployment_id") == deployment]
+    assert "canary" in steps and "activated" not in steps  # no hot swap: a canary beside v1
+    return outcome
+
+
+async def test_a_canary_is_promoted_under_good_traffic(stacks, hub: Hub, broker: Broker) -> None:
+    online = await _serving_v1(stacks, hub, broker)
+    traffic = Traffic(online)
+    # ratio 100: two equal models on a loaded machine must not read as a latency regression
+    release = _sign(hub, "2", "share=0.5,min_requests=40,max_p99_ratio=100,max_seconds=300")
+    outcome = await _canary_outcome(online, release, hub, broker)
+    await traffic.stop()
+    assert (outcome["result"], outcome["code"]) == ("succeeded", "committed"), outcome
+    figures = outcome["canary"]
+    assert (figures["outcome"], figures["decided_by"]) == ("promoted", "traffic")
+    assert figures["canary_requests"] >= 40 and figures["canary_faults"] == 0
+    assert figures["stable_requests"] > 0 and figures["p99_ratio"] > 0
+    assert "canary promoted" in outcome["message"] and "p99" in outcome["message"]
+    assert online.device.serving() == "2" and online.device.store.current("tiny") == "2"
+    assert sum(traffic.failed.values()) == 0 and traffic.answered["2"] >= 40
+
+
+async def test_a_canary_that_errors_is_rolled_back_and_marked_bad(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    online = await _serving_v1(stacks, hub, broker)
+    traffic = Traffic(online, value=50.0)  # version 2 fails on inputs above 10
+    release = _sign(hub, "2", "share=0.2,min_requests=50,max_error_rate=0.01", fail_above=10.0)
+    outcome = await _canary_outcome(online, release, hub, broker)
+    await traffic.stop()
+    assert (outcome["result"], outcome["code"]) == ("failed", "canary_failed"), outcome
+    figures = outcome["canary"]
+    assert figures["outcome"] == "rolled_back" and figures["canary_faults"] >= 1
+    assert figures["error_rate"] > 0.01 and "requests failed" in outcome["message"]
+    # one fault of 50 at most 1% decides at once: only those few requests ever failed
+    assert traffic.failed["1"] == 0 and 1 <= traffic.failed["2"] <= 4
+    store = online.device.store
+    assert online.device.serving() == "1" and store.current("tiny") == "1"
+    assert store.versions("tiny") == ["1"] and store.bad_versions("tiny") == {"2"}
+
+
+async def test_a_canary_slower_than_max_p99_ratio_is_rolled_back(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    online = await _serving_v1(stacks, hub, broker)
+    traffic = Traffic(online)
+    release = _sign(hub, "2", "share=0.5,min_requests=30,max_p99_ratio=3", slow_matmuls=150)
+    outcome = await _canary_outcome(online, release, hub, broker)
+    await traffic.stop()
+    assert (outcome["result"], outcome["code"]) == ("failed", "canary_failed"), str(
+        outcome["canary"]
+    )
+    figures = outcome["canary"]
+    assert figures["outcome"] == "rolled_back" and figures["p99_ratio"] > 3
+    assert figures["canary_requests"] >= 30 and figures["canary_faults"] == 0
+    assert "max_p99_ratio 3" in outcome["message"]
+    assert sum(traffic.failed.values()) == 0  # slow, not failing: every request answered
+    assert online.device.serving() == "1" and online.device.store.bad_versions("tiny") == {"2"}
+
+
+async def _serving_v1_offline(hub: Hub, tmp_path: Path, executor, **settings: Any) -> Device:
+    """A device stack (no MQTT) with ``[updates]`` ``settings`` that committed version 1."""
+    device = make_device(tmp_path / "device", hub.keys / "trust.json", executor, **settings)
+    assert (await device.apply(_sign(hub, "1", None).read_bytes()))["code"] == "committed"
+    return device
+
+
+@pytest.mark.parametrize(
+    ("without_traffic", "result", "serving"),
+    [("golden", "succeeded", "2"), ("rollback", "failed", "1")],
+)
+async def test_with_no_traffic_by_max_seconds_the_config_decides(
+    hub: Hub, tmp_path: Path, without_traffic: str, result: str, serving: str
+) -> None:
+    with ThreadPoolExecutor(2) as executor:
+        device = await _serving_v1_offline(
+            hub, tmp_path, executor, canary_without_traffic=without_traffic
+        )
+        try:
+            outcome = await device.apply(_sign(hub, "2", "max_seconds=1").read_bytes())
+            assert outcome["result"] == result, outcome
+            figures = outcome["canary"]
+            assert (figures["decided_by"], figures["canary_requests"]) == ("max_seconds", 0)
+            assert (
+                f"without_traffic = {'promote' if serving == '2' else 'rollback'}"
+                in (outcome["message"])
+            )
+            assert device.serving() == serving and device.store.current("tiny") == serving
+        finally:
+            await device.registry.close()
+
+
+async def test_a_device_that_cannot_hold_both_versions_refuses_before_downloading(
+    hub: Hub, tmp_path: Path
+) -> None:
+    with ThreadPoolExecutor(2) as executor:
+        # more memory to keep free than any machine has
+        device = await _serving_v1_offline(hub, tmp_path, executor, canary_min_free_bytes=2**60)
+        try:
+            before = device.store.snapshot()
+            events = len(device.events)
+            outcome = await device.apply(_sign(hub, "2", "").read_bytes())
+            assert (outcome["result"], outcome["code"]) == ("refused", "insufficient_memory")
+            assert "canary_min_free_bytes" in outcome["message"]
+            assert "MiB is available" in outcome["message"]
+            assert not any(e.get("step") == "downloading" for e in device.events[events:])
+            assert device.store.snapshot() == before and device.serving() == "1"
+        finally:
+            await device.registry.close()
+
+
+def test_a_restart_mid_canary_leaves_the_old_release_current(tmp_path: Path) -> None:
+    """What recover() finds after a crash while the canary ran: never committed, not bad."""
+    store = ModelStore(tmp_path)
+    store.install("tiny", "1", write_tiny_package(tmp_path / "p1"))
+    store.set_current("tiny", "1")
+    store.raise_floor("tiny", "1", 1)
+    pending = PendingInstall("tiny", "2", "1", "d-canary", serial=2)
+    store.begin(pending)
+    store.install("tiny", "2", write_tiny_package(tmp_path / "p2", version="2"))
+    store.advance(pending, "installed")
+    store.advance(pending, "canary")
+    recovery = ModelStore(tmp_path).recover()
+    assert recovery is not None and recovery.outcome == "rolled_back"
+    assert "its canary had no verdict" in recovery.reason
+    assert store.current("tiny") == "1" and store.versions("tiny") == ["1"]
+    assert store.pending() is None and store.bad_versions("tiny") == set()
+    assert store.serial_floor("tiny") == 1
+
+
+def test_hub_sign_refuses_a_canary_out_of_bounds(hub: Hub) -> None:
+    package = add_golden(write_tiny_package(hub.root / "packages" / "bad", version="5"))
+    for canary, why in (("share=0.9", "0..0.5"), ("min_requests=x", "not a number")):
+        signed = _hub_sign(hub, package, "--canary", canary)
+        assert signed.returncode == 2 and why in signed.stderr, signed.stderr
+    assert not release_path(hub.artifacts, "tiny", "5").exists()
+    good = json.loads(_hub_sign(hub, package, "--canary", "share=0.25,max_seconds=60").stdout)
+    assert Path(good["release"]).exists()
+    assert _canary_of(Path(good["release"])) == {"share": 0.25, "max_seconds": 60.0}
+
+
+def _canary_of(release: Path) -> dict | None:
+    payload = json.loads(decode_envelope(release.read_bytes(), max_bytes=1 << 20).payload)
+    return payload.get("canary")
