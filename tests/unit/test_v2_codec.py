@@ -266,3 +266,28 @@ def test_json_non_finite_values_and_a_lookalike_id() -> None:
     response = v2.decode_response(body, None)
     assert response.id == "@tensor-data:0:0"
     np.testing.assert_array_equal(response.outputs["y"], values)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (b'{"a": 18446744073709551615}', 2**64 - 1),  # the widest UINT64 (orjson's own range)
+        (b'{"a": -9223372036854775808}', -(2**63)),
+        (b'{"a": NaN}', None),  # not strict JSON: the lenient parser takes it
+        ('{"a": "\u00e9"}'.encode(), "\u00e9"),
+    ],
+)
+def test_json_objects_parse_the_same_on_the_fast_and_the_lenient_path(
+    text: bytes, expected: object
+) -> None:
+    value = v2.parse_json_object(memoryview(text))["a"]
+    assert value == expected or (expected is None and value != value)  # NaN != NaN
+
+
+@pytest.mark.parametrize("value", ["18446744073709551616", "-9223372036854775809", "1" * 400])
+def test_integers_beyond_64_bits_never_reach_an_integer_tensor(value: str) -> None:
+    """Neither parser yields them as integers: orjson reads a float, json refuses them."""
+    for nan in ("", ', "n": NaN'):  # NaN sends the body down the lenient path
+        body = f'{{"inputs": [{{"name": "x", "datatype": "INT64", "shape": [1], "data": [{value}]}}]{nan}}}'
+        with pytest.raises(InvalidInput, match="64-bit range|must hold INT64"):
+            v2.decode_request(body.encode(), None)
