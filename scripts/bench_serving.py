@@ -30,6 +30,7 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -119,8 +120,10 @@ def served_measure(
     return measure
 
 
-def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
-    """KServe v2 gRPC ModelInfer with a pre-serialized request (the client encodes nothing)."""
+def grpc_measure(target: str, request: bytes, concurrency: int, token: str = "") -> Measure:
+    """KServe v2 gRPC ModelInfer with a pre-serialized request (the client encodes nothing);
+    ``token`` is sent as TCP needs it."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
 
     async def measure(seconds: float):
         import grpc
@@ -132,7 +135,7 @@ def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
         async with grpc.aio.insecure_channel(target, options=options) as channel:
             call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
             for _ in range(3):
-                await call(request)
+                await call(request, metadata=metadata)
             stop = time.perf_counter() + seconds
 
             async def worker() -> None:
@@ -140,7 +143,7 @@ def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
                 while time.perf_counter() < stop:
                     t0 = time.perf_counter()
                     try:
-                        await call(request)
+                        await call(request, metadata=metadata)
                     except grpc.RpcError:
                         errors += 1
                     else:
@@ -396,6 +399,7 @@ class Daemon:
     tcp_port: int  # 0: no TCP listener
     grpc_port: int  # 0: no gRPC
     grpc_sock: Path
+    token: str  # [server] token: what TCP requests (HTTP and gRPC) must carry
 
 
 def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = False) -> Daemon:
@@ -407,7 +411,8 @@ def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = Fals
     grpc_port = free_port() if peers else 0
     grpc_sock = work / "grpc.sock"
     config = work / "agent.toml"
-    text = f"[hardware]\nthreads = {threads}\n"
+    token = secrets.token_hex(16)
+    text = f"[hardware]\nthreads = {threads}\n[server]\ntoken = '{token}'\n"
     if peers:
         text += f"[grpc]\nenabled = true\nport = {grpc_port}\nunix_socket = '{grpc_sock}'\n"
     config.write_text(text)
@@ -423,7 +428,7 @@ def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = Fals
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=work
     )
-    return Daemon(process, sock, tcp_port, grpc_port, grpc_sock)
+    return Daemon(process, sock, tcp_port, grpc_port, grpc_sock, token)
 
 
 def mapped_runtimes(pid: int) -> list[str]:
@@ -611,6 +616,8 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
     _, as_json, json_headers = bodies["v2 JSON"]
     agent = psutil.Process(daemon.process.pid)
     grpc_body = grpc_request(package, frame)
+    bearer = {"Authorization": f"Bearer {daemon.token}"}
+    binary_tcp_headers, json_tcp_headers = {**binary_headers, **bearer}, {**json_headers, **bearer}
     paths: list[tuple[str, str, str, psutil.Process, Callable[[int], Measure]]] = []
     if peers.naive is not None and peers.naive_sock is not None:
         naive = psutil.Process(peers.naive.pid)
@@ -663,7 +670,7 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             "v2 binary",
             "tcp",
             agent,
-            lambda c: served_measure(daemon.tcp_port, url, binary, binary_headers, c),
+            lambda c: served_measure(daemon.tcp_port, url, binary, binary_tcp_headers, c),
         ),
         (
             "edgeagent",
@@ -677,7 +684,7 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             "v2 JSON",
             "tcp",
             agent,
-            lambda c: served_measure(daemon.tcp_port, url, as_json, json_headers, c),
+            lambda c: served_measure(daemon.tcp_port, url, as_json, json_tcp_headers, c),
         ),
         (
             "edgeagent",
@@ -691,7 +698,7 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             "gRPC",
             "tcp",
             agent,
-            lambda c: grpc_measure(f"127.0.0.1:{daemon.grpc_port}", grpc_body, c),
+            lambda c: grpc_measure(f"127.0.0.1:{daemon.grpc_port}", grpc_body, c, daemon.token),
         ),
         (
             "edgeagent",
