@@ -86,8 +86,7 @@ def _issue_13_requests() -> list[tuple[str, str, bytes, dict[str, str], int, str
     """The inputs that answered 500 before (issue 10 #13)."""
     infer, classify = "/v2/models/tiny/infer", "/v1/models/tiny/classify"
     return [
-        # orjson reads an integer beyond 64 bits as a float, which no shape takes
-        ("shape 0 x 10**30", infer, _json_input([0, 10**30], data=[]), {}, 400, "integers, got"),
+        ("shape 0 x 10**30", infer, _json_input([0, 10**30], data=[]), {}, 400, "64-bit range"),
         (
             "shape 0 x 2**62 x 2**62",
             infer,
