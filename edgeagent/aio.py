@@ -41,6 +41,8 @@ def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
 
     uvloop's loop and sockets are C: each request's trips round the loop cost less CPU, which
     on a 2-core board the runtime's threads get instead (issue 15); it adds ~2 MB resident.
+    Not the default: flooded past the open-file limit, the listener's 503 refusals become
+    plain closes under uvloop (tests/integration/test_http_limits.py).
     """
     if event_loop == "uvloop" or (event_loop == "auto" and uvloop_installed()):
         import uvloop

@@ -79,8 +79,9 @@ class ServerSettings:
         30.0, "a client that reads none of its answer this long is dropped", "s"
     )
     event_loop: Literal["auto", "asyncio", "uvloop"] = setting(
-        "auto",
-        "the daemon's event loop: uvloop (the [uvloop] extra) spends less CPU per request; "
+        "asyncio",
+        "the daemon's event loop: uvloop (the [uvloop] extra) spends less CPU per request, but "
+        "past the open-file limit it closes connections instead of answering 503; "
         "auto = uvloop where installed",
     )
     max_decoding_bytes: int = setting(
