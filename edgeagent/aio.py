@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -25,3 +29,23 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout_s: float = 10.0
     for task in stuck:
         log.error("task %s did not stop within %g s; abandoned", task.get_name(), timeout_s)
         task.cancel()
+
+
+def uvloop_installed() -> bool:
+    return importlib.util.find_spec("uvloop") is not None
+
+
+def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
+    """``asyncio.run`` on the chosen loop: ``uvloop`` (the [uvloop] extra), ``asyncio``, or
+    ``auto`` (uvloop where installed).
+
+    uvloop's loop and sockets are C: each request's trips round the loop cost less CPU, which
+    on a 2-core board the runtime's threads get instead (issue 15); it adds ~2 MB resident.
+    Not the default: flooded past the open-file limit, the listener's 503 refusals become
+    plain closes under uvloop (tests/integration/test_http_limits.py).
+    """
+    if event_loop == "uvloop" or (event_loop == "auto" and uvloop_installed()):
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)

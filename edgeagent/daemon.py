@@ -54,6 +54,7 @@ from edgeagent.engine.serving import ModelFactory
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
+from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.sealed import Unsealer
@@ -105,6 +106,7 @@ class Daemon:
     """Builds and runs every part of the agent (see the module docstring)."""
 
     def __init__(self, config: Config, reread: Callable[[], Config] | None = None) -> None:
+        limit_arenas()  # before the worker and runtime threads exist
         self.config = config
         self._reread = reread  # SIGHUP: the config as the file now says (None: keep this one)
         self._reloading = asyncio.Lock()
@@ -256,6 +258,7 @@ class Daemon:
             await service.start()
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
+        release_free_memory()  # what loading and probing the models left behind
         self.notifier.ready(summary)
         log.info("edgeagent %s %s", __version__, summary)
 
@@ -297,6 +300,7 @@ class Daemon:
                 except Exception as exc:
                     log.error("reload: model %s is unavailable: %s", name, exc)
             self._seeded = wanted
+            release_free_memory()
             ready = [
                 f"{r['name']} {r['version']}"
                 for r in self.registry.index()

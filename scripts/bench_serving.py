@@ -30,15 +30,17 @@ import contextlib
 import io
 import json
 import os
+import secrets
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -56,8 +58,8 @@ from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
 
-TARGET_IDLE_RSS_MB = 120
-TARGET_OVERHEAD_MS = 1.0
+TARGET_IDLE_RSS_MB = 100  # issue 15
+TARGET_OVERHEAD_MS = 0.3  # issue 15: the naive server's overhead
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -119,8 +121,10 @@ def served_measure(
     return measure
 
 
-def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
-    """KServe v2 gRPC ModelInfer with a pre-serialized request (the client encodes nothing)."""
+def grpc_measure(target: str, request: bytes, concurrency: int, token: str = "") -> Measure:
+    """KServe v2 gRPC ModelInfer with a pre-serialized request (the client encodes nothing);
+    ``token`` is sent as TCP needs it."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
 
     async def measure(seconds: float):
         import grpc
@@ -132,7 +136,7 @@ def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
         async with grpc.aio.insecure_channel(target, options=options) as channel:
             call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
             for _ in range(3):
-                await call(request)
+                await call(request, metadata=metadata)
             stop = time.perf_counter() + seconds
 
             async def worker() -> None:
@@ -140,7 +144,7 @@ def grpc_measure(target: str, request: bytes, concurrency: int) -> Measure:
                 while time.perf_counter() < stop:
                     t0 = time.perf_counter()
                     try:
-                        await call(request)
+                        await call(request, metadata=metadata)
                     except grpc.RpcError:
                         errors += 1
                     else:
@@ -166,38 +170,61 @@ def cpu_seconds(process: psutil.Process) -> float:
     return total
 
 
-async def paired(name: str, concurrency: int, measure: Measure, session, feeds, daemon, args):
-    """Alternate ``measure`` with raw batch-1 rounds, so both see the same machine speed.
+@dataclass
+class Tally:
+    """One cell's rounds so far: each served round and the raw batch-1 round just before it."""
 
-    Also counts the CPU time the daemon and this process (the client) spent per request: on a
-    machine with few cores, that is what served throughput pays for against raw.
+    latencies: list[float] = field(default_factory=list)
+    raw_latencies: list[float] = field(default_factory=list)
+    throughputs: list[float] = field(default_factory=list)  # per round, images/s
+    raw_throughputs: list[float] = field(default_factory=list)
+    p50s: list[float] = field(default_factory=list)  # ms, per round
+    raw_p50s: list[float] = field(default_factory=list)
+    raw_time: float = 0.0
+    cpu_daemon: float = 0.0
+    cpu_client: float = 0.0
+    errors: int = 0
+
+
+async def measure_round(cell: Cell, tally: Tally, session, feeds, seconds: float) -> None:
+    """One raw batch-1 round, then one round of the cell: both see the same machine speed.
+
+    Also counts the CPU time the server and this process (the client) spent: on a machine with
+    few cores, that is what served throughput pays for against raw.
     """
-    lat: list[float] = []
-    raw_lat: list[float] = []
-    time_served = time_raw = cpu_daemon = cpu_client = 0.0
-    errors = rows = 0
-    for _ in range(args.rounds):
-        latencies, elapsed = raw_round(session, feeds, args.duration / args.rounds)
-        raw_lat += latencies
-        time_raw += elapsed
-        daemon_before, client_before = cpu_seconds(daemon), time.process_time()
-        latencies, elapsed, failed, rows = await measure(args.duration / args.rounds)
-        cpu_daemon += cpu_seconds(daemon) - daemon_before
-        cpu_client += time.process_time() - client_before
-        lat += latencies
-        time_served += elapsed
-        errors += failed
-    row = summarize(name, concurrency, lat, time_served, errors)
-    row["_latencies"] = lat  # for --plot; dropped from the JSON report
-    row["daemon_cpu_ms"] = cpu_daemon / max(1, len(lat)) * 1e3
-    row["client_cpu_ms"] = cpu_client / max(1, len(lat)) * 1e3
-    row["throughput"] *= rows  # a raw batch answers `rows` images
-    baseline = summarize("raw batch-1", 1, raw_lat, time_raw, 0)
-    row["raw_throughput"] = baseline["throughput"]
-    row["raw_p50_ms"] = baseline["p50_ms"]
-    row["ratio"] = row["throughput"] / baseline["throughput"]
-    row["overhead_p50_ms"] = row["p50_ms"] - baseline["p50_ms"]
-    return row, raw_lat, time_raw
+    latencies, elapsed = raw_round(session, feeds, seconds)
+    tally.raw_latencies += latencies
+    tally.raw_time += elapsed
+    tally.raw_throughputs.append(len(latencies) / elapsed)
+    tally.raw_p50s.append(percentile(latencies, 50) * 1e3)
+    daemon_before, client_before = cpu_seconds(cell.process), time.process_time()
+    latencies, elapsed, failed, rows = await cell.measure(seconds)
+    tally.cpu_daemon += cpu_seconds(cell.process) - daemon_before
+    tally.cpu_client += time.process_time() - client_before
+    tally.latencies += latencies
+    tally.throughputs.append(len(latencies) * rows / elapsed if elapsed else 0.0)
+    tally.p50s.append(percentile(latencies, 50) * 1e3)
+    tally.errors += failed
+
+
+def cell_row(cell: Cell, tally: Tally) -> dict:
+    """Medians over the rounds (throughput, p50, ratios to the raw round before each); p99 and
+    CPU per request over all of them."""
+    count = len(tally.latencies)
+    row = summarize(cell.name, cell.concurrency, tally.latencies, 1.0, tally.errors)
+    row.update(server=cell.server, transport=cell.transport, name=cell.name, mode=cell.mode)
+    row["_latencies"] = tally.latencies  # for --plot; dropped from the JSON report
+    row["throughput"] = statistics.median(tally.throughputs)
+    row["p50_ms"] = statistics.median(tally.p50s)
+    row["daemon_cpu_ms"] = tally.cpu_daemon / max(1, count) * 1e3
+    row["client_cpu_ms"] = tally.cpu_client / max(1, count) * 1e3
+    row["raw_throughput"] = statistics.median(tally.raw_throughputs)
+    row["raw_p50_ms"] = statistics.median(tally.raw_p50s)
+    pairs = zip(tally.throughputs, tally.raw_throughputs, strict=True)
+    row["ratio"] = statistics.median(served / raw for served, raw in pairs)
+    p50s = zip(tally.p50s, tally.raw_p50s, strict=True)
+    row["overhead_p50_ms"] = statistics.median(served - raw for served, raw in p50s)
+    return row
 
 
 def requests_for(package, frame: np.ndarray) -> dict[str, tuple[str, bytes, dict[str, str]]]:
@@ -396,6 +423,7 @@ class Daemon:
     tcp_port: int  # 0: no TCP listener
     grpc_port: int  # 0: no gRPC
     grpc_sock: Path
+    token: str  # [server] token: what TCP requests (HTTP and gRPC) must carry
 
 
 def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = False) -> Daemon:
@@ -407,7 +435,8 @@ def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = Fals
     grpc_port = free_port() if peers else 0
     grpc_sock = work / "grpc.sock"
     config = work / "agent.toml"
-    text = f"[hardware]\nthreads = {threads}\n"
+    token = secrets.token_hex(16)
+    text = f"[hardware]\nthreads = {threads}\n[server]\ntoken = '{token}'\n"
     if peers:
         text += f"[grpc]\nenabled = true\nport = {grpc_port}\nunix_socket = '{grpc_sock}'\n"
     config.write_text(text)
@@ -423,7 +452,7 @@ def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = Fals
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=work
     )
-    return Daemon(process, sock, tcp_port, grpc_port, grpc_sock)
+    return Daemon(process, sock, tcp_port, grpc_port, grpc_sock, token)
 
 
 def mapped_runtimes(pid: int) -> list[str]:
@@ -611,6 +640,8 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
     _, as_json, json_headers = bodies["v2 JSON"]
     agent = psutil.Process(daemon.process.pid)
     grpc_body = grpc_request(package, frame)
+    bearer = {"Authorization": f"Bearer {daemon.token}"}
+    binary_tcp_headers, json_tcp_headers = {**binary_headers, **bearer}, {**json_headers, **bearer}
     paths: list[tuple[str, str, str, psutil.Process, Callable[[int], Measure]]] = []
     if peers.naive is not None and peers.naive_sock is not None:
         naive = psutil.Process(peers.naive.pid)
@@ -663,7 +694,7 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             "v2 binary",
             "tcp",
             agent,
-            lambda c: served_measure(daemon.tcp_port, url, binary, binary_headers, c),
+            lambda c: served_measure(daemon.tcp_port, url, binary, binary_tcp_headers, c),
         ),
         (
             "edgeagent",
@@ -677,7 +708,7 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             "v2 JSON",
             "tcp",
             agent,
-            lambda c: served_measure(daemon.tcp_port, url, as_json, json_headers, c),
+            lambda c: served_measure(daemon.tcp_port, url, as_json, json_tcp_headers, c),
         ),
         (
             "edgeagent",
@@ -691,7 +722,7 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             "gRPC",
             "tcp",
             agent,
-            lambda c: grpc_measure(f"127.0.0.1:{daemon.grpc_port}", grpc_body, c),
+            lambda c: grpc_measure(f"127.0.0.1:{daemon.grpc_port}", grpc_body, c, daemon.token),
         ),
         (
             "edgeagent",
@@ -738,7 +769,8 @@ def markdown(report: dict) -> str:
     lines = [
         f"Model {report['model']} ({report['backend']}), {report['cpus']} CPUs, "
         f"intra-op threads {report['threads'] or 'all cores'}, "
-        f"{report['duration_s']:g} s per cell, each alternated with raw batch-1 rounds",
+        f"{report['duration_s']:g} s per cell in {report['rounds']} rounds of every cell, each "
+        "after a raw batch-1 round; req/s, p50 and ratios are medians of the rounds",
         "",
         "| path | concurrency | req/s | p50 ms | p99 ms | errors | raw req/s (same rounds) "
         "| × raw | p50 − raw p50 ms | server CPU ms/req | client CPU ms/req |" + extra_head,
@@ -832,9 +864,7 @@ async def run(args: argparse.Namespace) -> dict:
                     for mode, (url, body, headers) in bodies.items()
                     for c in args.concurrency
                 ]
-            rows = []
-            all_raw: list[float] = []
-            raw_time = 0.0
+            tallies = [Tally() for _ in cells]
             samplers = {"edgeagent": PeakRss(process.pid)}
             samplers.update(
                 {
@@ -846,26 +876,18 @@ async def run(args: argparse.Namespace) -> dict:
             for sampler in samplers.values():
                 sampler.__enter__()
             try:
-                for cell in cells:
-                    row, raw_lat, elapsed = await paired(
-                        cell.name,
-                        cell.concurrency,
-                        cell.measure,
-                        session,
-                        feeds,
-                        cell.process,
-                        args,
-                    )
-                    row.update(server=cell.server, transport=cell.transport, name=cell.name)
-                    row["mode"] = cell.mode
-                    all_raw += raw_lat
-                    raw_time += elapsed
-                    rows.append(row)
-                    progress(
-                        f"{cell.name} c={cell.concurrency}: {row['throughput']:.1f}/s "
-                        f"p50 {row['p50_ms']:.2f} ms (raw {row['raw_throughput']:.1f}/s "
-                        f"p50 {row['raw_p50_ms']:.2f} ms)"
-                    )
+                # Every cell once per round, the order reversed each round: drift of the
+                # machine's speed during the run then touches every server alike.
+                seconds = args.duration / args.rounds
+                for index in range(args.rounds):
+                    order = list(zip(cells, tallies, strict=True))
+                    for cell, tally in order if index % 2 == 0 else order[::-1]:
+                        await measure_round(cell, tally, session, feeds, seconds)
+                        progress(
+                            f"round {index + 1}/{args.rounds} {cell.name} c={cell.concurrency}: "
+                            f"{tally.throughputs[-1]:.1f}/s p50 {tally.p50s[-1]:.2f} ms (raw "
+                            f"{tally.raw_throughputs[-1]:.1f}/s p50 {tally.raw_p50s[-1]:.2f} ms)"
+                        )
             finally:
                 for sampler in samplers.values():
                     sampler.__exit__()
@@ -873,7 +895,9 @@ async def run(args: argparse.Namespace) -> dict:
             if peers.mlserver is not None:  # last: MLServer answers nothing after this request
                 feeds = {spec.name: frame}
                 peers.notes.append(await probe_binary(peers.mlserver_port, package.name, feeds))
-            raw = summarize("raw batch-1", 1, all_raw, raw_time, 0)
+            rows = [cell_row(cell, tally) for cell, tally in zip(cells, tallies, strict=True)]
+            all_raw = [value for tally in tallies for value in tally.raw_latencies]
+            raw = summarize("raw batch-1", 1, all_raw, sum(t.raw_time for t in tallies), 0)
             runtimes = mapped_runtimes(process.pid)
         finally:
             if regions is not None:
@@ -892,6 +916,7 @@ async def run(args: argparse.Namespace) -> dict:
         "cpus": len(os.sched_getaffinity(0)),
         "threads": args.threads,
         "duration_s": args.duration,
+        "rounds": args.rounds,
         "peers": args.peers,
         "raw": raw,
         "raw_latencies": all_raw,
@@ -946,7 +971,10 @@ def main() -> int:
         help="intra-op threads on every side ([hardware] threads); 0 = every core",
     )
     parser.add_argument(
-        "--rounds", type=int, default=4, help="raw/served alternations per cell (drift)"
+        "--rounds",
+        type=int,
+        default=4,
+        help="rounds of every cell, each after a raw batch-1 round; figures are medians (drift)",
     )
     parser.add_argument(
         "--concurrency", type=lambda s: [int(c) for c in s.split(",")], default=[1, 4, 16]

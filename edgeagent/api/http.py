@@ -61,6 +61,8 @@ class HttpMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
             registry=registry,
         )
+        # Bounded like the label sets: route templates × methods × statuses.
+        self._children: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
 
     def middleware(self) -> Middleware:
         @web.middleware
@@ -74,10 +76,22 @@ class HttpMetrics:
             finally:
                 resource = request.match_info.route.resource
                 route = resource.canonical if resource is not None else "unmatched"
-                self.latency.labels(route, request.method).observe(time.perf_counter() - started)
-                self.requests.labels(route, request.method, str(status)).inc()
+                latency, requests = self._series(route, request.method, status)
+                latency.observe(time.perf_counter() - started)
+                requests.inc()
 
         return measure
+
+    def _series(self, route: str, method: str, status: int) -> tuple[Histogram, Counter]:
+        """The labelled children, looked up once per label set (``labels()`` takes a lock)."""
+        key = (route, method, status)
+        series = self._children.get(key)
+        if series is None:
+            series = self._children[key] = (
+                self.latency.labels(route, method),
+                self.requests.labels(route, method, str(status)),
+            )
+        return series
 
 
 def error_json(message: str, status: int, headers: dict[str, str] | None = None) -> web.Response:

@@ -7,7 +7,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
@@ -38,7 +37,10 @@ async def metrics_text(request: web.Request) -> web.Response:
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    """The OpenAPI document, parsed once from the YAML kept next to this module."""
+    """The OpenAPI document, parsed once from the YAML kept next to this module (PyYAML is
+    imported then: a daemon that is never asked for it does not hold it)."""
+    import yaml
+
     text = resources.files("edgeagent.api").joinpath("openapi.yaml").read_text("utf-8")
     return yaml.safe_load(text)
 

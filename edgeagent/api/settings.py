@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from edgeagent.aio import uvloop_installed
 from edgeagent.paths import default_socket_path
 from edgeagent.sections import computed_setting, require, setting
 
@@ -77,6 +78,12 @@ class ServerSettings:
     send_timeout_s: float = setting(
         30.0, "a client that reads none of its answer this long is dropped", "s"
     )
+    event_loop: Literal["auto", "asyncio", "uvloop"] = setting(
+        "asyncio",
+        "the daemon's event loop: uvloop (the [uvloop] extra) spends less CPU per request, but "
+        "past the open-file limit it closes connections instead of answering 503; "
+        "auto = uvloop where installed",
+    )
     max_decoding_bytes: int = setting(
         64 * 1024 * 1024,
         "request bytes read and decoded at once per listener (JSON counts 4x); 503 above",
@@ -108,6 +115,12 @@ class ServerSettings:
             "server",
             "token",
             f"must be set when TCP listens on the non-loopback address {self.tcp_host!r}",
+        )
+        require(
+            self.event_loop != "uvloop" or uvloop_installed(),
+            "server",
+            "event_loop",
+            "uvloop is not installed (pip install 'edgeagent[uvloop]')",
         )
         require(self.max_connections >= 1, "server", "max_connections", "must be at least 1")
         for key in ("header_timeout_s", "body_timeout_s", "send_timeout_s"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import simdjson
 
 from edgeagent.api.shm import SharedMemoryRef, SharedMemoryRegistry, shm_ref
 from edgeagent.engine.errors import InvalidInput
@@ -142,16 +143,86 @@ def parse_json_object(data: bytes | memoryview) -> dict[str, Any]:
 
     Nesting deeper than the interpreter's recursion limit and integers beyond 64 bits are
     refused here with the rest of malformed JSON (``NaN`` stays: tensors may carry it).
+    simdjson reads strict JSON; whatever it refuses goes to json, whose rules and messages
+    are the contract.
     """
     try:
-        value = json.loads(bytes(data), parse_int=_bounded_int)
+        value = _parse_json_fast(data)
+    except (ValueError, RuntimeError):  # simdjson's errors (UnicodeDecodeError included)
+        value = _parse_json_leniently(data)
+    if not isinstance(value, dict):
+        raise InvalidInput("request body must be a JSON object")
+    return value
+
+
+# Tensors whose flat ``data`` array simdjson hands over as one buffer of doubles.
+_FLOAT_DATATYPES = frozenset({"FP16", "FP32", "FP64"})
+
+
+def _parse_json_fast(data: bytes | memoryview) -> Any:
+    """simdjson, with each float tensor's flat ``data`` as a float64 array, not a list.
+
+    A 224×224×3 FP32 tensor sent as JSON is 150,528 numbers: json and orjson make a Python
+    float of each and numpy then reads them back (14 ms here); simdjson's buffer takes 3 ms.
+    """
+    document = simdjson.Parser().parse(data)
+    if not isinstance(document, simdjson.Object):
+        return _plain(document)
+    return {
+        key: _tensor_list(document[key]) if key in ("inputs", "outputs") else _plain(document[key])
+        for key in document
+    }
+
+
+def _plain(value: Any) -> Any:
+    """A simdjson value as Python objects (lists, dicts, str, numbers)."""
+    if isinstance(value, simdjson.Object):
+        return value.as_dict()
+    if isinstance(value, simdjson.Array):
+        return value.as_list()
+    return value
+
+
+def _tensor_list(value: Any) -> Any:
+    if not isinstance(value, simdjson.Array):
+        return _plain(value)
+    return [
+        _tensor_object(entry) if isinstance(entry, simdjson.Object) else _plain(entry)
+        for entry in value
+    ]
+
+
+def _tensor_object(entry: Any) -> dict[str, Any]:
+    datatype = entry.get("datatype")
+    return {
+        key: _numbers(entry[key], datatype) if key == "data" else _plain(entry[key])
+        for key in entry
+    }
+
+
+def _numbers(value: Any, datatype: Any) -> Any:
+    """A float tensor's flat array of numbers as float64; anything else (nested, mixed,
+    other datatypes) as Python objects for ``_from_json`` to judge."""
+    if (
+        datatype in _FLOAT_DATATYPES
+        and isinstance(value, simdjson.Array)
+        and not (len(value) and isinstance(value[0], simdjson.Array | simdjson.Object))
+    ):
+        try:
+            return np.frombuffer(value.as_buffer(of_type="d"), dtype=np.float64)
+        except TypeError:  # not only numbers (booleans, strings)
+            pass
+    return _plain(value)
+
+
+def _parse_json_leniently(data: bytes | memoryview) -> Any:
+    """The stdlib parser: NaN and Infinity accepted, integers beyond 64 bits refused."""
+    try:
+        return json.loads(bytes(data), parse_int=_bounded_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidInput(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise InvalidInput("request body is not valid JSON: nested too deeply") from None
-    if not isinstance(value, dict):
-        raise InvalidInput("request body must be a JSON object")
-    return value
 
 
 def _split(body: bytes, length: int | None) -> tuple[dict[str, Any], memoryview]:
@@ -239,7 +310,7 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
             f"{where}: {datatype} cannot travel as JSON; send it with the binary tensor data "
             f"extension (parameters.binary_data_size)"
         )
-    if not isinstance(data, list):
+    if not isinstance(data, list | np.ndarray):  # an array: a float tensor's parsed data
         data = [data]
     try:
         values = np.asarray(data)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import logging
 import sys
 from pathlib import Path
 
+from edgeagent import aio
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import Config, load_config
 from edgeagent.hardware.profile import ProfileError
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         daemon = Daemon(config, reread=lambda: apply_flags(load_config(args.config), args))
-        asyncio.run(daemon.serve(on_ready=announce))
+        aio.run(daemon.serve(on_ready=announce), config.server.event_loop)
     except (ConfigError, PackageError, ProfileError) as exc:
         print(f"edgeagent run: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -27,6 +27,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
+from prometheus_client import Counter, Histogram
 
 from edgeagent.engine.errors import (
     DeadlineExceeded,
@@ -86,6 +87,30 @@ class BatchPolicy:
     adaptive: bool = True  # wait for company only after a batch that served several requests
 
 
+@dataclass(frozen=True)
+class _Series:
+    """One backend's labelled metric children: ``labels()`` costs a lock and a dict lookup
+    each, and a batch would otherwise make seven of them."""
+
+    queue_wait: Histogram
+    batch_size: Histogram
+    compute: Histogram
+    busy: Counter
+    requests: Counter
+    latency: Histogram
+
+    @classmethod
+    def of(cls, metrics: EngineMetrics, model: str, version: str, backend: str) -> _Series:
+        return cls(
+            queue_wait=metrics.queue_wait.labels(model),
+            batch_size=metrics.batch_size.labels(model, backend),
+            compute=metrics.compute.labels(model, backend),
+            busy=metrics.busy.labels(model, backend),
+            requests=metrics.requests.labels(model, version, backend),
+            latency=metrics.latency.labels(model, version, backend),
+        )
+
+
 @dataclass(eq=False)
 class _Request:
     feeds: Mapping[str, np.ndarray]
@@ -138,6 +163,7 @@ class Batcher:
         self._closing = False
         self._low_power = False
         self._last_batch_requests = 0
+        self._series_by_backend: dict[str, _Series] = {}
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batch:{model}")
 
     @property
@@ -200,13 +226,24 @@ class Batcher:
         bisect.insort(self._pending, request, key=lambda r: r.order)
         self._arrived.set()
         timeout = self.policy.timeout_s if timeout_s is None else timeout_s
+        # A timer on the request's own future rather than asyncio.wait_for, whose extra waiter
+        # future costs every request one more trip round the event loop.
+        deadline = request.future.get_loop().call_later(timeout, self._expire, request, timeout)
         try:
-            return await asyncio.wait_for(request.future, timeout)
-        except asyncio.TimeoutError:
-            raise DeadlineExceeded(
-                f"model {self.model!r} did not answer within {timeout:g} s "
-                f"({len(self._pending)} requests waiting); the device is overloaded or throttled"
-            ) from None
+            return await request.future
+        finally:
+            deadline.cancel()
+
+    def _expire(self, request: _Request, timeout: float) -> None:
+        """The request's deadline passed: it fails now, and a batch skips it (``done()``)."""
+        if not request.future.done():
+            request.future.set_exception(
+                DeadlineExceeded(
+                    f"model {self.model!r} did not answer within {timeout:g} s "
+                    f"({len(self._pending)} requests waiting); the device is overloaded or "
+                    "throttled"
+                )
+            )
 
     async def close(self, drain_timeout_s: float) -> None:
         """Stop taking requests, answer the queued ones within the time-out, fail the rest."""
@@ -324,13 +361,22 @@ class Batcher:
         except Exception:
             log.exception("model %s: switching to power mode %s failed", self.model, mode)
 
+    def _series(self) -> _Series:
+        """The labelled metrics of the backend that runs now (it changes on failover)."""
+        backend = ":".join(backend_of(self.session))
+        series = self._series_by_backend.get(backend)
+        if series is None:
+            series = self._series_by_backend[backend] = _Series.of(
+                self._metrics, self.model, self.version, backend
+            )
+        return series
+
     async def _execute(self, batch: list[_Request]) -> None:
         loop = asyncio.get_running_loop()
         start = time.monotonic()
-        runtime, device, precision = backend_of(self.session)
-        backend = f"{runtime}:{device}:{precision}"
+        series = self._series()
         for request in batch:
-            self._metrics.queue_wait.labels(self.model).observe(start - request.enqueued)
+            series.queue_wait.observe(start - request.enqueued)
         try:
             answers, (input_ns, infer_ns, output_ns) = await loop.run_in_executor(
                 self._executor, self._compute, batch
@@ -345,20 +391,18 @@ class Batcher:
         self._last_batch_requests = len(batch)
         rows = sum(r.rows for r in batch)
         self._stats.record_batch(rows, len(batch), input_ns, infer_ns, output_ns)
-        self._metrics.batch_size.labels(self.model, backend).observe(rows)
-        self._metrics.compute.labels(self.model, backend).observe(infer_ns / 1e9)
+        series.batch_size.observe(rows)
+        series.compute.observe(infer_ns / 1e9)
         busy_s = (input_ns + infer_ns + output_ns) / 1e9
-        self._metrics.busy.labels(self.model, backend).inc(busy_s)
+        series.busy.inc(busy_s)
         self._load.record_batch(busy_s)
         end = time.monotonic()
-        requests = self._metrics.requests.labels(self.model, self.version, backend)
-        latency = self._metrics.latency.labels(self.model, self.version, backend)
         for request, answer in zip(batch, answers, strict=True):
             if request.future.done():  # the caller's deadline passed while it ran
                 continue
             request.future.set_result(answer)
-            requests.inc()
-            latency.observe(end - request.enqueued)
+            series.requests.inc()
+            series.latency.observe(end - request.enqueued)
             self._stats.record_request(
                 True,
                 int((end - request.enqueued) * 1e9),

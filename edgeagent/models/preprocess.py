@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from edgeagent.models.package import Preprocess
 from edgeagent.models.tasks.detection import (
@@ -20,6 +20,11 @@ from edgeagent.models.tasks.detection import (
     letterbox_geometry,
     stretch_geometry,
 )
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+# Pillow (2 MB resident) is imported by the first image, not by a daemon serving tensors only.
 
 ACCEPTED_FORMATS = ("JPEG", "PNG")
 MAX_IMAGE_PIXELS = 40_000_000  # ~ a 7700×5200 photo; larger images are refused, not decoded
@@ -40,6 +45,8 @@ def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image
     """Decode JPEG/PNG bytes, refusing other formats, truncated files and oversized images."""
     if not data:
         raise ImageError("empty body: expected a JPEG or PNG image")
+    from PIL import Image, UnidentifiedImageError
+
     try:
         image = Image.open(io.BytesIO(data))
     except UnidentifiedImageError as exc:
@@ -65,6 +72,8 @@ LETTERBOX_FILL = 114  # the grey YOLO-family detectors are trained to ignore
 
 def resize_and_crop(image: Image.Image, spec: Preprocess) -> Image.Image:
     """Shorter side to ``spec.resize`` then centre crop, a letterbox, or straight to size."""
+    from PIL import Image
+
     height, width = spec.size
     if spec.letterbox:
         fit = letterbox_geometry(image.size, (width, height))

@@ -1,4 +1,4 @@
-"""cancel_and_wait: a shutdown never hangs on a task that will not stop."""
+"""asyncio helpers: shutdowns never hang on a stuck task; the loop the daemon runs on."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from edgeagent import aio
 from edgeagent.aio import cancel_and_wait
 
 
@@ -37,3 +38,32 @@ async def test_a_task_that_swallows_cancellation_is_abandoned_in_time(
     assert "task stubborn did not stop within 0.2 s; abandoned" in caplog.text
     await asyncio.sleep(0)
     assert task.done()  # the second cancel reached it
+
+
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+
+def test_run_on_the_asyncio_loop_when_asked() -> None:
+    assert aio.run(_loop_module(), "asyncio") == "asyncio"
+
+
+def test_run_on_uvloop_when_asked_or_installed() -> None:
+    pytest.importorskip("uvloop")
+    assert aio.run(_loop_module(), "uvloop") == "uvloop"
+    assert aio.run(_loop_module(), "auto") == "uvloop"
+
+
+def test_auto_falls_back_to_asyncio_without_uvloop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aio, "uvloop_installed", lambda: False)
+    assert aio.run(_loop_module(), "auto") == "asyncio"
+
+
+def test_asking_for_uvloop_without_it_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeagent.api import settings
+    from edgeagent.sections import ConfigError
+
+    monkeypatch.setattr(settings, "uvloop_installed", lambda: False)
+    with pytest.raises(ConfigError, match="event_loop"):
+        settings.ServerSettings(event_loop="uvloop").validate()
+    settings.ServerSettings(event_loop="auto").validate()

@@ -266,3 +266,49 @@ def test_json_non_finite_values_and_a_lookalike_id() -> None:
     response = v2.decode_response(body, None)
     assert response.id == "@tensor-data:0:0"
     np.testing.assert_array_equal(response.outputs["y"], values)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (b'{"a": 18446744073709551615}', 2**64 - 1),  # the widest UINT64 (simdjson's range)
+        (b'{"a": -9223372036854775808}', -(2**63)),
+        (b'{"a": NaN}', None),  # not strict JSON: the lenient parser takes it
+        ('{"a": "\u00e9"}'.encode(), "\u00e9"),
+    ],
+)
+def test_json_objects_parse_the_same_on_the_fast_and_the_lenient_path(
+    text: bytes, expected: object
+) -> None:
+    value = v2.parse_json_object(memoryview(text))["a"]
+    assert value == expected or (expected is None and value != value)  # NaN != NaN
+
+
+@pytest.mark.parametrize("value", ["18446744073709551616", "-9223372036854775809", "1" * 400])
+def test_integers_beyond_64_bits_are_refused_whichever_parser_sees_them(value: str) -> None:
+    for nan in ("", ', "n": NaN'):  # NaN sends the body down the lenient path
+        tensor = f'{{"name": "x", "datatype": "FP32", "shape": [1], "data": [{value}]}}'
+        body = f'{{"inputs": [{tensor}]{nan}}}'
+        with pytest.raises(InvalidInput, match="64-bit range"):
+            v2.decode_request(body.encode(), None)
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ("[[1.5], [2.5, 3.5]]", "ragged"),  # nested arrays take the general path
+        ('[1.5, "2.5", 3.5]', "must hold FP32"),
+        ("[1.5, 2.5]", "has 2 elements"),
+    ],
+)
+def test_float_data_the_fast_path_cannot_take_is_judged_as_before(data: str, fragment: str) -> None:
+    body = f'{{"inputs": [{{"name": "x", "datatype": "FP32", "shape": [3], "data": {data}}}]}}'
+    with pytest.raises(InvalidInput, match=fragment):
+        v2.decode_request(body.encode(), None)
+
+
+def test_float_data_with_booleans_and_nesting_decodes_like_json() -> None:
+    tensor = {"name": "x", "datatype": "FP64", "shape": [2, 2], "data": [[1, 2.5], [True, 4]]}
+    body, header = _body({"inputs": [tensor]})
+    decoded = v2.decode_request(body, header).inputs["x"]
+    np.testing.assert_array_equal(decoded, [[1.0, 2.5], [1.0, 4.0]])
