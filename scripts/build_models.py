@@ -139,6 +139,7 @@ def build_one(out: Path, name: str, key: str, seed: int, formats: tuple[str, ...
     """Stage, build, verify and swap in one directory (in a worker process); returns the
     summary entry."""
     from zoo.builder import build_package
+    from zoo.detector_builder import build_detector
     from zoo.sample_images import write_samples
     from zoo.specs import SPECS
 
@@ -152,7 +153,9 @@ def build_one(out: Path, name: str, key: str, seed: int, formats: tuple[str, ...
         if name == SAMPLES:
             report = write_samples(staged, seed)
         else:
-            report = build_package(SPECS[name], staged, seed, formats, progress)
+            spec = SPECS[name]
+            build = build_detector if spec.task == "detection" else build_package
+            report = build(spec, staged, seed, formats, progress)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
@@ -193,12 +196,16 @@ def print_summary(entries: list[dict], total: float, stream) -> None:
             file=stream,
         )
         for key, figures in ((entry.get("report") or {}).get("variants") or {}).items():
-            extra = f"  accuracy {figures['accuracy']:.4f}" if "accuracy" in figures else ""
-            print(
-                f"      {key:<20} top-1 agreement {figures['top1_agreement']:.3f}  "
-                f"max |Δ| {figures['max_abs_diff']:.2e}{extra}",
-                file=stream,
-            )
+            print(f"      {key:<20} {_figures(figures)}", file=stream)
+
+
+def _figures(figures: dict) -> str:
+    """One variant's line: a classifier's top-1 agreement (and accuracy), a detector's mAP."""
+    distance = f"max |Δ| {figures['max_abs_diff']:.2e}"
+    if "map50" in figures:
+        return f"mAP@0.5 {figures['map50']:.3f}  {distance}"
+    extra = f"  accuracy {figures['accuracy']:.4f}" if "accuracy" in figures else ""
+    return f"top-1 agreement {figures['top1_agreement']:.3f}  {distance}{extra}"
 
 
 def parse_args(argv: list[str] | None):
