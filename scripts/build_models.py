@@ -45,6 +45,12 @@ TOOLS = (
     "pillow",
 )
 KEY_FILE = "build.json"
+DECODER_SOURCES = (
+    "detector.py",
+    "tasks/detection.py",
+    "tasks/detection_map.py",
+    "tasks/boxes.py",
+)
 SAMPLES = "samples"
 
 
@@ -53,6 +59,8 @@ def build_key(name: str, seed: int, formats: tuple[str, ...]) -> str:
     digest = hashlib.sha256(f"{name}|{seed}|{','.join(formats)}".encode())
     sources = sorted(p for p in (HERE / "zoo").iterdir() if p.suffix in (".py", ".tsv"))
     sources += [REPO / "edgeagent" / "packaging" / f for f in ("quantize.py", "torch_export.py")]
+    # the detector's figures and golden boxes come from the agent's own decoder
+    sources += [REPO / "edgeagent" / "models" / f for f in DECODER_SOURCES]
     for source in [Path(__file__).resolve(), *sources]:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())

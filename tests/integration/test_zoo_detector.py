@@ -98,7 +98,10 @@ class Served:
     async def infer(self, feeds: dict[str, np.ndarray], **_: Any) -> dict[str, np.ndarray]:
         return self._session.run(feeds)
 
-    def close(self) -> None:
+    def __enter__(self) -> Served:
+        return self
+
+    def __exit__(self, *_: object) -> None:
         self._session.close()
 
 
@@ -113,11 +116,8 @@ async def test_every_variant_passes_the_probe_and_the_update_health_check(
         assert golden_problem(package, session, min_agreement=1.0) == ""
     finally:
         session.close()
-    model = Served(package, runtime, precision)
-    try:
+    with Served(package, runtime, precision) as model:
         await health_check(model, timeout_s=30)  # type: ignore[arg-type]
-    finally:
-        model.close()
 
 
 async def test_a_golden_box_the_model_does_not_find_fails_the_health_check(
@@ -130,11 +130,9 @@ async def test_a_golden_box_the_model_does_not_find_fails_the_health_check(
     shifted = golden["boxes"].copy()
     shifted[0, [0, 2]] += (shifted[0, 2] - shifted[0, 0]) / 2
     np.savez(copy / "golden.npz", **{**golden, "boxes": shifted})
-    model = Served(load_package(copy), "onnxruntime", "fp32")
-    try:
-        with pytest.raises(InstallFailed) as caught:
-            await health_check(model, timeout_s=30)  # type: ignore[arg-type]
-    finally:
-        model.close()
+    with (
+        Served(load_package(copy), "onnxruntime", "fp32") as model,
+        pytest.raises(InstallFailed, match="no class-.* box with IoU") as caught,
+    ):
+        await health_check(model, timeout_s=30)  # type: ignore[arg-type]
     assert caught.value.code == "health_check_failed"
-    assert "IoU" in str(caught.value)
