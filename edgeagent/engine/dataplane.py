@@ -299,5 +299,3 @@ class DataPlane:
                     continue  # unloaded versions have nothing to report
                 stats.append(model.stats.to_v2(each, model.version))
         return stats
-
-
