@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +14,13 @@ from zoo.data import digits_split, normalize, photo_crops
 from zoo.evaluate import compare, run_onnxruntime, run_variant
 from zoo.manifest import VariantFiles, write_manifest
 from zoo.specs import ModelSpec
-from zoo.variants import write_variants
 from zoo.train import (
     damp_residual_branches,
     predict,
     recalibrate_batchnorm,
     train_classifier,
 )
+from zoo.variants import write_variants
 
 BN_IMAGES = 96  # photo crops for BatchNorm re-estimation (seeded models)
 CALIBRATION_IMAGES = 32  # INT8 calibration set, the same for every runtime
