@@ -57,7 +57,10 @@ def _train(spec: ModelSpec, model: torch.nn.Module, seed: int, progress: Progres
     return images[:CALIBRATION_IMAGES].numpy()
 
 
-def _detections(root: Path, package: ModelPackage, variant: VariantFiles, inputs: np.ndarray):
+def _detections(
+    root: Path, package: ModelPackage, variant: VariantFiles, inputs: np.ndarray
+) -> tuple[np.ndarray, list[Detections]]:
+    """One variant's raw output rows for ``inputs`` and their decoded detections."""
     outputs = run_variant(
         variant.runtime, [root / f for f in variant.files], variant.layout, inputs
     )
@@ -65,7 +68,11 @@ def _detections(root: Path, package: ModelPackage, variant: VariantFiles, inputs
 
 
 def _evaluate(
-    root: Path, package: ModelPackage, variants: list[VariantFiles], inputs: np.ndarray, truth
+    root: Path,
+    package: ModelPackage,
+    variants: list[VariantFiles],
+    inputs: np.ndarray,
+    truth: Scenes,
 ) -> tuple[dict, dict[str, list[Detections]]]:
     """mAP@0.5 of every variant on the held-out scenes, and its distance from FP32 ONNX."""
     reference = None
