@@ -97,7 +97,8 @@ def golden_scenes(found: dict[str, list[Detections]], truth: Scenes, count: int)
 
     A scene with a borderline box (one variant a little above the confident score, another
     below) would fail a correct update, so only scenes that pass for every variant qualify;
-    among them, scenes where FP32 finds every true object, with the most objects, come first.
+    among them, scenes where FP32 is confident of as many boxes as the scene has objects, with
+    the most objects, come first.
     """
     reference = next(iter(found.values()))
     scored = []
