@@ -16,7 +16,7 @@ Rounds alternate raw and served cells and every figure is the median over rounds
 the machine's load hits both sides alike; compare ratios within one run. mAP@0.5 is measured
 on the package's held-out scenes posted as PNG to the same route (DeepStack's integer boxes).
 
-    python scripts/bench_detect.py                    # zoo/shapes_grid_mnv2, 3 rounds × 2 s
+    python scripts/bench_detect.py                    # zoo/shapes_grid_mnv2, 5 rounds × 2 s
     python scripts/bench_detect.py --rounds 5 --seconds 3 --json
 """
 
@@ -197,7 +197,7 @@ async def run(args) -> list[dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=REPO / "zoo" / "shapes_grid_mnv2")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (median)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (median)")
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per cell and round")
     parser.add_argument("--threads", type=int, default=1, help="[hardware] threads; 0 = all")
     parser.add_argument(
