@@ -393,24 +393,26 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def pinned_package(package_dir: Path, precision: str, target: Path) -> Path:
-    """A copy of the package that offers only its onnxruntime ``precision`` variant.
+def pinned_package(
+    package_dir: Path, precision: str, target: Path, runtime: str = "onnxruntime"
+) -> Path:
+    """A copy of the package that offers only its ``runtime`` ``precision`` variant.
 
     The daemon picks the device's best candidate (LiteRT or OpenVINO may rank first); the
-    comparison is onnxruntime against itself, so the served package has nothing else to pick.
+    comparison is one variant against itself, so the served package has nothing else to pick.
     model.toml keeps every table except the other [[variant]] blocks; files are copied (a
     package refuses symlinks that point outside it).
     """
     package = load_package(package_dir)
-    chosen = package.variant("onnxruntime", precision)
+    chosen = package.variant(runtime, precision)
     if chosen is None:
-        raise SystemExit(f"{package_dir} has no onnxruntime {precision} variant")
+        raise SystemExit(f"{package_dir} has no {runtime} {precision} variant")
     others = {f for v in package.variants if v is not chosen for f in v.files}
     target.mkdir(parents=True)
     for path in package.root.iterdir():
         if path.is_file() and path not in others:
             shutil.copyfile(path, target / path.name)
-    keep_variants(target, lambda v: v["runtime"] == "onnxruntime" and v["precision"] == precision)
+    keep_variants(target, lambda v: v["runtime"] == runtime and v["precision"] == precision)
     return target
 
 
@@ -426,10 +428,13 @@ class Daemon:
     token: str  # [server] token: what TCP requests (HTTP and gRPC) must carry
 
 
-def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = False) -> Daemon:
+def start_daemon(
+    package_dir: Path, work: Path, threads: int, peers: bool = False, server: str = ""
+) -> Daemon:
     """``edgeagent run`` on just this package; ``threads`` = [hardware] threads (0: all cores).
 
-    With ``peers`` it also listens on TCP and serves gRPC (TCP and its own Unix socket).
+    With ``peers`` it also listens on TCP and serves gRPC (TCP and its own Unix socket);
+    ``server`` holds extra lines of its [server] table.
     """
     tcp_port = free_port() if peers else 0
     grpc_port = free_port() if peers else 0
@@ -437,6 +442,8 @@ def start_daemon(package_dir: Path, work: Path, threads: int, peers: bool = Fals
     config = work / "agent.toml"
     token = secrets.token_hex(16)
     text = f"[hardware]\nthreads = {threads}\n[server]\ntoken = '{token}'\n"
+    if server:
+        text += f"{server}\n"
     if peers:
         text += f"[grpc]\nenabled = true\nport = {grpc_port}\nunix_socket = '{grpc_sock}'\n"
     config.write_text(text)

@@ -45,6 +45,12 @@ TOOLS = (
     "pillow",
 )
 KEY_FILE = "build.json"
+DECODER_SOURCES = (
+    "detector.py",
+    "tasks/detection.py",
+    "tasks/detection_map.py",
+    "tasks/boxes.py",
+)
 SAMPLES = "samples"
 
 
@@ -53,6 +59,8 @@ def build_key(name: str, seed: int, formats: tuple[str, ...]) -> str:
     digest = hashlib.sha256(f"{name}|{seed}|{','.join(formats)}".encode())
     sources = sorted(p for p in (HERE / "zoo").iterdir() if p.suffix in (".py", ".tsv"))
     sources += [REPO / "edgeagent" / "packaging" / f for f in ("quantize.py", "torch_export.py")]
+    # the detector's figures and golden boxes come from the agent's own decoder
+    sources += [REPO / "edgeagent" / "models" / f for f in DECODER_SOURCES]
     for source in [Path(__file__).resolve(), *sources]:
         digest.update(source.name.encode())
         digest.update(source.read_bytes())
@@ -139,6 +147,7 @@ def build_one(out: Path, name: str, key: str, seed: int, formats: tuple[str, ...
     """Stage, build, verify and swap in one directory (in a worker process); returns the
     summary entry."""
     from zoo.builder import build_package
+    from zoo.detector_builder import build_detector
     from zoo.sample_images import write_samples
     from zoo.specs import SPECS
 
@@ -152,7 +161,9 @@ def build_one(out: Path, name: str, key: str, seed: int, formats: tuple[str, ...
         if name == SAMPLES:
             report = write_samples(staged, seed)
         else:
-            report = build_package(SPECS[name], staged, seed, formats, progress)
+            spec = SPECS[name]
+            build = build_detector if spec.task == "detection" else build_package
+            report = build(spec, staged, seed, formats, progress)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
         raise
@@ -193,12 +204,16 @@ def print_summary(entries: list[dict], total: float, stream) -> None:
             file=stream,
         )
         for key, figures in ((entry.get("report") or {}).get("variants") or {}).items():
-            extra = f"  accuracy {figures['accuracy']:.4f}" if "accuracy" in figures else ""
-            print(
-                f"      {key:<20} top-1 agreement {figures['top1_agreement']:.3f}  "
-                f"max |Δ| {figures['max_abs_diff']:.2e}{extra}",
-                file=stream,
-            )
+            print(f"      {key:<20} {_figures(figures)}", file=stream)
+
+
+def _figures(figures: dict) -> str:
+    """One variant's line: a classifier's top-1 agreement (and accuracy), a detector's mAP."""
+    distance = f"max |Δ| {figures['max_abs_diff']:.2e}"
+    if "map50" in figures:
+        return f"mAP@0.5 {figures['map50']:.3f}  {distance}"
+    extra = f"  accuracy {figures['accuracy']:.4f}" if "accuracy" in figures else ""
+    return f"top-1 agreement {figures['top1_agreement']:.3f}  {distance}{extra}"
 
 
 def parse_args(argv: list[str] | None):

@@ -23,7 +23,8 @@ from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
-from edgeagent.models.package import ModelPackage, TensorSpec
+from edgeagent.models.detector import decode_row
+from edgeagent.models.package import TensorSpec
 from edgeagent.models.preprocess import prepare_image, preprocess_image, top_k
 from edgeagent.runtimes.facts import v2_platform
 
@@ -248,10 +249,7 @@ class DataPlane:
             raise InvalidInput(f"request body: {exc}") from None
         answer = await model.infer({package.inputs[0].name: tensor})
         outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
-        height, width = package.preprocess.size
-        found = package.detection.decode(
-            outputs, (width, height), geometry, _classes(package), package.anchors, min_score
-        )
+        found = decode_row(package, outputs, geometry, min_score)
         if self.metrics is not None:
             self.metrics.detections.labels(package.name).inc(len(found))
         labels = package.labels
@@ -301,14 +299,3 @@ class DataPlane:
                     continue  # unloaded versions have nothing to report
                 stats.append(model.stats.to_v2(each, model.version))
         return stats
-
-
-def _classes(package: ModelPackage) -> int:
-    """How many classes a detector scores: its labels, else what its score output says."""
-    if package.labels:
-        return len(package.labels)
-    assert package.detection is not None
-    if package.detection.style == "ssd":
-        return max(1, package.outputs[-1].shape[-1] - int(package.detection.background))
-    rows = min(package.outputs[0].shape[-2:])  # [N, 4 + C] or its transpose [4 + C, N]
-    return max(1, rows - (5 if package.detection.objectness else 4))

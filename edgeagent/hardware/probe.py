@@ -74,7 +74,8 @@ def golden_problem(package: ModelPackage, session: Session, min_agreement: float
     A delegate can load, run and still compute garbage (a broken fp16 kernel, an int8 layer
     it mis-handles). The golden top-1 comes from the fp32 reference on inputs with a clear
     margin, chosen by the build so that every variant, int8 included, classifies them alike;
-    each variant must reproduce them up to the threshold.
+    each variant must reproduce them up to the threshold. Other tasks are held to their whole
+    golden record (a detector's boxes, IoU-matched; tensors within their tolerance).
     """
     if min_agreement <= 0:
         return ""
@@ -87,7 +88,7 @@ def golden_problem(package: ModelPackage, session: Session, min_agreement: float
         return ""
     outputs = session.run(golden.feeds)
     expected = golden.top1
-    if expected is None:  # not a classifier: its tensors within the recorded tolerance
+    if expected is None:  # not a classifier: its boxes or tensors, as its task records them
         problem = golden.problem(outputs, top_k=1)
         return f"wrong answers on {package.golden.name}: {problem}" if problem else ""
     scores = np.asarray(outputs[package.outputs[0].name]).reshape(len(expected), -1)

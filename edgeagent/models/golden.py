@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from edgeagent.models.detector import decode_batch
 from edgeagent.models.package import ModelPackage
 from edgeagent.models.tasks import golden_problem
 
@@ -23,7 +25,8 @@ class GoldenError(ValueError):
 @dataclass(frozen=True)
 class GoldenSet:
     """Golden inputs (a batch per input tensor) and what the package's task expects of them:
-    the top-1 class of each row for a classifier, reference tensors and a tolerance otherwise."""
+    the top-1 class of each row for a classifier, boxes for a detector with a known head,
+    reference tensors and a tolerance otherwise."""
 
     package: ModelPackage
     feeds: dict[str, np.ndarray]
@@ -38,10 +41,15 @@ class GoldenSet:
     def problem(self, outputs: Mapping[str, np.ndarray], top_k: int) -> str:
         """Why ``outputs`` (the answers to ``feeds``) break the golden record, or "".
 
-        The task decides how: classes in the top k, or tensors within the recorded tolerance.
+        The task decides how: classes in the top k, boxes matched by IoU (a detector's golden
+        boxes, decoded with its own head), or tensors within the recorded tolerance.
         """
-        names = [spec.name for spec in self.package.outputs]
-        return golden_problem(self.package.task, names, self.record, outputs, top_k)
+        package = self.package
+        names = [spec.name for spec in package.outputs]
+        decode = None
+        if package.detection is not None and package.preprocess is not None:
+            decode = partial(decode_batch, package)
+        return golden_problem(package.task, names, self.record, outputs, top_k, decode)
 
 
 def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:

@@ -13,8 +13,9 @@ Each received release envelope runs through these steps, one release at a time::
                 package's own model.toml must name the signed model and version
     install     one rename into store/<model>/<version>
     activate    ``current`` → new; the registry loads and warms it and swaps traffic over
-    health      the golden inputs must give the golden top-1 (or, without a golden file, a
-                finite answer) within ``health_timeout_s``
+    health      the golden inputs must give the golden answers — a classifier's top-1, a
+                detector's boxes (IoU-matched), other tasks' tensors — or, without a golden
+                file, a finite answer, within ``health_timeout_s``
     commit      raise the serial floor, clear the pending record, GC old releases
 
 Before each step the step name is written to ``pending.json``, so a crash anywhere is finished
@@ -125,8 +126,9 @@ def checkpoint(name: str) -> None:
 
 async def health_check(model: Served, timeout_s: float, top_k: int = 1) -> None:
     """Run the package's golden inputs and hold the answers to the task's golden record: each
-    expected class in the model's top-k for a classifier, tensors within the recorded
-    tolerance for detection, segmentation and tensor models.
+    expected class in the model's top-k for a classifier, every golden box found again
+    (IoU-matched, score within the recorded tolerance, no extra confident box) for a detector
+    whose golden file holds boxes, tensors within the recorded tolerance otherwise.
 
     Without golden inputs the model must at least answer the sample feeds with finite outputs.
     """

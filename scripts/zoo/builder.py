@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo import convert
 from zoo.data import digits_split, normalize, photo_crops
 from zoo.evaluate import compare, run_onnxruntime, run_variant
 from zoo.manifest import VariantFiles, write_manifest
@@ -22,6 +20,7 @@ from zoo.train import (
     recalibrate_batchnorm,
     train_classifier,
 )
+from zoo.variants import write_variants
 
 BN_IMAGES = 96  # photo crops for BatchNorm re-estimation (seeded models)
 CALIBRATION_IMAGES = 32  # INT8 calibration set, the same for every runtime
@@ -72,62 +71,6 @@ def _prepare(spec: ModelSpec, model: torch.nn.Module, seed: int, progress: Progr
     progress(f"{damped} residual branches damped, BatchNorm re-estimated on {BN_IMAGES} crops")
     evaluation = prep(photo_crops(EVAL_IMAGES, spec.size, seed + 1))
     return Data(crops[:CALIBRATION_IMAGES], evaluation, None)
-
-
-def _files(spec: ModelSpec, root: Path, formats: tuple[str, ...], model, data, progress):
-    """Convert in every format asked for; returns the variants in preference order."""
-    name = spec.name
-    variants: list[VariantFiles] = []
-    steps: list[tuple[str, Callable[[], None], VariantFiles]] = [
-        (
-            "onnx fp32",
-            lambda: convert.export_onnx(model, data.calibration, root / f"{name}.fp32.onnx"),
-            VariantFiles("onnxruntime", "fp32", (f"{name}.fp32.onnx",)),
-        ),
-        (
-            "onnx int8",
-            lambda: convert.quantize_onnx(
-                root / f"{name}.fp32.onnx", root / f"{name}.int8.onnx", data.calibration, root
-            ),
-            VariantFiles("onnxruntime", "int8", (f"{name}.int8.onnx",)),
-        ),
-    ]
-    if "openvino" in formats:
-        steps += [
-            (
-                f"openvino {precision}",
-                lambda p=precision: convert.export_openvino(
-                    root / f"{name}.{p}.onnx", root / f"{name}.{p}.xml"
-                ),
-                VariantFiles(
-                    "openvino", precision, (f"{name}.{precision}.xml", f"{name}.{precision}.bin")
-                ),
-            )
-            for precision in ("fp32", "int8")
-        ]
-    if "tflite" in formats:
-        steps += [
-            (
-                "tflite fp32",
-                lambda: convert.export_tflite(
-                    model, data.calibration, root / f"{name}.fp32.tflite"
-                ),
-                VariantFiles("litert", "fp32", (f"{name}.fp32.tflite",), "NHWC"),
-            ),
-            (
-                "tflite int8",
-                lambda: convert.quantize_tflite(
-                    model, data.calibration, root / f"{name}.int8.tflite"
-                ),
-                VariantFiles("litert", "int8", (f"{name}.int8.tflite",), "NHWC"),
-            ),
-        ]
-    for label, step, variant in steps:
-        started = time.perf_counter()
-        step()
-        variants.append(variant)
-        progress(f"{label} written in {time.perf_counter() - started:.1f} s")
-    return variants
 
 
 def _evaluate(
@@ -200,7 +143,7 @@ def build_package(
     model.eval()
     labels = spec.labels()
     (root / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
-    variants = _files(spec, root, formats, model, data, progress)
+    variants = write_variants(spec, root, formats, model, data.calibration, progress)
 
     report, reference, unanimous = _evaluate(root, variants, model, data)
     golden = golden_indices(reference, unanimous, GOLDEN_IMAGES)
@@ -210,5 +153,5 @@ def build_package(
         np.savez(root / "heldout.npz", inputs=data.evaluation, labels=data.labels.astype(np.int64))
         (root / "accuracy.json").write_text(json.dumps(_accuracy(report), indent=2) + "\n")
     (root / "evaluation.json").write_text(json.dumps(report, indent=2) + "\n")
-    write_manifest(root, spec, len(labels), variants)
+    write_manifest(root, spec, [-1, len(labels)], variants)
     return report

@@ -16,11 +16,13 @@ INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 
 
-def export_onnx(model: nn.Module, sample: np.ndarray, path: Path) -> None:
+def export_onnx(
+    model: nn.Module, sample: np.ndarray, path: Path, output_name: str = OUTPUT_NAME
+) -> None:
     """FP32 ONNX with a dynamic batch dimension, exported as ``edgeagent package`` exports."""
     from edgeagent.packaging.torch_export import export_onnx as export
 
-    export(model, sample, path, INPUT_NAME, OUTPUT_NAME)
+    export(model, sample, path, INPUT_NAME, output_name)
 
 
 def quantize_onnx(fp32: Path, out: Path, calibration: np.ndarray, workdir: Path) -> None:

@@ -1,4 +1,4 @@
-"""Class names: the 1000 ImageNet-1k classes and the ten digits.
+"""Class names: the 1000 ImageNet-1k classes, the ten digits and the detector's four shapes.
 
 ``imagenet_classes.tsv`` lists the ImageNet-1k synsets in the standard class-index order with
 their WordNet lemmas (extracted once from the synset tables timm ships, Apache-2.0), kept here
@@ -25,3 +25,10 @@ def imagenet_labels() -> list[str]:
 
 def digit_labels() -> list[str]:
     return [str(digit) for digit in range(10)]
+
+
+SHAPES = ("ellipse", "rectangle", "triangle", "cross")  # the synthetic scenes' object kinds
+
+
+def shape_labels() -> list[str]:
+    return list(SHAPES)

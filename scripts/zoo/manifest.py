@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.convert import INPUT_NAME, OUTPUT_NAME
+from zoo.convert import INPUT_NAME
 from zoo.specs import ModelSpec
 
 
@@ -39,17 +39,27 @@ def _table(header: str, fields: dict[str, object]) -> list[str]:
     return [*lines, ""]
 
 
-def write_manifest(root: Path, spec: ModelSpec, classes: int, variants: list[VariantFiles]) -> None:
-    """model.toml naming every variant with the SHA-256 of each of its files."""
+def write_manifest(
+    root: Path,
+    spec: ModelSpec,
+    output_shape: list[int],
+    variants: list[VariantFiles],
+    golden: str | None = "golden.npz",
+) -> None:
+    """model.toml naming every variant with the SHA-256 of each of its files.
+
+    ``output_shape`` is ``[-1, classes]`` for a classifier, ``[-1, cells, 4 + classes]`` for
+    the detector; a classifier gets a ``[postprocess]`` table, a detector its ``[detection]``.
+    """
     lines = _table(
         "",
         {
             "name": spec.name,
             "version": spec.version,
-            "task": "classification",
+            "task": spec.task,
             "description": spec.description,
             "labels": "labels.txt",
-            "golden": "golden.npz",
+            "golden": golden,
         },
     )
     shape = [-1, spec.channels, spec.size, spec.size]
@@ -57,7 +67,7 @@ def write_manifest(root: Path, spec: ModelSpec, classes: int, variants: list[Var
         "[[inputs]]", {"name": INPUT_NAME, "dtype": "float32", "shape": shape, "layout": "NCHW"}
     )
     lines += _table(
-        "[[outputs]]", {"name": OUTPUT_NAME, "dtype": "float32", "shape": [-1, classes]}
+        "[[outputs]]", {"name": spec.output_name, "dtype": "float32", "shape": output_shape}
     )
     lines += _table(
         "[preprocess]",
@@ -69,9 +79,13 @@ def write_manifest(root: Path, spec: ModelSpec, classes: int, variants: list[Var
             "scale": 1.0 / 255.0,
             "mean": list(spec.mean),
             "std": list(spec.std),
+            "letterbox": spec.letterbox or None,
         },
     )
-    lines += _table("[postprocess]", {"softmax": True, "top_k": min(5, classes)})
+    if spec.detection is None:
+        lines += _table("[postprocess]", {"softmax": True, "top_k": min(5, output_shape[-1])})
+    else:
+        lines += _table("[detection]", dict(spec.detection))
     lines += _table(
         "[serving]",
         {

@@ -6,11 +6,11 @@ build's parent process can check caches and parse arguments without it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zoo.labels import digit_labels, imagenet_labels
+from zoo.labels import SHAPES, digit_labels, imagenet_labels, shape_labels
 
 if TYPE_CHECKING:
     from torch import nn
@@ -47,6 +47,16 @@ def digits_mnv3() -> nn.Module:
     )
 
 
+DETECTOR_SIZE = 96
+
+
+def shapes_grid_mnv2() -> nn.Module:
+    """The grid detector (MobileNetV2-0.5 backbone) for the synthetic shape scenes."""
+    from zoo.detector import GridDetector
+
+    return GridDetector(len(SHAPES), DETECTOR_SIZE)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -62,10 +72,17 @@ class ModelSpec:
     max_batch_size: int = 8
     max_queue_delay_ms: float = 2.0
     version: str = "1.0.0"
+    task: str = "classification"
+    letterbox: bool = False
+    detection: Mapping[str, object] | None = None  # the [detection] table of a detector
 
     @property
     def channels(self) -> int:
         return 1 if self.color == "L" else 3
+
+    @property
+    def output_name(self) -> str:
+        return "detections" if self.task == "detection" else "logits"
 
 
 def imagenet_224(name: str, description: str, network: Callable[[], nn.Module]) -> ModelSpec:
@@ -88,6 +105,32 @@ def imagenet_224(name: str, description: str, network: Callable[[], nn.Module]) 
 SPECS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in (
+        ModelSpec(
+            name="shapes_grid_mnv2",
+            description="Anchor-free grid detector (stride 8, one-level FPN) on MobileNetV2 at "
+            "width 0.5, 96×96 letterboxed RGB, trained on synthetic scenes of four shapes; "
+            "outputs decoded boxes [N, 4 + C] (normalised centre-size, sigmoid scores)",
+            network=shapes_grid_mnv2,
+            labels=shape_labels,
+            size=DETECTOR_SIZE,
+            resize=None,
+            color="RGB",
+            mean=(0.5, 0.5, 0.5),
+            std=(0.5, 0.5, 0.5),
+            trained=True,
+            max_batch_size=8,
+            task="detection",
+            letterbox=True,
+            detection={
+                "style": "yolo",
+                "box_format": "cxcywh",
+                "normalized": True,
+                "activation": "none",
+                "score_threshold": 0.25,
+                "iou_threshold": 0.45,
+                "max_detections": 20,
+            },
+        ),
         ModelSpec(
             name="mobilevit_xxs",
             description="MobileViT-XXS 256, ImageNet-1k classes; seeded weights (not trained) "

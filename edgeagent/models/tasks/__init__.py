@@ -1,18 +1,22 @@
 """What a package's ``task`` means for its golden set and its health check.
 
 A classifier is checked by its classes (an int8 variant may move a score but must keep the
-class among the top k); any other task — detection, segmentation, a plain tensor model — by its
-output tensors, within a tolerance recorded next to them when the package was built. The golden
+class among the top k); a detector whose golden file holds boxes by its decoded boxes, matched
+by IoU (see ``boxes``); any other task — or a detector recorded as raw tensors — by its output
+tensors, within a tolerance recorded next to them when the package was built. The golden
 file holds the inputs plus what :func:`golden_record` returns for the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from edgeagent.models.tasks import classification, tensors
+from edgeagent.models.tasks import boxes, classification, tensors
+from edgeagent.models.tasks.detection import Detections
+
+Decoder = Callable[[Mapping[str, np.ndarray]], Sequence[Detections]]
 
 TASK_NAMES = ("classification", "detection", "segmentation", "tensor")
 
@@ -41,10 +45,19 @@ def golden_problem(
     golden: Mapping[str, np.ndarray],
     outputs: Mapping[str, np.ndarray],
     top_k: int = 5,
+    decode: Decoder | None = None,
 ) -> str:
-    """Why ``outputs`` (the answers to the golden inputs) break the golden record, or ""."""
+    """Why ``outputs`` (the answers to the golden inputs) break the golden record, or "".
+
+    ``decode`` turns a detector's outputs into one ``Detections`` per golden input; a golden
+    file that holds boxes needs it.
+    """
     if task == "classification":
         return classification.problem(golden, outputs[output_names[0]], top_k)
+    if task == "detection" and boxes.is_record(golden):
+        if decode is None:
+            return "the golden file holds boxes, but the package has no [detection] head"
+        return boxes.problem(golden, decode(outputs))
     _known(task)
     return tensors.problem(golden, [outputs[name] for name in output_names], output_names)
 
