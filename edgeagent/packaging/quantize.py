@@ -12,7 +12,9 @@ CPU flags of the machine doing the packaging (the usual target of the file it wr
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -35,6 +37,17 @@ class _Batches:
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._batches, None)
+
+
+@contextlib.contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    """``contextlib.chdir`` for Python 3.10 (the package still supports it)."""
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def cpu_has_vnni(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
@@ -78,16 +91,19 @@ def quantize_onnx(
         "percentile": CalibrationMethod.Percentile,
     }
     logging.getLogger("root").setLevel(logging.WARNING)
-    prepared = workdir / f"{fp32.stem}.prepared.onnx"
+    source, prepared = fp32.resolve(), (workdir / f"{fp32.stem}.prepared.onnx").resolve()
     try:
-        quant_pre_process(str(fp32), str(prepared))
+        # A failing symbolic shape inference saves its partial model (and external data) into
+        # the working directory for debugging: keep those inside the build's own directory.
+        with _working_directory(workdir):
+            quant_pre_process(str(source), str(prepared))
     except Exception:
         # onnxruntime's symbolic shape inference asserts on some graphs (PaddleOCR's Concat on
         # axis -1); its optimiser then also leaves a bias reshape the quantizer turns into an
         # invalid int32 DequantizeLinear, so the fallback skips both and keeps ONNX's own
         # shape inference.
         quant_pre_process(
-            str(fp32), str(prepared), skip_symbolic_shape=True, skip_optimization=True
+            str(source), str(prepared), skip_symbolic_shape=True, skip_optimization=True
         )
     try:
         quantize_static(
