@@ -129,6 +129,7 @@ def _merge(answers: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "verified": sum(a["verified"] for a in answers),
         "first_verified": pick("first_verified", min),
+        "last_received": pick("last_received", max),
         "last_verified": pick("last_verified", max),
         "last_ended": pick("last_ended", max),
         "results": results,
@@ -250,6 +251,7 @@ async def run_scenario(options: ScenarioOptions, workdir: Path) -> dict[str, Any
             "results": ended["results"],
             "missing": ended["missing"],
             "serving": ended["serving"],
+            "publish_to_all_received_s": _since(published, ended["last_received"]),
             "publish_to_first_verified_s": _since(published, ended["first_verified"]),
             "publish_to_all_verified_s": _since(published, ended["last_verified"]),
             "publish_to_all_installed_s": _since(published, ended["last_ended"]),

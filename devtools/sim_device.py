@@ -93,8 +93,9 @@ class DeviceSpec:
 
 
 class SimDevice:
-    """``UpdateService`` around a ``StubRegistry``; records when each release was verified and
-    when it ended (the events the reporter sends, observed on their way to the link)."""
+    """``UpdateService`` around a ``StubRegistry``; records when a release message arrived
+    (observed between the MQTT link and the updater), when each release was verified and when
+    it ended (the reporter's events, observed on their way to the link)."""
 
     def __init__(
         self, spec: DeviceSpec, mqtt: MqttSettings, trust_file: Path, state_dir: Path
@@ -128,6 +129,7 @@ class SimDevice:
         self.verified: dict[str, float] = {}  # version → when the updater verified it
         self.ended: dict[str, tuple[float, str]] = {}  # version → (when, result)
         self.on_end: Callable[[], None] = lambda: None  # told after every ended install
+        self.received_at: float | None = None  # when the last release message arrived
 
     async def start(self) -> None:
         """Start the service (it connects in the background); see ``connected``."""
@@ -145,6 +147,14 @@ class SimDevice:
             forward(event)
 
         reporter.publish_event = observe
+        link = self.service.link
+        handle = link.handler
+
+        async def received(topic: str, payload: bytes) -> None:
+            self.received_at = time.time()
+            await handle(topic, payload)
+
+        link.handler = received
 
     @property
     def connected(self) -> bool:

@@ -30,6 +30,7 @@ from devtools.sim_device import DeviceSpec, SimDevice
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hardware.profile import load_profiles
 
+STOP_WAIT_S = 30.0
 CONNECT_CHUNK = 250  # sessions opened at once: a bounded burst for the broker and the loop
 
 
@@ -109,7 +110,9 @@ class Worker:
         ended = [d.ended[version] for d in self.devices if version in d.ended]
         verified = [d.verified[version] for d in self.devices if version in d.verified]
         serving = collections.Counter(str(d.serving(model)) for d in self.devices)
+        arrivals = [d.received_at for d in self.devices if d.received_at is not None]
         return {
+            "last_received": max(arrivals, default=None),
             "verified": len(verified),
             "first_verified": min(verified, default=None),
             "last_verified": max(verified, default=None),
@@ -120,8 +123,11 @@ class Worker:
         }
 
     async def stop(self) -> dict[str, Any]:
-        await asyncio.gather(*(d.stop() for d in self.devices))
-        return {"stopped": len(self.devices)}
+        """Stop every device, but give up after ``STOP_WAIT_S``: the process exit that follows
+        closes whatever is left (the broker then sends their Last Will)."""
+        stops = [asyncio.create_task(d.stop()) for d in self.devices]
+        done, _ = await asyncio.wait(stops, timeout=STOP_WAIT_S)
+        return {"stopped": len(done), "abandoned": len(stops) - len(done)}
 
     async def handle(self, command: tuple[Any, ...]) -> dict[str, Any]:
         name, *args = command
@@ -145,10 +151,13 @@ async def _serve(conn: Connection, plan: WorkerPlan) -> None:
     while True:
         command = await loop.run_in_executor(None, conn.recv)
         try:
-            conn.send(await worker.handle(command))
+            answer = await worker.handle(command)
         except Exception as exc:  # the parent reports it; the worker stays for "stop"
-            conn.send({"error": f"{type(exc).__name__}: {exc}"})
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        conn.send(answer)
         if command[0] == "stop":
+            if answer.get("abandoned"):  # asyncio.run would wait for them again: leave now
+                os._exit(0)
             return
 
 

@@ -38,7 +38,6 @@ import logging
 import os
 import shutil
 import signal
-import ssl
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -73,7 +72,12 @@ from edgeagent.models.package import (
     load_package,
 )
 from edgeagent.sections import ConfigError
-from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
+from edgeagent.updates.download import (
+    ArtifactDownload,
+    DownloadError,
+    DownloadLimits,
+    tls_context,
+)
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
@@ -478,10 +482,7 @@ class Updater:
             retries=settings.download_retries,
             free_space_margin_bytes=settings.free_space_margin_bytes,
         )
-        context = ssl.create_default_context(
-            cafile=str(settings.ca_file) if settings.ca_file else None
-        )
-        connector = aiohttp.TCPConnector(ssl=context)
+        connector = aiohttp.TCPConnector(ssl=tls_context(settings.ca_file))
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.download_gap_s)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             job = ArtifactDownload(
