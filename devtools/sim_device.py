@@ -83,12 +83,12 @@ class StubRegistry:
 
 
 @dataclass(frozen=True)
-class DeviceSpec:
-    """Who one simulated device is."""
+class DevicePlan:
+    """Who one simulated device is (plain data: it crosses a process boundary)."""
 
     device_id: str
     group: str
-    profile: Profile
+    profile: str  # a shipped board profile's name
     fail_versions: tuple[str, ...] = ()
 
 
@@ -98,7 +98,12 @@ class SimDevice:
     it ended (the reporter's events, observed on their way to the link)."""
 
     def __init__(
-        self, spec: DeviceSpec, mqtt: MqttSettings, trust_file: Path, state_dir: Path
+        self,
+        spec: DevicePlan,
+        profile: Profile,
+        mqtt: MqttSettings,
+        trust_file: Path,
+        state_dir: Path,
     ) -> None:
         self.spec = spec
         self.registry = StubRegistry(spec.fail_versions)
@@ -119,12 +124,12 @@ class SimDevice:
             metrics=CollectorRegistry(),
             limits=lambda: UNTHROTTLED,
             sources={
-                "profile": lambda: {"profile": spec.profile.name, "board": {"model": "simulated"}},
+                "profile": lambda: {"profile": profile.name, "board": {"model": "simulated"}},
                 "models": self.registry.status,
                 "governor": lambda: {"state": "normal", "temperatures": []},
             },
-            choose_variants=functools.partial(release_variants, spec.profile),
-            profile=spec.profile.name,
+            choose_variants=functools.partial(release_variants, profile),
+            profile=profile.name,
         )
         self.verified: dict[str, float] = {}  # version → when the updater verified it
         self.ended: dict[str, tuple[float, str]] = {}  # version → (when, result)

@@ -17,7 +17,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from devtools.sim_worker import DevicePlan, WorkerPlan, worker_main
+from devtools.sim_device import DevicePlan
+from devtools.sim_worker import WorkerPlan, worker_main
 from edgeagent.fleet.settings import MqttSettings
 
 PROFILES = ("generic-x86_64", "generic-aarch64")

@@ -26,22 +26,12 @@ from typing import Any
 
 import psutil
 
-from devtools.sim_device import DeviceSpec, SimDevice
+from devtools.sim_device import DevicePlan, SimDevice
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hardware.profile import load_profiles
 
 STOP_WAIT_S = 30.0
 CONNECT_CHUNK = 250  # sessions opened at once: a bounded burst for the broker and the loop
-
-
-@dataclass(frozen=True)
-class DevicePlan:
-    """One device as the parent describes it (plain data: it crosses a process boundary)."""
-
-    device_id: str
-    group: str
-    profile: str
-    fail_versions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -68,7 +58,8 @@ class Worker:
         self.baseline_rss = self.process.memory_info().rss
         self.devices = [
             SimDevice(
-                DeviceSpec(d.device_id, d.group, profiles[d.profile], d.fail_versions),
+                d,
+                profiles[d.profile],
                 plan.mqtt,
                 plan.trust_file,
                 plan.state_root / d.device_id,
