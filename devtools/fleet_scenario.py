@@ -222,9 +222,12 @@ async def run_scenario(options: ScenarioOptions, workdir: Path) -> dict[str, Any
         api = Api(await hub.start())
         assert hub.process is not None
         clock = Stopwatch(hub.process.pid)
-        health = await api.synced()
+        health = await api.call("GET", f"/api/v1/health?wait={options.wait_s}")
+        result["sync"] = {"synced": health["synced"]}
+        if not health["synced"]:
+            return result  # the facts say what went wrong; no later phase can run
         retained = health["ingest"]["retained"]
-        result["sync"] = {
+        result["sync"] |= {
             **clock.read(),
             "hub_start_to_synced_s": round(time.perf_counter() - launched, 2),
             "database": health["database"],

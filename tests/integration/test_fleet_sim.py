@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(300)]
 
 
 def _check(result: dict, devices: int) -> None:
+    assert result["sync"]["synced"], result["sync"]
     assert result["sync"]["devices_counted"] == devices
     fanout = result["fanout"]
     assert fanout["results"] == {"succeeded": devices}, fanout
