@@ -228,7 +228,13 @@ class ArtifactDownload:
                 received += len(chunk)
                 self._report(have)
                 elapsed = time.monotonic() - started
-                if elapsed > _RATE_GRACE_S and received / elapsed < self.limits.min_rate_bps:
+                # a complete file is never "slow": on a busy server a small artifact's only
+                # chunk may come late, and refusing it then would throw the whole file away
+                if (
+                    have < self.size
+                    and elapsed > _RATE_GRACE_S
+                    and received / elapsed < self.limits.min_rate_bps
+                ):
                     raise DownloadError(
                         "slow", f"{self.url}: {received / elapsed:.0f} B/s is below the minimum"
                     )
