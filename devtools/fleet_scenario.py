@@ -243,9 +243,8 @@ async def run_scenario(options: ScenarioOptions, workdir: Path) -> dict[str, Any
             hub_mqtt, [GroupTopics(hub_mqtt.topic_prefix, GROUP).release(MODEL)], envelopes["1.0.0"]
         )
         ended = _merge(await fleet.call("await", MODEL, "1.0.0", options.wait_s))
-        seen = await wait_for_fleet(
-            api, options.devices, options.wait_s, model=MODEL, version="1.0.0"
-        )
+        installed = ended["results"].get("succeeded", 0)  # the hub must see each of them
+        seen = await wait_for_fleet(api, installed, options.wait_s, model=MODEL, version="1.0.0")
         window = clock.read()
         health = await api.call("GET", "/api/v1/health")
         reports = health["ingest"]["received"] - received
