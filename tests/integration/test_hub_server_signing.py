@@ -5,15 +5,23 @@ and every device's row records the envelope's SHA-256 and serial beside its answ
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import pytest
 
 from devtools.broker import Broker
-from devtools.hub_fleet import Api, fleet, hub_server
+from devtools.hub_fleet import Api, fleet, hub_server, make_release
 from edgeagent.fleet.manifest import MAX_TARGETS, parse_manifest
+from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import keygen
+from edgeagent.hub.rollout import RolloutPlan
+from edgeagent.hub.server import deploydb
+from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.controller import RolloutController
+from edgeagent.hub.server.database import open_engine, upgrade
+from edgeagent.hub.server.schema import devices
 from edgeagent.hub.server.settings import ServerSettings
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
@@ -47,7 +55,7 @@ async def test_each_stage_batch_is_signed_for_its_devices_and_recorded(
     rows = {row["device_id"]: row for row in done["devices"]}
     batches: dict[str, set[str]] = {}
     for device in devices:
-        (envelope,) = device.envelopes
+        (envelope,) = set(device.envelopes)  # a pass that failed (broker busy) re-sends it
         manifest = parse_manifest(trust.verify(envelope, "release"))  # the hub's key signed it
         device_id = device.topics.device_id
         assert device_id in manifest.targets.device_ids
@@ -85,3 +93,62 @@ def test_a_signed_batch_must_fit_in_one_manifest() -> None:
     settings = ServerSettings(release_keys=(Path("release.key"),), send_batch=MAX_TARGETS + 1)
     with pytest.raises(ValueError, match="--send-batch must be at most"):
         settings.validate()
+
+
+async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
+    tmp_path: Path,
+) -> None:
+    """A device may answer while the controller is still publishing its batch (the answer
+    moves it out of "queued" first): the envelope record must not depend on that race."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
+    await upgrade(engine)
+    envelope = make_release("2.0.0")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+    device_ids = [f"dev-{i}" for i in range(3)]
+
+    async def publish_and_answer_at_once(topic: str, payload: bytes) -> None:
+        device_id = topic.split("/")[2]  # <prefix>/device/<id>/release
+        async with engine.begin() as connection:
+            await deploydb.record_outcome(
+                connection,
+                device_id,
+                manifest.deployment_id,
+                outcome="succeeded",
+                result="succeeded",
+                code="installed",
+                message="",
+                now=time.time(),
+            )
+
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                devices.insert(),
+                [
+                    {
+                        "device_id": d,
+                        "models": {},
+                        "backends": {},
+                        "temperatures": {},
+                        "last_seen": time.time(),
+                    }
+                    for d in device_ids
+                ],
+            )
+            release, _ = await deploydb.add_release(connection, envelope, manifest)
+            deployment_id = await deploydb.create_deployment(
+                connection,
+                release,
+                deploydb.TargetSpec(device_ids=tuple(device_ids)),
+                RolloutPlan(stages_pct=(100.0,)),
+            )
+        controller = RolloutController(engine, publish_and_answer_at_once, "edgeagent", Changes())
+        await controller.run_once()
+        async with engine.connect() as connection:
+            done = await deploydb.get_deployment(connection, deployment_id)
+    finally:
+        await engine.dispose()
+    assert done is not None and done["state"] == "succeeded"
+    assert [(d["status"], d["envelope_sha256"], d["serial"]) for d in done["devices"]] == [
+        ("succeeded", _sha256(envelope), manifest.serial)
+    ] * 3

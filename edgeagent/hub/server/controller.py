@@ -165,25 +165,28 @@ class RolloutController:
                 return sent_any
             group = deployment["group_name"]
             envelope, serial = self._envelope(deployment["envelope"], queued)
+            # what they are sent is written first: a device may answer (and leave "queued")
+            # before the batch is marked sent, and a crash re-sends these very bytes
+            digest = hashlib.sha256(envelope).hexdigest()
+            await self._mark(deployment, queued, envelope_sha256=digest, serial=serial)
             for device in queued:
                 topic = Topics(self.prefix, group, device).device_release
                 await self.publish(topic, envelope)
-            async with self.engine.begin() as connection:
-                await connection.execute(
-                    deployment_devices.update()
-                    .where(
-                        deployment_devices.c.deployment_id == deployment["id"],
-                        deployment_devices.c.device_id.in_(queued),
-                        deployment_devices.c.status == "queued",
-                    )
-                    .values(
-                        status="sent",
-                        sent_at=time.time(),
-                        envelope_sha256=hashlib.sha256(envelope).hexdigest(),
-                        serial=serial,
-                    )
-                )
+            await self._mark(deployment, queued, status="sent", sent_at=time.time())
             sent_any = True
+
+    async def _mark(self, deployment: dict[str, Any], batch: list[str], **values: Any) -> None:
+        """Write ``values`` on the rows of ``batch`` still queued."""
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                deployment_devices.update()
+                .where(
+                    deployment_devices.c.deployment_id == deployment["id"],
+                    deployment_devices.c.device_id.in_(batch),
+                    deployment_devices.c.status == "queued",
+                )
+                .values(**values)
+            )
 
     def _envelope(self, uploaded: bytes, batch: list[str]) -> tuple[bytes, int]:
         """The envelope for ``batch`` and its serial (see the module docstring)."""
