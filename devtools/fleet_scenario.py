@@ -308,13 +308,17 @@ async def run_scenario(options: ScenarioOptions, workdir: Path) -> dict[str, Any
         result["abort"]["device_results"] = ended["results"]
         result["abort"]["serving"] = ended["serving"]
         return result
-    finally:
-        await fleet.stop()
-        if hub is not None and hub.process is not None:
-            hub.stop(signal.SIGTERM)
-        site.stop()
-        for broker in {id(b): b for b in (device_broker, hub_broker)}.values():
-            broker.stop()
+    finally:  # each part stopped even when stopping another failed (no process left behind)
+        try:
+            await fleet.stop()
+        finally:
+            try:
+                if hub is not None and hub.process is not None:
+                    hub.stop(signal.SIGTERM)
+            finally:
+                site.stop()
+                for broker in {id(b): b for b in (device_broker, hub_broker)}.values():
+                    broker.stop()
 
 
 def _since(start: float, end: float | None) -> float | None:
