@@ -10,6 +10,10 @@ Two listeners on ephemeral loopback ports:
 
 Persistence is on, so ``restart()`` keeps retained messages and persistent sessions (with
 their queued QoS 1 messages) exactly as a production broker restart would.
+
+``bridge_to=other`` makes this broker a bridge to ``other``: everything under ``<prefix>/#``
+goes both ways (QoS 1, retained messages kept retained), which is how a site broker joins a
+central one — and the path to a broker cluster, where the cluster does this itself.
 """
 
 from __future__ import annotations
@@ -111,10 +115,35 @@ def make_pki(directory: Path) -> Pki:
     return pki
 
 
+def _bridge(remote: Broker, prefix: str, local_port: int) -> str:
+    """The config block of a bridge from this broker to ``remote`` (``prefix``/# both ways).
+
+    ``try_private`` tells a remote Mosquitto it talks to a bridge, so it neither echoes our
+    messages back (no loop) nor changes their retained flag; ``cleansession false`` keeps the
+    bridge's QoS 1 queue across a reconnect of either side.
+    """
+    return f"""
+connection bridge-{local_port}-to-{remote.port}
+address 127.0.0.1:{remote.port}
+topic {prefix}/# both 1
+cleansession false
+try_private true
+notifications false
+restart_timeout 1
+"""
+
+
 class Broker:
     """One mosquitto process; ``stop()``/``start()``/``restart()`` keep ports and state."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        bridge_to: Broker | None = None,
+        bridge_prefix: str = "edgeagent",
+        max_queued_messages: int = 1000,
+    ) -> None:
         binary = mosquitto_binary()
         if binary is None:
             raise RuntimeError(
@@ -149,10 +178,12 @@ log_type error
 log_type warning
 log_type notice
 log_type information
-max_queued_messages 1000
+max_queued_messages {max_queued_messages}
 
 listener {self.port} 127.0.0.1
 allow_anonymous true
+# no cap of its own: the open-files limit the process inherits is the only one
+max_connections -1
 
 listener {self.tls_port} 127.0.0.1
 allow_anonymous false
@@ -161,7 +192,7 @@ cafile {self.pki.ca}
 certfile {self.pki.server_cert}
 keyfile {self.pki.server_key}
 require_certificate true
-"""
+{_bridge(bridge_to, bridge_prefix, self.port) if bridge_to is not None else ""}"""
         )
 
     def settings(self, **overrides) -> MqttSettings:

@@ -96,6 +96,7 @@ class FakeDevice:
         self.hold = hold
         self.lose_events = lose_events  # as if the broker dropped them: only the state tells
         self.received: list[ReleaseManifest] = []
+        self.envelopes: list[bytes] = []  # the bytes of each, as the broker delivered them
         self.got_release = asyncio.Event()
         self.answered = asyncio.Event()  # its outcome event was acknowledged by the broker
         self.reporter = UpdateReporter(
@@ -168,8 +169,9 @@ class FakeDevice:
     async def _listen(self) -> None:
         assert self._client is not None
         async for message in self._client.messages:
-            payload = decode_envelope(bytes(message.payload), max_bytes=65536).payload
-            manifest = parse_manifest(payload)
+            envelope = bytes(message.payload)  # type: ignore[arg-type]
+            manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+            self.envelopes.append(envelope)
             self.received.append(manifest)
             self.got_release.set()
             if self.hold is not None:

@@ -73,6 +73,16 @@ def _server(
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
     parser.add_argument("--token-file", type=Path, help="'SCOPE TOKEN' lines (read / admin)")
     parser.add_argument("--trust", type=Path, help="verify uploaded releases against this")
+    parser.add_argument(
+        "--release-key",
+        type=Path,
+        action="append",
+        default=[],
+        help="the hub's release key (repeat for a threshold): the server signs each stage "
+        "batch's envelope itself, targeted at that batch's devices; without it the uploaded "
+        "envelope is sent unchanged (keep the keys beside the server's state, e.g. "
+        "STATE_DIR/keys/release.key)",
+    )
     parser.add_argument("--client-id", default="edgeagent-hub-server", help="MQTT session id")
     limits = parser.add_argument_group("limits")
     for flag, attr, kind, what in (
@@ -116,6 +126,7 @@ def _server(
             ingest_queue=args.ingest_queue,
             ingest_batch=args.ingest_batch,
             send_batch=args.send_batch,
+            release_keys=tuple(args.release_key),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

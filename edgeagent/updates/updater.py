@@ -40,7 +40,6 @@ import logging
 import os
 import shutil
 import signal
-import ssl
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -77,7 +76,7 @@ from edgeagent.models.package import (
 )
 from edgeagent.sections import ConfigError
 from edgeagent.updates.canary import CanaryRegistry, CanaryStage
-from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
+from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits, tls_context
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.sealed import install_wrapped_keys, recipient_refusal
@@ -514,10 +513,7 @@ class Updater:
             retries=settings.download_retries,
             free_space_margin_bytes=settings.free_space_margin_bytes,
         )
-        context = ssl.create_default_context(
-            cafile=str(settings.ca_file) if settings.ca_file else None
-        )
-        connector = aiohttp.TCPConnector(ssl=context)
+        connector = aiohttp.TCPConnector(ssl=tls_context(settings.ca_file))
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.download_gap_s)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
             job = ArtifactDownload(

@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from edgeagent.hub.serve import artifact_response, create_artifact_app, entity_tag
+from edgeagent.updates import download
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
 from tests.support.waiting import until
 
@@ -219,6 +220,58 @@ async def test_the_overall_deadline_stops_a_trickling_server(serve, tmp_path: Pa
     with pytest.raises(DownloadError, match="not complete within") as info:
         await _fetch(await serve(trickle), tmp_path / "s", limits=limits)
     assert info.value.code == "timeout"
+
+
+# 300 bytes in 0.2 s is 1,500 B/s: below this minimum rate
+SLOW_LIMITS = DownloadLimits(retries=0, gap_s=5.0, min_rate_bps=10_000, free_space_margin_bytes=0)
+
+
+def _late(chunks: list[bytes], delay_s: float) -> Handler:
+    """A busy server: each chunk of the body comes ``delay_s`` after the one before."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        length = sum(map(len, chunks))
+        response = web.StreamResponse(headers={"Content-Length": str(length)})
+        await response.prepare(request)
+        for chunk in chunks:
+            await asyncio.sleep(delay_s)
+            await response.write(chunk)
+        return response
+
+    return handler
+
+
+async def test_a_small_artifact_arriving_late_in_one_chunk_is_taken(
+    serve, tmp_path: Path, monkeypatch
+) -> None:
+    """Found by the fleet simulator: 38 of 10,000 devices refused a 300-byte artifact as
+    "slow" because its only chunk came after the rate check's grace period."""
+    monkeypatch.setattr(download, "_RATE_GRACE_S", 0.05)
+    small = DATA[:300]
+    job = await _fetch(
+        await serve(_late([small], 0.2)),
+        tmp_path / "s",
+        size=len(small),
+        sha256=hashlib.sha256(small).hexdigest(),
+        limits=SLOW_LIMITS,
+    )
+    assert job.result.read_bytes() == small
+
+
+async def test_an_unfinished_download_below_the_minimum_rate_is_slow(
+    serve, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(download, "_RATE_GRACE_S", 0.05)
+    small = DATA[:300]
+    with pytest.raises(DownloadError, match="below the minimum") as info:
+        await _fetch(
+            await serve(_late([small[:100], small[100:]], 0.2)),
+            tmp_path / "s",
+            size=len(small),
+            sha256=hashlib.sha256(small).hexdigest(),
+            limits=SLOW_LIMITS,
+        )
+    assert info.value.code == "slow"
 
 
 async def test_a_5000_digit_content_range_total_is_not_parsed(serve, tmp_path: Path) -> None:

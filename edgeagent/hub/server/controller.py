@@ -9,6 +9,14 @@ abort criteria are applied to every finished device so far, exactly as ``hub rol
 Then the deployment aborts, succeeds (last stage) or moves to stage k+1. Nothing lives only in
 memory: after a restart the first pass carries on where the rows say.
 
+What a device is sent: with the hub's release key(s) (``hub server --release-key``) the
+controller signs one envelope per batch of a stage (at most ``send_batch`` devices, well under
+the manifest's ``MAX_TARGETS``), the uploaded manifest with ``targets.device_ids`` set to that
+batch — what ``hub rollout`` does per stage — so a copy replayed to any other device is refused
+there as ``wrong_target``. Ed25519 is deterministic, so a re-send after a crash signs the very
+same bytes. Without a key the uploaded envelope goes out unchanged. Either way each device's
+row records the envelope's SHA-256 and the release serial next to its answer.
+
 The controller sleeps until the nearest stage deadline or until ``wake()`` (a device answered,
 a person acted, the broker reconnected).
 """
@@ -17,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +34,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
+from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.topics import Topics
+from edgeagent.hub.rollout import stage_manifest
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.deploydb import FINISHED
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
@@ -33,6 +45,7 @@ from edgeagent.hub.server.schema import deployment_devices, deployments, release
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, bytes], Awaitable[None]]
+Sign = Callable[[ReleaseManifest], bytes]
 RETRY_S = 5.0  # after a failed pass (broker or database away), unless woken sooner
 
 
@@ -47,12 +60,14 @@ class RolloutController:
         changes: Changes,
         *,
         send_batch: int = 100,
+        sign: Sign | None = None,
     ) -> None:
         self.engine = engine
         self.publish = publish
         self.prefix = prefix
         self.changes = changes  # bumped after every pass that changed a deployment
         self.send_batch = send_batch  # devices published to between two commits
+        self.sign = sign  # the hub's release key(s); None: send the uploaded envelope
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -149,20 +164,36 @@ class RolloutController:
             if not queued:
                 return sent_any
             group = deployment["group_name"]
+            envelope, serial = self._envelope(deployment["envelope"], queued)
+            # what they are sent is written first: a device may answer (and leave "queued")
+            # before the batch is marked sent, and a crash re-sends these very bytes
+            digest = hashlib.sha256(envelope).hexdigest()
+            await self._mark(deployment, queued, envelope_sha256=digest, serial=serial)
             for device in queued:
                 topic = Topics(self.prefix, group, device).device_release
-                await self.publish(topic, deployment["envelope"])
-            async with self.engine.begin() as connection:
-                await connection.execute(
-                    deployment_devices.update()
-                    .where(
-                        deployment_devices.c.deployment_id == deployment["id"],
-                        deployment_devices.c.device_id.in_(queued),
-                        deployment_devices.c.status == "queued",
-                    )
-                    .values(status="sent", sent_at=time.time())
-                )
+                await self.publish(topic, envelope)
+            await self._mark(deployment, queued, status="sent", sent_at=time.time())
             sent_any = True
+
+    async def _mark(self, deployment: dict[str, Any], batch: list[str], **values: Any) -> None:
+        """Write ``values`` on the rows of ``batch`` still queued."""
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                deployment_devices.update()
+                .where(
+                    deployment_devices.c.deployment_id == deployment["id"],
+                    deployment_devices.c.device_id.in_(batch),
+                    deployment_devices.c.status == "queued",
+                )
+                .values(**values)
+            )
+
+    def _envelope(self, uploaded: bytes, batch: list[str]) -> tuple[bytes, int]:
+        """The envelope for ``batch`` and its serial (see the module docstring)."""
+        manifest = parse_manifest(decode_envelope(uploaded, max_bytes=len(uploaded)).payload)
+        if self.sign is None:
+            return uploaded, manifest.serial
+        return self.sign(stage_manifest(manifest, batch)), manifest.serial
 
     async def _finish_stage(self, deployment: dict[str, Any]) -> dict[str, Any]:
         """Time out the silent devices, apply the abort criteria, then stop or go on."""

@@ -95,6 +95,9 @@ deployment_devices = sa.Table(
     sa.Column("stage", sa.Integer, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),  # queued | sent | succeeded | failed | …
     sa.Column("sent_at", sa.Float, nullable=True),
+    # what it was sent: the envelope (one per stage batch, signed by the server) and serial
+    sa.Column("envelope_sha256", sa.String(64), nullable=True),
+    sa.Column("serial", sa.BigInteger, nullable=True),
     sa.Column("answered_at", sa.Float, nullable=True),
     sa.Column("result", sa.String(32), nullable=False, server_default=""),
     sa.Column("code", sa.String(64), nullable=False, server_default=""),

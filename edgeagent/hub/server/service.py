@@ -25,6 +25,7 @@ from edgeagent.hub.server.database import open_engine, upgrade
 from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.link import HubLink
 from edgeagent.hub.server.settings import ServerSettings
+from edgeagent.hub.sign import ManifestSigner
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,12 @@ async def serve(
     )
     link = HubLink(settings.mqtt, ingest, client_id=client_id)
     controller = RolloutController(
-        engine, link.publish, settings.mqtt.topic_prefix, changes, send_batch=settings.send_batch
+        engine,
+        link.publish,
+        settings.mqtt.topic_prefix,
+        changes,
+        send_batch=settings.send_batch,
+        sign=ManifestSigner(settings.release_keys) if settings.release_keys else None,
     )
     link.on_connect = controller.wake
     context = HubContext(engine, settings, ingest, changes, controller.wake, trust_file)

@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeagent.fleet.manifest import MAX_TARGETS
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.paths import default_state_dir
 
@@ -58,6 +59,7 @@ class ServerSettings:
     ingest_queue: int = 10_000  # reports waiting for the database before the broker is paused
     ingest_batch: int = 500  # reports stored per transaction
     send_batch: int = 100  # releases published between two commits (re-sent after a crash)
+    release_keys: tuple[Path, ...] = ()  # sign each stage batch's envelope with these
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
@@ -72,6 +74,11 @@ class ServerSettings:
             (self.ingest_queue > 0, "--ingest-queue must be positive"),
             (self.ingest_batch > 0, "--ingest-batch must be positive"),
             (self.send_batch > 0, "--send-batch must be positive"),
+            (
+                not self.release_keys or self.send_batch <= MAX_TARGETS,
+                f"--send-batch must be at most {MAX_TARGETS} with --release-key (one signed "
+                "envelope names the batch's devices)",
+            ),
             (
                 self.token_file is not None or is_loopback(self.host),
                 f"listening on {self.host} needs --token-file (bearer tokens with scopes)",

@@ -1,0 +1,154 @@
+"""The hub server signs what it sends: with the hub's release key each stage batch gets its own
+envelope, targeted at exactly that batch's devices and verifiable with the fleet's trust file,
+and every device's row records the envelope's SHA-256 and serial beside its answer."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from devtools.broker import Broker
+from devtools.hub_fleet import Api, fleet, hub_server, make_release
+from edgeagent.fleet.manifest import MAX_TARGETS, parse_manifest
+from edgeagent.fleet.signing import decode_envelope
+from edgeagent.fleet.trust import TrustStore
+from edgeagent.hub.keys import keygen
+from edgeagent.hub.rollout import RolloutPlan
+from edgeagent.hub.server import deploydb
+from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.controller import RolloutController
+from edgeagent.hub.server.database import open_engine, upgrade
+from edgeagent.hub.server.schema import devices
+from edgeagent.hub.server.settings import ServerSettings
+
+pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_each_stage_batch_is_signed_for_its_devices_and_recorded(
+    broker: Broker, tmp_path: Path
+) -> None:
+    keygen(tmp_path / "keys")
+    trust = TrustStore.load(tmp_path / "keys" / "trust.json")
+    settings = broker.settings()
+    async with (
+        fleet(settings, 6) as devices,
+        hub_server(
+            f"sqlite:///{tmp_path / 'hub.db'}",
+            settings,
+            release_keys=(tmp_path / "keys" / "release.key",),
+            send_batch=2,
+        ) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        created = await api.deploy("2.0.0", stages_pct=[50, 100])
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "succeeded", done
+
+    rows = {row["device_id"]: row for row in done["devices"]}
+    batches: dict[str, set[str]] = {}
+    for device in devices:
+        (envelope,) = set(device.envelopes)  # a pass that failed (broker busy) re-sends it
+        manifest = parse_manifest(trust.verify(envelope, "release"))  # the hub's key signed it
+        device_id = device.topics.device_id
+        assert device_id in manifest.targets.device_ids
+        batches.setdefault(_sha256(envelope), set()).add(device_id)
+        row = rows[device_id]
+        assert (row["envelope_sha256"], row["serial"]) == (_sha256(envelope), manifest.serial)
+        assert (row["status"], row["code"]) == ("succeeded", "installed")
+    # batches of at most two (send_batch) within each stage of three, none the uploaded bytes
+    assert sorted(map(sorted, batches.values())) == [
+        ["dev-000", "dev-001"],
+        ["dev-002"],
+        ["dev-003", "dev-004"],
+        ["dev-005"],
+    ]
+    assert done["release"]["sha256"] not in batches
+
+
+async def test_without_a_release_key_the_uploaded_envelope_is_sent_and_recorded(
+    broker: Broker, tmp_path: Path
+) -> None:
+    settings = broker.settings()
+    async with (
+        fleet(settings, 2) as devices,
+        hub_server(f"sqlite:///{tmp_path / 'hub.db'}", settings) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        done = await api.until((await api.deploy("2.0.0"))["id"], "succeeded", "aborted")
+    uploaded = done["release"]["sha256"]
+    assert {_sha256(e) for d in devices for e in d.envelopes} == {uploaded}
+    assert {row["envelope_sha256"] for row in done["devices"]} == {uploaded}
+
+
+def test_a_signed_batch_must_fit_in_one_manifest() -> None:
+    settings = ServerSettings(release_keys=(Path("release.key"),), send_batch=MAX_TARGETS + 1)
+    with pytest.raises(ValueError, match="--send-batch must be at most"):
+        settings.validate()
+
+
+async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
+    tmp_path: Path,
+) -> None:
+    """A device may answer while the controller is still publishing its batch (the answer
+    moves it out of "queued" first): the envelope record must not depend on that race."""
+    engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
+    await upgrade(engine)
+    envelope = make_release("2.0.0")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+    device_ids = [f"dev-{i}" for i in range(3)]
+
+    async def publish_and_answer_at_once(topic: str, payload: bytes) -> None:
+        device_id = topic.split("/")[2]  # <prefix>/device/<id>/release
+        async with engine.begin() as connection:
+            await deploydb.record_outcome(
+                connection,
+                device_id,
+                manifest.deployment_id,
+                outcome="succeeded",
+                result="succeeded",
+                code="installed",
+                message="",
+                now=time.time(),
+            )
+
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                devices.insert(),
+                [
+                    {
+                        "device_id": d,
+                        "models": {},
+                        "backends": {},
+                        "temperatures": {},
+                        "last_seen": time.time(),
+                    }
+                    for d in device_ids
+                ],
+            )
+            release, _ = await deploydb.add_release(connection, envelope, manifest)
+            deployment_id = await deploydb.create_deployment(
+                connection,
+                release,
+                deploydb.TargetSpec(device_ids=tuple(device_ids)),
+                RolloutPlan(stages_pct=(100.0,)),
+            )
+        controller = RolloutController(engine, publish_and_answer_at_once, "edgeagent", Changes())
+        await controller.run_once()
+        async with engine.connect() as connection:
+            done = await deploydb.get_deployment(connection, deployment_id)
+    finally:
+        await engine.dispose()
+    assert done is not None and done["state"] == "succeeded"
+    assert [(d["status"], d["envelope_sha256"], d["serial"]) for d in done["devices"]] == [
+        ("succeeded", _sha256(envelope), manifest.serial)
+    ] * 3
