@@ -168,9 +168,10 @@ def _parse_json_fast(data: bytes | memoryview) -> Any:
     document = simdjson.Parser().parse(data)
     if not isinstance(document, simdjson.Object):
         return _plain(document)
+    # items(), not document[key]: simdjson cannot look up a key holding a NUL character.
     return {
-        key: _tensor_list(document[key]) if key in ("inputs", "outputs") else _plain(document[key])
-        for key in document
+        key: _tensor_list(value) if key in ("inputs", "outputs") else _plain(value)
+        for key, value in document.items()
     }
 
 
@@ -195,8 +196,8 @@ def _tensor_list(value: Any) -> Any:
 def _tensor_object(entry: Any) -> dict[str, Any]:
     datatype = entry.get("datatype")
     return {
-        key: _numbers(entry[key], datatype) if key == "data" else _plain(entry[key])
-        for key in entry
+        key: _numbers(value, datatype) if key == "data" else _plain(value)
+        for key, value in entry.items()
     }
 
 

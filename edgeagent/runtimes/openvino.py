@@ -58,7 +58,7 @@ def _dtype(element_type: Any) -> str:
 class OpenVINOSession(Session):
     runtime = "openvino"
 
-    def __init__(self, compiled: Any, request: LoadRequest, device: str) -> None:
+    def __init__(self, model: Any, compiled: Any, request: LoadRequest, device: str) -> None:
         self._compiled = compiled
         self._request = compiled.create_infer_request()
         self._layout = request.layout
@@ -73,8 +73,10 @@ class OpenVINOSession(Session):
         self._in = TensorNames(
             [p.get_any_name() for p in compiled.inputs], request.input_names, "input"
         )
+        # Output names from the model as read, not as compiled: compiling folds a final
+        # Identity and its port may then answer to the tensor before it ("linear", not "logits").
         self._out = TensorNames(
-            [p.get_any_name() for p in compiled.outputs], request.output_names, "output"
+            [p.get_any_name() for p in model.outputs], request.output_names, "output"
         )
 
     @property
@@ -149,7 +151,7 @@ class OpenVINORuntime(Runtime):
         actual = device
         if device.startswith(("AUTO", "MULTI", "HETERO")):
             actual = ",".join(compiled.get_property("EXECUTION_DEVICES")) or device
-        return OpenVINOSession(compiled, request, actual)
+        return OpenVINOSession(model, compiled, request, actual)
 
     def _read(self, model_file: Path, content: bytes | None, request: LoadRequest) -> Any:
         """The model from its file, or from memory: IR as xml bytes + a weights Tensor, ONNX

@@ -312,3 +312,12 @@ def test_float_data_with_booleans_and_nesting_decodes_like_json() -> None:
     body, header = _body({"inputs": [tensor]})
     decoded = v2.decode_request(body, header).inputs["x"]
     np.testing.assert_array_equal(decoded, [[1.0, 2.5], [1.0, 4.0]])
+
+
+def test_keys_holding_a_nul_character_parse_like_json() -> None:
+    """simdjson cannot look a NUL-holding key up by name (the fuzzer found a 500 there)."""
+    text = b'{"a\\u0000b": 1, "inputs": [{"name": "x", "\\u0000": 2, "datatype": "FP32", "shape": [1], "data": [1.5]}]}'  # noqa: E501
+    parsed = v2.parse_json_object(memoryview(text))
+    assert parsed["a\x00b"] == 1
+    assert parsed["inputs"][0]["\x00"] == 2
+    assert np.asarray(parsed["inputs"][0]["data"]).tolist() == [1.5]
