@@ -166,7 +166,7 @@ async def _deploy(api: Api, version: str, options: ScenarioOptions) -> dict[str,
             "stage_timeout_s": options.wait_s,
         },
     )
-    return await api.until(created["id"], "succeeded", "aborted")
+    return await api.all_devices(await api.until(created["id"], "succeeded", "aborted"))
 
 
 async def run_scenario(options: ScenarioOptions, workdir: Path) -> dict[str, Any]:

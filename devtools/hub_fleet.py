@@ -324,6 +324,18 @@ class Api:
         request = {"model": MODEL, "version": version, "group": "lab", **body}
         return await self.call("POST", "/api/v1/deployments", expect=201, json=request)
 
+    async def all_devices(self, deployment: dict[str, Any], page: int = 1000) -> dict[str, Any]:
+        """``deployment`` with every device row, read page by page (the API pages them)."""
+        rows: list[dict[str, Any]] = []
+        while len(rows) < deployment["device_count"]:
+            found = await self.call(
+                "GET", f"/api/v1/deployments/{deployment['id']}?limit={page}&offset={len(rows)}"
+            )
+            if not found["devices"]:
+                break
+            rows += found["devices"]
+        return {**deployment, "devices": rows}
+
     async def until(self, deployment_id: str, *states: str) -> dict[str, Any]:
         """Long-poll the deployment until it reaches one of ``states``."""
         found = await self.call("GET", f"/api/v1/deployments/{deployment_id}")

@@ -249,3 +249,35 @@ async def test_dashboard_pages_with_sign_in(broker: Broker, tmp_path: Path) -> N
             async with browser.get(f"{url}/ui/devices/<script>") as response:
                 assert response.status == 404
                 assert "<script>" not in await response.text()
+
+
+async def test_a_deployment_pages_its_devices_and_counts_them_all(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """A long poll of a large deployment must not carry every device row on every change."""
+    settings = broker.settings()
+    async with (
+        fleet(settings, 5),
+        hub_server(sqlite_url(tmp_path), settings, page_size=2) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        created = await api.deploy("2.0.0", stages_pct=[40, 100])
+        assert (created["device_count"], len(created["devices"])) == (5, 2)
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert [s["devices"] for s in done["stages"]] == [2, 3]
+        assert done["totals"]["succeeded"] == 5
+
+        second = await api.call("GET", f"/api/v1/deployments/{created['id']}?limit=2&offset=2")
+        assert [d["device_id"] for d in second["devices"]] == ["dev-002", "dev-003"]
+        assert second["totals"] == done["totals"] and second["stages"] == done["stages"]
+        whole = await api.all_devices(done, page=2)
+        assert [d["device_id"] for d in whole["devices"]] == [f"dev-00{i}" for i in range(5)]
+        await api.call("GET", f"/api/v1/deployments/{created['id']}?limit=0", expect=400)
+
+        async with aiohttp.ClientSession() as browser:
+            page_url = f"{url}/ui/deployments/{created['id']}?offset=2"
+            async with browser.get(page_url) as response:
+                page = await response.text()
+        assert "devices 3–4 of 5" in page and page.count("/ui/devices/dev-") == 2
+        assert f"/ui/deployments/{created['id']}?offset=4" in page  # the next page's link

@@ -256,10 +256,15 @@ async def _pick_release(connection: Any, body: dict[str, Any]) -> dict[str, Any]
 
 
 async def _deployment_response(
-    hub: HubContext, deployment_id: str, status: int = 200
+    request: web.Request, deployment_id: str, status: int = 200
 ) -> web.Response:
+    """The deployment with one page of its devices (``?limit=&offset=``, counts always whole)."""
+    hub = context_of(request)
+    limit, offset = query_page(request)
     async with hub.engine.connect() as connection:
-        found = await deploydb.get_deployment(connection, deployment_id)
+        found = await deploydb.get_deployment(
+            connection, deployment_id, device_limit=limit, device_offset=offset
+        )
     if found is None:
         raise BadRequest(404, f"no deployment {deployment_id!r}")
     found["version"] = hub.changes.version
@@ -279,7 +284,7 @@ async def create_deployment(request: web.Request) -> web.Response:
         raise BadRequest(exc.status, exc.message) from exc
     hub.wake_controller()
     await hub.changes.bump()
-    return await _deployment_response(hub, deployment_id, 201)
+    return await _deployment_response(request, deployment_id, 201)
 
 
 async def list_deployments(request: web.Request) -> web.Response:
@@ -296,7 +301,7 @@ async def list_deployments(request: web.Request) -> web.Response:
 async def get_deployment(request: web.Request) -> web.Response:
     """``?wait=S&after=N``: answer as soon as anything changed since version N (long poll)."""
     await _long_poll(request)
-    return await _deployment_response(context_of(request), request.match_info["deployment_id"])
+    return await _deployment_response(request, request.match_info["deployment_id"])
 
 
 @needs("admin")
@@ -317,7 +322,7 @@ async def act_on_deployment(request: web.Request) -> web.Response:
         raise BadRequest(exc.status, exc.message) from exc
     hub.wake_controller()
     await hub.changes.bump()
-    return await _deployment_response(hub, request.match_info["deployment_id"])
+    return await _deployment_response(request, request.match_info["deployment_id"])
 
 
 @needs("admin")
@@ -333,7 +338,7 @@ async def rollback_deployment(request: web.Request) -> web.Response:
     deployment_id = request.match_info["deployment_id"]
     try:
         async with hub.engine.begin() as connection:
-            old = await deploydb.get_deployment(connection, deployment_id)
+            old = await deploydb.get_deployment(connection, deployment_id, device_limit=0)
             if old is None:
                 raise DeploymentError(404, f"no deployment {deployment_id!r}")
             release = await deploydb.find_release(connection, old["model"], version)
@@ -354,7 +359,7 @@ async def rollback_deployment(request: web.Request) -> web.Response:
         raise BadRequest(exc.status, exc.message) from exc
     hub.wake_controller()
     await hub.changes.bump()
-    return await _deployment_response(hub, new_id, 201)
+    return await _deployment_response(request, new_id, 201)
 
 
 # ---- the application ---------------------------------------------------------------------

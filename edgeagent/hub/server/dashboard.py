@@ -113,12 +113,16 @@ async def fleet_page(request: web.Request) -> web.Response:
         "Last update",
         "Seen",
     ]
-    pager = ""
-    query = dict(request.query)
-    if offset + limit < found["total"]:
-        query["offset"] = str(offset + limit)
-        pager = f"<p><a href='/?{_e(urlencode(query))}'>next page →</a></p>"
+    pager = _next_page("/", request, limit, offset, found["total"])
     return _page("Fleet", summary + form + _table(headers, rows, "fleet") + pager)
+
+
+def _next_page(path: str, request: web.Request, limit: int, offset: int, total: int) -> str:
+    """A link to the rows after this page (same filters), or nothing on the last page."""
+    if offset + limit >= total:
+        return ""
+    query = {**request.query, "offset": str(offset + limit)}
+    return f"<p><a id='next' href='{_e(path)}?{_e(urlencode(query))}'>next page →</a></p>"
 
 
 def _chart(samples: list[tuple[float, float]], width: int = 600, height: int = 120) -> str:
@@ -283,8 +287,11 @@ if (%s) follow();
 async def deployment_page(request: web.Request) -> web.Response:
     hub = context_of(request)
     deployment_id = request.match_info["deployment_id"]
+    limit, offset = query_page(request)
     async with hub.engine.connect() as connection:
-        found = await deploydb.get_deployment(connection, deployment_id)
+        found = await deploydb.get_deployment(
+            connection, deployment_id, device_limit=limit, device_offset=offset
+        )
     if found is None:
         return _page("Not found", f"<p>No deployment {_e(deployment_id)}.</p>", status=404)
     release = found["release"] or {}
@@ -331,6 +338,13 @@ async def deployment_page(request: web.Request) -> web.Response:
         ],
         "outcomes",
     )
+    shown_rows = (
+        f"<p class='muted' id='shown'>devices {min(offset + 1, found['device_count'])}–"
+        f"{offset + len(found['devices'])} of {found['device_count']}</p>"
+    )
+    pager = _next_page(
+        f"/ui/deployments/{deployment_id}", request, limit, offset, found["device_count"]
+    )
     live = found["state"] in ACTIVE
     shown = json.dumps(
         json.dumps([found["state"], found["stage"], found["totals"]], separators=(",", ":"))
@@ -341,7 +355,8 @@ async def deployment_page(request: web.Request) -> web.Response:
         shown,
         "true" if live else "false",
     )
-    return _page(f"Deployment {deployment_id}", head + stages + devices, script)
+    body = head + stages + shown_rows + devices + pager
+    return _page(f"Deployment {deployment_id}", body, script)
 
 
 async def login_page(request: web.Request) -> web.Response:

