@@ -168,11 +168,20 @@ def _parse_json_fast(data: bytes | memoryview) -> Any:
     document = simdjson.Parser().parse(data)
     if not isinstance(document, simdjson.Object):
         return _plain(document)
-    # items(), not document[key]: simdjson cannot look up a key holding a NUL character.
     return {
-        key: _tensor_list(value) if key in ("inputs", "outputs") else _plain(value)
-        for key, value in document.items()
+        key: _tensor_list(document[key]) if key in ("inputs", "outputs") else _plain(document[key])
+        for key in _keys(document)
     }
+
+
+def _keys(value: Any) -> list[str]:
+    """An object's keys; ValueError (so the lenient parser takes the body) for a key holding
+    NUL, which simdjson cannot look up. items() would work but builds every value as Python
+    objects, a tensor's ``data`` too, which is what the fast path exists to avoid."""
+    keys = list(value.keys())
+    if any("\0" in key for key in keys):
+        raise ValueError("a JSON key holds NUL")
+    return keys
 
 
 def _plain(value: Any) -> Any:
@@ -196,8 +205,8 @@ def _tensor_list(value: Any) -> Any:
 def _tensor_object(entry: Any) -> dict[str, Any]:
     datatype = entry.get("datatype")
     return {
-        key: _numbers(value, datatype) if key == "data" else _plain(value)
-        for key, value in entry.items()
+        key: _numbers(entry[key], datatype) if key == "data" else _plain(entry[key])
+        for key in _keys(entry)
     }
 
 
