@@ -11,12 +11,13 @@ from pathlib import Path
 
 from edgeagent._toml import tomllib
 from edgeagent.api.grpc_settings import GrpcSettings
-from edgeagent.api.settings import ServerSettings, is_loopback
+from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
 from edgeagent.sections import (
     ConfigError,

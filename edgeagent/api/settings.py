@@ -6,24 +6,14 @@ The engine's keys share the [server] table for compatibility and live in
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from edgeagent.aio import uvloop_installed
+from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_socket_path
 from edgeagent.sections import computed_setting, require, setting
-
-
-def is_loopback(host: str) -> bool:
-    """True for names and addresses that never leave the machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _token_ok(token: str) -> bool:

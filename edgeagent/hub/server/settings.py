@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeagent.fleet.manifest import MAX_TARGETS
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
 
 
@@ -29,15 +29,6 @@ def normalise_database_url(url: str) -> str:
     if url.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
         return url
     raise ValueError(f"--db {url!r}: expected sqlite:///PATH or postgresql://USER@HOST/DB")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)
