@@ -129,7 +129,7 @@ class Daemon:
             config.agent.state_dir,
             power_reader=partial(power_reader, config.hardware.root, config.governor),
             on_demote=lambda model, key: self.engine_metrics.demotions.labels(model, key).inc(),
-            unsealer=Unsealer(self.device_key.private),
+            unsealer=Unsealer(lambda: self.device_key.private),
         )
         self.engine_load = LoadCounter()  # the batchers count, the governor reads
         self.governor = GovernorService(

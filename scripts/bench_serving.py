@@ -55,6 +55,7 @@ import bench_peers  # noqa: E402
 
 from devtools.package import keep_variants  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
+from edgeagent.models.device_key import open_device_key  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
 
@@ -453,6 +454,9 @@ def start_daemon(
     sock = work / "agent.sock"
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "XDG_STATE_HOME": str(work / "state")}
+    # A provisioned device: its key pair exists. Only the first start creates it, and that
+    # start alone loads the crypto library (7 MB) that an agent without sealed models needs not.
+    open_device_key(work / "state" / "edgeagent")
     command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
     command += ["--models-dir", str(models)]
     command += ["--socket", str(sock), "--port", str(tcp_port)]

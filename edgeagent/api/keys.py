@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 from aiohttp import web
@@ -20,3 +21,5 @@ STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
 # One decoding budget per kind of listener, so TCP clients cannot starve the local socket.
 BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")
 SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)
+# The one thread that parses large JSON bodies off the event loop (see ``json_decoder``).
+JSON_DECODER = web.AppKey("json_decoder", Executor)

@@ -15,7 +15,7 @@ from aiohttp import web
 from edgeagent.api import v2
 from edgeagent.api.auth import admin_scope, over_tcp
 from edgeagent.api.body import read_json_object, received_body
-from edgeagent.api.keys import DATAPLANE, SHARED_MEMORY
+from edgeagent.api.keys import DATAPLANE, JSON_DECODER, SHARED_MEMORY
 from edgeagent.engine.dataplane import infer_options
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import ModelPackage
@@ -81,7 +81,9 @@ async def infer(request: web.Request) -> web.Response:
             decoded = _decode_raw(model.package, body)
         elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
             # Parsing megabytes of JSON takes tens of ms; off the loop, other requests keep moving.
-            decoded = await asyncio.to_thread(v2.decode_request, body, header, regions)
+            decoded = await asyncio.get_running_loop().run_in_executor(
+                request.app[JSON_DECODER], v2.decode_request, body, header, regions
+            )
         else:
             decoded = v2.decode_request(body, header, regions)
         del body

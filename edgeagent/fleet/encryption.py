@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgeagent.models.sealing import SCHEME, WRAPPED_BYTES
+from edgeagent.models.package import SEAL_SCHEME as SCHEME
+from edgeagent.models.sealing import WRAPPED_BYTES
 
 MAX_RECIPIENTS = 4096  # per variant; the envelope size limit binds long before this
 _DEVICE_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)  # as targets

@@ -9,7 +9,6 @@ so a restart reuses it and an update of either invalidates it.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -112,7 +111,7 @@ def time_session(
         started = time.perf_counter()
         session.run(feeds)
         samples.append((time.perf_counter() - started) * 1000)
-    return statistics.median(samples)
+    return float(np.median(samples))  # numpy is loaded; statistics would add decimal
 
 
 @dataclass

@@ -331,6 +331,8 @@ INSTALLED_VARIANTS = "variants.installed"
 # name model.toml gives it, beside WRAPPED_KEY: its content key wrapped for this device.
 SEALED_DIR = "sealed"
 WRAPPED_KEY = "wrapped-key"
+# How content keys are wrapped and files sealed (edgeagent.models.sealing implements it).
+SEAL_SCHEME = "x25519-hkdf-sha256-aes256gcm"
 
 
 def sealed_dir(root: Path, variant_key: str) -> Path:

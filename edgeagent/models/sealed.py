@@ -7,9 +7,10 @@ the daemon, its composition root, so nothing below it reads the state directory 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
+from edgeagent.models.device_key import DeviceKeyError
 from edgeagent.models.package import (
     WRAPPED_KEY,
     ModelPackage,
@@ -17,7 +18,9 @@ from edgeagent.models.package import (
     Variant,
     sealed_dir,
 )
-from edgeagent.models.sealing import SealingError, file_aad, identity, unseal, unwrap_key
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 
 class SealedError(PackageError):
@@ -25,14 +28,20 @@ class SealedError(PackageError):
 
 
 class Unsealer:
-    """Decrypts sealed variants with this device's private key (``DeviceKey.private``)."""
+    """Decrypts sealed variants with this device's private key (``DeviceKey.private``).
 
-    def __init__(self, private: X25519PrivateKey) -> None:
+    ``private`` is called on the first sealed variant, not before: the crypto library (and
+    the key file) are only loaded by an agent that holds sealed models.
+    """
+
+    def __init__(self, private: Callable[[], X25519PrivateKey]) -> None:
         self._private = private
 
     def contents(self, package: ModelPackage, variant: Variant) -> tuple[bytes, ...]:
         """The plaintext of each of ``variant.files``, in that order, checked against the
         SHA-256 model.toml lists for it; SealedError says which file and why it fails."""
+        from edgeagent.models.sealing import SealingError, file_aad, identity, unseal, unwrap_key
+
         where = f"{package.name} {package.version} {variant.key}"
         release = identity(package.name, package.version, variant.key)
         wrapped_path = sealed_dir(package.root, variant.key) / WRAPPED_KEY
@@ -41,7 +50,11 @@ class Unsealer:
         except OSError as exc:
             raise SealedError(f"{where}: no wrapped content key ({exc.strerror})") from exc
         try:
-            key = unwrap_key(wrapped, self._private, release)
+            private = self._private()
+        except DeviceKeyError as exc:
+            raise SealedError(f"{where}: sealed, and this device's key is unusable: {exc}") from exc
+        try:
+            key = unwrap_key(wrapped, private, release)
             plain = []
             for logical, stored in zip(variant.files, variant.sealed_files, strict=True):
                 name = logical.relative_to(package.root).as_posix()

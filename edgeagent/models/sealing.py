@@ -32,7 +32,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-SCHEME = "x25519-hkdf-sha256-aes256gcm"
 MAGIC = b"EASEAL1\n"  # a sealed file starts with this, so a plain file is never "decrypted"
 NONCE_BYTES = 12
 KEY_BYTES = 32

@@ -105,6 +105,10 @@ class OnnxSession(Session):
         del self._session
 
 
+# Candidate options that set the session, not the execution provider.
+SESSION_OPTIONS = frozenset({"allow_spinning", "cpu_mem_arena"})
+
+
 class OnnxRuntime(Runtime):
     name = "onnxruntime"
 
@@ -132,6 +136,11 @@ class OnnxRuntime(Runtime):
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # The CPU arena keeps the largest batch's activations for the life of the session
+        # (20 MB of an idle daemon serving MobileNetV2 INT8 after batches of 8); without it
+        # they go back to malloc after every run, and throughput measured the same here
+        # (alternating rounds: 139.0 / 140.1 img/s at batch 1, 199.6 / 199.5 at batch 8).
+        options.enable_cpu_mem_arena = bool(request.options.get("cpu_mem_arena", False))
         options.log_severity_level = 3  # the fallback warning is reported by us, not printed
         # Idle intra-op threads spin by default, burning the cores that the agent's own HTTP
         # server and the board's other work need; on a 2-core device that halves throughput.
@@ -161,7 +170,7 @@ class OnnxRuntime(Runtime):
         opts = {
             k: str(v) if isinstance(v, bool) else v
             for k, v in request.options.items()
-            if k != "allow_spinning"  # a session option, not a provider option
+            if k not in SESSION_OPTIONS
         }
         cache = _CACHE_OPTIONS.get(provider)
         if cache and request.contents is not None:  # an engine cache would hold the model

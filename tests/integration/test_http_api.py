@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import threading
 import zlib
 from collections.abc import AsyncIterator, Iterator
 
@@ -76,8 +77,19 @@ async def test_json_infer_matches_a_direct_run(http: aiohttp.ClientSession, refe
     np.testing.assert_allclose(np.array(output["data"]).reshape(2, 4), expected, rtol=1e-5)
 
 
-async def test_large_json_request_is_answered(http: aiohttp.ClientSession, reference) -> None:
-    """A JSON part over OFFLOAD_JSON_BYTES is parsed on a worker thread, with the same result."""
+async def test_large_json_request_is_answered(
+    http: aiohttp.ClientSession, reference, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A JSON part over OFFLOAD_JSON_BYTES is parsed on the app's one JSON thread, not the
+    event loop's, with the same result; a small one stays on the loop."""
+    parsed_on: list[str] = []
+    decode = v2.decode_request
+
+    def recording(*args: object) -> v2.InferRequest:
+        parsed_on.append(threading.current_thread().name)
+        return decode(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(v2, "decode_request", recording)
     batch = _batch(1, seed=9)
     body = {
         "parameters": {"note": "x" * (OFFLOAD_JSON_BYTES + 1)},
@@ -89,6 +101,11 @@ async def test_large_json_request_is_answered(http: aiohttp.ClientSession, refer
         assert response.status == 200, await response.text()
         output = (await response.json())["outputs"][0]["data"]
     np.testing.assert_allclose(np.array(output).reshape(1, 4), reference(batch), rtol=1e-5)
+    small = {"inputs": [{**body["inputs"][0]}]}  # type: ignore[index]
+    async with http.post("/v2/models/tiny/infer", json=small) as response:
+        assert response.status == 200, await response.text()
+    assert parsed_on[0].startswith("edgeagent-json_"), parsed_on
+    assert not parsed_on[1].startswith("edgeagent-json"), parsed_on
 
 
 async def test_binary_infer_on_the_versioned_route(http: aiohttp.ClientSession, reference) -> None:

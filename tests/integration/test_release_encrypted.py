@@ -116,7 +116,7 @@ async def sealed_devices(tmp_path: Path, hub: Hub, broker: Broker) -> AsyncItera
         async def make(device_id: str) -> tuple[Online, str]:
             state = tmp_path / device_id
             key = open_device_key(state)
-            opener = functools.partial(open_variant, unsealer=Unsealer(key.private))
+            opener = functools.partial(open_variant, unsealer=Unsealer(lambda: key.private))
             device = make_device(state, hub.keys / "trust.json", executor, opener=opener)
             online = Online(device, broker, device_id)
             made.append(online)

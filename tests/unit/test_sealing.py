@@ -7,6 +7,8 @@ import dataclasses
 import io
 import os
 import stat
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,7 +22,12 @@ from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.encrypt import load_recipients
 from edgeagent.hub.keys import HubError, keygen
 from edgeagent.hub.sign import archive_package, sign_package
-from edgeagent.models.device_key import DEVICE_KEY_FILE, DeviceKeyError, open_device_key
+from edgeagent.models.device_key import (
+    DEVICE_KEY_FILE,
+    PUBLIC_KEY_FILE,
+    DeviceKeyError,
+    open_device_key,
+)
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import WRAPPED_KEY, load_package, sealed_dir
 from edgeagent.models.sealed import SealedError, Unsealer
@@ -28,6 +35,7 @@ from edgeagent.models.sealing import (
     SealingError,
     identity,
     new_content_key,
+    public_key_text,
     seal,
     unseal,
     unwrap_key,
@@ -76,8 +84,45 @@ def test_the_device_key_is_created_0600_and_reused(tmp_path: Path) -> None:
     first = open_device_key(tmp_path / "state")
     path = tmp_path / "state" / DEVICE_KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert open_device_key(tmp_path / "state").public_text == first.public_text
-    assert [p.name for p in path.parent.iterdir()] == [DEVICE_KEY_FILE]  # no temp file left
+    again = open_device_key(tmp_path / "state")
+    assert again.public_text == first.public_text
+    assert public_key_text(again.private.public_key()) == first.public_text
+    # no temp file left; the public half beside the key, for reporting without the crypto
+    assert sorted(p.name for p in path.parent.iterdir()) == [DEVICE_KEY_FILE, PUBLIC_KEY_FILE]
+
+
+def test_an_agent_without_sealed_models_never_loads_the_crypto_library(tmp_path: Path) -> None:
+    """Reporting the key needs only the stored public half: cryptography stays unloaded."""
+    state = tmp_path / "state"
+    created = open_device_key(state).public_text
+    script = (
+        "import sys; from edgeagent.models.device_key import open_device_key; "
+        "import edgeagent.daemon; "
+        "print(open_device_key(sys.argv[1]).status()['public_key'], "
+        "'cryptography' in sys.modules)"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", script, str(state)], capture_output=True, text=True, check=True
+    )
+    assert shown.stdout.split() == [created, "False"]
+
+
+def test_a_missing_or_mangled_public_half_is_derived_again(tmp_path: Path) -> None:
+    created = open_device_key(tmp_path).public_text
+    public = tmp_path / PUBLIC_KEY_FILE
+    for damage in (public.unlink, lambda: public.write_text("not base64!")):
+        damage()
+        assert open_device_key(tmp_path).public_text == created
+        assert public.read_text().strip() == created
+
+
+def test_a_public_half_of_another_key_is_caught_when_the_key_is_used(tmp_path: Path) -> None:
+    open_device_key(tmp_path)
+    other = open_device_key(tmp_path / "other").public_text
+    (tmp_path / PUBLIC_KEY_FILE).write_text(other + "\n")
+    key = open_device_key(tmp_path)
+    with pytest.raises(DeviceKeyError, match="does not hold the public half"):
+        _ = key.private
 
 
 def test_an_unusable_device_key_file_is_a_clear_error_and_is_never_replaced(
@@ -123,7 +168,7 @@ def test_every_runtime_loads_a_sealed_variant_from_memory_with_the_answers_of_th
     package = load_package(_sealed_zoo(tmp_path, device))
     plain = load_package(ZOO)
     feeds = sample_feeds(plain)
-    unsealer = Unsealer(device)
+    unsealer = Unsealer(lambda: device)
     assert {v.runtime for v in package.variants} == {"onnxruntime", "litert", "openvino"}
     for variant in package.variants:
         assert variant.sealed_files and not any(f.exists() for f in variant.files)
@@ -146,13 +191,13 @@ def test_a_sealed_variant_without_the_key_or_altered_does_not_load(tmp_path: Pat
     with pytest.raises(SealedError, match="only an agent holding the device key"):
         load_request(package, variant)
     with pytest.raises(SealedError, match="not wrapped for this device's key"):
-        load_request(package, variant, unsealer=Unsealer(X25519PrivateKey.generate()))
+        load_request(package, variant, unsealer=Unsealer(X25519PrivateKey.generate))
     stored = variant.sealed_files[0]
     data = bytearray(stored.read_bytes())
     data[len(data) // 2] ^= 0xFF
     stored.write_bytes(bytes(data))
     with pytest.raises(SealedError, match="does not authenticate"):
-        load_request(package, variant, unsealer=Unsealer(device))
+        load_request(package, variant, unsealer=Unsealer(lambda: device))
 
 
 def _sign(tmp_path: Path, **options) -> Path:
