@@ -68,6 +68,23 @@ def check_outputs(package: ModelPackage, outputs: Mapping[str, np.ndarray]) -> s
     return ""
 
 
+def run_rows(session: Session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The answers to a batch, run one row at a time and stacked.
+
+    The probed session is the one that serves, and its runtime keeps memory sized for the
+    largest batch it ran: the golden batch of four left onnxruntime's arena 6.5 MB larger in
+    an idle daemon with MobileNetV2 INT8 (102.6 against 96.1 MB) than one row, which is all
+    that a lone client needs. An output with no batch axis is left to one run of the whole batch.
+    """
+    rows = {len(value) for value in feeds.values() if np.ndim(value)}
+    if len(rows) != 1 or (count := rows.pop()) < 2:
+        return session.run(feeds)
+    answers = [session.run({n: v[i : i + 1] for n, v in feeds.items()}) for i in range(count)]
+    if any(np.ndim(value) == 0 for value in answers[0].values()):
+        return session.run(feeds)
+    return {name: np.concatenate([a[name] for a in answers]) for name in answers[0]}
+
+
 def golden_problem(package: ModelPackage, session: Session, min_agreement: float) -> str:
     """Why the session gives wrong answers on the package's golden inputs, or "".
 
@@ -86,7 +103,7 @@ def golden_problem(package: ModelPackage, session: Session, min_agreement: float
         return ""
     if golden is None or package.golden is None:
         return ""
-    outputs = session.run(golden.feeds)
+    outputs = run_rows(session, golden.feeds)
     expected = golden.top1
     if expected is None:  # not a classifier: its boxes or tensors, as its task records them
         problem = golden.problem(outputs, top_k=1)

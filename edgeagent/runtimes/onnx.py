@@ -106,7 +106,7 @@ class OnnxSession(Session):
 
 
 # Candidate options that set the session, not the execution provider.
-SESSION_OPTIONS = frozenset({"allow_spinning", "cpu_mem_arena"})
+SESSION_OPTIONS = frozenset({"allow_spinning"})
 
 
 class OnnxRuntime(Runtime):
@@ -136,11 +136,6 @@ class OnnxRuntime(Runtime):
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # The CPU arena keeps the largest batch's activations for the life of the session
-        # (20 MB of an idle daemon serving MobileNetV2 INT8 after batches of 8); without it
-        # they go back to malloc after every run, and throughput measured the same here
-        # (alternating rounds: 139.0 / 140.1 img/s at batch 1, 199.6 / 199.5 at batch 8).
-        options.enable_cpu_mem_arena = bool(request.options.get("cpu_mem_arena", False))
         options.log_severity_level = 3  # the fallback warning is reported by us, not printed
         # Idle intra-op threads spin by default, burning the cores that the agent's own HTTP
         # server and the board's other work need; on a 2-core device that halves throughput.
