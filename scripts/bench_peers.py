@@ -3,7 +3,9 @@
 
 - ``naive``: the ~30-line server a user would write instead of running edgeagent: aiohttp,
   one onnxruntime session, ``session.run`` in the default executor, v2 JSON and binary, on a
-  Unix socket and a TCP port. Run as ``python scripts/bench_peers.py naive ...``.
+  Unix socket and a TCP port. Run as ``python scripts/bench_peers.py naive ...``. Its
+  ``/v2/models/{name}/floor`` route handles a request the same way but answers a canned result
+  without running the model: the HTTP round trip alone, the floor under any served latency.
 - MLServer (Seldon), installed by ``mlserver_venv`` into a bench-only ``.venv-mlserver`` with
   onnxruntime, serving the same ONNX file through a small custom runtime (MLServer ships none
   for ONNX) with its own v2 codecs and default settings.
@@ -41,8 +43,26 @@ def serve_naive(model: Path, name: str, threads: int, sock: Path, port: int) -> 
     session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     feed = session.get_inputs()[0].name
     names = [o.name for o in session.get_outputs()]
+    first = session.get_inputs()[0]
+    zeros = np.zeros([d if isinstance(d, int) else 1 for d in first.shape], np.float32)
+    canned = session.run(names, {feed: zeros})
+
+    async def run_model(array):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, session.run, names, {feed: array})
+
+    async def run_nothing(array):
+        return canned
 
     async def infer(request: web.Request) -> web.Response:
+        return await answer(request, run_model)
+
+    async def floor(request: web.Request) -> web.Response:
+        """The same request, decoded and answered, with no model run: what HTTP and the
+        client cost on their own (the bench's "HTTP floor")."""
+        return await answer(request, run_nothing)
+
+    async def answer(request: web.Request, run) -> web.Response:
         body = await request.read()
         length = request.headers.get(HEADER_LENGTH)
         head = json.loads(body if length is None else body[: int(length)])
@@ -51,8 +71,7 @@ def serve_naive(model: Path, name: str, threads: int, sock: Path, port: int) -> 
             array = np.asarray(tensor["data"], dtype=np.float32).reshape(tensor["shape"])
         else:
             array = np.frombuffer(body[int(length) :], np.float32).reshape(tensor["shape"])
-        loop = asyncio.get_running_loop()
-        results = await loop.run_in_executor(None, session.run, names, {feed: array})
+        results = await run(array)
         outputs = [
             {"name": n, "datatype": "FP32", "shape": list(r.shape)}
             for n, r in zip(names, results, strict=True)
@@ -77,6 +96,7 @@ def serve_naive(model: Path, name: str, threads: int, sock: Path, port: int) -> 
     async def main() -> None:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_post("/v2/models/{name}/infer", infer)
+        app.router.add_post("/v2/models/{name}/floor", floor)
         app.router.add_get("/v2/health/ready", ready)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()

@@ -479,6 +479,8 @@ def mapped_runtimes(pid: int) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Cells: one server × path × concurrency each
 
+FLOOR = "HTTP floor: v2 binary, no model"
+
 
 @dataclass
 class Cell:
@@ -743,11 +745,18 @@ def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -
             lambda c: served_measure(daemon.sock, url, shm_bodies[:c], json_headers, c),
         ),
     ]
-    return [
+    cells = [
         Cell(server, mode, transport, c, factory(c), process)
         for server, mode, transport, process, factory in paths
         for c in args.concurrency
     ]
+    if peers.naive is not None and peers.naive_sock is not None and 1 in args.concurrency:
+        # The naive server's handling with no model run: the round trip no served p50 at
+        # c=1 can go below (raw p50 + this), whatever the server does.
+        floor = url.replace("/infer", "/floor")
+        measure = served_measure(peers.naive_sock, floor, binary, binary_headers, 1)
+        cells.insert(0, Cell("naive", FLOOR, "unix", 1, measure, psutil.Process(peers.naive.pid)))
+    return cells
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -807,6 +816,11 @@ def markdown(report: dict) -> str:
         f"(target ≤ {TARGET_OVERHEAD_MS})",
         f"v2 binary c=16 throughput / raw batch-1: {report['c16_ratio']:.2f} (target ≥ 1)",
     ]
+    if report["floor_p50_ms"] == report["floor_p50_ms"]:  # measured (not NaN)
+        lines.append(
+            f"HTTP floor at c=1 (the naive server answering without its model): p50 "
+            f"{report['floor_p50_ms']:.2f} ms, the least any served p50 adds to raw here"
+        )
     for server, peak in report.get("peak_rss_mb", {}).items():
         lines.append(f"Peak RSS under load, {server}: {peak:.0f} MB")
     lines += report.get("notes", [])
@@ -936,6 +950,7 @@ async def run(args: argparse.Namespace) -> dict:
         "rss_loaded_mb": samplers["edgeagent"].peak / 2**20,
         "peak_rss_mb": {k: v.peak / 2**20 for k, v in samplers.items()} if args.peers else {},
         "overhead_c1_ms": binary[1]["overhead_p50_ms"] if 1 in binary else float("nan"),
+        "floor_p50_ms": next((r["p50_ms"] for r in rows if r["mode"] == FLOOR), float("nan")),
         "c16_ratio": binary[16]["ratio"] if 16 in binary else float("nan"),
         "runtimes_mapped": runtimes,
         "notes": peers.notes or [],
@@ -971,7 +986,9 @@ def progress(message: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
-    parser.add_argument("--duration", "--seconds", type=float, default=5.0, help="seconds per cell")
+    parser.add_argument(
+        "--duration", "--seconds", type=float, default=5.0, help="seconds per cell, all rounds"
+    )
     parser.add_argument(
         "--precision", default="int8", help="the onnxruntime variant both sides run (int8)"
     )

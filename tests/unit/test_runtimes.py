@@ -48,20 +48,34 @@ def test_onnx_model_runs_with_logical_names(runtime: str, tiny_onnx) -> None:
         session.close()
 
 
-@pytest.mark.parametrize(("options", "spinning"), [({}, "0"), ({"allow_spinning": True}, "1")])
-def test_onnxruntime_spins_only_when_the_candidate_asks(
-    tiny_onnx, options: dict, spinning: str
+@pytest.mark.parametrize(
+    ("options", "spinning", "duration"),
+    [
+        ({}, "1", "100"),
+        ({"spin_duration_us": 500}, "1", "500"),
+        ({"allow_spinning": False}, "0", ""),
+    ],
+)
+def test_onnxruntime_threads_spin_briefly_unless_the_candidate_says_otherwise(
+    tiny_onnx, options: dict, spinning: str, duration: str
 ) -> None:
-    """Idle intra-op threads spin only when the profile's candidate says so (a session
-    option, not a provider option); the session runs either way."""
+    """Intra-op threads spin 100 µs before sleeping, or as the profile's candidate says (these
+    are session options, not provider options); the session runs either way."""
     path, _ = tiny_onnx
     session = get_runtime("onnxruntime").load(LoadRequest(files=(path,), options=options))
     try:
         chosen = session._session.get_session_options()  # type: ignore[attr-defined]
         assert chosen.get_session_config_entry("session.intra_op.allow_spinning") == spinning
+        if duration:
+            entry = chosen.get_session_config_entry("session.intra_op.spin_duration_us")
+            assert entry == duration
         assert session.run({"x": np.ones((2, 3, 8, 8), np.float32)})["logits"].shape == (2, 5)
     finally:
         session.close()
+    with pytest.raises(RuntimeLoadError, match="spin_duration_us must be a whole number"):
+        get_runtime("onnxruntime").load(
+            LoadRequest(files=(path,), options={"spin_duration_us": "fast"})
+        )
 
 
 def test_nhwc_variant_receives_channels_last(tmp_path: Path) -> None:
