@@ -889,6 +889,8 @@ async def run(args: argparse.Namespace) -> dict:
                     for mode, (url, body, headers) in bodies.items()
                     for c in args.concurrency
                 ]
+            if args.only:
+                cells = [c for c in cells if any(part in c.name for part in args.only)]
             tallies = [Tally() for _ in cells]
             samplers = {"edgeagent": PeakRss(process.pid)}
             samplers.update(
@@ -1020,6 +1022,13 @@ def main() -> int:
     )
     parser.add_argument(
         "--skip-mlserver", action="store_true", help="with --peers: leave MLServer out"
+    )
+    parser.add_argument(
+        "--only",
+        type=lambda s: s.split(","),
+        default=[],
+        help="measure only the cells whose path name holds one of these comma-separated parts "
+        "(e.g. 'JSON'): fewer cells, so a server and its peer run closer together in time",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
