@@ -133,6 +133,13 @@ restart_timeout 1
 """
 
 
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """mosquitto could not bind a port another process took after ``free_port`` chose it."""
+
+
 class Broker:
     """One mosquitto process; ``stop()``/``start()``/``restart()`` keep ports and state."""
 
@@ -166,19 +173,31 @@ class Broker:
             capture_output=True,
         )
         self.config = workdir / "mosquitto.conf"
+        self._passwords = passwords
+        self._max_queued_messages = max_queued_messages
+        self._bridge_to = bridge_to
+        self._bridge_prefix = bridge_prefix
+        self._started = False  # ports may still change until the first start succeeds
+        self._write_config()
+
+    def _write_config(self) -> None:
+        """mosquitto.conf for the current ports (rewritten when a port had been taken)."""
         # As root, mosquitto would switch to the "mosquitto" user, who cannot read tmp_path.
         user = "user root\n" if os.geteuid() == 0 else ""
+        bridge = ""
+        if self._bridge_to is not None:
+            bridge = _bridge(self._bridge_to, self._bridge_prefix, self.port)
         self.config.write_text(
             f"""{user}per_listener_settings true
 persistence true
-persistence_location {workdir}/
+persistence_location {self.workdir}/
 autosave_interval 1
 log_dest file {self.log}
 log_type error
 log_type warning
 log_type notice
 log_type information
-max_queued_messages {max_queued_messages}
+max_queued_messages {self._max_queued_messages}
 
 listener {self.port} 127.0.0.1
 allow_anonymous true
@@ -187,12 +206,12 @@ max_connections -1
 
 listener {self.tls_port} 127.0.0.1
 allow_anonymous false
-password_file {passwords}
+password_file {self._passwords}
 cafile {self.pki.ca}
 certfile {self.pki.server_cert}
 keyfile {self.pki.server_key}
 require_certificate true
-{_bridge(bridge_to, bridge_prefix, self.port) if bridge_to is not None else ""}"""
+{bridge}"""
         )
 
     def settings(self, **overrides) -> MqttSettings:
@@ -222,6 +241,27 @@ require_certificate true
         return self.settings(**values)
 
     def start(self) -> None:
+        """Start mosquitto and wait until it listens.
+
+        A port from ``free_port`` can be taken by another process before mosquitto binds it;
+        before the first successful start (no client knows the ports yet) new ones are drawn.
+        """
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._start_once()
+            except PortTaken:
+                if self._started or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.port, self.tls_port = free_port(), free_port()
+                self._write_config()
+                continue
+            self._started = True
+            return
+
+    def _start_once(self) -> None:
+        # Listening is judged by mosquitto's own log line, not only by a connection: another
+        # process holding the port would accept that connection too.
+        offset = self.log.stat().st_size if self.log.exists() else 0
         self.process = subprocess.Popen(
             [self.binary, "-c", str(self.config)],
             stdout=subprocess.DEVNULL,
@@ -232,13 +272,26 @@ require_certificate true
             if self.process.poll() is not None:
                 error = self.process.stderr.read().decode() if self.process.stderr else ""
                 log = self.log.read_text() if self.log.exists() else ""
-                raise RuntimeError(f"mosquitto exited: {error}\n{log}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
+                fresh = log[offset:] if len(log) >= offset else log
+                kind = PortTaken if "Address already in use" in error + fresh else RuntimeError
+                raise kind(f"mosquitto exited: {error}\n{log}")
+            if self._running_since(offset):
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.05)
         raise RuntimeError("mosquitto did not start listening within 10 s")
+
+    def _running_since(self, offset: int) -> bool:
+        """Whether the log says, after ``offset``, that mosquitto opened its listeners."""
+        try:
+            with self.log.open("rb") as log:
+                log.seek(offset)
+                return b" running" in log.read()
+        except FileNotFoundError:
+            return False
 
     def stop(self) -> None:
         """SIGTERM, like a service stop: mosquitto saves its persistence file first."""
