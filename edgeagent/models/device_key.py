@@ -70,14 +70,16 @@ class DeviceKey:
 def open_device_key(state_dir: Path) -> DeviceKey:
     """The key pair in ``state_dir``, created on first use; DeviceKeyError if unusable."""
     path = Path(state_dir) / DEVICE_KEY_FILE
-    if not path.exists():
+    created = not path.exists()
+    if created:
         _create(path)  # a racing agent's key wins: it is read below
     try:
         read_secret_file(path)  # its permissions, checked on every start
     except SecretFileError as exc:
         raise DeviceKeyError(f"device key: {exc}") from exc
-    public = _read_public(path.with_name(PUBLIC_KEY_FILE))
-    if public is None:  # an older state directory, or a removed file: derive it again
+    # A new pair never reports a public half left by the pair it replaces.
+    public = None if created else _read_public(path.with_name(PUBLIC_KEY_FILE))
+    if public is None:  # new, an older state directory, or a removed file: derive it
         public = _public_text(_load_private(path))
         write_text_atomic(path.with_name(PUBLIC_KEY_FILE), public + "\n")
     return DeviceKey(path, public)

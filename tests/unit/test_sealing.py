@@ -116,6 +116,15 @@ def test_a_missing_or_mangled_public_half_is_derived_again(tmp_path: Path) -> No
         assert public.read_text().strip() == created
 
 
+def test_a_new_key_pair_replaces_the_public_half_of_the_old_one(tmp_path: Path) -> None:
+    old = open_device_key(tmp_path).public_text
+    (tmp_path / DEVICE_KEY_FILE).unlink()  # the documented way to make a new pair
+    new = open_device_key(tmp_path)
+    assert new.public_text != old
+    assert public_key_text(new.private.public_key()) == new.public_text
+    assert (tmp_path / PUBLIC_KEY_FILE).read_text().strip() == new.public_text
+
+
 def test_a_public_half_of_another_key_is_caught_when_the_key_is_used(tmp_path: Path) -> None:
     open_device_key(tmp_path)
     other = open_device_key(tmp_path / "other").public_text
