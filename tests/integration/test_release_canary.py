@@ -151,16 +151,19 @@ async def test_a_canary_slower_than_max_p99_ratio_is_rolled_back(
 ) -> None:
     online = await _serving_v1(stacks, hub, broker)
     traffic = Traffic(online)
-    release = _sign(hub, "2", "share=0.5,min_requests=30,max_p99_ratio=3", slow_matmuls=150)
+    # ~30 ms a run alone against ~0.01 ms: the stable version's p99 is all noise from sharing
+    # two cores with the canary (4.8 ms was seen in CI against a 150-MatMul canary's 13.6), so
+    # the canary is made slow enough to clear any such noise by far, and the ratio is 2
+    release = _sign(hub, "2", "share=0.5,min_requests=30,max_p99_ratio=2", slow_matmuls=600)
     outcome = await _canary_outcome(online, release, hub, broker)
     await traffic.stop()
     assert (outcome["result"], outcome["code"]) == ("failed", "canary_failed"), str(
         outcome["canary"]
     )
     figures = outcome["canary"]
-    assert figures["outcome"] == "rolled_back" and figures["p99_ratio"] > 3
+    assert figures["outcome"] == "rolled_back" and figures["p99_ratio"] > 2
     assert figures["canary_requests"] >= 30 and figures["canary_faults"] == 0
-    assert "max_p99_ratio 3" in outcome["message"]
+    assert "max_p99_ratio 2" in outcome["message"]
     assert sum(traffic.failed.values()) == 0  # slow, not failing: every request answered
     assert online.device.serving() == "1" and online.device.store.bad_versions("tiny") == {"2"}
 
