@@ -981,6 +981,19 @@ def plot(report: dict, path: Path) -> None:
     progress(f"plot written to {path}")
 
 
+def one_path_options(description: str, seconds: float, rounds: int) -> argparse.ArgumentParser:
+    """The options of the benchmarks that drive one path of one daemon (bench_busy, bench_ab)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
+    parser.add_argument("--precision", default="int8")
+    parser.add_argument("--mode", default="v2 JSON", choices=["v2 binary", "v2 JSON"])
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=2, help="[hardware] threads (0: all)")
+    parser.add_argument("--seconds", type=float, default=seconds, help="per round")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
+
+
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

@@ -23,10 +23,12 @@ from edgeagent.api.auth import auth_middleware
 from edgeagent.api.body import BodyTooSlow
 from edgeagent.api.browser import browser_middleware
 from edgeagent.api.budget import ByteBudget
+from edgeagent.api.json_helper import JsonHelper
 from edgeagent.api.keys import (
     BUDGETS,
     DATAPLANE,
     JSON_DECODER,
+    JSON_HELPER,
     METRICS,
     SETTINGS,
     SHARED_MEMORY,
@@ -170,13 +172,16 @@ def create_app(
         app.on_cleanup.append(lambda _: _close_regions(shared_memory))
     app[SHARED_MEMORY] = shared_memory
     app[JSON_DECODER] = decoder = json_decoder()
+    app[JSON_HELPER] = helper = JsonHelper(settings.json_helper_max_bytes, decoder)
+    app.on_cleanup.append(lambda _: helper.close())
     app.on_cleanup.append(lambda _: _shut_down(decoder))
     app.add_routes([*v2_routes(), *edge_routes(), *detect_routes(), *shm_routes()])
     return app
 
 
 def json_decoder() -> ThreadPoolExecutor:
-    """One thread for parsing large JSON bodies off the event loop.
+    """One thread for decoding large JSON bodies off the event loop: those the JSON helper
+    process does not take are parsed here, and heavy helper replies are read here.
 
     One, not a pool: the parser holds the GIL for the whole body (several ms for a 224×224×3
     float tensor), so a second parsing thread cannot run beside it and only adds GIL hand-offs;

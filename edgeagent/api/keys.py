@@ -10,6 +10,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from edgeagent.api.budget import ByteBudget
+from edgeagent.api.json_helper import JsonHelper
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.engine.dataplane import DataPlane
@@ -23,3 +24,5 @@ BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")
 SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)
 # The one thread that parses large JSON bodies off the event loop (see ``json_decoder``).
 JSON_DECODER = web.AppKey("json_decoder", Executor)
+# The helper process that parses large JSON bodies outside the daemon's GIL.
+JSON_HELPER = web.AppKey("json_helper", JsonHelper)

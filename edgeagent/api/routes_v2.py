@@ -15,12 +15,12 @@ from aiohttp import web
 from edgeagent.api import v2
 from edgeagent.api.auth import admin_scope, over_tcp
 from edgeagent.api.body import read_json_object, received_body
-from edgeagent.api.keys import DATAPLANE, JSON_DECODER, SHARED_MEMORY
+from edgeagent.api.keys import DATAPLANE, JSON_DECODER, JSON_HELPER, SHARED_MEMORY
 from edgeagent.engine.dataplane import infer_options
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import ModelPackage
 
-# JSON parts larger than this are parsed on a worker thread; binary tensors never need it.
+# JSON parts larger than this are parsed off the event loop; binary tensors never need it.
 OFFLOAD_JSON_BYTES = 256 * 1024
 
 
@@ -80,10 +80,7 @@ async def infer(request: web.Request) -> web.Response:
         if raw:
             decoded = _decode_raw(model.package, body)
         elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
-            # Parsing megabytes of JSON takes tens of ms; off the loop, other requests keep moving.
-            decoded = await asyncio.get_running_loop().run_in_executor(
-                request.app[JSON_DECODER], v2.decode_request, body, header, regions
-            )
+            decoded = await _decode_large_json(request, body, header)
         else:
             decoded = v2.decode_request(body, header, regions)
         del body
@@ -112,6 +109,22 @@ async def infer(request: web.Request) -> web.Response:
         # by default. aiohttp then compresses when Accept-Encoding names gzip or deflate.
         response.enable_compression()
     return response
+
+
+async def _decode_large_json(
+    request: web.Request, body: bytes, header: str | None
+) -> v2.InferRequest:
+    """Parsing megabytes of JSON takes milliseconds: in the JSON helper process when it takes
+    the body, else on the app's JSON thread; never on the event loop."""
+    json_part, tail = v2.split_body(body, header)
+    parsed = await request.app[JSON_HELPER].parse(json_part)
+    loop = asyncio.get_running_loop()
+    decoder, regions = request.app[JSON_DECODER], request.app[SHARED_MEMORY]
+    if parsed is None:
+        return await loop.run_in_executor(decoder, v2.decode_request, body, header, regions)
+    if parsed.light:
+        return v2.decode_message(parsed.message, tail, regions)
+    return await loop.run_in_executor(decoder, v2.decode_message, parsed.message, tail, regions)
 
 
 def _decode_raw(package: ModelPackage, body: bytes) -> v2.InferRequest:

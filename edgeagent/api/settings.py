@@ -80,6 +80,15 @@ class ServerSettings:
         "bytes",
     )
 
+    json_helper_max_bytes: int = setting(
+        16 * 1024 * 1024,
+        "largest JSON part of an infer request parsed in the JSON helper process, outside the "
+        "daemon's GIL (started at the first JSON part over 256 kB; its shared memory grows to "
+        "what the largest body needs, up to 5x this); larger ones, and all with 0, are parsed "
+        "on a thread of the daemon",
+        "bytes",
+    )
+
     def validate(self) -> None:
         require(0 <= self.tcp_port <= 65535, "server", "tcp_port", "must be 0..65535")
         require(0 <= self.socket_mode <= 0o777, "server", "socket_mode", "must be 0..0o777")
@@ -115,6 +124,12 @@ class ServerSettings:
         require(self.max_connections >= 1, "server", "max_connections", "must be at least 1")
         for key in ("header_timeout_s", "body_timeout_s", "send_timeout_s"):
             require(getattr(self, key) > 0, "server", key, "must be positive")
+        require(
+            self.json_helper_max_bytes >= 0,
+            "server",
+            "json_helper_max_bytes",
+            "must not be negative",
+        )
         require(self.body_min_bytes_per_s > 0, "server", "body_min_bytes_per_s", "must be positive")
         require(
             self.max_decoding_bytes >= self.max_body_bytes,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import simdjson
 
+from edgeagent.api import json_fast
 from edgeagent.api.shm import SharedMemoryRef, SharedMemoryRegistry, shm_ref
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.models.package import TensorSpec
@@ -155,74 +155,14 @@ def parse_json_object(data: bytes | memoryview) -> dict[str, Any]:
     return value
 
 
-# Tensors whose flat ``data`` array simdjson hands over as one buffer of doubles.
-_FLOAT_DATATYPES = frozenset({"FP16", "FP32", "FP64"})
-
-
 def _parse_json_fast(data: bytes | memoryview) -> Any:
-    """simdjson, with each float tensor's flat ``data`` as a float64 array, not a list.
-
-    A 224×224×3 FP32 tensor sent as JSON is 150,528 numbers: json and orjson make a Python
-    float of each and numpy then reads them back (14 ms here); simdjson's buffer takes 3 ms.
-    """
-    document = simdjson.Parser().parse(data)
-    if not isinstance(document, simdjson.Object):
-        return _plain(document)
-    return {
-        key: _tensor_list(document[key]) if key in ("inputs", "outputs") else _plain(document[key])
-        for key in _keys(document)
-    }
+    """simdjson, with each float tensor's flat ``data`` as a float64 array, not a list."""
+    return json_fast.parse_message(data, doubles_array)
 
 
-def _keys(value: Any) -> list[str]:
-    """An object's keys; ValueError (so the lenient parser takes the body) for a key holding
-    NUL, which simdjson cannot look up. items() would work but builds every value as Python
-    objects, a tensor's ``data`` too, which is what the fast path exists to avoid."""
-    keys = list(value.keys())
-    if any("\0" in key for key in keys):
-        raise ValueError("a JSON key holds NUL")
-    return keys
-
-
-def _plain(value: Any) -> Any:
-    """A simdjson value as Python objects (lists, dicts, str, numbers)."""
-    if isinstance(value, simdjson.Object):
-        return value.as_dict()
-    if isinstance(value, simdjson.Array):
-        return value.as_list()
-    return value
-
-
-def _tensor_list(value: Any) -> Any:
-    if not isinstance(value, simdjson.Array):
-        return _plain(value)
-    return [
-        _tensor_object(entry) if isinstance(entry, simdjson.Object) else _plain(entry)
-        for entry in value
-    ]
-
-
-def _tensor_object(entry: Any) -> dict[str, Any]:
-    datatype = entry.get("datatype")
-    return {
-        key: _numbers(entry[key], datatype) if key == "data" else _plain(entry[key])
-        for key in _keys(entry)
-    }
-
-
-def _numbers(value: Any, datatype: Any) -> Any:
-    """A float tensor's flat array of numbers as float64; anything else (nested, mixed,
-    other datatypes) as Python objects for ``_from_json`` to judge."""
-    if (
-        datatype in _FLOAT_DATATYPES
-        and isinstance(value, simdjson.Array)
-        and not (len(value) and isinstance(value[0], simdjson.Array | simdjson.Object))
-    ):
-        try:
-            return np.frombuffer(value.as_buffer(of_type="d"), dtype=np.float64)
-        except TypeError:  # not only numbers (booleans, strings)
-            pass
-    return _plain(value)
+def doubles_array(buffer: Any) -> np.ndarray:
+    """A buffer of doubles (simdjson's, or the JSON helper's shared memory) as float64."""
+    return np.frombuffer(buffer, dtype=np.float64)
 
 
 def _parse_json_leniently(data: bytes | memoryview) -> Any:
@@ -235,12 +175,14 @@ def _parse_json_leniently(data: bytes | memoryview) -> Any:
         raise InvalidInput("request body is not valid JSON: nested too deeply") from None
 
 
-def _split(body: bytes, length: int | None) -> tuple[dict[str, Any], memoryview]:
-    """Separate the JSON object from the binary tail and parse it."""
+def split_body(body: bytes, header: str | None) -> tuple[memoryview, memoryview]:
+    """The JSON part and the binary tail of a body, given its ``Inference-Header-Content-Length``
+    header value."""
     view = memoryview(body)
-    json_part = view if length is None else view[:length]
-    tail = view[len(view) :] if length is None else view[length:]
-    return parse_json_object(json_part), tail
+    length = header_length(header, len(body))
+    if length is None:
+        return view, view[len(view) :]
+    return view[:length], view[length:]
 
 
 class _JsonData:
@@ -456,7 +398,14 @@ def decode_request(
 ) -> InferRequest:
     """Decode an infer request body given its ``Inference-Header-Content-Length`` header value;
     inputs may name ``regions`` (the shared memory extension)."""
-    message, tail = _split(body, header_length(header, len(body)))
+    json_part, tail = split_body(body, header)
+    return decode_message(parse_json_object(json_part), tail, regions)
+
+
+def decode_message(
+    message: dict[str, Any], tail: memoryview, regions: SharedMemoryRegistry | None = None
+) -> InferRequest:
+    """An infer request from its parsed JSON part and binary tail (see ``decode_request``)."""
     parameters = _parameters(message.get("parameters"), "request")
     request_id = message.get("id")
     if request_id is not None and not isinstance(request_id, str):
@@ -617,7 +566,8 @@ def write_to_region(
 
 def decode_response(body: bytes, header: str | None) -> InferResponse:
     """Decode an infer response body (the client side of ``encode_response``)."""
-    message, tail = _split(body, header_length(header, len(body)))
+    json_part, tail = split_body(body, header)
+    message = parse_json_object(json_part)
     return InferResponse(
         model_name=str(message.get("model_name", "")),
         model_version=str(message.get("model_version", "")),

@@ -106,7 +106,7 @@ class AgentServer:
         for package in self.packages:
             self.registry.add(package)
         await self.registry.load_all()
-        app = create_app(
+        self.app = app = create_app(
             DataPlane(self.registry, self.engine_settings, self.engine_metrics),
             settings=self.settings,
             metrics=self.metrics,

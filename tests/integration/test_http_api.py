@@ -8,13 +8,16 @@ import json
 import threading
 import zlib
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import aiohttp
 import numpy as np
+import psutil
 import pytest
 from PIL import Image
 
 from edgeagent.api import v2
+from edgeagent.api.keys import JSON_HELPER
 from edgeagent.api.routes_v2 import OFFLOAD_JSON_BYTES
 from tests.integration.http_agent import (
     AgentServer,
@@ -78,18 +81,15 @@ async def test_json_infer_matches_a_direct_run(http: aiohttp.ClientSession, refe
 
 
 async def test_large_json_request_is_answered(
-    http: aiohttp.ClientSession, reference, monkeypatch: pytest.MonkeyPatch
+    agent: AgentServer, http: aiohttp.ClientSession, reference, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A JSON part over OFFLOAD_JSON_BYTES is parsed on the app's one JSON thread, not the
-    event loop's, with the same result; a small one stays on the loop."""
-    parsed_on: list[str] = []
-    decode = v2.decode_request
-
-    def recording(*args: object) -> v2.InferRequest:
-        parsed_on.append(threading.current_thread().name)
-        return decode(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(v2, "decode_request", recording)
+    """A JSON part over OFFLOAD_JSON_BYTES is parsed in the JSON helper process, never in the
+    daemon, with the same result (a small one is parsed on the loop); a body the helper does
+    not take is parsed on the app's one JSON thread (the daemon's own 400), and a helper that
+    died is replaced."""
+    calls: list[tuple[str, str]] = []
+    for name in ("decode_request", "decode_message", "parse_json_object"):
+        monkeypatch.setattr(v2, name, _recording(getattr(v2, name), name, calls))
     batch = _batch(1, seed=9)
     body = {
         "parameters": {"note": "x" * (OFFLOAD_JSON_BYTES + 1)},
@@ -97,15 +97,41 @@ async def test_large_json_request_is_answered(
             {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32", "data": batch.tolist()}
         ],
     }
-    async with http.post("/v2/models/tiny/infer", json=body) as response:
-        assert response.status == 200, await response.text()
-        output = (await response.json())["outputs"][0]["data"]
-    np.testing.assert_allclose(np.array(output).reshape(1, 4), reference(batch), rtol=1e-5)
-    small = {"inputs": [{**body["inputs"][0]}]}  # type: ignore[index]
-    async with http.post("/v2/models/tiny/infer", json=small) as response:
-        assert response.status == 200, await response.text()
-    assert parsed_on[0].startswith("edgeagent-json_"), parsed_on
-    assert not parsed_on[1].startswith("edgeagent-json"), parsed_on
+    helper = agent.app[JSON_HELPER]
+
+    async def answered(sent: dict) -> None:
+        async with http.post("/v2/models/tiny/infer", json=sent) as response:
+            assert response.status == 200, await response.text()
+            output = (await response.json())["outputs"][0]["data"]
+        np.testing.assert_allclose(np.array(output).reshape(1, 4), reference(batch), rtol=1e-5)
+
+    await answered(body)
+    started = helper.pid
+    assert started is not None
+    assert "edgeagent.api.json_helper_process" in psutil.Process(started).cmdline()
+    assert [name for name, _ in calls] == ["decode_message"]  # parsed by the helper
+    calls.clear()
+    await answered({"inputs": [{**body["inputs"][0]}]})  # type: ignore[index]
+    assert [name for name, _ in calls] == ["decode_request", "parse_json_object", "decode_message"]
+    assert not any(thread.startswith("edgeagent-json") for _, thread in calls)  # on the loop
+    psutil.Process(started).kill()
+    psutil.Process(started).wait(5)
+    await answered(body)  # the exit is seen first: a new helper takes it
+    assert helper.pid not in (None, started)
+    calls.clear()
+    broken = json.dumps(body).encode()[:-2]
+    async with http.post("/v2/models/tiny/infer", data=broken) as response:
+        assert response.status == 400
+        assert "not valid JSON" in (await response.json())["error"]
+    assert calls and all(thread.startswith("edgeagent-json_") for _, thread in calls), calls
+
+
+def _recording(function: Any, name: str, calls: list[tuple[str, str]]) -> Any:
+    def recording(*args: Any) -> Any:
+        calls.append((name, threading.current_thread().name))
+        return function(*args)
+
+    return recording
 
 
 async def test_binary_infer_on_the_versioned_route(http: aiohttp.ClientSession, reference) -> None:

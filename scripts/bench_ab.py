@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Two settings of the daemon side by side: which is faster, with the machine's drift cancelled.
+
+These machines drift 1.6× from minute to minute, so two separate ``bench_serving.py`` runs
+cannot tell a 10 % change from noise. This starts two daemons from this tree, identical but
+for extra ``[server]`` lines (``--a``, ``--b``), and drives them in alternating rounds on the
+same body; every round of B is paired with the A round just before it. Reports the medians of
+each and the median of the paired B/A ratios (req/s, and daemon CPU per request including its
+child processes, the JSON helper).
+
+    python scripts/bench_ab.py --a "json_helper_max_bytes = 0" --b ""   # JSON thread vs helper
+    python scripts/bench_ab.py --mode "v2 binary" --concurrency 4 --a "" --b "event_loop = 'uvloop'"
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import bench_serving
+import numpy as np
+import psutil
+
+from edgeagent.models.package import load_package
+
+
+async def run(args: argparse.Namespace) -> None:
+    package = load_package(args.model)
+    spec = package.inputs[0]
+    shape = [1 if d == -1 else d for d in spec.shape]
+    frame = np.random.default_rng(1).standard_normal(shape).astype(spec.dtype)
+    url, body, headers = bench_serving.requests_for(package, frame)[args.mode]
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+        daemons = {}
+        for name, lines in (("A", args.a), ("B", args.b)):
+            work = Path(tmp) / name
+            pinned = bench_serving.pinned_package(
+                args.model, args.precision, work / "pinned" / package.name
+            )
+            daemons[name] = bench_serving.start_daemon(pinned, work, args.threads, server=lines)
+        try:
+            measures = {}
+            for name, daemon in daemons.items():
+                await bench_serving.wait_ready(daemon.sock, daemon.process)
+                measures[name] = bench_serving.served_measure(
+                    daemon.sock, url, body, headers, args.concurrency
+                )
+                await measures[name](1.0)  # warm-up: threads started, helpers spawned
+            rates: dict[str, list[float]] = {"A": [], "B": []}
+            cpus: dict[str, list[float]] = {"A": [], "B": []}
+            for _ in range(args.rounds):
+                for name, daemon in daemons.items():
+                    process = psutil.Process(daemon.process.pid)
+                    before = bench_serving.cpu_seconds(process)
+                    latencies, elapsed, errors, _ = await measures[name](args.seconds)
+                    if errors:
+                        raise SystemExit(f"{name}: {errors} failed requests")
+                    rates[name].append(len(latencies) / elapsed)
+                    cpus[name].append(
+                        1e3 * (bench_serving.cpu_seconds(process) - before) / len(latencies)
+                    )
+        finally:
+            for daemon in daemons.values():
+                daemon.process.terminate()
+                daemon.process.wait()
+    print(
+        f"{args.mode}, c={args.concurrency}, {args.rounds} alternating rounds of {args.seconds} s"
+    )
+    for name, lines in (("A", args.a), ("B", args.b)):
+        print(
+            f"  {name} [{lines or 'defaults'}]: {statistics.median(rates[name]):.1f} req/s, "
+            f"{statistics.median(cpus[name]):.2f} ms CPU/req "
+            f"(rounds: {', '.join(f'{r:.1f}' for r in rates[name])})"
+        )
+    pairs = [b / a for a, b in zip(rates["A"], rates["B"], strict=True)]
+    cpu_pairs = [b / a for a, b in zip(cpus["A"], cpus["B"], strict=True)]
+    print(
+        f"  B/A: req/s {statistics.median(pairs):.3f} (paired rounds: "
+        f"{', '.join(f'{p:.2f}' for p in pairs)}), CPU/req {statistics.median(cpu_pairs):.3f}"
+    )
+
+
+def main() -> int:
+    description = __doc__.split("\n\n")[0]
+    parser = bench_serving.one_path_options(description, seconds=5.0, rounds=8)
+    parser.add_argument("--a", required=True, help="extra [server] lines of daemon A")
+    parser.add_argument("--b", required=True, help="extra [server] lines of daemon B")
+    asyncio.run(run(parser.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
