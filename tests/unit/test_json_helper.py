@@ -9,6 +9,7 @@ import asyncio
 import json
 import mmap
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -231,6 +232,36 @@ def test_doubles_that_do_not_fit_the_target_are_not_taken() -> None:
     with mmap.mmap(-1, len(body)) as source, mmap.mmap(-1, 800) as target:
         source[: len(body)] = body
         assert json.loads(reply_for(source, len(body), target))["arrays"] == [["inputs", 0, 0, 100]]
+
+
+def _page_faults(pid: int) -> int:
+    """Minor page faults of a process so far (/proc/PID/stat, field 10)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[7])
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+    reason="glibc's malloc",
+)
+async def test_the_helper_keeps_its_freed_memory_and_faults_no_pages_in_per_body(
+    executor: ThreadPoolExecutor,
+) -> None:
+    """With glibc's defaults the helper faulted ~1,900 pages in afresh for every parse of a
+    1.8 MB body (12 ms instead of 5.3); it keeps its freed blocks instead."""
+    body = _body([i * 0.001 for i in range(150_000)])
+    helper = JsonHelper(4 << 20, executor)
+    try:
+        for _ in range(3):
+            assert await helper.parse(body) is not None
+        assert helper.pid is not None
+        before = _page_faults(helper.pid)
+        for _ in range(5):
+            assert await helper.parse(body) is not None
+        per_body = (_page_faults(helper.pid) - before) / 5
+    finally:
+        await helper.close()
+    assert per_body < 50, per_body
 
 
 _scalars = st.one_of(
