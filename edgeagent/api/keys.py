@@ -22,7 +22,8 @@ STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
 # One decoding budget per kind of listener, so TCP clients cannot starve the local socket.
 BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")
 SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)
-# The one thread that parses large JSON bodies off the event loop (see ``json_decoder``).
+# The one thread that decodes large JSON bodies off the event loop: those the JSON helper
+# does not take, and heavy helper replies (see ``json_decoder``).
 JSON_DECODER = web.AppKey("json_decoder", Executor)
 # The helper process that parses large JSON bodies outside the daemon's GIL.
 JSON_HELPER = web.AppKey("json_helper", JsonHelper)
