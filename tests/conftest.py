@@ -1,12 +1,16 @@
-"""Fixtures every test may use: a tiny real model package, and the built zoo."""
+"""Fixtures every test may use (a tiny real model package, the built zoo), and the session
+hook that keeps the tests from modifying tracked files (tests/support/tree.py)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import write_tiny_package, zoo_dir
+from tests.support.tree import changed_by_run, tracked_state
 
 
 @pytest.fixture
@@ -21,3 +25,32 @@ def zoo() -> Path:
     if not (path / "mobilenet_v2" / "model.toml").is_file():
         pytest.fail(f"model zoo not found at {path}: run scripts/setup.sh (it builds the zoo)")
     return path
+
+
+REPO = Path(__file__).resolve().parents[1]
+_TREE_BEFORE: dict[str, str] | None = None
+
+
+def _check_tree() -> bool:
+    return os.environ.get("CI") == "true" or os.environ.get("EDGEAGENT_CHECK_TREE") == "1"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _TREE_BEFORE
+    if _check_tree():
+        _TREE_BEFORE = tracked_state(REPO)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when a test changed a tracked file (the list says which)."""
+    if _TREE_BEFORE is None:
+        return
+    after = tracked_state(REPO)
+    changed = changed_by_run(_TREE_BEFORE, after or {})
+    if changed:
+        sys.stderr.write(
+            "\nthe tests modified tracked files (write to tmp_path instead): "
+            + ", ".join(changed)
+            + "\n"
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

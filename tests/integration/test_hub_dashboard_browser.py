@@ -1,10 +1,13 @@
 """The dashboard in a real headless Chromium (the Debian package, driven by Selenium): the
 fleet table and its filters, a device page, and a deployment page that follows a rollout live,
-by itself. The screenshots go to docs/ for the README."""
+by itself. The screenshots go to the test's temporary directory, never into the tree: the docs'
+pictures are made again only on request (``scripts/docs-screenshots.sh`` sets
+``EDGEAGENT_SCREENSHOTS_DIR``)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ from devtools.hub_fleet import Api, fleet, hub_server
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+SCREENSHOTS_ENV = "EDGEAGENT_SCREENSHOTS_DIR"  # where to keep the pictures, on request only
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 WAIT_S = 60  # the longest any page may take to show what is awaited (a bound, not a measure)
@@ -63,7 +66,16 @@ def _await_text(driver, css: str, wanted: str) -> str:
     return _text_of(driver, css)
 
 
+def screenshot_dir(tmp_path: Path) -> Path:
+    """The docs' picture folder when the caller asks for it by name, else a throw-away one."""
+    wanted = os.environ.get(SCREENSHOTS_ENV)
+    directory = Path(wanted) if wanted else tmp_path / "screenshots"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
 async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) -> None:
+    pictures = screenshot_dir(tmp_path)
     settings = broker.settings()
     hold = asyncio.Event()
     async with (
@@ -89,7 +101,7 @@ async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) ->
             rows = browser.find_elements("css selector", "#fleet tbody tr")
             assert [r.text.split()[0] for r in rows] == ["cam-000", "cam-001"]
             browser.get(f"{url}/")
-            browser.save_screenshot(str(DOCS / "hub-fleet.png"))
+            browser.save_screenshot(str(pictures / "hub-fleet.png"))
 
         await asyncio.to_thread(fleet_table)
 
@@ -108,10 +120,10 @@ async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) ->
             _await_text(browser, "#state", "succeeded")
             statuses = [r.text for r in browser.find_elements("css selector", "#outcomes tbody tr")]
             assert len(statuses) == 4 and all("succeeded" in s for s in statuses)
-            browser.save_screenshot(str(DOCS / "hub-deployment.png"))
+            browser.save_screenshot(str(pictures / "hub-deployment.png"))
             browser.get(f"{url}/ui/devices/dev-001")
             assert browser.find_element("css selector", "#temperature").is_displayed()
             assert "81.0" in browser.page_source
-            browser.save_screenshot(str(DOCS / "hub-device.png"))
+            browser.save_screenshot(str(pictures / "hub-device.png"))
 
         await asyncio.to_thread(deployment_done)
