@@ -12,6 +12,33 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+# The loop holds tasks only weakly: a task nobody references can be collected mid-run.
+_running: set[asyncio.Task[Any]] = set()
+
+
+def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
+    """Start a background task whose death is logged, with its traceback, when it happens.
+
+    A task that raises keeps its exception until someone awaits it; one kept in a list and
+    cancelled at shutdown never is, so it dies in silence (issue 21: the governor bench's
+    recorder died on an AttributeError and the run only said it was "too short"). The task is
+    held here until it ends; an owner may still keep, cancel or await it (awaiting re-raises
+    the same exception). Cancellation is how background tasks are stopped, so it is not logged.
+    """
+    task = asyncio.get_running_loop().create_task(coro, name=name)
+    _running.add(task)
+    task.add_done_callback(_ended)
+    return task
+
+
+def _ended(task: asyncio.Task[Any]) -> None:
+    _running.discard(task)
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        log.error("background task %s died", task.get_name(), exc_info=error)
+
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout_s: float = 10.0) -> None:
     """Cancel background tasks and wait for them, but never longer than ``timeout_s``.

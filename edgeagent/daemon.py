@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from edgeagent import __version__
+from edgeagent.aio import spawn
 from edgeagent.api.http import create_app
 from edgeagent.api.listeners import (
     GuardedSite,
@@ -231,7 +232,7 @@ class Daemon:
         The watchdog pings from the start: loading runs on worker threads, so the event loop is
         free to ping, and a slow first probe is not mistaken for a hang.
         """
-        self._background.append(asyncio.create_task(self.notifier.watchdog_loop()))
+        self._background.append(spawn(self.notifier.watchdog_loop(), name="watchdog"))
         self.notifier.status("loading models")
         for directory in package_dirs(self.config):
             self._seeded[self.registry.add(directory)] = directory
@@ -375,7 +376,7 @@ class Daemon:
 
     def _reload_soon(self) -> None:
         """The SIGHUP handler: reload in a task (serialised by ``reload``'s lock)."""
-        self._background.append(asyncio.create_task(self.reload()))
+        self._background.append(spawn(self.reload(), name="reload"))
 
     # ---- listeners ---------------------------------------------------------------------------
 

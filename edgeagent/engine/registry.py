@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeagent.aio import spawn
 from edgeagent.engine.canary import PROMOTED, Canary, CanaryPolicy, CanaryVerdict
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.serving import LoadedModel
@@ -336,7 +337,7 @@ class ModelRegistry:
         if entry.loaded.get(model.version) is model:
             del entry.loaded[model.version]
         log.info("model %s: version %s retired (%s)", entry.name, model.version, why)
-        task = asyncio.get_running_loop().create_task(self._close(model))
+        task = spawn(self._close(model), name=f"close:{entry.name}:{model.version}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 

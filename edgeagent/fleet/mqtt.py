@@ -34,6 +34,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from edgeagent.aio import spawn
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 
@@ -167,7 +168,7 @@ class MqttLink:
                 await client.subscribe(topic, qos=1)
             self.connected.set()
             log.info("MQTT connected to %s as %s", self.status()["broker"], self.client_id)
-            sender = asyncio.create_task(self._send_loop(client))
+            sender = spawn(self._send_loop(client), name="mqtt-send")
             try:
                 async for message in client.messages:
                     await self._dispatch(message)

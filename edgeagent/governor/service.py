@@ -19,6 +19,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from edgeagent.aio import spawn
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.engine.load import LoadSource
 from edgeagent.governor.actions import active_actions, effective_duty, serving_limits
@@ -237,12 +238,11 @@ class GovernorService:
             return
         if self.simulator is not None:
             heat_source = EngineLoad(self._load).sample  # the engine's real busy fraction
-            self._tasks.append(
-                asyncio.create_task(self.simulator.run(heat_source, self.settings.interval_s / 2))
-            )
+            simulation = self.simulator.run(heat_source, self.settings.interval_s / 2)
+            self._tasks.append(spawn(simulation, name="thermal-simulator"))
         await self._step()  # limits reflect the sensors before the first request is served
         self._log_sensors()
-        self._tasks.append(asyncio.create_task(self._loop()))
+        self._tasks.append(spawn(self._loop(), name="governor"))
 
     def _log_sensors(self) -> None:
         """Say once at start what the governor can see, so a blind governor is no surprise."""

@@ -48,7 +48,7 @@ import aiohttp
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from edgeagent.aio import cancel_and_wait
+from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.engine.canary import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet.manifest import (
@@ -774,8 +774,8 @@ class UpdateService:
                 release, result, f"recovered_{self.recovery.outcome}", self.recovery.reason
             )
         self._tasks = [
-            asyncio.create_task(self.link.run(), name="mqtt-link"),
-            asyncio.create_task(self.updater.run(), name="update-worker"),
+            spawn(self.link.run(), name="mqtt-link"),
+            spawn(self.updater.run(), name="update-worker"),
         ]
 
     async def stop(self) -> None:
