@@ -1,4 +1,4 @@
-"""Every config key is documented once, in code, and the README's reference is that text."""
+"""Every config key is documented once, in code, and the docs' reference page is that text."""
 
 from __future__ import annotations
 
@@ -18,11 +18,15 @@ REFERENCE = re.compile(
 )
 
 
-def test_the_readme_reference_is_generated_from_the_settings_classes() -> None:
-    found = REFERENCE.search((REPO / "README.md").read_text(encoding="utf-8"))
-    assert found, "README.md lacks the config reference markers"
+REFERENCE_PAGE = REPO / "docs" / "configuration" / "reference.md"
+
+
+def test_the_docs_reference_is_generated_from_the_settings_classes() -> None:
+    found = REFERENCE.search(REFERENCE_PAGE.read_text(encoding="utf-8"))
+    assert found, f"{REFERENCE_PAGE.relative_to(REPO)} lacks the config reference markers"
     assert found.group(1) == render_markdown(), (
-        "README config reference is stale: regenerate it with `edgeagent config show --markdown`"
+        f"{REFERENCE_PAGE.relative_to(REPO)} is stale: regenerate the part between its markers "
+        "with `edgeagent config show --markdown`"
     )
 
 
