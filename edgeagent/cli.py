@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from edgeagent import __version__
+from edgeagent import __version__, logs
 
 # name -> (module, the one-line help ``edgeagent --help`` shows). Each module defines
 # register(subparsers), which adds the parser ``name`` (with this same help: a test keeps the
@@ -96,9 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(arguments)
     args = parser.parse_args(arguments)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING, format=log_format()
-    )
+    logs.configure(logging.DEBUG if args.verbose else logging.WARNING, log_format())
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.logs import native_output
 from edgeagent.runtimes.base import (
     InferenceError,
     LoadRequest,
@@ -189,22 +190,21 @@ class LiteRTRuntime(Runtime):
         model, content = found
         source = {"model_path": str(model)} if content is None else {"model_content": content}
         device = request.device.upper()
-        delegates = []
-        if device in ("EDGETPU", "DELEGATE"):
-            delegates.append(self._load_delegate(device, request.options))
-        elif device != "CPU":
+        if device not in ("CPU", "EDGETPU", "DELEGATE"):
             raise RuntimeLoadError(
                 f"LiteRT has no device {request.device!r} (CPU, EDGETPU, DELEGATE)"
             )
-        try:
-            interpreter = _interpreter.Interpreter(
-                **source,
-                num_threads=request.threads or default_threads(),
-                experimental_delegates=delegates or None,
-            )
-            interpreter.allocate_tensors()
-        except (RuntimeError, ValueError) as exc:
-            raise RuntimeLoadError(f"LiteRT could not load {model.name}: {exc}") from exc
+        with native_output("litert"):  # "INFO: Created TensorFlow Lite XNNPACK delegate …"
+            delegates = [] if device == "CPU" else [self._load_delegate(device, request.options)]
+            try:
+                interpreter = _interpreter.Interpreter(
+                    **source,
+                    num_threads=request.threads or default_threads(),
+                    experimental_delegates=delegates or None,
+                )
+                interpreter.allocate_tensors()
+            except (RuntimeError, ValueError) as exc:
+                raise RuntimeLoadError(f"LiteRT could not load {model.name}: {exc}") from exc
         return LiteRTSession(interpreter, request, device)
 
     @staticmethod

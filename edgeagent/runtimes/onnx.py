@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.logs import native_output
 from edgeagent.runtimes.base import (
     InferenceError,
     LoadRequest,
@@ -172,7 +173,8 @@ class OnnxRuntime(Runtime):
             # From memory when sealed; options.optimized_model_filepath stays unset either way,
             # so onnxruntime never writes the (optimised) model back to disk.
             source = content if content is not None else str(model)
-            session = ort.InferenceSession(source, sess_options=options, providers=providers)
+            with native_output("onnxruntime"):  # a provider that fails to initialise says why
+                session = ort.InferenceSession(source, sess_options=options, providers=providers)
         except Exception as exc:
             raise RuntimeLoadError(f"onnxruntime could not load {model.name}: {exc}") from exc
         actual = session.get_providers()[0]

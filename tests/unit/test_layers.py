@@ -27,7 +27,18 @@ LAYERS: list[set[str]] = [
     {"hardware"},
     {"models"},
     {"runtimes"},
-    {"sections", "paths", "fsutil", "aio", "sdnotify", "heap", "netaddr", "_toml", "__init__"},
+    {
+        "sections",
+        "paths",
+        "fsutil",
+        "aio",
+        "sdnotify",
+        "heap",
+        "netaddr",
+        "logs",
+        "_toml",
+        "__init__",
+    },
 ]
 RANK = {unit: depth for depth, layer in enumerate(LAYERS) for unit in layer}
 
