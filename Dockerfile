@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # edgeagent as a container: the same scripts/install-device.sh a board runs (--container: no
-# systemd unit), on a slim Python base, as a non-root user.
+# systemd unit), on a slim Python base. The agent runs as the non-root user edgeagent: the
+# entrypoint (deploy/container/entrypoint.sh) starts as root only to give it /run/edgeagent and
+# /var/lib/edgeagent (a bind-mounted host directory is root's), then drops to it with setpriv.
 #
 #   docker build -t edgeagent .                                   # extras: litert,openvino
 #   docker build -t edgeagent --build-arg EXTRAS=litert .         # a Raspberry Pi / RK3588
@@ -31,6 +33,7 @@ RUN useradd --system --user-group --home-dir /var/lib/edgeagent --no-create-home
  && install -d -o edgeagent -g edgeagent -m 0750 /var/lib/edgeagent /run/edgeagent /models
 COPY --from=build /dist /dist
 COPY scripts/install-device.sh /usr/local/sbin/install-device.sh
+COPY deploy/container/entrypoint.sh /usr/local/sbin/edgeagent-entrypoint
 RUN install-device.sh --container --source /dist/edgeagent-*.whl --extras "$EXTRAS" \
       ${ONNXRUNTIME:+--onnxruntime "$ONNXRUNTIME"} --pip-args "--no-cache-dir" \
  && rm -rf /dist
@@ -40,15 +43,19 @@ ENV PATH=/opt/edgeagent/bin:$PATH \
     STATE_DIRECTORY=/var/lib/edgeagent \
     RUNTIME_DIRECTORY=/run/edgeagent \
     EDGEAGENT_MODELS_DIR=/models \
+    EDGEAGENT_USER=edgeagent \
     PYTHONUNBUFFERED=1
 VOLUME ["/models", "/var/lib/edgeagent", "/run/edgeagent"]
 # TCP listens on the container's loopback unless the mounted /etc/edgeagent/agent.toml sets
 # tcp_host = "0.0.0.0" and a token (the agent refuses a non-loopback listener without one).
 EXPOSE 8080
-USER edgeagent
+# No USER: the entrypoint drops to $EDGEAGENT_USER after preparing the directories (with
+# `docker run --user edgeagent` it prepares nothing, and they must already be writable).
 WORKDIR /var/lib/edgeagent
+# Over the Unix socket, which needs no token (TCP answers 401 without one under the default
+# config); exit 0 ready, 1 not (edgeagent health --help).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
-  CMD ["/opt/edgeagent/bin/python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/v2/health/ready', timeout=4)"]
+  CMD ["/opt/edgeagent/bin/edgeagent", "health"]
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["/opt/edgeagent/bin/edgeagent"]
+ENTRYPOINT ["/usr/local/sbin/edgeagent-entrypoint", "/opt/edgeagent/bin/edgeagent"]
 CMD ["run"]

@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "edgeagent.commands.status",
         "summarise a running agent: board, models and backends, governor, updates",
     ),
+    "health": (
+        "edgeagent.commands.health",
+        "exit 0 when the running agent is ready to serve, 1 otherwise (for health checks)",
+    ),
     "profile": (
         "edgeagent.commands.profile",
         "show the detected board, every accelerator candidate and the choice per model",

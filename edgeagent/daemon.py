@@ -43,6 +43,7 @@ from edgeagent.api.listeners import (
     tcp_site,
     unix_site,
 )
+from edgeagent.api.secret_files import exposures, secret_files
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
@@ -106,7 +107,12 @@ def package_dirs(config: Config) -> list[Path]:
 class Daemon:
     """Builds and runs every part of the agent (see the module docstring)."""
 
-    def __init__(self, config: Config, reread: Callable[[], Config] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        reread: Callable[[], Config] | None = None,
+        config_file: Path | None = None,  # the file ``config`` came from, checked for exposure
+    ) -> None:
         limit_arenas()  # before the worker and runtime threads exist
         self.config = config
         self._reread = reread  # SIGHUP: the config as the file now says (None: keep this one)
@@ -124,6 +130,9 @@ class Daemon:
             self.device_key = open_device_key(config.agent.state_dir)
         except DeviceKeyError as exc:
             raise StartupError(str(exc)) from exc
+        secrets = secret_files(config_file, config.server, config.mqtt, config.agent.state_dir)
+        for line in exposures(secrets, os.getegid()):  # a warning: the fix is one chmod
+            log.warning("%s", line)
         # `fastest` keeps to the profile's power budget with the governor's power sensors.
         self.accelerators = Accelerators(
             config.hardware,
@@ -479,8 +488,14 @@ def _claim_socket_path(path: Path) -> None:
     as /tmp itself is accepted: nobody else can remove or rename our socket there.
     """
     directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    except PermissionError as exc:
+        missing = Path(exc.filename or directory)
+        raise StartupError(_unwritable(missing.parent, f"create {missing} in")) from exc
     _check_directory(directory)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StartupError(_unwritable(directory, "create its socket in"))
     if not path.exists() and not path.is_symlink():
         return
     if not path.is_socket():
@@ -496,6 +511,19 @@ def _claim_socket_path(path: Path) -> None:
         raise StartupError(f"{path}: another edgeagent is already listening there")
     finally:
         probe.close()
+
+
+def _unwritable(directory: Path, what: str) -> str:
+    """What to do when the agent may not write the socket's directory (a container whose
+    bind-mounted /run/edgeagent the engine created as root 0755, a RuntimeDirectory= lost)."""
+    info = directory.stat()
+    return (
+        f"cannot {what} {directory}: it belongs to uid {info.st_uid} with mode "
+        f"{stat.S_IMODE(info.st_mode):04o}, and this agent runs as uid {os.geteuid()}. Give it "
+        f"to the agent (chown {os.geteuid()}:{os.getegid()} {directory}; the container image's "
+        "entrypoint does this when the container starts as root, so do not pass --user), or "
+        "put the socket elsewhere ([server] unix_socket, --socket)"
+    )
 
 
 def _check_directory(directory: Path) -> None:

@@ -12,12 +12,17 @@
 #      reads another tree's /proc, /sys, /dev, as the tests do) and the extras
 #      its profile's candidates need (litert, openvino) installed; --extras overrides;
 #      --onnxruntime replaces the PyPI onnxruntime (e.g. Jetson's CUDA/TensorRT build);
-#   3. /etc/edgeagent/agent.toml from the package's agent.example.toml (never overwritten);
-#   4. `edgeagent config check` of that file (a bad file stops the install, exit 2);
-#   5. unless --container: the unit, the sysusers file, and the drop-in 10-install.conf with the
-#      supplementary groups that exist here (render, video, …) and IPAddressAllow= for the broker
-#      and hub (--allow-ip, plus [mqtt] host resolved now); then systemd-sysusers, daemon-reload
-#      and `enable --now` (skipped with --root or --no-start).
+#   3. unless --container (the image makes it): the sysusers file and systemd-sysusers, so the
+#      user and group edgeagent exist before any file is given to them (skipped with --root);
+#   4. /etc/edgeagent/agent.toml from the package's agent.example.toml (never overwritten), mode
+#      0640 root:edgeagent: it may hold [server] token, which only the agent may read (an
+#      existing file is tightened to that mode too);
+#   5. `edgeagent config check` of that file (a bad file stops the install, exit 2), and each
+#      [server] token_file / admin_token_file it names set to 0640 root:edgeagent;
+#   6. unless --container: the unit and the drop-in 10-install.conf with the supplementary
+#      groups that exist here (render, video, …) and IPAddressAllow= for the broker and hub
+#      (--allow-ip, plus [mqtt] host resolved now); then daemon-reload and `enable --now`
+#      (skipped with --root or --no-start).
 # Exit status: 0 installed; 2 bad arguments or config; 1 a step failed.
 set -euo pipefail
 
@@ -90,6 +95,33 @@ write_file() {
   fi
 }
 
+# The group edgeagent's id on the target system, or nothing before it exists (numeric: with
+# --root, the names of this machine are not the target's).
+agent_gid() {
+  if [[ -n "$ROOT" ]]; then
+    [[ ! -f "$ROOT/etc/group" ]] || awk -F: '$1 == "edgeagent" { print $3 }' "$ROOT/etc/group"
+  else
+    getent group edgeagent | cut -d: -f3
+  fi
+}
+
+# A file holding a secret: mode 0640, owner root, group edgeagent (the agent reads it, nobody
+# else). Where the group or the right to give files away is missing, say what to run later.
+secure_file() {
+  local path="$1" gid
+  step chmod 0640 "$path"
+  gid="$(agent_gid || true)"
+  if ((DRY_RUN)) && [[ -z "$gid" ]]; then
+    echo "+ chown root:edgeagent $path"
+  elif [[ -z "$gid" ]]; then
+    echo "note: no group edgeagent in ${ROOT:-this system} yet: once systemd-sysusers has made it, run chown root:edgeagent $path"
+  elif ((EUID != 0)); then
+    echo "note: not root, so $path keeps its owner: run chown root:edgeagent $path"
+  else
+    step chown "0:$gid" "$path"
+  fi
+}
+
 # A file shipped inside the installed package (edgeagent/paths.py shipped()).
 shipped() {
   "$PREFIX/bin/python" -c 'import sys; from edgeagent.paths import shipped; print(shipped(sys.argv[1]))' "$1"
@@ -148,29 +180,56 @@ else
     | write_file "$PREFIX/README.md" 0644
 fi
 
-# ---- 3. config ------------------------------------------------------------------------------
-if [[ -e "$CONFIG" ]]; then
-  echo "keeping existing $CONFIG"
-elif ((DRY_RUN)) && [[ ! -x "$AGENT" ]]; then
-  echo "+ write $CONFIG from the package's agent.example.toml (mode 0644)"
-else
-  write_file "$CONFIG" 0644 <"$(shipped agent.example.toml)"
+# ---- 3. the agent's user and group -----------------------------------------------------------
+if ! ((CONTAINER)); then
+  if ((DRY_RUN)) && [[ ! -x "$AGENT" ]]; then
+    echo "+ install the package's systemd/edgeagent.sysusers to $SYSUSERS"
+  else
+    write_file "$SYSUSERS" 0644 <"$(shipped systemd/edgeagent.sysusers)"
+  fi
+  if [[ -z "$ROOT" ]]; then
+    step systemd-sysusers "$SYSUSERS"
+  else
+    echo "skipped with --root: systemd-sysusers $SYSUSERS (on the device: makes the user edgeagent)"
+  fi
 fi
 
-# ---- 4. config check ------------------------------------------------------------------------
+# ---- 4. config ------------------------------------------------------------------------------
+if [[ -e "$CONFIG" ]]; then
+  echo "keeping existing $CONFIG"
+  secure_file "$CONFIG"
+elif ((DRY_RUN)) && [[ ! -x "$AGENT" ]]; then
+  echo "+ write $CONFIG from the package's agent.example.toml (mode 0640)"
+  secure_file "$CONFIG"
+else
+  write_file "$CONFIG" 0640 <"$(shipped agent.example.toml)"
+  secure_file "$CONFIG"
+fi
+
+# ---- 5. config check, token files -------------------------------------------------------------
 if ! ((DRY_RUN)) || [[ -x "$AGENT" && -e "$CONFIG" ]]; then
   echo "+ $AGENT config check $CONFIG"
   "$AGENT" config check "$CONFIG" || die "$CONFIG is not valid: fix the lines above, then rerun" 2
+  while read -r token_file; do
+    if [[ -e "$ROOT$token_file" ]]; then secure_file "$ROOT$token_file"; fi
+  done < <("$PREFIX/bin/python" -c '
+import sys
+from edgeagent._toml import tomllib
+with open(sys.argv[1], "rb") as f:
+    server = tomllib.load(f).get("server", {})
+for key in ("token_file", "admin_token_file"):
+    if key in server:
+        print(server[key])' "$CONFIG")
+else
+  echo "+ $AGENT config check $CONFIG; then chmod 0640, chown root:edgeagent each [server] token_file / admin_token_file it names"
 fi
 ((CONTAINER)) && { echo "installed into $PREFIX (container: no systemd unit)"; exit 0; }
 
-# ---- 5. systemd -----------------------------------------------------------------------------
+# ---- 6. systemd -----------------------------------------------------------------------------
 if ((DRY_RUN)) && [[ ! -x "$AGENT" ]]; then
   echo "+ install the package's systemd/edgeagent.service to $UNIT_DIR/edgeagent.service"
-  echo "+ install the package's systemd/edgeagent.sysusers to $SYSUSERS"
 else
   write_file "$UNIT_DIR/edgeagent.service" 0644 <"$(shipped systemd/edgeagent.service)"
-  write_file "$SYSUSERS" 0644 <"$(shipped systemd/edgeagent.sysusers)"
 fi
 
 groups=()
@@ -212,13 +271,15 @@ fi
   fi
 } | write_file "$DROPIN" 0644
 
-if ((DRY_RUN)); then
-  echo "dry run: nothing was changed"
-elif ((START)); then
-  step systemd-sysusers "$SYSUSERS"
+if ((START)); then
   step systemctl daemon-reload
   step systemctl enable --now edgeagent
-  echo "installed and started: systemctl status edgeagent; edgeagent status"
+fi
+if ((DRY_RUN)); then
+  ((START)) || echo "not started (--root or --no-start): systemctl daemon-reload; systemctl enable --now edgeagent"
+  echo "dry run: nothing was changed"
+elif ((START)); then
+  echo "installed and started: systemctl status edgeagent; edgeagent health; edgeagent status"
 else
   echo "installed into ${ROOT:-/} (not started: start with systemctl enable --now edgeagent)"
 fi

@@ -7,10 +7,17 @@ The engine's keys share the [server] table for compatibility and live in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
 from edgeagent.aio import uvloop_installed
+from edgeagent.api.secret_files import (
+    ADMIN_TOKEN_CREDENTIAL,
+    TOKEN_CREDENTIAL,
+    credential,
+    read_secret,
+)
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_socket_path
 from edgeagent.sections import computed_setting, require, setting
@@ -43,6 +50,17 @@ class ServerSettings:
     token: str = setting("", "bearer token for TCP requests; unset = TCP refuses everyone")
     admin_token: str = setting(
         "", "bearer token for repository load/unload over TCP; unset = Unix socket only"
+    )
+    token_file: Path | None = computed_setting(
+        partial(credential, TOKEN_CREDENTIAL),
+        "file holding the token (whitespace stripped), read at start, instead of token; "
+        f"default: the systemd credential {TOKEN_CREDENTIAL} when the unit passes one "
+        "(LoadCredential=), else unset",
+    )
+    admin_token_file: Path | None = computed_setting(
+        partial(credential, ADMIN_TOKEN_CREDENTIAL),
+        "file holding the admin token, read at start, instead of admin_token; default: the "
+        f"systemd credential {ADMIN_TOKEN_CREDENTIAL} when the unit passes one, else unset",
     )
     allowed_hosts: list[str] = computed_setting(
         list, "extra Host header names the TCP listener answers to (DNS rebinding guard)"
@@ -88,6 +106,31 @@ class ServerSettings:
         "on a thread of the daemon",
         "bytes",
     )
+
+    def __post_init__(self) -> None:
+        """Read each token file into its token, so every listener sees one token either way.
+
+        Construction is where the file is read (once per config load or reload, like the
+        config itself); a copy made with ``dataclasses.replace`` reads it again and finds the
+        same token it already holds, so only a token written both in the config and in a
+        file is refused.
+        """
+        for key in ("token", "admin_token"):
+            path: Path | None = getattr(self, f"{key}_file")
+            if path is None:
+                continue
+            secret = read_secret(path, "server", f"{key}_file")
+            if secret is None:
+                continue
+            inline = getattr(self, key)
+            require(
+                not inline or inline == secret,
+                "server",
+                key,
+                f"is set here and in {key}_file ({path}): keep one (the file keeps it out of "
+                "this config)",
+            )
+            object.__setattr__(self, key, secret)
 
     def validate(self) -> None:
         require(0 <= self.tcp_port <= 65535, "server", "tcp_port", "must be 0..65535")

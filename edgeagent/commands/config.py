@@ -13,6 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from edgeagent.api.secret_files import agent_group, exposures, secret_files
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import (
     DEFAULT_CONFIG_PATH,
@@ -103,8 +104,18 @@ def run_check(args: argparse.Namespace) -> int:
     if problems:
         return EXIT_INVALID
     source = args.file or (DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None)
+    for warning in exposed_secrets(source):  # usable, so ok; but say who else reads the secrets
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"{source}: ok" if source else "no config file: the built-in defaults apply: ok")
     return 0
+
+
+def exposed_secrets(source: Path | None) -> list[str]:
+    """A line for each file of the (valid) config at ``source`` that holds a secret others
+    can read: checked against the agent's group, since the check runs as root or an operator."""
+    config = load_config(source)
+    files = secret_files(source, config.server, config.mqtt, config.agent.state_dir)
+    return exposures(files, agent_group())
 
 
 def _toml_value(value: Any, unit: str) -> str:

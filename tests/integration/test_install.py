@@ -55,10 +55,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A --root install for a Raspberry Pi 5 (fixture board) whose /etc/group has only render."""
+    """A --root install for a Raspberry Pi 5 (fixture board) whose /etc/group has render (of the
+    optional groups) and edgeagent."""
     root = tmp_path_factory.mktemp("root")
     (root / "etc").mkdir()
-    (root / "etc" / "group").write_text("root:x:0:\nrender:x:107:\n")
+    (root / "etc" / "group").write_text("root:x:0:\nrender:x:107:\nedgeagent:x:998:\n")
     result = subprocess.run(
         ["bash", str(SCRIPT), "--root", str(root), "--source", str(wheel),
          "--board-root", str(BOARDS / "raspberry-pi-5"), "--allow-ip", "192.0.2.10"],
@@ -116,6 +117,10 @@ def test_the_script_wrote_venv_unit_sysusers_config_and_drop_in(installed) -> No
     assert (root / "etc/edgeagent/agent.toml").read_text() == (
         shipped / "agent.example.toml"
     ).read_text()
+    config = (root / "etc/edgeagent/agent.toml").stat()
+    assert oct(config.st_mode & 0o777) == "0o640"  # it may hold [server] token
+    if os.geteuid() == 0:  # the target's group edgeagent, by its number there
+        assert (config.st_uid, config.st_gid) == (0, 998)
     dropin = (root / "etc/systemd/system/edgeagent.service.d/10-install.conf").read_text()
     assert "SupplementaryGroups=render\n" in dropin  # video does not exist in this root
     assert "IPAddressAllow=192.0.2.10\n" in dropin
@@ -173,6 +178,32 @@ def test_dry_run_prints_every_step_and_changes_nothing(tmp_path: Path) -> None:
                  "sysusers", "10-install.conf", "nothing was changed"):  # fmt: skip
         assert step in result.stdout, step
     assert not (tmp_path / "r").exists()
+
+
+def test_dry_run_on_the_device_prints_the_user_the_secrets_and_the_start(tmp_path: Path) -> None:
+    """No --root: what a board's install would do, down to `enable --now`, changing nothing."""
+    before = {p: p.exists() for p in (Path("/opt/edgeagent"), Path("/etc/edgeagent/agent.toml"))}
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run", "--source", "x.whl", "--extras", ""],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    expected = [
+        "+ systemd-sysusers /usr/lib/sysusers.d/edgeagent.conf",
+        "+ chmod 0640 /etc/edgeagent/agent.toml",
+        "+ systemctl daemon-reload",
+        "+ systemctl enable --now edgeagent",
+        "dry run: nothing was changed",
+    ]
+    if not before[Path("/etc/edgeagent/agent.toml")]:
+        expected.insert(1, "+ write /etc/edgeagent/agent.toml from the package's "
+                        "agent.example.toml (mode 0640)")  # fmt: skip
+    found = [line for line in lines if line in expected]
+    assert found == expected, result.stdout  # each step, in the order it would run
+    assert any(line.startswith("+ chown ") and "agent.toml" in line for line in lines)
+    assert "token_file" in result.stdout  # the token files it would tighten
+    assert {p: p.exists() for p in before} == before
 
 
 def test_an_unknown_argument_is_exit_2(tmp_path: Path) -> None:

@@ -112,3 +112,13 @@ def test_security_exposure_is_at_most_the_recorded_score(tmp_path: Path):
             result.stdout.rsplit("exposure level for edgeagent.service:", 1)[1].split()[0]
         )
         assert score <= limit, result.stdout
+
+
+def test_the_unit_shows_how_to_pass_the_tokens_as_credentials():
+    """Commented LoadCredential= lines whose names are the ones the agent reads."""
+    from edgeagent.api.secret_files import ADMIN_TOKEN_CREDENTIAL, TOKEN_CREDENTIAL
+
+    text = UNIT.read_text()
+    for name in (TOKEN_CREDENTIAL, ADMIN_TOKEN_CREDENTIAL):
+        assert f"\n#LoadCredential={name}:/etc/edgeagent/" in text, name
+    assert "LoadCredential" not in directives(text)  # shown, not imposed
