@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 import sys
 import tempfile
@@ -28,7 +29,7 @@ import psutil
 from edgeagent.models.package import load_package
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> dict:
     package = load_package(args.model)
     spec = package.inputs[0]
     shape = [1 if d == -1 else d for d in spec.shape]
@@ -67,21 +68,45 @@ async def run(args: argparse.Namespace) -> None:
             for daemon in daemons.values():
                 daemon.process.terminate()
                 daemon.process.wait()
-    print(
-        f"{args.mode}, c={args.concurrency}, {args.rounds} alternating rounds of {args.seconds} s"
-    )
-    for name, lines in (("A", args.a), ("B", args.b)):
-        print(
-            f"  {name} [{lines or 'defaults'}]: {statistics.median(rates[name]):.1f} req/s, "
-            f"{statistics.median(cpus[name]):.2f} ms CPU/req "
-            f"(rounds: {', '.join(f'{r:.1f}' for r in rates[name])})"
-        )
     pairs = [b / a for a, b in zip(rates["A"], rates["B"], strict=True)]
     cpu_pairs = [b / a for a, b in zip(cpus["A"], cpus["B"], strict=True)]
-    print(
-        f"  B/A: req/s {statistics.median(pairs):.3f} (paired rounds: "
-        f"{', '.join(f'{p:.2f}' for p in pairs)}), CPU/req {statistics.median(cpu_pairs):.3f}"
+    return {
+        "mode": args.mode,
+        "concurrency": args.concurrency,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "daemons": {
+            name: {
+                "server": lines,
+                "requests_per_s": statistics.median(rates[name]),
+                "cpu_ms_per_request": statistics.median(cpus[name]),
+                "rounds_requests_per_s": rates[name],
+            }
+            for name, lines in (("A", args.a), ("B", args.b))
+        },
+        "b_over_a_requests_per_s": statistics.median(pairs),
+        "paired_b_over_a": pairs,
+        "b_over_a_cpu_per_request": statistics.median(cpu_pairs),
+    }
+
+
+def report(result: dict) -> str:
+    lines = [
+        f"{result['mode']}, c={result['concurrency']}, {result['rounds']} alternating rounds "
+        f"of {result['seconds']} s"
+    ]
+    for name, daemon in result["daemons"].items():
+        lines.append(
+            f"  {name} [{daemon['server'] or 'defaults'}]: {daemon['requests_per_s']:.1f} req/s, "
+            f"{daemon['cpu_ms_per_request']:.2f} ms CPU/req "
+            f"(rounds: {', '.join(f'{r:.1f}' for r in daemon['rounds_requests_per_s'])})"
+        )
+    lines.append(
+        f"  B/A: req/s {result['b_over_a_requests_per_s']:.3f} (paired rounds: "
+        f"{', '.join(f'{p:.2f}' for p in result['paired_b_over_a'])}), "
+        f"CPU/req {result['b_over_a_cpu_per_request']:.3f}"
     )
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -89,7 +114,10 @@ def main() -> int:
     parser = bench_serving.one_path_options(description, seconds=5.0, rounds=8)
     parser.add_argument("--a", required=True, help="extra [server] lines of daemon A")
     parser.add_argument("--b", required=True, help="extra [server] lines of daemon B")
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    print(json.dumps(result, indent=2) if args.json else report(result))
     return 0
 
 

@@ -9,13 +9,14 @@ first). When the machine is well below all cores busy at high concurrency, reque
 serial step rather than on CPU.
 
     python scripts/bench_busy.py                                 # v2 JSON, c=16, 3 rounds of 8 s
-    python scripts/bench_busy.py --mode "v2 binary" --concurrency 4 --seconds 5
+    python scripts/bench_busy.py --mode "v2 binary" --concurrency 4 --seconds 5 --json
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -39,7 +40,7 @@ def thread_seconds(process: psutil.Process) -> dict[int, float]:
     return {t.id: t.user_time + t.system_time for t in process.threads()}
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace) -> dict:
     package = load_package(args.model)
     spec = package.inputs[0]
     shape = [1 if d == -1 else d for d in spec.shape]
@@ -58,10 +59,18 @@ async def run(args: argparse.Namespace) -> None:
             )
             await measure(2.0)  # warm-up: threads started, arenas grown
             served = psutil.Process(daemon.process.pid)
-            print(
-                f"{args.mode}, c={args.concurrency}, {cores} cores, intra-op threads "
-                f"{args.threads or cores}"
-            )
+            result: dict = {
+                "mode": args.mode,
+                "concurrency": args.concurrency,
+                "cores": cores,
+                "threads": args.threads or cores,
+                "rounds": [],
+            }
+            if not args.json:
+                print(
+                    f"{args.mode}, c={args.concurrency}, {cores} cores, intra-op threads "
+                    f"{result['threads']}"
+                )
             for _ in range(args.rounds):
                 all_before, idle_before = machine_times()
                 threads_before = thread_seconds(served)
@@ -78,23 +87,37 @@ async def run(args: argparse.Namespace) -> None:
                     ),
                     reverse=True,
                 )
-                client = 1e3 * (time.process_time() - client_before) / requests
-                print(
-                    f"  {len(latencies) / elapsed:6.1f} req/s, {errors} errors; machine busy "
-                    f"{100 * busy * cores:.0f} % of {100 * cores}; daemon "
-                    f"{sum(per_thread):.2f} ms/req over its threads "
-                    f"[{', '.join(f'{ms:.2f}' for ms in per_thread if ms >= 0.05)}]; "
-                    f"client {client:.2f} ms/req"
-                )
+                row = {
+                    "requests_per_s": len(latencies) / elapsed,
+                    "errors": errors,
+                    "machine_busy_pct": 100 * busy * cores,
+                    "daemon_ms_per_request": sum(per_thread),
+                    "daemon_thread_ms_per_request": [ms for ms in per_thread if ms >= 0.05],
+                    "client_ms_per_request": 1e3 * (time.process_time() - client_before) / requests,
+                }
+                result["rounds"].append(row)
+                if not args.json:
+                    print(
+                        f"  {row['requests_per_s']:6.1f} req/s, {errors} errors; machine busy "
+                        f"{row['machine_busy_pct']:.0f} % of {100 * cores}; daemon "
+                        f"{row['daemon_ms_per_request']:.2f} ms/req over its threads "
+                        f"[{', '.join(f'{ms:.2f}' for ms in row['daemon_thread_ms_per_request'])}]"
+                        f"; client {row['client_ms_per_request']:.2f} ms/req"
+                    )
         finally:
             daemon.process.terminate()
             daemon.process.wait()
+    return result
 
 
 def main() -> int:
     description = __doc__.split("\n\n")[0]
     parser = bench_serving.one_path_options(description, seconds=8.0, rounds=3)
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--json", action="store_true", help="print the rounds as JSON")
+    args = parser.parse_args()
+    result = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
     return 0
 
 

@@ -48,6 +48,7 @@ from bench_serving import (  # noqa: E402
 )
 
 from devtools.detection_scenes import HeldOut, load_heldout  # noqa: E402
+from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.models.detector import decode_row  # noqa: E402
 from edgeagent.models.package import ModelPackage, load_package  # noqa: E402
 from edgeagent.models.preprocess import prepare_image  # noqa: E402
@@ -196,7 +197,7 @@ async def run(args) -> list[dict]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=REPO / "zoo" / "shapes_grid_mnv2")
+    parser.add_argument("--model", type=Path, default=zoo_dir() / "shapes_grid_mnv2")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (median)")
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds per cell and round")
     parser.add_argument("--threads", type=int, default=1, help="[hardware] threads; 0 = all")

@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey  # noqa: E402
 
+from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.hub.sign import archive_package  # noqa: E402
 from edgeagent.models.package import WRAPPED_KEY, load_package, sealed_dir  # noqa: E402
 from edgeagent.models.sealed import Unsealer  # noqa: E402
@@ -60,16 +61,18 @@ def timed(work) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="mobilenet_v3_small", help="a zoo model")
+    parser.add_argument(
+        "--model", default="mobilenet_v3_small", help="a zoo model (in $EDGEAGENT_ZOO if set)"
+    )
     parser.add_argument("--variant", default="onnxruntime/fp32", help="runtime/precision")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     runtime_name, precision = args.variant.split("/")
     device = X25519PrivateKey.generate()
-    unsealer = Unsealer(device)
+    unsealer = Unsealer(lambda: device)
     with tempfile.TemporaryDirectory() as tmp:
-        plain = load_package(REPO / "zoo" / args.model)
+        plain = load_package(zoo_dir() / args.model)
         sealed = load_package(install_sealed(plain.root, Path(tmp) / "installed", device))
         plain_variant = plain.variant(runtime_name, precision)
         sealed_variant = sealed.variant(runtime_name, precision)

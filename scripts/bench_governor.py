@@ -31,17 +31,21 @@ from pathlib import Path
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from edgeagent.engine.errors import ServingError
-from edgeagent.engine.load import LoadCounter
-from edgeagent.engine.metrics import EngineMetrics
-from edgeagent.engine.registry import ModelRegistry
-from edgeagent.engine.serving import LoadedModel, ModelFactory
-from edgeagent.engine.settings import EngineSettings
-from edgeagent.governor.engine_load import EngineLoad
-from edgeagent.governor.service import GovernorService
-from edgeagent.governor.settings import GovernorSettings
-from edgeagent.hardware.profile import load_profiles
-from edgeagent.models.session import open_variant
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from devtools.background import WatchedTasks  # noqa: E402
+from edgeagent.engine.errors import ServingError  # noqa: E402
+from edgeagent.engine.load import LoadCounter  # noqa: E402
+from edgeagent.engine.metrics import EngineMetrics  # noqa: E402
+from edgeagent.engine.registry import ModelRegistry  # noqa: E402
+from edgeagent.engine.serving import LoadedModel, ModelFactory  # noqa: E402
+from edgeagent.engine.settings import EngineSettings  # noqa: E402
+from edgeagent.governor.engine_load import EngineLoad  # noqa: E402
+from edgeagent.governor.service import GovernorService  # noqa: E402
+from edgeagent.governor.settings import GovernorSettings  # noqa: E402
+from edgeagent.hardware.profile import load_profiles  # noqa: E402
+from edgeagent.models.session import open_variant  # noqa: E402
 
 LIMIT_C = 70.0
 
@@ -122,14 +126,15 @@ sha256 = {{ "{path.name}" = "{digest}" }}
 
 
 class Load:
-    """Open-loop arrivals at ``rate`` requests/s (the client does not wait for answers)."""
+    """Open-loop arrivals at ``rate`` requests/s (the client does not wait for answers); each
+    request is a watched task, so one that fails other than by refusal stops the bench."""
 
-    def __init__(self, model: LoadedModel, inputs: list[np.ndarray]) -> None:
+    def __init__(self, model: LoadedModel, inputs: list[np.ndarray], tasks: WatchedTasks) -> None:
         self.model = model
         self.inputs = inputs
+        self.tasks = tasks
         self.done = 0
         self.refused = 0
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def _one(self, index: int) -> None:
         try:
@@ -144,9 +149,7 @@ class Load:
         while (elapsed := time.monotonic() - start) < seconds:
             due = int(elapsed * rate) + 1
             while sent < due:
-                task = asyncio.create_task(self._one(sent))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self.tasks.spawn(self._one(sent), name=f"request {sent}")
                 sent += 1
             await asyncio.sleep(0.002)
 
@@ -195,48 +198,51 @@ async def run(args: argparse.Namespace) -> dict:
     sim = governor.simulator
     assert sim is not None
 
-    # Calibrate: the per-inference time with the device flat out, governor not yet running.
     probe = EngineLoad(engine_load)
-    calib = Load(model, inputs)
-    await calib.offer(rate=args.calibrate_rate, seconds=args.calibrate)
-    await asyncio.sleep(0.5)
-    probe.sample()
-    service_s = probe.batch_seconds or 0.0
-    if service_s <= 0:
-        raise SystemExit("calibration ran no batches; the machine is too loaded to measure")
-    u_star = sim.sustainable_utilisation(LIMIT_C)
-    best_rate = u_star / service_s
-    offered = args.offer * best_rate
-    if not args.json:
-        print(
-            f"per-inference time {service_s * 1e3:.2f} ms; sustainable utilisation {u_star:.2f} "
-            f"→ best constant rate {best_rate:.1f}/s; offering {offered:.1f}/s "
-            f"for {args.duration:.0f} s",
-            flush=True,
-        )
-
-    await governor.start()
-    load = Load(model, inputs)
     trace = Trace()
-    start = time.monotonic()
+    try:
+        async with WatchedTasks() as tasks:
+            # Calibrate: the per-inference time with the device flat out, governor not yet
+            # running.
+            calib = Load(model, inputs, tasks)
+            await calib.offer(rate=args.calibrate_rate, seconds=args.calibrate)
+            await asyncio.sleep(0.5)
+            probe.sample()
+            service_s = probe.batch_seconds or 0.0
+            if service_s <= 0:
+                raise SystemExit("calibration ran no batches; the machine is too loaded to measure")
+            u_star = sim.sustainable_utilisation(LIMIT_C)
+            best_rate = u_star / service_s
+            offered = args.offer * best_rate
+            if not args.json:
+                print(
+                    f"per-inference time {service_s * 1e3:.2f} ms; sustainable utilisation "
+                    f"{u_star:.2f} → best constant rate {best_rate:.1f}/s; offering "
+                    f"{offered:.1f}/s for {args.duration:.0f} s",
+                    flush=True,
+                )
 
-    async def record() -> None:
-        while True:
-            trace.t.append(time.monotonic() - start)
-            trace.temp.append(sim.temperature_c)
-            trace.done.append(load.done)
-            busy, batches = probe.totals()
-            trace.busy.append(busy)
-            trace.batches.append(batches)
-            trace.state.append(governor.policy.state.label)
-            await asyncio.sleep(0.25)
+            await governor.start()
+            load = Load(model, inputs, tasks)
+            start = time.monotonic()
 
-    recorder = asyncio.create_task(record())
-    await load.offer(rate=offered, seconds=args.duration)
-    recorder.cancel()
-    await governor.stop()
-    await registry.close()
-    executor.shutdown()
+            async def record() -> None:
+                while True:
+                    trace.t.append(time.monotonic() - start)
+                    trace.temp.append(sim.temperature_c)
+                    trace.done.append(load.done)
+                    busy, batches = engine_load.totals()
+                    trace.busy.append(busy)
+                    trace.batches.append(batches)
+                    trace.state.append(governor.policy.state.label)
+                    await asyncio.sleep(0.25)
+
+            tasks.spawn(record(), name="recorder")
+            await load.offer(rate=offered, seconds=args.duration)
+    finally:
+        await governor.stop()
+        await registry.close()
+        executor.shutdown()
 
     # Measured over the same window: the service time may drift on a shared machine.
     crossed = next((t for t, c in zip(trace.t, trace.temp, strict=True) if c >= LIMIT_C - 3), None)

@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO))
 import bench_peers  # noqa: E402
 
 from devtools.package import keep_variants  # noqa: E402
+from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.models.device_key import open_device_key  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
@@ -306,6 +307,7 @@ class PeakRss:
     def __init__(self, pid: int) -> None:
         self.process = psutil.Process(pid)
         self.peak = 0
+        self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -319,8 +321,11 @@ class PeakRss:
         return total
 
     def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            self.peak = max(self.peak, self.rss())
+        try:
+            while not self._stop.wait(0.05):
+                self.peak = max(self.peak, self.rss())
+        except BaseException as exc:  # re-raised by __exit__: a dead sampler is no peak
+            self._error = exc
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -329,6 +334,8 @@ class PeakRss:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        if self._error is not None:
+            raise RuntimeError(f"the peak RSS sampler died: {self._error!r}") from self._error
 
 
 async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300) -> dict:
@@ -984,7 +991,7 @@ def plot(report: dict, path: Path) -> None:
 def one_path_options(description: str, seconds: float, rounds: int) -> argparse.ArgumentParser:
     """The options of the benchmarks that drive one path of one daemon (bench_busy, bench_ab)."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
+    parser.add_argument("--model", type=Path, default=zoo_dir() / "mobilenet_v2")
     parser.add_argument("--precision", default="int8")
     parser.add_argument("--mode", default="v2 JSON", choices=["v2 binary", "v2 JSON"])
     parser.add_argument("--concurrency", type=int, default=16)
@@ -1000,7 +1007,7 @@ def progress(message: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=REPO / "zoo" / "mobilenet_v2")
+    parser.add_argument("--model", type=Path, default=zoo_dir() / "mobilenet_v2")
     parser.add_argument(
         "--duration", "--seconds", type=float, default=5.0, help="seconds per cell, all rounds"
     )

@@ -23,7 +23,7 @@ What it measures (issue 5):
 Real parts only: a real Mosquitto (the test suite's launcher), the real ``edgeagent run``
 daemon as a separate process, the hub's artifact server and signing code.
 
-    python scripts/bench_update.py [--rounds 3] [--clients 4] [--json]
+    python scripts/bench_update.py [--model mobilenet_v3_small] [--rounds 3] [--clients 4] [--json]
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ import aiomqtt
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.background import WatchedTasks  # noqa: E402
 from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
 from devtools.package import set_fields  # noqa: E402
+from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.fleet.canary import ReleaseCanary  # noqa: E402
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES  # noqa: E402
 from edgeagent.fleet.manifest import parse_manifest  # noqa: E402
@@ -61,15 +63,14 @@ from edgeagent.hub.serve import start_artifact_server  # noqa: E402
 from edgeagent.hub.sign import sign_package  # noqa: E402
 from edgeagent.models.package import INSTALLED_VARIANTS  # noqa: E402
 
-MODEL = "mobilenet_v3_small"
+MODEL = "mobilenet_v3_small"  # the default: a zoo model with every runtime and precision
 # Two builds of one model: a p99 ratio limit of 100 keeps a loaded machine's jitter from
 # rolling it back, so the round times the decision, not a verdict that varies.
 CANARY = "share=0.25,min_requests=200,max_p99_ratio=100"
 
 
-def make_package(zoo: Path, out: Path, version: str) -> Path:
+def make_package(source: Path, out: Path, version: str) -> Path:
     """The whole zoo package (every runtime × precision) with its version set."""
-    source = zoo / MODEL
     shutil.copytree(source, out)
     set_fields(out, {"version": version})
     return out
@@ -84,12 +85,14 @@ def downloads_of(envelope: bytes, installed: Path) -> tuple[list[str], int, int,
     return [a.url for a in artifacts], sum(a.size for a in artifacts), everything, chosen
 
 
-async def classify_forever(socket: Path, image: bytes, counts: dict, stop: asyncio.Event):
+async def classify_forever(
+    socket: Path, model: str, image: bytes, counts: dict, stop: asyncio.Event
+) -> None:
     connector = aiohttp.UnixConnector(path=str(socket))
     async with aiohttp.ClientSession(connector=connector) as http:
         while not stop.is_set():
             try:
-                async with http.post(f"http://agent/v1/models/{MODEL}/classify", data=image) as r:
+                async with http.post(f"http://agent/v1/models/{model}/classify", data=image) as r:
                     await r.read()
                     key = "ok" if r.status == 200 else f"http_{r.status}"
                     if r.status != 200 and key not in counts:
@@ -99,20 +102,20 @@ async def classify_forever(socket: Path, image: bytes, counts: dict, stop: async
             counts[key] = counts.get(key, 0) + 1
 
 
-async def serving_version(socket: Path) -> str:
+async def serving_version(socket: Path, model: str) -> str:
     connector = aiohttp.UnixConnector(path=str(socket))
     async with (
         aiohttp.ClientSession(connector=connector) as http,
-        http.get(f"http://agent/v2/models/{MODEL}") as response,
+        http.get(f"http://agent/v2/models/{model}") as response,
     ):
         return (await response.json())["versions"][0]
 
 
-async def wait_serving(socket: Path, version: str, timeout: float = 300) -> float:
+async def wait_serving(socket: Path, model: str, version: str, timeout: float = 300) -> float:
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
         with contextlib.suppress(aiohttp.ClientError, KeyError, IndexError):
-            if await serving_version(socket) == version:
+            if await serving_version(socket, model) == version:
                 return time.perf_counter()
         await asyncio.sleep(0.01)
     raise RuntimeError(f"the agent did not serve version {version} within {timeout} s")
@@ -150,9 +153,9 @@ async def baseline_fetch(urls: list[str]) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict:
-    zoo = Path(os.environ.get("EDGEAGENT_ZOO", REPO / "zoo"))
-    if not (zoo / MODEL / "model.toml").is_file():
-        raise SystemExit(f"no {MODEL} in {zoo}: build the zoo first (scripts/setup.sh)")
+    zoo, model = zoo_dir(), args.model
+    if not (zoo / model / "model.toml").is_file():
+        raise SystemExit(f"no {model} in {zoo}: build the zoo first (scripts/setup.sh)")
     work = Path(tempfile.mkdtemp(prefix="edgeagent-bench-update-"))
     broker = Broker(work / "broker")
     broker.start()
@@ -161,7 +164,7 @@ async def run(args: argparse.Namespace) -> dict:
         directory.mkdir()
     keygen(keys)
     runner, base_url = await start_artifact_server(artifacts)
-    make_package(zoo, models / MODEL, "1.0.0")
+    make_package(zoo / model, models / model, "1.0.0")
     socket = work / "agent.sock"
     config = work / "agent.toml"
     config.write_text(
@@ -185,66 +188,68 @@ async def run(args: argparse.Namespace) -> dict:
         if not ready.startswith(b"edgeagent serving"):
             raise RuntimeError(f"agent did not start: {(work / 'agent.log').read_text()[-2000:]}")
         image = (zoo / "samples" / "flower.png").read_bytes()
-        arrived: dict[tuple[str, str], float] = {}
-        listener = asyncio.create_task(record_events(broker.port, arrived))
-        stop = asyncio.Event()
-        load = [
-            asyncio.create_task(classify_forever(socket, image, counts, stop))
-            for _ in range(args.clients)
-        ]
-        await asyncio.sleep(1.0)
-        for number in range(2, args.rounds + 2):
-            version = f"{number}.0.0"
-            package = make_package(zoo, work / "packages" / version, version)
-            canary = number % 2 == 1  # rounds alternate: plain, canary, plain, …
-            artifact, release = sign_package(
-                package,
-                key_paths=[keys / "release.key"],
-                base_url=base_url,
-                out_dir=artifacts,
-                deployment_id=f"bench-{version}",
-                canary=ReleaseCanary.from_option(CANARY) if canary else None,
-            )
-            envelope = release.read_bytes()
-            started = time.perf_counter()
-            await publish(
-                broker.settings(), [GroupTopics("edgeagent", "bench").release(MODEL)], envelope
-            )
-            served = await wait_serving(socket, version)
-            urls, downloaded, everything, chosen = downloads_of(
-                envelope, work / "state" / "store" / MODEL / version
-            )
-            baseline = await baseline_fetch(urls)
-            decision: dict[str, float] = {}
-            if canary:
-                verdict = await wait_event(arrived, (f"bench-{version}", "canary_promoted"))
-                committed = await wait_event(arrived, (f"bench-{version}", "done"))
-                decision = {
-                    "publish_to_verdict_s": verdict - started,
-                    "verdict_to_committed_s": committed - verdict,
-                }
-            rounds.append(
-                {
-                    "version": version,
-                    "canary": canary,
-                    **decision,
-                    "artifact_bytes": artifact.stat().st_size,
-                    "bytes_per_device": downloaded,
-                    "bytes_all_variants": everything,
-                    "variants": chosen,
-                    "publish_to_serving_s": served - started,
-                    "baseline_fetch_s": baseline,
-                }
-            )
-            print(
-                f"  {version}: publish → serving {served - started:.3f} s "
-                f"(baseline download+hash {baseline:.3f} s)",
-                file=sys.stderr,
-            )
-        await asyncio.sleep(0.5)
-        stop.set()
-        await asyncio.gather(*load)
-        listener.cancel()
+        async with WatchedTasks() as tasks:
+            arrived: dict[tuple[str, str], float] = {}
+            tasks.spawn(record_events(broker.port, arrived), name="event listener")
+            stop = asyncio.Event()
+            load = [
+                tasks.spawn(
+                    classify_forever(socket, model, image, counts, stop), name=f"client {i}"
+                )
+                for i in range(args.clients)
+            ]
+            await asyncio.sleep(1.0)
+            for number in range(2, args.rounds + 2):
+                version = f"{number}.0.0"
+                package = make_package(zoo / model, work / "packages" / version, version)
+                canary = number % 2 == 1  # rounds alternate: plain, canary, plain, …
+                artifact, release = sign_package(
+                    package,
+                    key_paths=[keys / "release.key"],
+                    base_url=base_url,
+                    out_dir=artifacts,
+                    deployment_id=f"bench-{version}",
+                    canary=ReleaseCanary.from_option(CANARY) if canary else None,
+                )
+                envelope = release.read_bytes()
+                started = time.perf_counter()
+                await publish(
+                    broker.settings(), [GroupTopics("edgeagent", "bench").release(model)], envelope
+                )
+                served = await wait_serving(socket, model, version)
+                urls, downloaded, everything, chosen = downloads_of(
+                    envelope, work / "state" / "store" / model / version
+                )
+                baseline = await baseline_fetch(urls)
+                decision: dict[str, float] = {}
+                if canary:
+                    verdict = await wait_event(arrived, (f"bench-{version}", "canary_promoted"))
+                    committed = await wait_event(arrived, (f"bench-{version}", "done"))
+                    decision = {
+                        "publish_to_verdict_s": verdict - started,
+                        "verdict_to_committed_s": committed - verdict,
+                    }
+                rounds.append(
+                    {
+                        "version": version,
+                        "canary": canary,
+                        **decision,
+                        "artifact_bytes": artifact.stat().st_size,
+                        "bytes_per_device": downloaded,
+                        "bytes_all_variants": everything,
+                        "variants": chosen,
+                        "publish_to_serving_s": served - started,
+                        "baseline_fetch_s": baseline,
+                    }
+                )
+                print(
+                    f"  {version}: publish → serving {served - started:.3f} s "
+                    f"(baseline download+hash {baseline:.3f} s)",
+                    file=sys.stderr,
+                )
+            await asyncio.sleep(0.5)
+            stop.set()
+            await asyncio.gather(*load)  # the listener is cancelled on leaving the block
     finally:
         agent.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -265,7 +270,7 @@ async def run(args: argparse.Namespace) -> dict:
 
     failed = sum(v for k, v in counts.items() if k != "ok")
     return {
-        "model": MODEL,
+        "model": model,
         "artifact_bytes": rounds[0]["artifact_bytes"],
         "bytes_per_device": rounds[0]["bytes_per_device"],
         "bytes_all_variants": rounds[0]["bytes_all_variants"],
@@ -285,6 +290,7 @@ async def run(args: argparse.Namespace) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=MODEL, help="the zoo model to update ($EDGEAGENT_ZOO)")
     parser.add_argument(
         "--rounds", type=int, default=4, help="updates to time, plain and canary alternately"
     )

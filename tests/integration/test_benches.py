@@ -1,0 +1,255 @@
+"""Every benchmark under scripts/ still runs and still produces its figures (issue 21 §6).
+
+Each bench runs as a user runs it, ``python scripts/bench_X.py … --json``, shortened by its own
+options to a few seconds on the tiny model (the zoo's detector for ``bench_detect``, which
+needs held-out scenes), and the test reads the figures back: present, finite and positive.
+An exit status alone is not enough: ``bench_governor.py`` exited 1 with "run too short to
+settle" while its recorder task had died of an AttributeError nobody reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from devtools.broker import mosquitto_binary
+from tests.helpers import REPO, write_tiny_package
+
+SCRIPTS = REPO / "scripts"
+MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"  # scripts/bench_peers.py installs it
+
+# bench_peers.py is the peers' server, which bench_serving.py --peers starts and measures.
+COVERED = {
+    "bench_ab.py",
+    "bench_busy.py",
+    "bench_detect.py",
+    "bench_encrypt.py",
+    "bench_fleet.py",
+    "bench_governor.py",
+    "bench_peers.py",
+    "bench_serving.py",
+    "bench_soak.py",
+    "bench_update.py",
+}
+
+needs_broker = pytest.mark.skipif(
+    mosquitto_binary() is None, reason="mosquitto not installed (scripts/test.sh installs it)"
+)
+
+
+def run_bench(command: str, ok: tuple[int, ...] = (0,), **env: str) -> dict:
+    """The JSON report of ``scripts/<command>`` (shell words); its stderr in the failure
+    message when it printed none."""
+    script, *args = shlex.split(command)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode in ok, f"{script} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"{script} printed no JSON report:\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+
+
+def assert_figures(report: dict, *paths: str) -> None:
+    """Each dotted path of ``report`` holds a finite number above 0."""
+    for path in paths:
+        value = report
+        for key in path.split("."):
+            value = value[key]
+        assert isinstance(value, (int, float)), f"{path} = {value!r}"
+        assert math.isfinite(value) and value > 0, f"{path} = {value!r}"
+
+
+@pytest.fixture
+def tiny_zoo(tmp_path: Path) -> Path:
+    """A zoo holding only the tiny model and the sample image the benches classify."""
+    zoo = tmp_path / "zoo"
+    write_tiny_package(zoo / "tiny")
+    (zoo / "samples").mkdir()
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(zoo / "samples" / "flower.png")
+    return zoo
+
+
+def test_every_bench_has_a_smoke_test() -> None:
+    assert {p.name for p in SCRIPTS.glob("bench_*.py")} == COVERED
+
+
+@pytest.mark.slow
+def test_governor_reports_its_closed_loop() -> None:
+    # A 1 s thermal time constant settles within a few seconds; the targets (peak ≤ limit +
+    # 1 °C, ≥ 85 % of the best constant rate) need the default 80 s, so exit 1 (missed) is
+    # accepted here; a dead recorder leaves no report at all.
+    report = run_bench("bench_governor.py --duration 6 --tau 1 --calibrate 1 --json", ok=(0, 1))
+    assert_figures(
+        report,
+        "calibration_service_ms",
+        "service_ms",
+        "best_constant_per_s",
+        "delivered_per_s",
+        "throughput_ratio",
+        "utilisation",
+        "peak_c",
+    )
+    assert report["peak_c"] > report["ambient_c"]  # the simulated chip heated with the load
+
+
+def served(model: Path) -> str:
+    """The options every bench that starts a daemon on one model takes, at smoke size."""
+    return f"--model {model} --precision fp32 --rounds 1 --json"
+
+
+@pytest.mark.slow
+def test_serving_reports_every_path(tiny_package: Path) -> None:
+    report = run_bench(f"bench_serving.py {served(tiny_package)} --duration 0.3 --concurrency 1,2")
+    assert_figures(report, "raw.throughput", "rss_idle_mb", "rss_loaded_mb")
+    rows = {(row["name"], row["concurrency"]): row for row in report["rows"]}
+    for mode in ("v2 binary", "v2 JSON", "classify JPEG"):
+        for concurrency in (1, 2):
+            row = rows[(f"edgeagent {mode} (unix)", concurrency)]
+            assert row["errors"] == 0, row
+            assert_figures(row, "throughput", "p50_ms", "ratio")
+
+
+@pytest.mark.slow
+def test_serving_against_the_naive_peer_and_every_transport(tiny_package: Path) -> None:
+    """bench_peers.py's naive server, and edgeagent over TCP, gRPC and shared memory."""
+    report = run_bench(
+        f"bench_serving.py {served(tiny_package)} --duration 0.3 --concurrency 1 "
+        "--peers --skip-mlserver"
+    )
+    rows = {row["name"]: row for row in report["rows"]}
+    for name in (
+        "naive v2 binary (unix)",
+        "naive v2 JSON (tcp)",
+        "edgeagent v2 binary (tcp)",
+        "edgeagent gRPC (unix)",
+        "edgeagent shm (unix)",
+    ):
+        assert rows[name]["errors"] == 0, rows[name]
+        assert_figures(rows[name], "throughput", "p50_ms")
+    assert_figures(report, "floor_p50_ms", "peak_rss_mb.edgeagent", "peak_rss_mb.naive")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not MLSERVER.exists(),
+    reason=f"MLServer not installed in {MLSERVER.parent.parent} (bench_serving.py --peers "
+    "installs it on first use; the suite does not)",
+)
+def test_serving_against_mlserver(tiny_package: Path) -> None:
+    report = run_bench(
+        f"bench_serving.py {served(tiny_package)} --duration 0.3 --concurrency 1 "
+        "--peers --only JSON"
+    )
+    rows = {row["name"]: row for row in report["rows"]}
+    assert "MLServer v2 JSON (tcp)" in rows, (sorted(rows), report["notes"])
+    assert_figures(rows["MLServer v2 JSON (tcp)"], "throughput", "p50_ms")
+
+
+@pytest.mark.slow
+def test_busy_reports_machine_and_daemon_cpu(tiny_package: Path) -> None:
+    report = run_bench(f"bench_busy.py {served(tiny_package)} --seconds 0.3 --concurrency 2")
+    (row,) = report["rounds"]
+    assert row["errors"] == 0, row
+    assert_figures(row, "requests_per_s", "machine_busy_pct", "daemon_ms_per_request")
+
+
+@pytest.mark.slow
+def test_ab_pairs_two_daemon_settings(tiny_package: Path) -> None:
+    report = run_bench(
+        f"bench_ab.py {served(tiny_package)} --seconds 0.3 --concurrency 2 "
+        "--a '' --b 'json_helper_max_bytes = 0'"
+    )
+    assert report["daemons"]["B"]["server"] == "json_helper_max_bytes = 0"
+    assert_figures(
+        report,
+        "daemons.A.requests_per_s",
+        "daemons.A.cpu_ms_per_request",
+        "daemons.B.requests_per_s",
+        "b_over_a_requests_per_s",
+        "b_over_a_cpu_per_request",
+    )
+
+
+@pytest.mark.slow
+def test_soak_reports_errors_memory_and_descriptors() -> None:
+    report = run_bench("bench_soak.py --minutes 0.03 --concurrency 2 --json")
+    assert report["errors"] == 0, report["error_kinds"]
+    assert report["daemon_alive"]
+    assert_figures(report, "requests", "requests_per_s", "rss_start_mb", "rss_end_mb", "fds_end")
+
+
+@pytest.mark.slow
+def test_detect_reports_speed_and_accuracy(zoo: Path) -> None:
+    report = run_bench(
+        f"bench_detect.py --model {zoo / 'shapes_grid_mnv2'} --only onnxruntime/fp32 "
+        "--rounds 1 --seconds 0.2 --json"
+    )
+    (row,) = report
+    assert_figures(row, "map50", "raw.p50_ms", "pipeline.p50_ms", "c1.p50_ms", "c4.req_s")
+
+
+def test_encrypt_reports_sealed_against_plain_load(tiny_zoo: Path) -> None:
+    report = run_bench(
+        "bench_encrypt.py --model tiny --rounds 2 --json", EDGEAGENT_ZOO=str(tiny_zoo)
+    )
+    assert_figures(
+        report,
+        "bytes",
+        "median_ms.plain",
+        "median_ms.sealed",
+        "median_ms.decrypt",
+        "sealed_over_plain",
+    )
+
+
+@pytest.mark.slow
+@needs_broker
+def test_fleet_reports_every_phase() -> None:
+    report = run_bench("bench_fleet.py --devices 10 --workers 1 --rounds 2 --wait 60 --json")
+    assert report["rollout"]["state"] == "succeeded", report["rollout"]
+    assert report["abort"]["state"] == "aborted", report["abort"]
+    assert_figures(
+        report,
+        "connect.rss_per_device_kib",
+        "sync.reports_per_s",
+        "fanout.publish_to_all_installed_s",
+        "fanout.hub_ingest_reports_per_s",
+        "fleet_query_ms.rest_page_100",
+        "rollout.s",
+    )
+
+
+@pytest.mark.slow
+@needs_broker
+def test_update_reports_publish_to_serving_and_canary(tiny_zoo: Path) -> None:
+    report = run_bench(
+        "bench_update.py --model tiny --rounds 2 --clients 2 --json", EDGEAGENT_ZOO=str(tiny_zoo)
+    )
+    assert report["failed_requests"] == 0, report["requests"]
+    assert [r["canary"] for r in report["rounds"]] == [False, True]
+    assert_figures(
+        report,
+        "bytes_per_device",
+        "median_publish_to_serving_s",
+        "median_baseline_fetch_s",
+        "ratio_to_baseline",
+        "median_canary_publish_to_verdict_s",
+    )
