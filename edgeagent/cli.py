@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from edgeagent import __version__, logs
+from edgeagent.commands.helpfmt import SuggestingParser
 
 # name -> (module, the one-line help ``edgeagent --help`` shows). Each module defines
 # register(subparsers), which adds the parser ``name`` (with this same help: a test keeps the
@@ -68,7 +69,7 @@ def chosen_command(argv: Sequence[str]) -> str | None:
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser, with the full parser of the sub-command ``argv`` names and a one-line stub
     for every other one (enough for ``--help`` and for argparse's choice of command)."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(  # its sub-parsers are of its class: every error suggests
         prog="edgeagent",
         description=(
             "Inference agent for edge devices: detects the board, picks the best accelerator, "

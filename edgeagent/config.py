@@ -25,9 +25,11 @@ from edgeagent.sections import (
     collecting,
     computed_setting,
     describe_section,
+    did_you_mean,
     load_section,
     require,
     setting,
+    unknown_keys,
 )
 from edgeagent.updates.settings import UpdateSettings
 
@@ -102,10 +104,10 @@ def _load_table(section: str, table: object, problems: list[str]) -> dict[str, o
     if len(owners) == 1 or not isinstance(table, dict):
         return {attr: load_section(cls, table, section) for attr, cls in owners.items()}
     known = {attr: {f.name for f in fields(cls)} for attr, cls in owners.items()}
-    unknown = sorted(set(table) - set().union(*known.values()))
+    every = set().union(*known.values())
+    unknown = set(table) - every
     if unknown:
-        names = ", ".join(sorted(set().union(*known.values())))
-        problems.append(f"[{section}] unknown key(s) {', '.join(unknown)}; known keys: {names}")
+        problems.append(unknown_keys(section, unknown, every))
     return {
         attr: load_section(cls, {k: v for k, v in table.items() if k in known[attr]}, section)
         for attr, cls in owners.items()
@@ -127,7 +129,8 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         unknown = sorted(set(data) - set(SECTIONS))
         if unknown:
             problems.append(
-                f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}"
+                f"unknown section(s) {', '.join(unknown)}{did_you_mean(unknown, SECTIONS)}; "
+                f"known: {', '.join(SECTIONS)}"
             )
         for section in SECTIONS:
             values.update(_load_table(section, data.get(section), problems))

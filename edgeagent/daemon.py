@@ -58,6 +58,7 @@ from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
 from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
+from edgeagent.models.locate import find_packages
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.sealed import Unsealer
 from edgeagent.paths import default_models_dir
@@ -86,11 +87,12 @@ def package_dirs(config: Config) -> list[Path]:
     state directory's models/), so a fresh checkout serves the demo zoo with no config.
     """
     directory = config.agent.models_dir or default_models_dir()
-    found = (
-        {p.name: p for p in sorted(directory.iterdir()) if (p / "model.toml").is_file()}
-        if directory.is_dir()
-        else {}
-    )
+    try:
+        found = find_packages(directory)  # an unreadable package is listed, not fatal
+    except PackageError as exc:
+        if config.agent.models_dir is not None:  # named by the operator: a typo, not a fresh box
+            raise ConfigError(f"[agent] models_dir: {exc}") from exc
+        found = {}
     if not config.agent.models:
         if not found:
             log.warning("no model packages in %s: serving nothing until one is loaded", directory)

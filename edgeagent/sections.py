@@ -12,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import difflib
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -31,6 +32,29 @@ class ConfigError(ValueError):
     def __init__(self, *problems: str) -> None:
         super().__init__("\n".join(problems))
         self.problems: list[str] = list(problems)
+
+
+def did_you_mean(
+    unknown: Iterable[str], known: Iterable[str], show: Callable[[str], str] = str
+) -> str:
+    """`` (did you mean X?)`` naming the known name closest to each unknown one, or ``""``.
+
+    Most unknown keys, fields, options and sub-commands are typos of a real one; naming it
+    saves the reader a trip through the list of every known name. The text is ready to append
+    to a message; ``show`` formats each name (``repr`` where the message quotes names, as
+    argparse's do).
+    """
+    candidates = list(known)
+    pairs = [
+        (name, close[0])
+        for name in unknown
+        if (close := difflib.get_close_matches(name, candidates, n=1))
+    ]
+    if not pairs:
+        return ""
+    if len(pairs) == 1:
+        return f" (did you mean {show(pairs[0][1])}?)"
+    return " (did you mean " + ", ".join(f"{show(m)} for {show(n)}" for n, m in pairs) + "?)"
 
 
 def setting(default: Any, description: str, unit: str = "") -> Any:
@@ -148,8 +172,7 @@ def load_section(cls: type[T], table: Any, where: str) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        known = ", ".join(sorted(fields))
-        _problem(f"[{where}] unknown key(s) {', '.join(unknown)}; known keys: {known}")
+        _problem(unknown_keys(where, unknown, fields))
     values = {}
     for name in fields:
         if name in table:
@@ -162,6 +185,15 @@ def load_section(cls: type[T], table: Any, where: str) -> T:
     if callable(validate):
         validate()
     return instance
+
+
+def unknown_keys(where: str, unknown: Iterable[str], known: Iterable[str]) -> str:
+    """The problem of keys a ``[where]`` table does not take, with a close match when one is."""
+    names, known = sorted(unknown), sorted(known)
+    return (
+        f"[{where}] unknown key(s) {', '.join(names)}{did_you_mean(names, known)}; "
+        f"known keys: {', '.join(known)}"
+    )
 
 
 def require(condition: bool, section: str, key: str, problem: str) -> None:

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from edgeagent.commands.extras import missing_extra
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.models.package import LAYOUTS, TASKS, PackageError
 from edgeagent.packaging.errors import PackagingError
@@ -133,6 +134,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = missing_extra("package", "onnx", "sympy")  # read and quantize every source
+    if problem is not None:
+        print(f"edgeagent package: {problem}", file=sys.stderr)
+        return 2
     from edgeagent.packaging.build import build_package
     from edgeagent.packaging.report import table
 

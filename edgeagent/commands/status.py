@@ -2,6 +2,9 @@
 
 The text is a summary an operator reads at a glance (board, each model version with its backend,
 requests and median latency, governor, updates); ``--json`` prints the whole /v1/status document.
+The models table keeps to the terminal's width (a long cell is cut with an ellipsis), and why a
+model is not serving (an invalid package's error can be 200 characters) is written in full below
+it, so one broken package never pushes the other columns off screen.
 Requests and the median come from the agent's /metrics latency histogram, estimated the way
 Prometheus' ``histogram_quantile`` does (linear within a bucket).
 """
@@ -11,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +28,8 @@ from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.sections import ConfigError
 
 LATENCY = "edgeagent_inference_latency_seconds"
+LABEL = 10  # the width of the label column ("models", "governor" …) every line starts with
+MIN_CELL = 3  # a column cut to fit the terminal keeps at least this many characters
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -97,12 +104,34 @@ def _updates(updates: Mapping[str, Any] | None) -> str:
     return f"{link}; nothing installed yet"
 
 
+def fit_table(rows: Sequence[Sequence[str]], width: int) -> list[str]:
+    """``rows`` as left-aligned columns, two spaces apart, each line at most ``width`` wide.
+
+    When the table is too wide the widest column gives up one character at a time (down to
+    MIN_CELL), its longer cells cut with an ellipsis: a name or backend stays recognisable and
+    every column stays on screen.
+    """
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    gaps = 2 * (len(widths) - 1)
+    while sum(widths) + gaps > width and max(widths) > MIN_CELL:
+        widths[widths.index(max(widths))] -= 1
+    return [
+        "  ".join(_cut(cell, w).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _cut(cell: str, width: int) -> str:
+    return cell if len(cell) <= width else cell[: width - 1] + "…"
+
+
 def summary(
     status: Mapping[str, Any],
     latencies: Mapping[tuple[str, str], tuple[int, float | None]],
     where: str,
+    width: int = 80,
 ) -> str:
-    """The status as a few lines for a terminal."""
+    """The status as a few lines for a terminal ``width`` characters wide (see the module)."""
     agent = status.get("agent", {})
     profile = status.get("profile", {})
     lines = [
@@ -111,10 +140,13 @@ def summary(
         f"board     {profile.get('profile', '?')}: {profile.get('description', '')}",
     ]
     rows = [("MODEL", "VERSION", "BACKEND", "STATE", "REQUESTS", "P50 MS")]
+    details = []  # why each model that does not serve does not, in full below the table
     for name, model in sorted(status.get("models", {}).items()):
         versions = model.get("versions") or {}
+        if model.get("state") != "READY" and model.get("reason"):
+            details.append(f"{name}: {model['reason']}")
         if not versions:
-            rows.append((name, "-", "-", f"{model.get('state')} {model.get('reason', '')}", "", ""))
+            rows.append((name, "-", "-", str(model.get("state")), "", ""))
         for version, info in sorted(versions.items()):
             backend = f"{info.get('runtime')}/{info.get('device')}/{info.get('precision')}"
             active = version == model.get("active_version")
@@ -122,12 +154,19 @@ def summary(
             count, p50 = latencies.get((name, version), (0, None))
             median = f"{p50:.2f}" if p50 is not None else "-"
             rows.append((name, version, backend, state, str(count), median))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for index, row in enumerate(rows):
-        cells = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        lines.append(f"{'models' if index == 0 else '':<10}{cells.rstrip()}")
+    for index, line in enumerate(fit_table(rows, width - LABEL)):
+        lines.append(f"{'models' if index == 0 else '':<{LABEL}}{line}")
     if len(rows) == 1:
-        lines.append(f"{'':<10}none loaded")
+        lines.append(f"{'':<{LABEL}}none loaded")
+    for detail in details:  # whole words kept, so a path can be copied from the terminal
+        lines += textwrap.wrap(
+            detail,
+            width,
+            initial_indent=" " * LABEL,
+            subsequent_indent=" " * (LABEL + 2),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
     governor = status.get("governor", {})
     if governor:
         actions = ", ".join(governor.get("actions") or []) or "none"
@@ -158,5 +197,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2, default=str))
         return 0
-    print(summary(status, latency_by_version(metrics.decode("utf-8", "replace")), client.where))
+    latencies = latency_by_version(metrics.decode("utf-8", "replace"))
+    # $COLUMNS, else the terminal's width, else 80 (piped output: a log, a mail, a ticket).
+    width = shutil.get_terminal_size().columns
+    print(summary(status, latencies, client.where, width))
     return 0

@@ -20,6 +20,7 @@ from edgeagent._toml import tomllib
 from edgeagent.models.tasks import TASK_NAMES
 from edgeagent.models.tasks.detection import DetectionHead, ssd_anchors
 from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES
+from edgeagent.sections import did_you_mean
 
 RUNTIMES = RUNTIME_NAMES
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -178,8 +179,9 @@ class _Fields:
         self.table: dict[str, Any] = table
 
     def fail(self, problem: str, key: str | None = None) -> PackageError:
-        path = f"{self.where}.{key}" if key and self.where else (key or self.where)
-        raise PackageError(f"{self.source}: {path}: {problem}")
+        # The top-level table has no name of its own: its problems read "model.toml: problem".
+        path = ".".join(part for part in (self.where, key) if part)
+        raise PackageError(": ".join(part for part in (str(self.source), path, problem) if part))
 
     def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, choices=None):
         if key not in self.table:
@@ -199,7 +201,8 @@ class _Fields:
         extra = sorted(set(self.table) - allowed)
         if extra:
             known = ", ".join(sorted(allowed))
-            self.fail(f"unknown field(s) {', '.join(extra)} (allowed: {known})")
+            hint = did_you_mean(extra, sorted(allowed))
+            self.fail(f"unknown field(s) {', '.join(extra)}{hint}; allowed: {known}")
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
@@ -209,8 +212,20 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
 
 
 def load_package(directory: str | Path) -> ModelPackage:
-    """Read and validate ``directory/model.toml``; raise PackageError naming what is wrong."""
+    """Read and validate ``directory/model.toml``; raise PackageError naming what is wrong.
+
+    A file that cannot be read (a directory left ``chmod 000``, an I/O error) is a PackageError
+    too, so whoever lists packages treats an unreadable one like any other broken one.
+    """
     root = Path(directory).resolve()
+    try:
+        return _load(root)
+    except OSError as exc:
+        where = exc.filename or root
+        raise PackageError(f"{where}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _load(root: Path) -> ModelPackage:
     manifest = root / "model.toml"
     if not root.is_dir():
         raise PackageError(f"{root}: not a model package directory")

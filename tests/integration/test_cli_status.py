@@ -27,13 +27,14 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     assert running.stop() == 0
 
 
-def _status(*args: str) -> subprocess.CompletedProcess:
+def _status(*args: str, columns: int = 200) -> subprocess.CompletedProcess:
+    """``edgeagent status`` on a terminal ``columns`` wide (wide enough for whole cells)."""
     return subprocess.run(
         [sys.executable, "-m", "edgeagent.cli", "status", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": str(columns)},
     )
 
 
@@ -51,6 +52,13 @@ def test_the_summary_names_board_backend_requests_and_governor(agent: Agent) -> 
     assert cells[-2] == "3" and float(cells[-1]) > 0  # requests, p50 ms
     assert any(line.startswith("governor  normal") for line in lines)
     assert any(line.startswith("updates   disabled") for line in lines)
+
+
+def test_an_80_column_terminal_gets_the_table_cut_to_fit(agent: Agent) -> None:
+    lines = _status("--socket", str(agent.socket), columns=80).stdout.splitlines()
+    table = [line for line in lines if line.startswith(("models", " " * 10))]
+    assert table and all(len(line) <= 80 for line in table), lines
+    assert any(cell.endswith("…") for cell in table[1].split()), table  # the backend, cut
 
 
 def test_json_is_the_whole_status_document(agent: Agent) -> None:

@@ -1,0 +1,66 @@
+"""``edgeagent status``'s models table keeps to the terminal's width; reasons come in full below."""
+
+from __future__ import annotations
+
+from edgeagent.commands.status import fit_table, summary
+
+REASON = (
+    "invalid package: /var/lib/edgeagent/models/broken/model.toml: inputs[0].dtype: 'float99' "
+    "is not one of float32, float16, int8, uint8, int16, int32, int64, bool; and then some more "
+    "words so that the reason is as long as the ones operators saw, about 230 characters"
+)
+STATUS = {
+    "agent": {"version": "0.1.0", "uptime_s": 60, "pid": 1},
+    "profile": {"profile": "generic-x86_64", "description": "generic"},
+    "models": {
+        "broken": {"state": "UNAVAILABLE", "reason": REASON, "active_version": None},
+        "tiny": {
+            "state": "READY",
+            "reason": "",
+            "active_version": "1",
+            "versions": {
+                "1": {
+                    "runtime": "onnxruntime",
+                    "device": "CPUExecutionProvider",
+                    "precision": "fp32",
+                }
+            },
+        },
+    },
+}
+
+
+def _table(text: str) -> list[str]:
+    """The models table's lines: from its header to the line before ``governor``/``updates``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("models"))
+    end = next(i for i, line in enumerate(lines) if line.startswith(("governor", "updates")))
+    return lines[start:end]
+
+
+def test_a_failed_package_keeps_the_table_within_the_width() -> None:
+    for width in (60, 80, 120):
+        lines = _table(summary(STATUS, {("tiny", "1"): (3, 1.5)}, "agent.sock", width))
+        assert all(len(line) <= width for line in lines), (width, lines)
+        assert lines[0].split()[:4] == ["models", "MODEL", "VERSION", "BACKEND"], lines[0]
+        assert len(lines[0].split()) == 8, lines[0]  # every column is there ("P50 MS": 2)
+        [broken] = [line for line in lines if line.split()[:1] == ["broken"]]
+        assert broken.split()[-1].startswith("UNAV")  # the state alone, not the reason
+
+
+def test_the_full_reason_is_listed_below_the_table() -> None:
+    lines = _table(summary(STATUS, {}, "agent.sock", 80))
+    rows = [i for i, line in enumerate(lines) if line.split()[:1] in (["broken"], ["tiny"])]
+    below = lines[max(rows) + 1 :]
+    assert " ".join(line.strip() for line in below) == f"broken: {REASON}"
+
+
+def test_a_narrow_terminal_cuts_the_widest_cells_with_an_ellipsis() -> None:
+    rows = [("MODEL", "BACKEND"), ("tiny", "onnxruntime/CPUExecutionProvider/fp32")]
+    lines = fit_table(rows, 30)
+    assert max(len(line) for line in lines) == 30
+    assert lines[1] == "tiny   onnxruntime/CPUExecuti…"
+
+
+def test_a_table_that_fits_is_left_as_it_is() -> None:
+    assert fit_table([("A", "BB"), ("ccc", "d")], 80) == ["A    BB", "ccc  d"]
