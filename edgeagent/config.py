@@ -139,12 +139,19 @@ def parse_config(text: str, source: str = "<config>") -> Config:
     return Config(**values)  # type: ignore[arg-type]
 
 
+def config_file(path: Path | None) -> Path | None:
+    """The file ``load_config(path)`` reads: ``path``, else the system file if it exists
+    (None: the embedded defaults). The daemon checks this file for exposed secrets."""
+    if path is None and DEFAULT_CONFIG_PATH.is_file():
+        return DEFAULT_CONFIG_PATH
+    return path
+
+
 def load_config(path: Path | None) -> Config:
     """Read ``path``; with None, the system file if it exists, else the embedded defaults."""
+    path = config_file(path)
     if path is None:
-        if not DEFAULT_CONFIG_PATH.is_file():
-            return parse_config("", "<embedded default>")
-        path = DEFAULT_CONFIG_PATH
+        return parse_config("", "<embedded default>")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

@@ -19,7 +19,8 @@ for JSON, to MLServer; and each server's CPU per request and peak RSS.
 
     python scripts/bench_serving.py                       # zoo/mobilenet_v2, 5 s per cell
     python scripts/bench_serving.py --model DIR --duration 3 --json
-    python scripts/bench_serving.py --peers --seconds 2 --threads 2 --plot docs/serving-peers.png
+    python scripts/bench_serving.py --peers --seconds 2 --threads 2 \
+        --plot docs/perf/serving-peers.png
 """
 
 from __future__ import annotations

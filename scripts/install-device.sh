@@ -166,7 +166,7 @@ print(doc["profile"], ",".join(doc["extras"]))' <<<"$board")
   [[ -z "$EXTRAS" ]] || pip_install "$(with_extras "$EXTRAS")"
   if [[ "$PROFILE" == jetson-* && -z "$ONNXRUNTIME" ]]; then
     echo "note: PyPI's onnxruntime has no CUDA/TensorRT for Jetson; rerun with" \
-      "--onnxruntime <onnxruntime-gpu wheel for your JetPack> (README: Install on a device)"
+      "--onnxruntime <onnxruntime-gpu wheel for your JetPack> (docs/install/jetson.md)"
   fi
 fi
 if [[ -n "$ONNXRUNTIME" ]]; then

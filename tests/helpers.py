@@ -6,7 +6,6 @@ networks are exercised by the integration tests.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from devtools.tiny import write_tiny_onnx, write_tiny_package  # noqa: F401 - re-exported
+from devtools.zoo import zoo_dir  # noqa: F401 - re-exported: one lookup for tests and benches
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.engine.load import LoadCounter
@@ -25,11 +25,6 @@ from edgeagent.models.package import ModelPackage
 from edgeagent.runtimes import Session
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def zoo_dir() -> Path:
-    """Where scripts/build_models.py put the zoo (EDGEAGENT_ZOO overrides)."""
-    return Path(os.environ.get("EDGEAGENT_ZOO", REPO / "zoo"))
 
 
 def serving_registry(

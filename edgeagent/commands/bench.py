@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeagent.commands.extras import missing_extra
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.commands.infer import add_variant_arguments
 from edgeagent.models.locate import resolve_package
@@ -148,11 +149,9 @@ def run_isolated(*args: object, timeout_s: float = 600.0) -> BenchResult | Excep
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.plot is not None and not _has_matplotlib():
-        print(
-            "edgeagent bench: --plot needs matplotlib: pip install 'edgeagent[plot]'",
-            file=sys.stderr,
-        )
+    missing = missing_extra("plot", "matplotlib") if args.plot is not None else None
+    if missing:  # checked before any benchmark runs: a missing extra costs no minutes of timing
+        print(f"edgeagent bench: --plot {missing}", file=sys.stderr)
         return 2
     try:
         package_dir = resolve_package(args.model, args.models_dir)
@@ -235,15 +234,6 @@ def speedup_vs_fp32(result: BenchResult, results: list[BenchResult]) -> str:
     if base is None or result.p50_ms <= 0:
         return "-"
     return f"{base.p50_ms / result.p50_ms:.2f}×"
-
-
-def _has_matplotlib() -> bool:
-    """Checked before any benchmark runs, so a missing extra costs no minutes of timing."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def write_plot(path: Path, title: str, results: list[BenchResult]) -> None:

@@ -1,7 +1,8 @@
 """``edgeagent config check|show``: validate a config file, and list every key from the code.
 
 Both read the settings classes themselves (``edgeagent.config.describe_config``), so what an
-operator sees here, what the README's reference says and what the daemon accepts cannot drift.
+operator sees here, what the docs' reference (docs/configuration/reference.md) says and what
+the daemon accepts cannot drift.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def register(subparsers: Any) -> None:
         description=(
             "Print every section and key as TOML: the value from --config (or the system file "
             "when it exists), or with --defaults the built-in default; each key with its unit "
-            "and description as a comment. --markdown prints the README's reference table."
+            "and description as a comment. --markdown prints the docs' reference tables."
         ),
     )
     show.add_argument(
@@ -75,7 +76,9 @@ def register(subparsers: Any) -> None:
     form = show.add_mutually_exclusive_group()
     form.add_argument("--defaults", action="store_true", help="show the defaults, ignore any file")
     form.add_argument(
-        "--markdown", action="store_true", help="the reference tables (README), defaults only"
+        "--markdown",
+        action="store_true",
+        help="the reference tables (docs/configuration/reference.md), defaults only",
     )
     show.add_argument("--json", action="store_true", help="print one JSON document")
     show.set_defaults(handler=run_show)

@@ -23,6 +23,7 @@ from edgeagent.hardware.profile import ProfileError, board_profiles
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.golden import sample_feeds
+from edgeagent.models.locate import find_packages
 from edgeagent.models.package import ModelPackage, PackageError, load_package
 from edgeagent.paths import default_models_dir
 from edgeagent.sections import ConfigError
@@ -84,10 +85,11 @@ def register(subparsers: Any) -> None:
 
 
 def _packages(models_dir: Path) -> list[tuple[Path, ModelPackage | str]]:
+    """Every package in ``models_dir``, or why it cannot be read (one bad one stops nothing)."""
     if not models_dir.is_dir():
         return []
     found: list[tuple[Path, ModelPackage | str]] = []
-    for path in sorted(p for p in models_dir.iterdir() if (p / "model.toml").is_file()):
+    for path in find_packages(models_dir).values():
         try:
             found.append((path, load_package(path)))
         except PackageError as exc:
@@ -198,7 +200,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     models_dir = args.models_dir or config.agent.models_dir or default_models_dir()
     models: list[dict] = []
-    for path, package in _packages(models_dir):
+    try:
+        packages = _packages(models_dir)
+    except PackageError as exc:  # the directory itself cannot be read
+        print(f"edgeagent profile: {exc}", file=sys.stderr)
+        return 2
+    for path, package in packages:
         if isinstance(package, str):
             models.append({"model": path.name, "path": str(path), "error": package})
         else:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from edgeagent import aio
 from edgeagent.commands.helpfmt import DefaultsFormatter
-from edgeagent.config import Config, load_config
+from edgeagent.config import Config, config_file, load_config
 from edgeagent.hardware.profile import ProfileError
 from edgeagent.models.package import PackageError
 from edgeagent.sections import ConfigError
@@ -95,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"  listening on {where}", flush=True)
 
     try:
-        daemon = Daemon(config, reread=lambda: apply_flags(load_config(args.config), args))
+        daemon = Daemon(
+            config,
+            reread=lambda: apply_flags(load_config(args.config), args),
+            config_file=config_file(args.config),
+        )
         aio.run(daemon.serve(on_ready=announce), config.server.event_loop)
     except (ConfigError, PackageError, ProfileError) as exc:
         print(f"edgeagent run: {exc}", file=sys.stderr)

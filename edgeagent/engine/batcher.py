@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from prometheus_client import Counter, Histogram
 
+from edgeagent.aio import spawn
 from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -164,7 +165,7 @@ class Batcher:
         self._low_power = False
         self._last_batch_requests = 0
         self._series_by_backend: dict[str, _Series] = {}
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batch:{model}")
+        self._task = spawn(self._loop(), name=f"batch:{model}")  # a dead loop is logged
 
     @property
     def closing(self) -> bool:

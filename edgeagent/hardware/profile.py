@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from edgeagent._toml import tomllib
 from edgeagent.models.package import PRECISIONS, RUNTIMES
 from edgeagent.paths import shipped_profiles_dir
+from edgeagent.sections import did_you_mean
 
 ARCHES = ("aarch64", "x86_64", "any")
 POWER_CLASSES = ("high", "low")
@@ -137,7 +138,8 @@ class _Table:
     def only(self, *allowed: str) -> None:
         extra = sorted(set(self.data) - set(allowed))
         if extra:
-            self.error(extra[0], f"unknown key (allowed: {', '.join(allowed)})")
+            hint = did_you_mean(extra[:1], allowed)
+            self.error(extra[0], f"unknown key{hint} (allowed: {', '.join(allowed)})")
 
     def string(self, key: str, default: str | None = None, choices: tuple[str, ...] = ()) -> str:
         value = self.data.get(key, default)

@@ -137,13 +137,32 @@ def test_the_daemon_serves_tcp_with_the_credential_and_warns_about_a_readable_to
     secret(credentials / TOKEN_CREDENTIAL, "cred-token\n", 0o400)
     admin = secret(tmp_path / "admin-token", "admin-secret\n", 0o644)
     models = write_tiny_package(tmp_path / "models" / "tiny").parent
-    port = free_port()
     config = secret(
         tmp_path / "agent.toml",
         f'[agent]\nmodels_dir = "{models}"\n[server]\nadmin_token_file = "{admin}"\n',
         0o600,
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CREDENTIALS_DIRECTORY": str(credentials)}
+    log = serve_once(config, tmp_path, "cred-token", {"CREDENTIALS_DIRECTORY": str(credentials)})
+    assert f"{admin} holds a secret and every local user can read it" in log
+    assert "chmod o-rwx" in log
+
+
+def test_the_daemon_warns_about_its_own_world_readable_config(tmp_path: Path) -> None:
+    models = write_tiny_package(tmp_path / "models" / "tiny").parent
+    config = secret(
+        tmp_path / "agent.toml",
+        f'[agent]\nmodels_dir = "{models}"\n[server]\ntoken = "inline-token"\n',
+        0o644,
+    )
+    log = serve_once(config, tmp_path, "inline-token", {})
+    assert f"{config} holds a secret and every local user can read it" in log
+
+
+def serve_once(config: Path, tmp_path: Path, token: str, extra_env: dict[str, str]) -> str:
+    """Run ``edgeagent run --config`` until it serves, answer one TCP request with ``token``,
+    stop it, and return its log (it must exit cleanly)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), **extra_env}
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
     agent = subprocess.Popen(
         [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config),
@@ -156,7 +175,7 @@ def test_the_daemon_serves_tcp_with_the_credential_and_warns_about_a_readable_to
         assert first.startswith("edgeagent serving tiny 1"), first
         request = urllib.request.Request(
             f"http://127.0.0.1:{port}/v2/health/ready",
-            headers={"Authorization": "Bearer cred-token"},
+            headers={"Authorization": f"Bearer {token}"},
         )
         with urllib.request.urlopen(request, timeout=30) as answer:
             assert answer.status == 200
@@ -164,5 +183,4 @@ def test_the_daemon_serves_tcp_with_the_credential_and_warns_about_a_readable_to
         agent.terminate()
         _, log = agent.communicate(timeout=60)
     assert agent.returncode == 0, log
-    assert f"{admin} holds a secret and every local user can read it" in log
-    assert "chmod o-rwx" in log
+    return log

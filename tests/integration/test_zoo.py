@@ -22,6 +22,7 @@ from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.models.preprocess import preprocess_image, resize_and_crop, to_tensor
 from edgeagent.models.session import load_request
 from edgeagent.runtimes import Session, get_runtime
+from edgeagent.updates.settings import UpdateSettings
 
 REPO = Path(__file__).resolve().parents[2]
 ZOO = Path(os.environ.get("EDGEAGENT_ZOO", REPO / "zoo"))
@@ -35,18 +36,30 @@ PHOTOS = ("china.jpg", "flower.png", "scene.jpg")
 # FP32 on the three runtimes is the same float graph: differences are rounding only, stated
 # relative to the largest logit of the reference (ONNX) output.
 FP32_REL_TOLERANCE = 1e-3
-# INT8 against FP32 (ONNX) over the fixed photo-crop set, as measured on this machine's build
-# (mobilenet_v2 / mobilenet_v3_small / mobilevit_xxs, worst of the three runtimes): top-1
-# agreement 0.67 / 0.73 / 0.55, FP32 top-1 inside the INT8 top-5 0.97 / 0.93 / 0.83, centred
-# logit correlation 0.89 / 0.96 / 0.94. The ImageNet models have seeded weights: their logits
-# share a large input-independent part and a few classes win many inputs (up to a third), so
-# top-1 agreement alone could pass a broken model that always answers the same class. The
-# centred correlation (each input's logits minus the set's mean FP32 logits) measures the
-# input-dependent signal; a constant-output model scores about 0 on it. Thresholds leave a
-# margin below the measurements.
-INT8_MIN_TOP1_AGREEMENT = {"mobilenet_v2": 0.5, "mobilenet_v3_small": 0.6, "mobilevit_xxs": 0.45}
-INT8_MIN_TOP5_RECALL = 0.75
-INT8_MIN_CENTRED_CORRELATION = 0.8
+# INT8 against FP32 on the untrained ImageNet models (seeded weights, not trained): their
+# logits are nearly flat (the two best classes of an input often differ by 0.003-0.09), so
+# which class wins depends on the last bit of every kernel's rounding. Top-1 agreement with
+# FP32 over the 60 photo crops measured 0.52-0.78 on one build (AVX-512 VNNI), 0.55-0.73 on
+# another, and the issue saw 0.583 on an AVX2-only EPYC against a bound of 0.6: a bound on it
+# is a coin toss between CPU classes, and is no accuracy claim anyway (the trained digits and
+# detector models below make those). What a quantised variant must still show on any kernel
+# is that its answers follow the input, which a broken variant (wrong scales, a swapped
+# layout, a constant or shuffled output) does not:
+# - the centred logit correlation (each input's logits minus the set's mean FP32 logits, so
+#   the large input-independent part is removed) is the input-dependent signal: 0.89-0.96 on
+#   every runtime, AVX-512 VNNI and AVX2 alike (onnxruntime under qemu -cpu EPYC-Rome, AVX2
+#   without VNNI: 0.91 / 0.96; mobilevit_xxs crashes the emulator); the answers of the wrong
+#   inputs score -0.14 to 0.16 (the control below). Kernel rounding moves it by hundredths;
+#   0.75 lies between the two;
+# - top-1 agreement must beat what answering the set's commonest FP32 class for every input
+#   scores (0.22-0.33 here): a constant model cannot, any working kernel does (≥ 0.52);
+# - FP32's answer among the INT8's best five: 0.83-0.98 measured, 0.08-0.32 for the
+#   wrong input's answers: 0.50 lies between.
+# The control applies the same bounds to each variant's answers paired with the wrong inputs,
+# so the test proves on every machine that they can fail.
+INT8_MIN_CENTRED_CORRELATION = 0.75
+INT8_MIN_TOP5_RECALL = 0.5
+GOLDEN_TOP_K = UpdateSettings().golden_top_k  # what the updater's health check allows
 DIGITS_MIN_FP32_ACCURACY = 0.95  # it is really trained: well above chance (0.10)
 DIGITS_MAX_INT8_LOSS = 0.01  # INT8 within 1 point of FP32 on every runtime
 
@@ -143,15 +156,23 @@ def test_every_package_is_complete(packages):
 @pytest.mark.parametrize("name", MODELS)
 def test_variant_loads_and_runs_a_batch(packages, name, runtime, precision):
     """Each variant runs the golden batch (batch 4, more than the TFLite files' own batch of 1)
-    and reproduces the golden top-1 the updater's health check relies on: the build picks
-    golden inputs that every variant, INT8 included, classifies like FP32."""
+    and passes the check the updater makes with it. The build picks golden inputs that every
+    variant classifies like FP32 on the building CPU, the clearest first; on the untrained
+    models the clearest margin is still 0.003-0.09 between the two best logits, the size of an
+    INT8 kernel's rounding, so on another CPU class INT8 may swap them. The updater's check
+    allows that (``[updates] golden_top_k``, default 5), and so does this test: exact top-1
+    for FP32 (the same float graph) and for the trained digits, the top-k rule elsewhere."""
     package = packages[name]
     with np.load(package.golden) as golden:
         inputs, top1 = golden["inputs"], golden["top1"]
     logits = run(package, runtime, precision, inputs)
     assert logits.shape == (len(inputs), package.outputs[0].shape[1])
     assert logits.dtype == np.float32 and np.isfinite(logits).all()
-    np.testing.assert_array_equal(logits.argmax(1), top1)
+    if precision == "fp32" or name not in IMAGENET_MODELS:
+        np.testing.assert_array_equal(logits.argmax(1), top1)
+    else:
+        best = np.argsort(-logits, axis=1)[:, :GOLDEN_TOP_K]
+        assert all(t in row for t, row in zip(top1, best, strict=True)), (top1, best)
 
 
 def test_onnx_files_have_a_dynamic_batch(packages):
@@ -182,24 +203,33 @@ def centred_correlation(reference: np.ndarray, logits: np.ndarray) -> float:
     return float(np.mean([np.corrcoef(a, b)[0, 1] for a, b in pairs]))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-@pytest.mark.parametrize("name", IMAGENET_MODELS)
-def test_int8_agrees_with_fp32(packages, fixed_inputs, fp32_reference, name, runtime):
-    reference = fp32_reference[name]
-    logits = run(packages[name], runtime, "int8", fixed_inputs[name])
+def int8_problems(reference: np.ndarray, logits: np.ndarray) -> list[str]:
+    """What shows ``logits`` (INT8) do not follow the inputs ``reference`` (FP32) answered."""
     expected = reference.argmax(1)
     agreement = float((logits.argmax(1) == expected).mean())
+    majority = float(np.bincount(expected).max() / len(expected))
     top5 = np.argsort(-logits, axis=1)[:, :5]
     recall = float(np.mean([e in row for e, row in zip(expected, top5, strict=True)]))
     correlation = centred_correlation(reference, logits)
-    figures = (
-        f"{name} {runtime} int8 vs fp32 over {len(expected)} inputs: top-1 agreement "
-        f"{agreement:.3f}, top-5 recall {recall:.3f}, centred correlation {correlation:.3f}"
-    )
-    print(figures)
-    assert agreement >= INT8_MIN_TOP1_AGREEMENT[name], figures
-    assert recall >= INT8_MIN_TOP5_RECALL, figures
-    assert correlation >= INT8_MIN_CENTRED_CORRELATION, figures
+    problems = []
+    if correlation < INT8_MIN_CENTRED_CORRELATION:
+        problems.append(f"centred correlation {correlation:.3f} < {INT8_MIN_CENTRED_CORRELATION}")
+    if agreement <= majority:
+        problems.append(f"top-1 agreement {agreement:.3f} <= the commonest class's {majority:.3f}")
+    if recall < INT8_MIN_TOP5_RECALL:
+        problems.append(f"top-5 recall {recall:.3f} < {INT8_MIN_TOP5_RECALL}")
+    return problems
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("name", IMAGENET_MODELS)
+def test_int8_follows_the_input_like_fp32(packages, fixed_inputs, fp32_reference, name, runtime):
+    reference = fp32_reference[name]
+    logits = run(packages[name], runtime, "int8", fixed_inputs[name])
+    assert int8_problems(reference, logits) == [], f"{name} {runtime} int8 vs fp32"
+    # The control: the same answers, each paired with another input, must fail the bounds.
+    shuffled = np.roll(logits, len(logits) // 3, axis=0)
+    assert int8_problems(reference, shuffled), f"{name} {runtime}: the bounds cannot fail"
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -264,10 +294,38 @@ def test_same_seed_rebuilds_the_same_model_outputs(packages, rebuilt):
     again = load_package(out / "mobilenet_v3_small")
     with np.load(packages["mobilenet_v3_small"].golden) as golden:
         inputs = golden["inputs"]
-    for precision in PRECISIONS:  # the seeded weights, and the INT8 calibration too
-        original = run(packages["mobilenet_v3_small"], "onnxruntime", precision, inputs)
-        rebuilt_logits = run(again, "onnxruntime", precision, inputs)
-        np.testing.assert_allclose(rebuilt_logits, original, rtol=0, atol=1e-6)
+    original = run(packages["mobilenet_v3_small"], "onnxruntime", "fp32", inputs)
+    np.testing.assert_allclose(run(again, "onnxruntime", "fp32", inputs), original, atol=1e-6)
+    # The INT8 calibration too. Its activation ranges come from FP32 runs of the calibration
+    # set on the building CPU, whose kernels round differently from another CPU class's, so
+    # the zoo may have been calibrated elsewhere: the quantised weights must be identical,
+    # every scale equal to within that rounding, and what is rounded after dividing by an
+    # activation's scale (a zero point, an int32 bias) within one step of it.
+    original_file, rebuilt_file = (
+        package.root / package.variant("onnxruntime", "int8").files[0].name  # type: ignore[union-attr]
+        for package in (packages["mobilenet_v3_small"], again)
+    )
+    original_tensors, rebuilt_tensors = map(onnx_initializers, (original_file, rebuilt_file))
+    assert original_tensors.keys() == rebuilt_tensors.keys()
+    for name, tensor in original_tensors.items():
+        other = rebuilt_tensors[name]
+        assert other.dtype == tensor.dtype and other.shape == tensor.shape, name
+        if tensor.dtype in (np.int8, np.int64) or (tensor.dtype == np.uint8 and tensor.size > 1):
+            np.testing.assert_array_equal(other, tensor, err_msg=name)  # weights, shapes
+        elif np.issubdtype(tensor.dtype, np.integer):  # zero points, int32 biases
+            steps = np.abs(other.astype(np.int64) - tensor.astype(np.int64))
+            assert (steps <= 1 + np.abs(tensor.astype(np.int64)) * 1e-4).all(), name
+        else:
+            np.testing.assert_allclose(other, tensor, rtol=1e-4, atol=1e-7, err_msg=name)
+
+
+def onnx_initializers(path: Path) -> dict[str, np.ndarray]:
+    """Every constant tensor of an ONNX file, by name."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    return {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
 
 
 @pytest.mark.slow

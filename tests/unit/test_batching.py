@@ -333,3 +333,17 @@ async def test_batcher_counts_each_batch_for_the_governor(package, executor):
     await batcher.close(1.0)
     busy, batches = counter.totals()
     assert batches == 3 and busy > 0
+
+
+async def test_a_batch_loop_that_dies_is_logged_with_its_traceback(package, executor, caplog):
+    class BrokenGate(DeviceGate):
+        async def acquire(self, limits) -> None:
+            raise RuntimeError("the device gate broke")
+
+    batcher = make_batcher(package, executor, gate=BrokenGate(), timeout_s=0.5)
+    request = asyncio.ensure_future(batcher.submit({"input": distinct_inputs(1)[0]}))
+    await until(lambda: "background task batch:tiny died" in caplog.text)
+    [record] = [r for r in caplog.records if r.getMessage() == "background task batch:tiny died"]
+    assert record.levelname == "ERROR" and record.exc_info is not None
+    assert "the device gate broke" in caplog.text
+    request.cancel()

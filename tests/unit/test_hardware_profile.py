@@ -106,6 +106,7 @@ def test_a_valid_profile_becomes_frozen_dataclasses(tmp_path: Path) -> None:
         (('compatible = ["vendor,board"]', 'devices = ["usb:18d1"]'), r"must be usb:A:B"),
         (("[battery]", "[battery]\nvoltage = 3"), r"battery\.voltage: unknown key"),
         (("priority = 10", "priority = 10\ncolour = 1"), r"colour: unknown key"),
+        (("priority = 10", "priorty = 10"), r"priorty: unknown key \(did you mean priority\?\)"),
         (('device = "CPU"', 'device = ""'), r"candidate\[0\]\.device: must not be empty"),
     ],
 )
