@@ -47,12 +47,14 @@ def _existing_socket(configured: Path | None) -> Path | None:
 
 def client_from_args(args: argparse.Namespace) -> AgentClient:
     """The client the connection arguments describe; ConfigError when the config is bad."""
+    if args.socket is not None:  # needs no token, so no config: its token file may be root's
+        return AgentClient(socket_path=args.socket, timeout=args.timeout)
     server = _readable_server_settings(args.config) if args.url else load_config(args.config).server
     if args.url:
         token = args.token or (server.admin_token or server.token if server else "")
         return AgentClient(url=args.url, token=token or None, timeout=args.timeout)
     assert server is not None
-    socket_path = args.socket or _existing_socket(server.unix_socket)
+    socket_path = _existing_socket(server.unix_socket)
     if socket_path is None:
         raise ConfigError("[server] unix_socket is not set: give --socket or --url")
     return AgentClient(socket_path=socket_path, timeout=args.timeout)

@@ -32,6 +32,11 @@ def test_ready_agent_is_exit_0_and_a_stopped_one_exit_1(tmp_path: Path) -> None:
         ready = health("--socket", str(agent.socket), cwd=tmp_path)
         assert ready.returncode == 0, ready.stderr
         assert ready.stdout == f"ready: {agent.socket}\n"
+        # The socket needs no token: a token file this caller cannot read is not its concern.
+        unreadable = tmp_path / "operator.toml"
+        unreadable.write_text('[server]\ntoken_file = "/nonexistent/root-only-token"\n')
+        given = health("--socket", str(agent.socket), "--config", str(unreadable), cwd=tmp_path)
+        assert given.returncode == 0, given.stderr
     finally:
         assert agent.stop() == 0
     down = health("--socket", str(agent.socket), "--timeout", "2", cwd=tmp_path)
