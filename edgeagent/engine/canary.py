@@ -35,39 +35,14 @@ INTERRUPTED = "interrupted"  # unloaded, replaced or superseded before a verdict
 
 WithoutTraffic = Literal["promote", "rollback"]
 
-# Sane bounds of each threshold, (low, high) inclusive; share must also be above 0. A share
-# over one half would make the canary the main version before it was judged.
-LIMITS: dict[str, tuple[float, float]] = {
-    "share": (0.0, 0.5),
-    "min_requests": (1, 1_000_000),
-    "max_error_rate": (0.0, 1.0),
-    "max_p99_ratio": (1.0, 100.0),
-    "max_seconds": (1.0, 7 * 86400.0),
-}
-INTEGER_FIELDS = frozenset({"min_requests"})
-
-
-def check_threshold(key: str, value: Any) -> float | int:
-    """``value`` for canary threshold ``key`` if it is the right type and within LIMITS; else
-    ValueError naming the key, the value and the bounds."""
-    if key not in LIMITS:
-        raise ValueError(f"unknown canary setting {key!r} (known: {', '.join(LIMITS)})")
-    low, high = LIMITS[key]
-    integer = key in INTEGER_FIELDS
-    wrong_kind = not isinstance(value, int) if integer else not isinstance(value, (int, float))
-    if isinstance(value, bool) or wrong_kind:
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"canary {key}: must be {kind}, got {str(value)[:40]!r}")
-    number: int | float = value if integer else float(value)
-    if not low <= number <= high or (key == "share" and number <= 0):
-        low_text = f"above {low:g}" if key == "share" else f"{low:g}"
-        raise ValueError(f"canary {key}: {value!r} is not within {low_text}..{high:g}")
-    return number
-
 
 @dataclass(frozen=True)
 class CanaryPolicy:
-    """Everything one canary is judged by (see the module docstring)."""
+    """Everything one canary is judged by (see the module docstring).
+
+    The bounds of what a release may ask are the fleet's policy (``fleet.canary.LIMITS``,
+    checked when the manifest is parsed); the engine only judges by the numbers it is given.
+    """
 
     share: float = 0.1
     min_requests: int = 50
@@ -77,8 +52,6 @@ class CanaryPolicy:
     without_traffic: WithoutTraffic = "promote"
 
     def __post_init__(self) -> None:
-        for key in LIMITS:
-            check_threshold(key, getattr(self, key))
         if self.without_traffic not in ("promote", "rollback"):
             raise ValueError(
                 f"canary without_traffic: {self.without_traffic!r} is not 'promote' or 'rollback'"
@@ -165,7 +138,10 @@ class Canary:
         return self._future.done()
 
     def takes_next(self) -> bool:
-        """Exactly ``share`` of the lookups, spread evenly (every 10th for 0.1)."""
+        """Exactly ``share`` of the lookups, spread evenly (every 10th for 0.1); none once
+        the canary has its verdict (it may still be loaded until the registry retires it)."""
+        if self.done:
+            return False
         self.routed += 1
         share = self.policy.share
         return int(self.routed * share) > int((self.routed - 1) * share)
@@ -178,7 +154,12 @@ class Canary:
         return answered + faults, faults
 
     def judge(self, stable: LoadedModel) -> CanaryVerdict | None:
-        """After each canary request: the verdict, or None while the evidence is too thin."""
+        """After each canary request: the verdict, or None while the evidence is too thin.
+
+        An ended canary (``end``) answers its interruption, so it is retired, never promoted.
+        """
+        if self.done:
+            return self._future.result()
         requests, faults = self.counts()
         if faults > self.policy.max_error_rate * self.policy.min_requests:
             return self._verdict(stable, "traffic")
@@ -188,11 +169,27 @@ class Canary:
 
     def time_out(self, stable: LoadedModel) -> CanaryVerdict:
         """``max_seconds`` passed without a verdict: judge what was seen, then
-        ``without_traffic`` decides."""
+        ``without_traffic`` decides; an ended canary answers its interruption."""
+        if self.done:
+            return self._future.result()
         return self._verdict(stable, "max_seconds")
 
     def interrupted(self, why: str) -> CanaryVerdict:
         return self._figures(None, INTERRUPTED, why, "interrupted")
+
+    def end(self, why: str) -> None:
+        """Conclude now without a verdict (a newer release of the model came): from here it
+        takes no traffic and can never be promoted, and whoever awaits ``outcome()`` goes on.
+
+        Its judge is then asked to look at once — the hooks run after each of its requests,
+        which is how the registry judges a canary — so the registry retires the version now
+        rather than at its time-out (its ``judge`` and ``time_out`` answer the interruption).
+        """
+        if self._future.done():
+            return
+        self._future.set_result(self.interrupted(why))
+        for look in list(self.model.on_request_done):
+            look()
 
     def resolve(self, verdict: CanaryVerdict) -> None:
         if self.timer is not None:

@@ -75,7 +75,13 @@ from edgeagent.models.package import (
     load_package,
 )
 from edgeagent.sections import ConfigError
-from edgeagent.updates.canary import CanaryRegistry, CanaryStage
+from edgeagent.updates.canary import (
+    CanaryRegistry,
+    CanaryStage,
+    WaitingCanaries,
+    WaitingCanary,
+    recover_parked,
+)
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits, tls_context
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.report import UpdateReporter
@@ -174,6 +180,7 @@ class Updater:
         self.reporter = reporter
         self.limits = limits
         self.canary = CanaryStage(settings, registry, reporter, self._golden)
+        self.canaries = WaitingCanaries(store)  # parked installs, their verdicts to come
         # Release hints waiting for the worker, newest per topic: a burst on one topic (junk
         # or a re-publish) replaces what waited there and can never push out another topic's.
         self._hints: dict[str, bytes] = {}
@@ -197,7 +204,8 @@ class Updater:
             log.warning("ignored a message on %s (not a release or trust topic)", topic)
 
     async def run(self) -> None:
-        """Install queued releases one after the other, until cancelled."""
+        """Install queued releases one after the other, until cancelled; a canary's verdict
+        is awaited outside this loop (``updates.canary``), so it holds no other release."""
         while True:
             await self._hint_ready.wait()
             topic = next(iter(self._hints))
@@ -205,7 +213,7 @@ class Updater:
             if not self._hints:
                 self._hint_ready.clear()
             try:
-                await self.apply(envelope, topic)
+                await self.apply(envelope, topic, await_canary=False)
             except Exception:  # a bug in one install must not stop later ones
                 log.exception("the update worker failed on a release from %s", topic)
 
@@ -229,12 +237,16 @@ class Updater:
         self.reporter.outcome(release, "succeeded", "rotated", detail)
         self._remember(key)
 
-    async def apply(self, envelope: bytes, topic: str = "") -> dict[str, Any] | None:
+    async def apply(
+        self, envelope: bytes, topic: str = "", *, await_canary: bool = True
+    ) -> dict[str, Any] | None:
         """Run one release through every step; return the outcome record (None if a repeat).
 
         ``topic`` is where it arrived: on a model's retained slot only that model's release is
         taken, so a copy in another model's slot (which would hide that model's release from
-        devices joining later) is refused as ``wrong_topic``.
+        devices joining later) is refused as ``wrong_topic``. Without ``await_canary`` (the
+        worker) a canary install returns once the canary takes traffic; its outcome follows.
+        A newer release of a model whose canary waits supersedes that canary first.
         """
         key = self._handled_key("release", envelope)
         if key in self._handled:
@@ -271,7 +283,24 @@ class Updater:
         locked = recipient_refusal(manifest, variants, self.device.device_id)
         if locked is not None:
             return self._refused(self._describe_manifest(manifest), locked)
-        await self._install(manifest, variants, key)
+        waiting = self.canaries.get(manifest.model)
+        if waiting is not None:
+            if waiting.key == key:  # its own re-delivery (a reconnect): nothing to do
+                return None
+            if manifest.serial <= waiting.pending.serial:
+                refusal = TrustError(
+                    "canary_waiting",
+                    f"serial {manifest.serial} is not above serial {waiting.pending.serial} "
+                    f"of {manifest.model} {waiting.pending.version}, whose canary is running",
+                )
+                return self._refused(self._describe_manifest(manifest), refusal)
+            newer = f"{manifest.model} {manifest.version} (serial {manifest.serial})"
+            await self.canaries.supersede(manifest.model, newer)
+            # concluded: its verdict may have come first and raised the floor, so verify again
+            return await self.apply(envelope, topic, await_canary=await_canary)
+        concluding = await self._install(manifest, variants, key)
+        if concluding is not None and await_canary:
+            await asyncio.shield(concluding)
         return self.reporter.last
 
     def _variants(self, manifest: ReleaseManifest) -> list[VariantArtifact]:
@@ -342,17 +371,19 @@ class Updater:
             "pending": (lambda p: p and {"model": p.model, "version": p.version, "step": p.step})(
                 self.store.pending()
             ),
+            "canaries": self.canaries.status(),
         }
 
     # --- the steps -----------------------------------------------------------------------
     async def _install(
         self, manifest: ReleaseManifest, variants: list[VariantArtifact], key: str
-    ) -> None:
+    ) -> asyncio.Task[None] | None:
         """Run the steps after ``verify``; any failure, expected or not, rolls back.
 
         ``step`` names where it stopped, so an unexpected exception (a bug, or a network value
         nobody thought of) is reported as ``internal_error`` naming the step instead of
-        leaving ``pending.json`` behind and wedging every later install.
+        leaving ``pending.json`` behind and wedging every later install. A canary install
+        returns the task that concludes it once its canary takes traffic (``_conclude``).
         """
         release = {
             "model": manifest.model,
@@ -367,7 +398,7 @@ class Updater:
                 policy = self.canary.prepare(manifest.canary, variants)
             except InstallFailed as exc:
                 self.reporter.outcome(release, "refused", exc.code, str(exc))
-                return
+                return None
         try:
             pending = PendingInstall(
                 model=manifest.model,
@@ -381,7 +412,7 @@ class Updater:
             log.exception("cannot begin the install of %s %s", manifest.model, manifest.version)
             message = f"step 'begin' failed: {type(exc).__name__}: {str(exc)[:300]}"
             self.reporter.outcome(release, "refused", "internal_error", message)
-            return
+            return None
         self.reporter.progress(release, "verified")
         checkpoint("verified")
         # What to swap the registry back to on failure: False until the new release serves.
@@ -415,31 +446,38 @@ class Updater:
             self.reporter.progress(release, "installed")
             checkpoint("installed")
 
-            verdict = None
             if policy is not None:  # the old version serves until the canary is promoted
                 step = "canary"
                 self.store.advance(pending, "canary")
                 checkpoint("canary")
-                verdict = await self.canary.run(installed, policy, release)
-                swap_back = before
-                self.store.set_current(manifest.model, manifest.version)
-            else:
-                step = "activate"
-                self.store.advance(pending, "activating")
-                self.store.set_current(manifest.model, manifest.version)
-                checkpoint("activating")
-                model = await self._activate(installed)
-                swap_back = before
-                self.reporter.progress(release, "activated")
-                checkpoint("activated")
+                canary = await self.canary.start(installed, policy, release)
+                waiting = WaitingCanary(pending, release, key, canary)
+                try:
+                    self.canaries.park(waiting)
+                except BaseException:  # not parked: it must not be promoted behind the store
+                    canary.end("its install could not be recorded")
+                    raise
+                waiting.task = spawn(
+                    self._conclude(waiting, before), name=f"canary-{pending.model}"
+                )
+                return waiting.task
 
-                step = "health"
-                await self._health(model, manifest.model, installed)
+            step = "activate"
+            self.store.advance(pending, "activating")
+            self.store.set_current(manifest.model, manifest.version)
+            checkpoint("activating")
+            model = await self._activate(installed)
+            swap_back = before
+            self.reporter.progress(release, "activated")
+            checkpoint("activated")
+
+            step = "health"
+            await self._health(model, manifest.model, installed)
 
             step = "commit"
             self.store.advance(pending, "committing")
             checkpoint("committing")
-            self._commit(pending, release, key, verdict)
+            self._commit(pending, release, key)
         except InstallFailed as exc:
             self._discard(downloads)
             await self._roll_back(
@@ -448,6 +486,29 @@ class Updater:
         except Exception as exc:
             self._discard(downloads)
             log.exception("update step %r of %s %s failed", step, manifest.model, manifest.version)
+            message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
+            await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
+        return None
+
+    async def _conclude(self, waiting: WaitingCanary, before: Path | None) -> None:
+        """The rest of a parked canary install, on its verdict: commit when promoted, roll
+        back otherwise (the registry has already routed accordingly)."""
+        pending, release = waiting.pending, waiting.release
+        swap_back: Path | Literal[False] | None = False
+        step = "canary"
+        try:
+            verdict = await self.canary.verdict(waiting)
+            swap_back = before  # promoted: the new version serves
+            step = "commit"
+            self.store.set_current(pending.model, pending.version)
+            checkpoint("committing")
+            self._commit(pending, release, waiting.key, verdict)
+        except InstallFailed as exc:
+            await self._roll_back(
+                pending, release, swap_back, exc.code, str(exc), bad=exc.bad, details=exc.details
+            )
+        except Exception as exc:
+            log.exception("update step %r of %s %s failed", step, pending.model, pending.version)
             message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
             await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
 
@@ -501,8 +562,13 @@ class Updater:
             detail += f"; canary promoted ({canary.reason}): {canary.summary()}"
             details["canary"] = canary.figures()
         self.reporter.outcome(release, "succeeded", "committed", detail, details=details)
-        self.store.clear_pending()
+        self._clear(pending)
         checkpoint("committed")
+
+    def _clear(self, pending: PendingInstall) -> None:
+        """Drop the record of a finished install: a parked canary's, or ``pending.json``."""
+        if not self.canaries.finish(pending):
+            self.store.clear_pending()
 
     async def _download(self, artifact: Artifact, release: dict[str, str]) -> Path:
         settings = self.settings
@@ -656,7 +722,7 @@ class Updater:
             if bad:
                 self.store.mark_bad(model, pending.version)
         finally:  # whatever else failed, the next install must not find this one pending
-            self.store.clear_pending()
+            self._clear(pending)
         if installed:
             message = f"rolled back: {message}"
             self.reporter.outcome(release, "failed", code, message, details=details)
@@ -726,7 +792,9 @@ class UpdateService:
         profile: str = "",
     ) -> None:
         self.store = ModelStore(state_dir)
-        self.recovery = self.store.recover()
+        recovery = self.store.recover()
+        parked = recover_parked(self.store, recovery.pending if recovery else None)
+        self.recoveries = [*([recovery] if recovery else []), *parked]
         try:
             trust = open_trust_store(
                 state_dir,
@@ -762,17 +830,15 @@ class UpdateService:
 
     async def start(self) -> None:
         self.reporter.connect(self.link.publish_state, self.link.publish_event)
-        if self.recovery is not None:
-            pending = self.recovery.pending
+        for recovery in self.recoveries:
+            pending = recovery.pending
             release = {
                 "model": pending.model,
                 "version": pending.version,
                 "deployment_id": pending.deployment_id,
             }
-            result = "succeeded" if self.recovery.outcome == "committed" else "failed"
-            self.reporter.outcome(
-                release, result, f"recovered_{self.recovery.outcome}", self.recovery.reason
-            )
+            result = "succeeded" if recovery.outcome == "committed" else "failed"
+            self.reporter.outcome(release, result, f"recovered_{recovery.outcome}", recovery.reason)
         self._tasks = [
             spawn(self.link.run(), name="mqtt-link"),
             spawn(self.updater.run(), name="update-worker"),
@@ -780,7 +846,9 @@ class UpdateService:
 
     async def stop(self) -> None:
         await self.link.close()
-        await cancel_and_wait(self._tasks, self.link.settings.connect_timeout_s + 5.0)
+        # a canary still waiting stays parked, and the next start rolls it back (recover_parked)
+        tasks = [*self._tasks, *self.updater.canaries.tasks()]
+        await cancel_and_wait(tasks, self.link.settings.connect_timeout_s + 5.0)
 
     def status(self) -> dict[str, Any]:
         return {**self.updater.status(), "mqtt": self.link.status()}

@@ -3,11 +3,14 @@
 or is slower than ``max_p99_ratio`` (real ONNX graphs made bad on purpose, devtools/tiny.py);
 with no traffic by ``max_seconds`` the golden check decides (or the config says roll back); a
 device that cannot hold both versions refuses before downloading; a crash mid-canary is
-never committed."""
+never committed. A canary waits outside the update worker: another model's release installs
+meanwhile, a newer release of the same model supersedes it, and a table out of bounds (10**400)
+is refused and reported (issue 23 §6, §12)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -20,8 +23,13 @@ import pytest
 from devtools.broker import Broker
 from edgeagent.engine.errors import ServingError
 from edgeagent.fleet.manifest import parse_manifest
-from edgeagent.fleet.signing import decode_envelope
+from edgeagent.fleet.signing import decode_envelope, sign_envelope
+from edgeagent.fleet.topics import GroupTopics
+from edgeagent.fsutil import write_json_atomic
+from edgeagent.hub.keys import load_private_key
+from edgeagent.hub.publish import hub_client
 from edgeagent.hub.sign import release_path
+from edgeagent.updates.canary import PARKED, recover_parked
 from edgeagent.updates.store import ModelStore, PendingInstall
 from tests.helpers import write_tiny_package
 from tests.integration.test_hub import hub as hub_cli
@@ -40,15 +48,15 @@ from tests.support.waiting import until
 pytestmark = pytest.mark.broker
 
 
-def _sign(hub: Hub, version: str, canary: str | None, **bad: Any) -> Path:
+def _sign(hub: Hub, version: str, canary: str | None, name: str = "tiny", **bad: Any) -> Path:
     """``hub sign`` (the CLI) of a tiny package, ``--canary CANARY`` when given; ``bad`` makes
     the model slow or failing (devtools.tiny.write_tiny_onnx)."""
     package = write_tiny_package(
-        hub.root / "packages" / f"tiny-{version}", version=version, seed=int(version), **bad
+        hub.root / "packages" / f"{name}-{version}", name, version, seed=int(version), **bad
     )
     signed = _hub_sign(hub, add_golden(package), *([] if canary is None else ["--canary", canary]))
     assert signed.returncode == 0, signed.stderr
-    return release_path(hub.artifacts, "tiny", version)
+    return release_path(hub.artifacts, name, version)
 
 
 def _hub_sign(hub: Hub, package: Path, *extra: str):
@@ -240,7 +248,7 @@ def test_a_restart_mid_canary_leaves_the_old_release_current(tmp_path: Path) -> 
 
 def test_hub_sign_refuses_a_canary_out_of_bounds(hub: Hub) -> None:
     package = add_golden(write_tiny_package(hub.root / "packages" / "bad", version="5"))
-    for canary, why in (("share=0.9", "0..0.5"), ("min_requests=x", "not a number")):
+    for canary, why in (("share=0.9", "0.001..0.5"), ("min_requests=x", "not a number")):
         signed = _hub_sign(hub, package, "--canary", canary)
         assert signed.returncode == 2 and why in signed.stderr, signed.stderr
     assert not release_path(hub.artifacts, "tiny", "5").exists()
@@ -252,3 +260,101 @@ def test_hub_sign_refuses_a_canary_out_of_bounds(hub: Hub) -> None:
 def _canary_of(release: Path) -> dict | None:
     payload = json.loads(decode_envelope(release.read_bytes(), max_bytes=1 << 20).payload)
     return payload.get("canary")
+
+
+# In bounds, yet it could only conclude at its time-out, a week from now: no traffic reaches a
+# share of one in a thousand of nothing, and a million requests would not come anyway.
+WEEK_LONG = "share=0.001,min_requests=1000000,max_seconds=604800"
+
+
+async def _outcome_of(online: Online, release: Path, hub: Hub, broker: Broker) -> dict:
+    """Publish ``release`` (``hub publish``) and wait for its deployment's outcome."""
+    deployment = _deployment(release)
+    assert (await _publish(hub, broker, release)).returncode == 0
+    await until(lambda: _last_outcome(online, deployment) is not None, timeout=120)
+    outcome = _last_outcome(online, deployment)
+    assert outcome is not None
+    return outcome
+
+
+def _last_outcome(online: Online, deployment: str) -> dict | None:
+    """The outcome event the device sent for ``deployment`` (None before it has)."""
+    outcomes = [
+        e
+        for e in online.device.events
+        if e.get("deployment_id") == deployment and e.get("result") is not None
+    ]
+    return outcomes[-1] if outcomes else None
+
+
+async def test_a_waiting_canary_holds_no_other_release_and_a_newer_one_supersedes_it(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    online = await _serving_v1(stacks, hub, broker)
+    assert (await _outcome_of(online, _sign(hub, "1", None, "other"), hub, broker))[
+        "code"
+    ] == "committed"
+    waiting = _sign(hub, "2", WEEK_LONG)
+    assert (await _publish(hub, broker, waiting)).returncode == 0
+    await until(lambda: online.device.updater.status()["canaries"] == {"tiny": "2"}, timeout=60)
+    # another model's release gets its outcome while the week-long canary waits
+    other = await _outcome_of(online, _sign(hub, "2", None, "other"), hub, broker)
+    assert (other["result"], other["code"]) == ("succeeded", "committed"), other
+    assert online.device.serving("other") == "2" and online.device.serving() == "1"
+    assert _last_outcome(online, _deployment(waiting)) is None  # still waiting
+    # a newer release of the same model concludes it as superseded, then installs
+    newer = await _outcome_of(online, _sign(hub, "3", None), hub, broker)
+    assert (newer["result"], newer["code"]) == ("succeeded", "committed"), newer
+    superseded = _last_outcome(online, _deployment(waiting))
+    assert superseded is not None
+    assert (superseded["result"], superseded["code"]) == ("failed", "canary_superseded")
+    assert "superseded by tiny 3" in superseded["message"]
+    assert superseded["canary"]["decided_by"] == "interrupted"
+    store = online.device.store
+    assert online.device.serving() == "3" and store.current("tiny") == "3"
+    assert "2" not in store.versions("tiny") and store.bad_versions("tiny") == set()
+    assert online.device.registry.versions("tiny") == ["3"]  # the canary's version retired
+    assert online.device.updater.status()["canaries"] == {} and store.pending() is None
+
+
+async def test_a_canary_table_out_of_bounds_is_refused_and_reported(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """A signed table of 10**400 used to crash the manifest parser: the update worker logged
+    an exception and sent no report. It is refused naming the field, and the worker goes on."""
+    online = await _serving_v1(stacks, hub, broker)
+    release = _sign(hub, "2", "max_seconds=60")
+    payload = json.loads(decode_envelope(release.read_bytes(), max_bytes=1 << 20).payload)
+    payload["canary"]["max_seconds"] = 10**400  # json writes the exact integer
+    forged = sign_envelope(
+        json.dumps(payload).encode(), [load_private_key(hub.keys / "release.key")]
+    )
+    async with hub_client(broker.settings(), "raw") as client:  # hub publish would refuse it
+        await client.publish(str(GroupTopics("edgeagent", "lab").release("tiny")), forged, qos=1)
+    await until(lambda: (online.outcome() or {}).get("result") == "refused", timeout=60)
+    outcome = online.outcome()
+    assert outcome is not None and outcome["code"] == "malformed", outcome
+    assert "manifest canary: canary max_seconds" in outcome["message"]
+    assert "is not within 1..604800" in outcome["message"]
+    assert online.device.serving() == "1" and online.device.store.versions("tiny") == ["1"]
+    after = await _outcome_of(online, _sign(hub, "3", None), hub, broker)
+    assert after["code"] == "committed" and online.device.serving() == "3"
+
+
+def test_a_restart_with_a_parked_canary_rolls_it_back(tmp_path: Path) -> None:
+    """A canary waiting outside the worker is recorded in canaries.json; after a crash it is
+    rolled back like an unfinished canary in pending.json, and reported as recovered."""
+    store = ModelStore(tmp_path)
+    store.install("tiny", "1", write_tiny_package(tmp_path / "p1"))
+    store.set_current("tiny", "1")
+    store.raise_floor("tiny", "1", 1)
+    store.install("tiny", "2", write_tiny_package(tmp_path / "p2", version="2"))
+    parked = PendingInstall("tiny", "2", "1", "d-canary", serial=2, step="canary")
+    write_json_atomic(store.root / PARKED, {"tiny": dataclasses.asdict(parked)})
+    assert store.recover() is None  # pending.json is free: the canary was parked
+    [recovery] = recover_parked(store, None)
+    assert (recovery.outcome, recovery.pending.version) == ("rolled_back", "2")
+    assert "its canary had no verdict" in recovery.reason
+    assert store.current("tiny") == "1" and store.versions("tiny") == ["1"]
+    assert store.pending() is None and store.bad_versions("tiny") == set()
+    assert not (store.root / PARKED).exists() and recover_parked(store, None) == []

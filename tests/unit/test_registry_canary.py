@@ -176,3 +176,22 @@ async def test_canary_needs_a_new_version_and_an_active_one(tmp_path: Path, exec
     with pytest.raises(LoadFailed, match="no active version"):
         await other.canary(tmp_path / "v1")
     await registry.close()
+
+
+async def test_an_ended_canary_is_retired_at_once_and_never_promoted(tmp_path: Path, executor):
+    """``Canary.end`` (a newer release came): no more traffic, the registry retires it now,
+    not at its week-long time-out, and a same-version reload is not refused as loaded."""
+    registry, v2 = await start(tmp_path, executor)
+    canary = await registry.canary(v2, policy(0.5, max_seconds=7 * 86400.0))
+    await traffic(registry, 4)  # two canary requests of its 8: no verdict yet
+    canary.end("superseded by tiny 3 (serial 3)")
+    verdict = await canary.outcome()
+    assert (verdict.outcome, verdict.reason) == (INTERRUPTED, "superseded by tiny 3 (serial 3)")
+    assert registry.get("tiny").version == "1" and canary.timer is not None
+    assert canary.timer.cancelled()  # concluded by the registry, not left for its time-out
+    await until(lambda: registry.versions("tiny") == ["1"])
+    assert all(version == "1" for version, _ in await traffic(registry, 16))
+    assert canary.judge(registry.get("tiny")) is verdict  # never a second, promoting verdict
+    again = await registry.canary(v2, policy(0.5))  # the same version may come back
+    again.end("test over")
+    await registry.close()
