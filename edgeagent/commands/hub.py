@@ -33,6 +33,7 @@ from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.keys import HubError, trust_chain
+from edgeagent.hub.policy import PolicyError, StagedPolicy
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -568,6 +569,53 @@ def _rollback(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=lambda args: _run(args, work))
 
 
+# The policy's REST field names (hub/policy/) as this command's flags, to name them in errors.
+POLICY_FLAGS = {
+    "stages_pct": "--stages",
+    "abort_threshold_pct": "--abort-threshold",
+    "min_executed": "--min-executed",
+    "stage_timeout_s": "--stage-timeout",
+}
+
+
+def _policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The staged policy's parameters as flags, with the policy's own defaults."""
+    default = StagedPolicy()
+    stages = ",".join(f"{p:g}" for p in default.stages_pct)
+    parser.add_argument("--stages", default=stages, help="cumulative percentages")
+    parser.add_argument(
+        "--abort-threshold", type=float, default=default.abort_threshold_pct, help="percent failed"
+    )
+    parser.add_argument(
+        "--min-executed",
+        type=int,
+        default=default.min_executed,
+        help="outcomes needed before aborting can happen",
+    )
+    parser.add_argument(
+        "--stage-timeout", type=float, default=default.stage_timeout_s, help="seconds per stage"
+    )
+
+
+def rollout_policy(args: argparse.Namespace) -> StagedPolicy:
+    """The policy the flags describe; a bad value is a usage error naming its flag."""
+    try:
+        stages = [float(p) for p in args.stages.split(",")]
+    except ValueError as exc:
+        raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
+    fields = {
+        "stages_pct": stages,
+        "abort_threshold_pct": args.abort_threshold,
+        "min_executed": args.min_executed,
+        "stage_timeout_s": args.stage_timeout,
+    }
+    try:
+        return StagedPolicy.from_fields(fields)
+    except PolicyError as exc:
+        flag = POLICY_FLAGS.get(exc.field.partition("[")[0], exc.field)
+        raise HubError(f"{flag}: {exc.problem}") from exc
+
+
 def _rollout(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "rollout",
@@ -583,12 +631,7 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("release", type=Path, metavar="RELEASE", help="a *.release.json")
     parser.add_argument("--group", required=True, help="device group to roll out to")
     parser.add_argument("--device", action="append", help="roll out to these devices only")
-    parser.add_argument("--stages", default="5,25,100", help="cumulative percentages")
-    parser.add_argument("--abort-threshold", type=float, default=20.0, help="percent failed")
-    parser.add_argument(
-        "--min-executed", type=int, default=1, help="outcomes needed before aborting can happen"
-    )
-    parser.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per stage")
+    _policy_arguments(parser)
     parser.add_argument("--trust", type=Path, help="verify against this trust file first")
     parser.add_argument(
         "--release-key",
@@ -604,16 +647,12 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
 
     async def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.publish import read_release
-        from edgeagent.hub.rollout import RolloutPlan, rollout
+        from edgeagent.hub.rollout import rollout
         from edgeagent.hub.sign import ManifestSigner
 
         if not args.keys:
             raise HubError("--release-key is required (it signs each stage's envelope)")
-        try:
-            stages = tuple(float(p) for p in args.stages.split(","))
-        except ValueError as exc:
-            raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
-        plan = RolloutPlan(stages, args.abort_threshold, args.min_executed, args.stage_timeout)
+        policy = rollout_policy(args)
         _envelope, manifest = read_release(args.release, args.trust)
         say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
         report = await rollout(
@@ -621,7 +660,7 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
             manifest,
             sign=ManifestSigner(args.keys),
             group=args.group,
-            plan=plan,
+            policy=policy,
             devices=args.device,
             progress=say,
         )

@@ -20,7 +20,7 @@ from devtools.broker import Broker, free_port
 from edgeagent.cli import main
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.keys import HubError
-from edgeagent.hub.rollout import RolloutPlan, stage_sizes
+from edgeagent.hub.policy import StagedPolicy
 from edgeagent.hub.status import fleet_row, format_table
 from tests.helpers import write_tiny_package
 
@@ -185,15 +185,18 @@ def test_usage_errors_name_the_problem(tmp_path: Path) -> None:
     stages = hub(
         "rollout", str(tmp_path / "x"), "--group", "g", "--stages", "50,20", "--release-key", "k"
     )
-    assert stages.returncode == 2
+    assert stages.returncode == 2 and "--stages: must be increasing" in stages.stderr
+    for flag, value in (("--min-executed", "0"), ("--stage-timeout", "inf")):
+        refused = hub("rollout", "x", "--group", "g", flag, value, "--release-key", "k")
+        assert refused.returncode == 2 and f"{flag}: must be in" in refused.stderr, refused.stderr
 
 
 def test_stage_sizes_are_cumulative_and_never_empty() -> None:
-    assert stage_sizes(100, (5, 25, 100)) == [5, 25, 100]
-    assert stage_sizes(3, (5, 25, 100)) == [1, 3]
-    assert stage_sizes(1, (5, 25, 100)) == [1]
+    assert StagedPolicy((5, 25, 100)).stage_sizes(100) == [5, 25, 100]
+    assert StagedPolicy((5, 25, 100)).stage_sizes(3) == [1, 3]
+    assert StagedPolicy((5, 25, 100)).stage_sizes(1) == [1]
     with pytest.raises(HubError, match="last stage"):
-        RolloutPlan((5, 25)).validate()
+        StagedPolicy((5, 25))
 
 
 def test_the_fleet_table_reads_retained_reports() -> None:

@@ -138,9 +138,43 @@ async def test_tokens_scopes_and_bad_input(broker: Broker, tmp_path: Path) -> No
             request = {"release_id": release["id"], "group": "lab", **body}
             answer = await admin.call("POST", "/api/v1/deployments", expect=422, json=request)
             assert answer["error"]
+        for field, value in (  # issue 23 item 10: each was a 500 or silently truncated
+            ("stages_pct[0]", "10" * 200),
+            ("stages_pct[0]", "true"),
+            ("abort_threshold_pct", "1e400"),
+            ("min_executed", "1e400"),
+            ("min_executed", "2.7"),
+            ("min_executed", "1" + "0" * 30),
+        ):
+            key = field.partition("[")[0]
+            shown = f"[{value}, 100]" if key != field else value
+            raw = f'{{"release_id": {release["id"]}, "group": "lab", "{key}": {shown}}}'
+            answer = await admin.call(
+                "POST",
+                "/api/v1/deployments",
+                expect=422,
+                data=raw.encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            assert answer["error"].startswith(f"{field}: "), answer
         assert (await admin.call("GET", "/api/v1/deployments"))["deployments"] == []
         envelope_back = await admin.call("GET", f"/api/v1/releases/{release['id']}/envelope")
         assert envelope_back == json.loads(envelope)  # byte for byte what was uploaded
+
+
+async def test_a_short_max_wait_caps_the_default_stage_timeout(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Issue 23: ``--max-wait`` below the 600 s default stage time-out refused (422) every
+    deployment that did not set ``stage_timeout_s``; now the default is capped by it."""
+    settings = broker.settings()
+    async with fleet(settings, 1), hub_server(sqlite_url(tmp_path), settings, max_wait_s=60) as url:
+        api = Api(url)
+        await api.synced()
+        created = await api.deploy("2.0.0")
+        assert created["stage_timeout_s"] == 60
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "succeeded"
 
 
 def test_a_public_listener_needs_a_token_file() -> None:

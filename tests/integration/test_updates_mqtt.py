@@ -18,8 +18,9 @@ from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics
 from edgeagent.hub.keys import generate_key, rotate
+from edgeagent.hub.policy import StagedPolicy
 from edgeagent.hub.publish import hub_client, publish
-from edgeagent.hub.rollout import RolloutPlan, rollout
+from edgeagent.hub.rollout import rollout
 from edgeagent.hub.serve import artifact_response
 from edgeagent.hub.status import collect_fleet
 from tests.integration.test_updates_helpers import (
@@ -144,8 +145,10 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
 
     envelope = hub.sign(break_model(hub.package("2")))
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
-    plan = RolloutPlan((25.0, 50.0, 100.0), abort_threshold_pct=50.0, stage_timeout_s=30)
-    report = await rollout(broker.settings(), manifest, sign=hub.signer(), group="lab", plan=plan)
+    policy = StagedPolicy((25.0, 50.0, 100.0), abort_threshold_pct=50.0, stage_timeout_s=30)
+    report = await rollout(
+        broker.settings(), manifest, sign=hub.signer(), group="lab", policy=policy
+    )
     assert report.aborted and report.outcomes == {"dev-0": "failed"}, report.to_dict()
     assert report.codes == {"dev-0": "load_failed"}
     assert [o.device.serving() for o in fleet] == ["1", "1", "1", "1"]
@@ -158,8 +161,10 @@ async def test_a_staged_rollout_completes_in_stages(stacks, hub: Hub, broker: Br
         online.device.updater.reporter.refresh()
     envelope = hub.release("1")
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=1 << 16).payload)
-    plan = RolloutPlan((34.0, 100.0), stage_timeout_s=30)
-    report = await rollout(broker.settings(), manifest, sign=hub.signer(), group="lab", plan=plan)
+    policy = StagedPolicy((34.0, 100.0), stage_timeout_s=30)
+    report = await rollout(
+        broker.settings(), manifest, sign=hub.signer(), group="lab", policy=policy
+    )
     assert not report.aborted and set(report.outcomes.values()) == {"succeeded"}
     assert [len(s["devices"]) for s in report.stages] == [2, 1]
     assert [o.device.serving() for o in fleet] == ["1", "1", "1"]
@@ -230,7 +235,7 @@ async def test_a_stage_envelope_replayed_on_the_group_topic_is_wrong_target(
             manifest,
             sign=hub.signer(),
             group="lab",
-            plan=RolloutPlan((100.0,), stage_timeout_s=30),
+            policy=StagedPolicy((100.0,), stage_timeout_s=30),
             devices=["dev-0"],
         )
         stage_envelope = bytes((await anext(aiter(spy.messages))).payload)  # type: ignore[arg-type]

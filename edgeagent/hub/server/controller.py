@@ -2,12 +2,12 @@
 
 Each pass reads the deployments that are ``scheduled`` or ``running`` and, for the current stage
 k: sends the release to the stage's devices still ``queued`` (publish first, then mark ``sent``:
-a crash in between only re-sends, which a device answers with ``same_version``); when every
-device of the stage answered, or the stage's in-progress time-out (``stage_started_at +
-stage_timeout_s``, both in the database) passed, the silent ones become ``timed_out`` and the
-abort criteria are applied to every finished device so far, exactly as ``hub rollout`` does.
-Then the deployment aborts, succeeds (last stage) or moves to stage k+1. Nothing lives only in
-memory: after a restart the first pass carries on where the rows say.
+a crash in between only re-sends, which a device answers with ``same_version``); when the
+deployment's rollout policy (``hub/policy/``, rebuilt from the row, the same rules ``hub
+rollout`` follows) says the stage is over — every device answered, or its time-out from
+``stage_started_at`` passed — the silent ones become ``timed_out`` and the policy's verdict on
+every finished device so far aborts the deployment, ends it (``succeeded``) or starts stage
+k+1. Nothing lives only in memory: after a restart the first pass carries on where the rows say.
 
 What a device is sent: with the hub's release key(s) (``hub server --release-key``) the
 controller signs one envelope per batch of a stage (at most ``send_batch`` devices, well under
@@ -37,9 +37,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.topics import Topics
+from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy, Tally, stored_policy
 from edgeagent.hub.rollout import stage_manifest
 from edgeagent.hub.server.changes import Changes
-from edgeagent.hub.server.deploydb import FINISHED
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ class RolloutController:
     async def _advance(self, deployment: dict[str, Any]) -> float | None:
         """Move one deployment as far as it can go now."""
         changed = False
+        policy = stored_policy(deployment)
         try:
             while True:
                 if deployment["state"] == "scheduled":
@@ -121,11 +122,11 @@ class RolloutController:
                 if deployment["state"] != "running":  # paused or aborted by a person meanwhile
                     return None
                 changed |= await self._send_queued(deployment)
-                deadline = deployment["stage_started_at"] + deployment["stage_timeout_s"]
+                started = deployment["stage_started_at"]
                 waiting = await self._count(deployment, ("queued", "sent"))
-                if waiting and time.time() < deadline:
-                    return deadline
-                deployment = await self._finish_stage(deployment)
+                if not policy.stage_over(waiting, started, time.time()):
+                    return policy.deadline(started)
+                deployment = await self._finish_stage(deployment, policy)
                 changed = True
         finally:
             if changed:
@@ -195,8 +196,10 @@ class RolloutController:
             return uploaded, manifest.serial
         return self.sign(stage_manifest(manifest, batch)), manifest.serial
 
-    async def _finish_stage(self, deployment: dict[str, Any]) -> dict[str, Any]:
-        """Time out the silent devices, apply the abort criteria, then stop or go on."""
+    async def _finish_stage(
+        self, deployment: dict[str, Any], policy: RolloutPolicy
+    ) -> dict[str, Any]:
+        """Time out the silent devices, then do what the policy's verdict says."""
         async with self.engine.begin() as connection:
             await connection.execute(
                 deployment_devices.update()
@@ -205,21 +208,15 @@ class RolloutController:
                     deployment_devices.c.stage == deployment["stage"],
                     deployment_devices.c.status.in_(("queued", "sent")),
                 )
-                .values(status="timed_out", code="timed_out", answered_at=time.time())
+                .values(status=TIMED_OUT, code=TIMED_OUT, answered_at=time.time())
             )
-        finished = await self._count(deployment, FINISHED, upto_stage=True)
-        failed = await self._count(deployment, ("failed", "timed_out"), upto_stage=True)
-        share = 100.0 * failed / finished if finished else 0.0
-        threshold = deployment["abort_threshold_pct"]
-        if finished >= deployment["min_executed"] and failed and share >= threshold:
-            reason = (
-                f"stage {deployment['stage']}: {failed} of {finished} devices failed "
-                f"({share:.0f} % ≥ abort threshold {threshold:g} %)"
-            )
-            log.warning("deployment %s aborted: %s", deployment["id"], reason)
-            return await self._update(deployment, state="aborted", reason=reason)
-        if deployment["stage"] >= deployment["stage_count"]:
-            log.info("deployment %s succeeded (%d failed)", deployment["id"], failed)
+        tally = await self._tally(deployment)
+        verdict = policy.verdict(deployment["stage"], deployment["stage_count"], tally)
+        if verdict.state == "aborted":
+            log.warning("deployment %s aborted: %s", deployment["id"], verdict.reason)
+            return await self._update(deployment, state="aborted", reason=verdict.reason)
+        if verdict.state == "succeeded":
+            log.info("deployment %s succeeded (%d failed)", deployment["id"], tally.failed)
             return await self._update(deployment, state="succeeded")
         return await self._start_stage(deployment, deployment["stage"] + 1)
 
@@ -242,16 +239,29 @@ class RolloutController:
         )
         return [r[0] for r in rows]
 
-    async def _count(
-        self, deployment: dict[str, Any], statuses: tuple[str, ...], *, upto_stage: bool = False
-    ) -> int:
-        stage = deployment_devices.c.stage
+    async def _count(self, deployment: dict[str, Any], statuses: tuple[str, ...]) -> int:
+        """Devices of the current stage in one of ``statuses``."""
         async with self.engine.connect() as connection:
             value = await connection.scalar(
                 sa.select(sa.func.count()).where(
                     deployment_devices.c.deployment_id == deployment["id"],
-                    stage <= deployment["stage"] if upto_stage else stage == deployment["stage"],
+                    deployment_devices.c.stage == deployment["stage"],
                     deployment_devices.c.status.in_(statuses),
                 )
             )
         return int(value or 0)
+
+    async def _tally(self, deployment: dict[str, Any]) -> Tally:
+        """The finished devices of every stage up to the current one, by status."""
+        status = deployment_devices.c.status
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(
+                sa.select(status, sa.func.count())
+                .where(
+                    deployment_devices.c.deployment_id == deployment["id"],
+                    deployment_devices.c.stage <= deployment["stage"],
+                    status.in_(FINISHED),
+                )
+                .group_by(status)
+            )
+            return Tally.of({name: int(count) for name, count in rows})

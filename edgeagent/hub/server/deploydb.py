@@ -20,13 +20,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from edgeagent.fleet.manifest import ReleaseManifest
-from edgeagent.hub.rollout import RolloutPlan, stage_sizes
+from edgeagent.hub.policy import FINISHED, RolloutPolicy
 from edgeagent.hub.server.schema import deployment_devices, deployments, devices, releases
 
 ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
 STATES = ACTIVE + FINAL
-FINISHED = ("succeeded", "failed", "timed_out")  # a device's terminal statuses
 DEVICE_STATUSES = ("queued", "sent", *FINISHED)
 MOVES = {  # action → (states it may start from, state it leads to)
     "pause": (("scheduled", "running"), "paused"),
@@ -127,11 +126,15 @@ async def create_deployment(
     connection: AsyncConnection,
     release: dict[str, Any],
     targets: TargetSpec,
-    plan: RolloutPlan,
+    policy: RolloutPolicy,
     *,
     rollback_of: str | None = None,
 ) -> str:
-    """Insert a ``scheduled`` deployment with its devices and their stages; returns its id."""
+    """Insert a ``scheduled`` deployment with its devices and their stages; returns its id.
+
+    The row stores ``policy.fields()``, from which the controller rebuilds the policy on every
+    pass (``hub.policy.stored_policy``), so a restarted hub applies the same rules.
+    """
     if not targets.group and not targets.device_ids:
         raise DeploymentError(422, "say who gets it: 'group' and/or 'devices'")
     busy = await _one(
@@ -149,7 +152,7 @@ async def create_deployment(
     device_list = await _resolve_targets(connection, targets)
     if not device_list:
         raise DeploymentError(422, "no device known to the hub matches these targets")
-    sizes = stage_sizes(len(device_list), plan.stages_pct)
+    sizes = policy.stage_sizes(len(device_list))
     deployment_id = f"dep-{secrets.token_hex(6)}"
     now = time.time()
     await connection.execute(
@@ -159,10 +162,7 @@ async def create_deployment(
             model=release["model"],
             group_name=targets.group,
             profile_filter=targets.profile,
-            stages_pct=list(plan.stages_pct),
-            abort_threshold_pct=plan.abort_threshold_pct,
-            min_executed=plan.min_executed,
-            stage_timeout_s=plan.stage_timeout_s,
+            **policy.fields(),
             state="scheduled",
             stage=0,
             stage_count=len(sizes),
