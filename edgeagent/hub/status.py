@@ -14,6 +14,7 @@ from typing import Any
 
 import aiomqtt
 
+from edgeagent.fleet.messages import MessageError, Outcome, StateReport, decode_state
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError, loads_strict
 from edgeagent.fleet.topics import DeviceTopics
@@ -23,17 +24,25 @@ from edgeagent.hub.publish import MAX_REPORT_BYTES, hub_client
 log = logging.getLogger(__name__)
 
 
+def _bounded(payload: Any, what: str) -> bytes | None:
+    """The payload's bytes when it is a report's size (bounded before any parse), else None."""
+    if not isinstance(payload, (bytes, bytearray)) or len(payload) > MAX_REPORT_BYTES:
+        log.warning("skipped the %s: not a report of at most %d bytes", what, MAX_REPORT_BYTES)
+        return None
+    return bytes(payload)
+
+
 def read_report(payload: Any, what: str) -> dict[str, Any] | None:
     """A device's JSON report (state or event), or None — with a warning — when it is not one.
 
     Reports come from the devices' own topics, which a compromised or misconfigured device
     can fill with anything: size and nesting are bounded before parsing, never trusted after.
     """
-    if not isinstance(payload, (bytes, bytearray)) or len(payload) > MAX_REPORT_BYTES:
-        log.warning("skipped the %s: not a report of at most %d bytes", what, MAX_REPORT_BYTES)
+    data = _bounded(payload, what)
+    if data is None:
         return None
     try:
-        document = loads_strict(bytes(payload), what)
+        document = loads_strict(data, what)
     except TrustError as exc:
         log.warning("skipped the %s: %s", what, exc.message)
         return None
@@ -43,50 +52,48 @@ def read_report(payload: Any, what: str) -> dict[str, Any] | None:
     return document
 
 
-def _section(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+def read_state(payload: Any, what: str) -> StateReport | None:
+    """A device's state report, or None — with a warning naming the wrong field — when the
+    payload is not one (the parser the hub server uses too: ``fleet.messages``)."""
+    data = _bounded(payload, what)
+    if data is None:
+        return None
+    try:
+        return decode_state(data, what)
+    except MessageError as exc:
+        log.warning("skipped it: %s", exc)
+        return None
 
 
-def _text(value: Any) -> str:
-    return value[:128] if isinstance(value, str) else ""
+def _text(value: str) -> str:
+    return value[:128]
 
 
-def _state_problem(state: dict[str, Any]) -> str | None:
-    """Why a state report cannot be shown, or None when its shape is what devices send."""
-    for key, kind in (("updates", dict), ("models", dict), ("group", str)):
-        if key in state and not isinstance(state[key], kind):
-            return f"{key} is not a{'n object' if kind is dict else ' string'}"
-    updates = state.get("updates", {})
-    for key in ("last", "current"):
-        if updates.get(key) is not None and not isinstance(updates[key], dict):
-            return f"updates.{key} is not an object"
-    return None
-
-
-def fleet_row(device_id: str, state: dict[str, Any], availability: str) -> dict[str, Any]:
-    """One device's line: availability, models and versions, the last update outcome."""
-    updates = _section(state.get("updates"))
-    last = _section(updates.get("last"))
-    current = _section(updates.get("current"))
-    models = _section(state.get("models"))
+def fleet_row(
+    device_id: str, state: StateReport | dict[str, Any], availability: str
+) -> dict[str, Any]:
+    """One device's line: availability, models and versions, the last update outcome
+    (``state`` decoded JSON is read by the contract's parser first: MessageError if bad)."""
+    if isinstance(state, dict):
+        state = decode_state(state, f"state report of {device_id}")
+    last = state.updates.last or Outcome("refused")
+    known = state.updates.last is not None
     return {
         "device_id": device_id,
-        "group": _text(state.get("group")),
+        "group": _text(state.group),
         "online": availability == "online",
         "availability": availability or "unknown",
         "models": {
-            name: (_text(info.get("active_version")) or None if isinstance(info, dict) else None)
-            for name, info in sorted(models.items())
+            name: _text(info.active_version or "") or None
+            for name, info in sorted(state.models.items())
         },
-        "update_state": _text(current.get("state")) or "idle",
-        "last_result": _text(last.get("result")),
-        "last_code": _text(last.get("code")),
-        "last_release": f"{_text(last.get('model'))} {_text(last.get('version'))}".strip(),
-        "deployment_id": _text(last.get("deployment_id")),
-        "public_key": _text(_section(state.get("device_key")).get("public_key")),
-        "reported_at": state.get("updated_at")
-        if isinstance(state.get("updated_at"), (int, float))
-        else None,
+        "update_state": _text(state.updates.current.state) or "idle",
+        "last_result": _text(last.result) if known else "",
+        "last_code": _text(last.code),
+        "last_release": f"{_text(last.model)} {_text(last.version)}".strip(),
+        "deployment_id": _text(last.deployment_id),
+        "public_key": _text(state.device_key.public_key if state.device_key else ""),
+        "reported_at": state.updated_at,
     }
 
 
@@ -95,7 +102,7 @@ async def collect_fleet(
 ) -> list[dict[str, Any]]:
     """Read every retained device report for ``wait_s`` seconds; one row per device."""
     prefix = settings.topic_prefix
-    states: dict[str, dict[str, Any]] = {}
+    states: dict[str, StateReport] = {}
     availability: dict[str, str] = {}
     try:
         async with hub_client(settings, "status") as client:
@@ -119,16 +126,13 @@ async def collect_fleet(
                 if kind == "availability":
                     availability[device] = bytes(payload).decode(errors="replace")
                 elif kind == "state":
-                    state = read_report(payload, f"state report of {device}")
-                    problem = None if state is None else _state_problem(state)
-                    if problem is not None:
-                        log.warning("skipped the state report of %s: %s", device, problem)
-                    elif state is not None:
+                    state = read_state(payload, f"state report of {device}")
+                    if state is not None:
                         states[device] = state
     except aiomqtt.MqttError as exc:
         raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
     rows = [
-        fleet_row(device, states.get(device, {}), availability.get(device, ""))
+        fleet_row(device, states.get(device, StateReport()), availability.get(device, ""))
         for device in sorted(set(states) | set(availability))
     ]
     return [r for r in rows if group is None or r["group"] == group]

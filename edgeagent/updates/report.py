@@ -1,6 +1,7 @@
 """What a device tells the hub about its updates: progress events, outcomes, the state report.
 
-Two kinds of message, following AWS IoT Jobs' execution status model:
+Two kinds of message, following AWS IoT Jobs' execution status model, both typed in
+``fleet.messages`` (this module is their one writer on the device):
 
 - *events* (``…/events``, QoS 1, not retained): one per step of an install, each carrying the
   ``deployment_id`` so the hub can tell a replayed release from the one it just published;
@@ -9,6 +10,10 @@ Two kinds of message, following AWS IoT Jobs' execution status model:
 - the *state report* (``…/state``, QoS 1, retained): the device's current picture — models and
   their versions, the last update outcome, governor state — rebuilt from its sources whenever
   something changes, so ``edgeagent hub status`` reads the fleet from retained messages alone.
+
+The sources are the daemon's ``/v1/status`` providers; their shapes are internal and may
+change with the code, so each section is mapped field by field into its message type here
+(``SECTIONS``), and anything else a provider returns never reaches the wire.
 """
 
 from __future__ import annotations
@@ -24,12 +29,84 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from edgeagent import __version__
+from edgeagent.fleet.messages import (
+    RESULTS,
+    Backend,
+    Board,
+    DeviceKey,
+    Event,
+    Governor,
+    ModelState,
+    Outcome,
+    Power,
+    Profile,
+    Progress,
+    StateReport,
+    Temperature,
+    Updates,
+    encode,
+)
+from edgeagent.fleet.wire import MessageError, dump, parse
 from edgeagent.fsutil import write_json_atomic
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[dict[str, Any]], None]
-RESULTS = ("succeeded", "failed", "refused")
+HISTORY = 10  # outcomes kept in the report
+
+
+def models_section(status: Mapping[str, Any]) -> dict[str, ModelState]:
+    """``ModelRegistry.status()`` → the report's models."""
+    return {
+        name: ModelState(
+            state=info.get("state", ""),
+            active_version=info.get("active_version"),
+            versions={
+                version: Backend(
+                    runtime=backend.get("runtime", ""),
+                    device=backend.get("device", ""),
+                    precision=backend.get("precision", ""),
+                )
+                for version, backend in info.get("versions", {}).items()
+            },
+        )
+        for name, info in status.items()
+    }
+
+
+def profile_section(report: Mapping[str, Any]) -> Profile:
+    """``Accelerators.report()`` → the report's profile."""
+    board = report.get("board", {})
+    return Profile(
+        profile=report.get("profile", ""),
+        board=Board(model=board.get("model", ""), arch=board.get("arch", "")),
+    )
+
+
+def governor_section(snapshot: Mapping[str, Any]) -> Governor:
+    """``GovernorService.snapshot()`` → the report's governor."""
+    return Governor(
+        state=snapshot.get("state", ""),
+        actions=list(snapshot.get("actions", [])),
+        temperatures=[
+            Temperature(sensor=zone["sensor"], celsius=zone.get("celsius"))
+            for zone in snapshot.get("temperatures", [])
+        ],
+        power=Power(total_w=snapshot.get("power", {}).get("total_w")),
+    )
+
+
+def device_key_section(status: Mapping[str, Any]) -> DeviceKey:
+    """``DeviceKey.status()`` → the report's device key."""
+    return DeviceKey(scheme=status.get("scheme", ""), public_key=status.get("public_key", ""))
+
+
+SECTIONS: dict[str, Callable[[Any], Any]] = {
+    "models": models_section,
+    "profile": profile_section,
+    "governor": governor_section,
+    "device_key": device_key_section,
+}
 
 
 class UpdateReporter:
@@ -49,20 +126,25 @@ class UpdateReporter:
         self.sources = dict(sources or {})
         self.publish_state: Publish = lambda state: None
         self.publish_event: Publish = lambda event: None
-        self.current: dict[str, Any] = {"state": "idle"}  # the install in progress, if any
-        self.last: dict[str, Any] | None = None  # the last finished install or refusal
-        self.history: list[dict[str, Any]] = []  # recent outcomes, newest last
+        self._current = Progress()  # the install in progress, if any
+        self._last: Outcome | None = None  # the last finished install or refusal
+        self._history: list[Outcome] = []  # recent outcomes, oldest first
         self.state_file = state_file  # outcomes survive restarts, so the report stays true
         if state_file is not None and state_file.is_file():
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                saved = json.loads(state_file.read_text(encoding="utf-8"))
-                self.last, self.history = saved.get("last"), list(saved.get("history", []))
+            with contextlib.suppress(OSError, ValueError):  # MessageError is a ValueError
+                saved = parse(Updates, json.loads(state_file.read_text(encoding="utf-8")), "")
+                self._last, self._history = saved.last, saved.history
         self._outcomes = Counter(
             "edgeagent_update_outcomes",
             "Model update attempts by result (succeeded, failed, refused) and reason code",
             ["result", "code"],
             registry=metrics,
         )
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        """The last finished install, as the report carries it."""
+        return None if self._last is None else dump(self._last)
 
     def connect(self, publish_state: Publish, publish_event: Publish) -> None:
         self.publish_state = publish_state
@@ -71,9 +153,22 @@ class UpdateReporter:
 
     def progress(self, release: Mapping[str, str], step: str, **detail: Any) -> None:
         """An install reached ``step`` (verified, downloading, unpacked, installed, …)."""
-        event = {**release, "step": step, **detail, "at": time.time()}
-        self.current = {"state": step, **release, **detail}
-        self.publish_event({"device_id": self.device_id, **event})
+        model, version = release.get("model", ""), release.get("version", "")
+        deployment_id = release.get("deployment_id", "")
+        figures = dict(detail)
+        event = Event(
+            step,
+            device_id=self.device_id,
+            model=model,
+            version=version,
+            deployment_id=deployment_id,
+            at=time.time(),
+            bytes=figures.pop("bytes", None),
+            total=figures.pop("total", None),
+            detail=figures,
+        )
+        self._current = Progress(step, model, version, deployment_id, detail)
+        self.publish_event(encode(event))
         if step != "downloading":  # byte counts go out as events only, not as state churn
             self.refresh()
 
@@ -96,59 +191,73 @@ class UpdateReporter:
         """
         if result not in RESULTS:
             raise ValueError(f"result must be one of {RESULTS}, got {result!r}")
-        record = {
-            **release,
-            **(details or {}),
-            "result": result,
-            "code": code,
-            "message": message,
-            "at": time.time(),
-        }
+        outcome = Outcome(
+            result,  # type: ignore[arg-type]  # checked against RESULTS above
+            code,
+            message,
+            model=release.get("model", ""),
+            version=release.get("version", ""),
+            deployment_id=release.get("deployment_id", ""),
+            at=time.time(),
+            canary=(details or {}).get("canary"),
+        )
         log.log(
             logging.INFO if result == "succeeded" else logging.WARNING,
             "update %s %s %s: %s (%s) %s",
-            release.get("model", "?"),
-            release.get("version", "?"),
+            outcome.model or "?",
+            outcome.version or "?",
             result,
             code,
-            release.get("deployment_id", ""),
+            outcome.deployment_id,
             message,
         )
         self._outcomes.labels(result, code).inc()
-        if not persist:
-            self.publish_event({"device_id": self.device_id, "step": "done", **record})
-            return record
-        self.current = {"state": "idle"}
-        self.last = record
-        self.history = [*self.history[-9:], record]
-        if self.state_file is not None:
-            write_json_atomic(self.state_file, {"last": self.last, "history": self.history})
-        self.publish_event({"device_id": self.device_id, "step": "done", **record})
-        self.refresh()
-        return record
+        if persist:
+            self._current = Progress()
+            self._last = outcome
+            self._history = [*self._history[1 - HISTORY :], outcome]
+            if self.state_file is not None:
+                write_json_atomic(
+                    self.state_file, dump(Updates(last=outcome, history=self._history))
+                )
+        self.publish_event(encode(Event.done(self.device_id, outcome)))
+        if persist:
+            self.refresh()
+        return dump(outcome)
 
     def status(self) -> dict[str, Any]:
         """The "updates" part of /v1/status."""
-        return {"current": self.current, "last": self.last, "history": self.history}
+        updates: dict[str, Any] = dump(Updates(self._current, self._last, self._history))
+        return {"last": None, **updates}
 
-    def state(self) -> dict[str, Any]:
+    def report(self) -> StateReport:
         """The retained state report: who this is, what it serves, how its updates went."""
-        report: dict[str, Any] = {
-            "device_id": self.device_id,
-            "group": self.group,
-            "agent_version": __version__,
-            "online": True,
-            "updated_at": time.time(),
-            "updates": self.status(),
-        }
-        for key, source in self.sources.items():
-            if key in report:  # sources add to the report, never replace its own fields
+        sections: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+        for key, section in SECTIONS.items():
+            source = self.sources.get(key)
+            if source is None:
                 continue
             try:
-                report[key] = source()
+                sections[key] = section(source())
             except Exception as exc:  # a broken source must not stop the report
-                report[key] = {"error": str(exc)}
-        return report
+                errors[key] = str(exc) or exc.__class__.__name__
+        return StateReport(
+            device_id=self.device_id,
+            group=self.group,
+            agent_version=__version__,
+            updated_at=time.time(),
+            updates=Updates(self._current, self._last, self._history),
+            errors=errors,
+            **sections,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """The state report as the MQTT link publishes it."""
+        return encode(self.report())
 
     def refresh(self) -> None:
         self.publish_state(self.state())
+
+
+__all__ = ["SECTIONS", "MessageError", "UpdateReporter"]

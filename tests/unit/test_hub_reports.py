@@ -4,6 +4,7 @@ with a reason (never another exception)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -63,26 +64,33 @@ def test_a_real_state_report_gives_the_devices_columns() -> None:
 
 
 @pytest.mark.parametrize(
-    "payload",
+    ("payload", "field"),
     [
-        {"models": "x", "governor": [], "profile": 3, "updates": None},
-        {
-            "models": {"m": {"active_version": 7}},
-            "governor": {"temperatures": [{"celsius": "hot"}]},
-        },
-        {"governor": {"temperatures": [{"sensor": "cpu", "celsius": float("inf")}]}},
-        {"group": {"nested": True}, "updated_at": "yesterday", "agent_version": ["1"]},
-        {"governor": {"power": {"total_w": True}}},
+        ({"models": "x", "governor": [], "profile": 3, "updates": None}, "updates"),
+        ({"models": {"m": {"active_version": 7}}}, "models.m.active_version"),
+        ({"governor": {"temperatures": [{"celsius": "hot"}]}}, "governor.temperatures[0].sensor"),
+        ({"group": {"nested": True}, "updated_at": "yesterday"}, "group"),
+        ({"updated_at": "yesterday"}, "updated_at"),
+        ({"agent_version": ["1"]}, "agent_version"),
+        ({"governor": {"power": {"total_w": True}}}, "governor.power.total_w"),
+        ({"updates": {"last": {"result": "won"}}}, "updates.last.result"),
+        ({"schema": 99}, "schema"),
     ],
 )
-def test_wrong_field_types_are_ignored_not_fatal(payload: dict) -> None:
-    values = parse_state(json.dumps(payload).encode()).values
-    assert values["models"] == {} and values["temperatures"] == {}
-    assert values["max_temp_c"] is None and values["power_w"] is None
-    assert values["reported_at"] is None and values["group_name"] == ""
+def test_wrong_field_types_are_refused_naming_the_field(payload: dict, field: str) -> None:
+    """Issue 22: one parser for the hub; a wrong type is refused, not silently blanked."""
+    with pytest.raises(ReportError, match=rf"^state report: {re.escape(field)}: "):
+        parse_state(json.dumps(payload).encode())
 
 
-@pytest.mark.parametrize("payload", [b"{", b"[]", b'"text"', b"\xff\xfe", b"null"])
+def test_a_section_the_device_could_not_read_is_kept_as_its_error() -> None:
+    report = parse_state(b'{"models": {"error": "registry down"}, "group": "lab"}')
+    assert report.values["models"] == {} and report.values["group_name"] == "lab"
+
+
+@pytest.mark.parametrize(
+    "payload", [b"{", b"[]", b'"text"', b"\xff\xfe", b"null", b'{"a": NaN}', b'{"a": 1, "a": 2}']
+)
 def test_non_objects_are_refused(payload: bytes) -> None:
     with pytest.raises(ReportError):
         parse_state(payload)

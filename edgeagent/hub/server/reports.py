@@ -2,22 +2,36 @@
 
 Anything on the broker may be hostile or broken: a payload that is not JSON, a field of the
 wrong type, a huge message, a device id that is not one. Each is a ``ReportError`` with a reason
-the ingest loop logs and counts; nothing here raises anything else for bad input. Only the
-fields the hub keeps are read, each checked for type and trimmed to its column's size.
+the ingest loop logs and counts; nothing here raises anything else for bad input. The payload
+is read by the contract's parser (``fleet.messages``, which ``hub status`` uses too: a wrong
+type is refused naming the field); what the hub keeps is trimmed to its column's size here.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from edgeagent.fleet.messages import (
+    Backend,
+    Event,
+    Governor,
+    MessageError,
+    Profile,
+    StateReport,
+    decode_availability,
+    decode_event,
+    decode_state,
+)
+from edgeagent.fleet.wire import dump
 from edgeagent.hub.rollout import classify
+
+T = TypeVar("T")
 
 DEVICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 KINDS = ("state", "availability", "events")
-AVAILABILITY = ("online", "offline")
 
 
 class ReportError(ValueError):
@@ -33,7 +47,7 @@ class DeviceMessage:
 
 
 @dataclass(frozen=True)
-class StateReport:
+class StateColumns:
     """The columns of ``devices`` that one state report sets."""
 
     values: dict[str, Any]
@@ -67,119 +81,113 @@ def parse_topic(topic: str, prefix: str) -> DeviceMessage:
     return DeviceMessage(parts[0], parts[1])
 
 
-def _text(value: Any, limit: int) -> str:
-    return value[:limit] if isinstance(value, str) else ""
+def _text(value: str, limit: int) -> str:
+    return value[:limit]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) < 1e12 else None  # no NaN/inf
+def _number(value: float | None) -> float | None:
+    return value if value is not None and abs(value) < 1e12 else None
 
 
-def _table(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _json_object(payload: bytes) -> dict[str, Any]:
+def _decoded(decode: Callable[[bytes], T], payload: bytes) -> T:
     try:
-        data = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReportError(f"not JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ReportError(f"expected a JSON object, got {type(data).__name__}")
-    return data
+        return decode(payload)
+    except MessageError as exc:
+        raise ReportError(str(exc)) from exc
 
 
-def _models(report: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+def _models(report: StateReport) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     versions: dict[str, str] = {}
     backends: dict[str, dict[str, str]] = {}
-    for name, info in list(_table(report.get("models")).items())[:64]:
-        info = _table(info)
-        active = info.get("active_version")
-        if not isinstance(name, str) or not isinstance(active, str):
+    for name, info in list(report.models.items())[:64]:
+        active = info.active_version
+        if active is None:
             continue
         versions[name[:128]] = active[:64]
-        backend = _table(_table(info.get("versions")).get(active))
+        backend = info.versions.get(active, Backend())
         backends[name[:128]] = {
-            key: _text(backend.get(key), 64) for key in ("runtime", "device", "precision")
+            "runtime": backend.runtime[:64],
+            "device": backend.device[:64],
+            "precision": backend.precision[:64],
         }
     return versions, backends
 
 
-def _temperatures(governor: dict[str, Any]) -> dict[str, float]:
-    found: dict[str, float] = {}
-    zones = governor.get("temperatures")
-    for zone in zones[:64] if isinstance(zones, list) else []:
-        zone = _table(zone)
-        celsius = _number(zone.get("celsius"))
-        if isinstance(zone.get("sensor"), str) and celsius is not None:
-            found[zone["sensor"][:64]] = celsius
-    return found
+def _temperatures(governor: Governor) -> dict[str, float]:
+    return {
+        zone.sensor[:64]: celsius
+        for zone in governor.temperatures[:64]
+        if (celsius := _number(zone.celsius)) is not None
+    }
 
 
-def _board(profile: dict[str, Any]) -> str:
-    board = _table(profile.get("board"))
-    return _text(board.get("model"), 256) or _text(board.get("arch"), 256)
+def parse_state(payload: bytes) -> StateColumns:
+    """The device's retained state report (``fleet.messages.StateReport``), as columns."""
+    return state_columns(_decoded(decode_state, payload))
 
 
-def parse_state(payload: bytes) -> StateReport:
-    """The device's retained state report (``updates.report.UpdateReporter.state``)."""
-    report = _json_object(payload)
-    profile = _table(report.get("profile"))
-    governor = _table(report.get("governor"))
-    updates = _table(report.get("updates"))
-    last = _table(updates.get("last"))
+def state_columns(report: StateReport) -> StateColumns:
+    """The columns of ``devices`` (and the history row) one state report sets."""
+    profile = report.profile or Profile()
+    governor = report.governor or Governor()
+    last = report.updates.last
     versions, backends = _models(report)
     temperatures = _temperatures(governor)
     values = {
-        "group_name": _text(report.get("group"), 128),
-        "profile": _text(profile.get("profile"), 128),
-        "board": _board(profile),
-        "agent_version": _text(report.get("agent_version"), 64),
+        "group_name": _text(report.group, 128),
+        "profile": _text(profile.profile, 128),
+        "board": _text(profile.board.model or profile.board.arch, 256),
+        "agent_version": _text(report.agent_version, 64),
         "models": versions,
         "backends": backends,
-        "governor_state": _text(governor.get("state"), 32),
+        "governor_state": _text(governor.state, 32),
         "temperatures": temperatures,
         "max_temp_c": max(temperatures.values()) if temperatures else None,
-        "power_w": _number(_table(governor.get("power")).get("total_w")),
-        "update_state": _text(_table(updates.get("current")).get("state"), 32) or "idle",
-        "last_result": _text(last.get("result"), 32),
-        "last_code": _text(last.get("code"), 64),
-        "last_deployment": _text(last.get("deployment_id"), 128),
-        "reported_at": _number(report.get("updated_at")),
+        "power_w": _number(governor.power.total_w),
+        "update_state": _text(report.updates.current.state, 32) or "idle",
+        "last_result": _text(last.result, 32) if last else "",
+        "last_code": _text(last.code, 64) if last else "",
+        "last_deployment": _text(last.deployment_id, 128) if last else "",
+        "reported_at": _number(report.updated_at),
     }
     summary = {
         key: values[key]
         for key in ("models", "governor_state", "temperatures", "max_temp_c", "power_w")
     }
     outcome = None
-    if last.get("deployment_id") and last.get("result"):
-        outcome = parse_event(json.dumps({**last, "step": "done"}).encode())
-    return StateReport(values, summary, outcome, _number(last.get("at")))
+    if last is not None and last.deployment_id:
+        outcome = device_event(Event.done("", last))
+    return StateColumns(values, summary, outcome, _number(last.at) if last else None)
 
 
 def parse_availability(payload: bytes) -> str:
-    text = payload.decode("utf-8", errors="replace").strip()
-    if text not in AVAILABILITY:
-        raise ReportError(f"availability must be one of {AVAILABILITY}, got {text[:32]!r}")
-    return text
+    return _decoded(decode_availability, payload)
 
 
 def parse_event(payload: bytes) -> DeviceEvent:
-    """A progress or outcome event (``UpdateReporter.progress`` / ``outcome``)."""
-    event = _json_object(payload)
-    step = _text(event.get("step"), 32)
-    if not step:
-        raise ReportError("an event needs a 'step'")
-    done = step == "done"
-    keep = ("model", "version", "bytes", "total", "message")
+    """A progress or outcome event (``fleet.messages.Event``), as the hub stores it."""
+    return device_event(_decoded(decode_event, payload))
+
+
+def device_event(event: Event) -> DeviceEvent:
+    outcome = event.outcome
+    detail: dict[str, Any] = {
+        key: value
+        for key, value in (
+            ("model", event.model[:256]),
+            ("version", event.version[:256]),
+            ("bytes", None if event.bytes is None else float(event.bytes)),
+            ("total", None if event.total is None else float(event.total)),
+            ("message", event.message[:256]),
+        )
+        if value not in (None, "")
+    }
     return DeviceEvent(
-        deployment_id=_text(event.get("deployment_id"), 128),
-        step=step,
-        result=_text(event.get("result"), 32),
-        code=_text(event.get("code"), 64),
-        message=_text(event.get("message"), 1000),
-        outcome=classify(event) if done else "",
-        detail={k: _text(event[k], 256) or _number(event[k]) for k in keep if k in event},
+        deployment_id=_text(event.deployment_id, 128),
+        step=_text(event.step, 32),
+        result=event.result or "",
+        code=_text(event.code, 64),
+        message=_text(event.message, 1000),
+        outcome=classify(dump(outcome)) if outcome is not None else "",
+        detail=detail,
     )
