@@ -4,6 +4,8 @@ Paths and bodies are Triton's (what ``tritonclient.http`` sends): ``POST
 /v2/systemsharedmemory/region/{name}/register`` with ``{"key", "offset", "byte_size"}``,
 ``…/unregister`` (every region without a name), ``GET /v2/systemsharedmemory[/region/{name}]
 /status``. Inference requests name the regions in their tensors' parameters (``v2`` codec).
+Every call acts on the caller's own regions only (``shm_callers``): "unregister all" and the
+status list included.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from aiohttp import web
 
 from edgeagent.api.body import read_json_object
 from edgeagent.api.keys import SHARED_MEMORY
+from edgeagent.api.shm_callers import http_caller
 
 
 async def register(request: web.Request) -> web.Response:
     body = await read_json_object(request)
     request.app[SHARED_MEMORY].register(
+        http_caller(request),
         request.match_info["name"],
         body.get("key"),  # type: ignore[arg-type]  # the registry checks every type
         body.get("offset", 0),
@@ -26,12 +30,13 @@ async def register(request: web.Request) -> web.Response:
 
 
 async def unregister(request: web.Request) -> web.Response:
-    request.app[SHARED_MEMORY].unregister(request.match_info.get("name"))
+    request.app[SHARED_MEMORY].unregister(http_caller(request), request.match_info.get("name"))
     return web.Response(status=200)
 
 
 async def status(request: web.Request) -> web.Response:
-    return web.json_response(request.app[SHARED_MEMORY].status(request.match_info.get("name")))
+    regions = request.app[SHARED_MEMORY]
+    return web.json_response(regions.status(http_caller(request), request.match_info.get("name")))
 
 
 def shm_routes() -> list[web.RouteDef]:

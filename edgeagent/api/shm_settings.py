@@ -9,12 +9,17 @@ from edgeagent.sections import require, setting
 
 @dataclass(frozen=True)
 class SharedMemorySettings:
-    """[shared_memory]: how many regions clients may register and how large each may be."""
+    """[shared_memory]: who may register regions, how many and how large each may be."""
 
     enabled: bool = setting(True, "serve the v2 system shared-memory extension")
+    tcp: bool = setting(
+        False,
+        "serve it to TCP callers too (HTTP and gRPC); the agent cannot tell which local user "
+        "is calling over TCP, so it then opens only objects every user may read and write",
+    )
     max_regions: int = setting(64, "regions registered at once")
     max_region_bytes: int = setting(
-        256 * 1024 * 1024, "mapped span (offset + byte_size) of one region", "bytes"
+        256 * 1024 * 1024, "span (offset + byte_size) of one region", "bytes"
     )
 
     def validate(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from pathlib import Path
 
 from edgeagent.api.client import AgentClient
@@ -48,6 +49,7 @@ def _existing_socket(configured: Path | None) -> Path | None:
 def client_from_args(args: argparse.Namespace) -> AgentClient:
     """The client the connection arguments describe; ConfigError when the config is bad."""
     if args.socket is not None:  # needs no token, so no config: its token file may be root's
+        check_socket(args.socket)
         return AgentClient(socket_path=args.socket, timeout=args.timeout)
     server = _readable_server_settings(args.config) if args.url else load_config(args.config).server
     if args.url:
@@ -57,7 +59,66 @@ def client_from_args(args: argparse.Namespace) -> AgentClient:
     socket_path = _existing_socket(server.unix_socket)
     if socket_path is None:
         raise ConfigError("[server] unix_socket is not set: give --socket or --url")
+    check_socket(socket_path)
     return AgentClient(socket_path=socket_path, timeout=args.timeout)
+
+
+def check_socket(path: Path) -> None:
+    """Refuse a socket that someone other than this user, root or the agent could have put there.
+
+    The daemon refuses to listen in a directory another user owns (``/tmp/edgeagent-UID`` can
+    be created by anyone before it starts), and the client applies the same rule before it
+    connects, or it would print the squatter's answers as the agent's. The agent itself may be
+    another user (the system service's ``/run/edgeagent``): a directory that user owns is
+    trusted when its parent only root or we can write, since nobody else could have made it.
+    A directory others may write is refused unless it is sticky (/tmp itself), where the socket
+    must then be ours or root's. ConfigError says what is wrong; a missing path is left to the
+    connection, which names it.
+    """
+    path = path.absolute()
+    directory = path.parent
+    try:
+        info = directory.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{directory} is not a plain directory; remove it or give --socket")
+    if info.st_uid not in _trusted_uids() and not _only_trusted_write(directory.parent):
+        raise ConfigError(
+            f"{directory} belongs to uid {info.st_uid}, and other users may write its parent "
+            f"{directory.parent}: anyone could have made it and could answer in the agent's "
+            "place; remove it or give --socket"
+        )
+    if info.st_mode & 0o022:
+        if not info.st_mode & stat.S_ISVTX:
+            raise ConfigError(
+                f"{directory} is writable by other users, who could replace the agent's socket; "
+                "fix its mode or give --socket"
+            )
+        try:
+            owner = path.lstat().st_uid
+        except FileNotFoundError:
+            return
+        if owner not in _trusted_uids():
+            raise ConfigError(
+                f"{path} belongs to uid {owner} in {directory}, which every user may write: "
+                "anyone could have made it; remove it or give --socket"
+            )
+
+
+def _trusted_uids() -> set[int]:
+    return {os.geteuid(), 0}
+
+
+def _only_trusted_write(directory: Path) -> bool:
+    """True when only root or this user can create entries in ``directory``."""
+    try:
+        info = directory.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode) and info.st_uid in _trusted_uids() and not info.st_mode & 0o022
+    )
 
 
 def _readable_server_settings(path: Path | None) -> ServerSettings | None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as triton
 
+from edgeagent.api.shm import agent_user
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.sections import ConfigError
@@ -37,12 +38,13 @@ async def test_daemon_serves_grpc_on_its_unix_socket_and_removes_it(tmp_path: Pa
         assert result.as_numpy("logits").shape == (1, 4)
         region = shared_memory.SharedMemory(create=True, size=64)
         await client.register_system_shared_memory("frame", "/" + region.name, 64)
-        mapping = daemon.shared_memory.get("frame").mapping  # HTTP and gRPC share the regions
+        # The 0600 socket admits only the agent's user: its regions are that user's, as over HTTP
+        held = daemon.shared_memory.get(agent_user(), "frame")
         await client.close()
     finally:
         await daemon.stop()
     assert not grpc_socket.exists()
-    assert mapping.closed, "the daemon unmaps every region when it stops"
+    assert held.closed, "the daemon closes every region when it stops"
     region.close()
     region.unlink()
 

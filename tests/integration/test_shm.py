@@ -3,6 +3,10 @@
 Inputs are read from and outputs written to POSIX shared memory that the test (the "camera
 app") creates with ``tritonclient.utils.shared_memory``; the agent over HTTP (and gRPC) sees
 only region names. Bounds, keys and limits are refused with clear errors and break nothing.
+tritonclient.http speaks TCP only, so this agent serves the extension on TCP
+(``[shared_memory] tcp = true``) and the test's objects are open to every user, the only
+objects the agent opens for a TCP caller it cannot identify (test_shm_attacks.py covers the
+Unix socket, ownership and the default).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ OUTPUT_BYTES = ROWS * 4 * 4
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    with tiny_agent(tmp_path_factory.mktemp("shm"), max_regions=3) as server:
+    with tiny_agent(tmp_path_factory.mktemp("shm"), max_regions=3, tcp=True) as server:
         yield server
 
 
@@ -43,12 +47,15 @@ def client(agent: AgentServer) -> Iterator[triton.InferenceServerClient]:
 
 @pytest.fixture
 def regions() -> Iterator[tuple]:
-    """An input and an output region, as a client app creates them (unique keys per test)."""
+    """An input and an output region, as a client app creates them (unique keys per test),
+    opened to every user as a TCP client's must be."""
     tag = uuid.uuid4().hex[:8]
     handles = (
         shm.create_shared_memory_region("in", f"/ea-in-{tag}", INPUT_BYTES),
         shm.create_shared_memory_region("out", f"/ea-out-{tag}", OUTPUT_BYTES),
     )
+    for handle in handles:
+        _object(handle).chmod(0o666)
     yield handles
     for handle in handles:
         shm.destroy_shared_memory_region(handle)
@@ -62,6 +69,10 @@ def reference(agent: AgentServer) -> Iterator:
 
 def _key(handle) -> str:
     return handle._shm_key
+
+
+def _object(handle) -> Path:
+    return Path("/dev/shm") / _key(handle).lstrip("/")
 
 
 def _batch(seed: int) -> np.ndarray:
@@ -207,25 +218,41 @@ def test_grpc_shares_the_extension(agent: AgentServer, tmp_path: Path, regions, 
         served.stop()
 
 
-def test_regions_are_unmapped_when_released(regions) -> None:
-    """Unregistering (or the agent stopping) unmaps the region in the agent."""
-    from edgeagent.api.shm import SharedMemoryRegistry
+def test_grpc_on_a_group_socket_opens_only_objects_anyone_may_open(
+    agent: AgentServer, tmp_path: Path, regions
+) -> None:
+    """gRPC cannot tell the callers of a group-accessible socket apart ([grpc] socket_mode
+    0660 here), so an object only its owner may open is refused, one anyone may open is not."""
+    served = GrpcAgent(agent, tmp_path)
+    client = triton_grpc.InferenceServerClient(served.unix)
+    private = shm.create_shared_memory_region("private", f"/ea-p-{uuid.uuid4().hex[:8]}", 16)
+    try:
+        with pytest.raises(InferenceServerException, match="cannot be opened read-write by any"):
+            client.register_system_shared_memory("private", _key(private), 16)
+        client.register_system_shared_memory("in", _key(regions[0]), 16)  # the control: 0666
+        assert list(client.get_system_shared_memory_status(as_json=True)["regions"]) == ["in"]
+    finally:
+        client.close()
+        served.stop()
+        shm.destroy_shared_memory_region(private)
+
+
+def test_regions_are_closed_when_released(regions) -> None:
+    """Unregistering (or the agent stopping) closes the region's descriptor in the agent."""
+    from edgeagent.api.shm import SharedMemoryRegistry, agent_user
     from edgeagent.api.shm_settings import SharedMemorySettings
 
     inp, out = regions
+    me = agent_user()
     registry = SharedMemoryRegistry(SharedMemorySettings())
-    registry.register("in", _key(inp), 0, INPUT_BYTES)
-    registry.register("out", _key(out), 0, OUTPUT_BYTES)
-    mapped = [registry.get(name).mapping for name in ("in", "out")]
-    in_flight = registry.view("out", 0, 16, "a request still reading")
-    registry.unregister("in")
-    assert mapped[0].closed and not mapped[1].closed
-    registry.unregister("out")  # while a request views it: no error, the view stays valid
-    assert bytes(in_flight) == bytes(16)
-    in_flight.release()
-    registry.register("out", _key(out), 0, OUTPUT_BYTES)
-    mapped[1] = registry.get("out").mapping
+    registry.register(me, "in", _key(inp), 0, INPUT_BYTES)
+    registry.register(me, "out", _key(out), 0, OUTPUT_BYTES)
+    held = [registry.get(me, name) for name in ("in", "out")]
+    registry.unregister(me, "in")
+    assert held[0].closed and not held[1].closed
+    with pytest.raises(Exception, match="'in' was unregistered"):  # a request that held it
+        held[0].read(0, 16, "input 'x'")
     registry.close()
-    assert mapped[1].closed
-    assert registry.status() == []
+    assert held[1].closed
+    assert registry.status(me) == []
     assert os.path.exists(f"/dev/shm/{_key(inp).lstrip('/')}"), "the client's object stays"
