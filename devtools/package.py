@@ -7,18 +7,13 @@ and raise ``KeyError`` when a field they are asked to change does not exist.
 
 from __future__ import annotations
 
-import hashlib
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the agent's own fallback on 3.10
-    import tomli as tomllib
+from edgeagent._toml import tomllib
+from edgeagent.models.manifest_writer import write_table
+from edgeagent.models.package import file_sha256
 
 # A field path: "serving.max_batch_size", or a tuple where a key holds dots or an index is needed:
 # ("variant", 0, "sha256", "tiny.fp32.onnx").
@@ -31,8 +26,8 @@ def read_model_toml(package_dir: Path) -> dict[str, Any]:
 
 
 def write_model_toml(package_dir: Path, data: Mapping[str, Any]) -> None:
-    """Write ``data`` as the package's model.toml."""
-    (package_dir / "model.toml").write_text(tomli_w.dumps(data))
+    """Write ``data`` as the package's model.toml, unchecked: tests write broken ones too."""
+    write_table(package_dir, data)
 
 
 def _split(path: FieldPath) -> list[str | int]:
@@ -93,8 +88,7 @@ def rehash_files(package_dir: Path) -> None:
     changes: dict[FieldPath, str] = {}
     for index, variant in enumerate(data["variant"]):
         for name in variant.get("sha256", {}):
-            digest = hashlib.sha256((package_dir / name).read_bytes()).hexdigest()
-            changes[("variant", index, "sha256", name)] = digest
+            changes[("variant", index, "sha256", name)] = file_sha256(package_dir / name)
     if not changes:
         raise KeyError(f"{package_dir / 'model.toml'} records no sha256 to update")
     set_fields(package_dir, changes)

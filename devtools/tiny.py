@@ -3,11 +3,13 @@ tests, fuzzers and soak benchmarks serve when the model itself is not under test
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from edgeagent.models.manifest_writer import Manifest, VariantFiles, write_manifest
+from edgeagent.models.package import Preprocess, ServingHints, TensorSpec
 
 
 def write_tiny_onnx(
@@ -87,6 +89,30 @@ def write_tiny_onnx(
     return weights
 
 
+def tiny_manifest(
+    name: str, version: str, classes: int, variants: tuple[VariantFiles, ...]
+) -> Manifest:
+    """What the tiny package declares, for ``variants`` of its model (8×8 RGB in, logits out)."""
+    return Manifest(
+        name=name,
+        version=version,
+        labels="labels.txt",
+        inputs=(TensorSpec("input", "float32", (-1, 3, 8, 8), "NCHW"),),
+        outputs=(TensorSpec("logits", "float32", (-1, classes)),),
+        preprocess=Preprocess(
+            size=(8, 8),
+            resize=None,
+            layout="NCHW",
+            color="RGB",
+            scale=1.0 / 255.0,
+            mean=(0.5, 0.5, 0.5),
+            std=(0.25, 0.25, 0.25),
+        ),
+        serving=ServingHints(max_batch_size=4, max_queue_delay_ms=2.0),
+        variants=variants,
+    )
+
+
 def write_tiny_package(
     root: Path,
     name: str = "tiny",
@@ -101,38 +127,6 @@ def write_tiny_package(
     model_file = root / f"{name}.fp32.onnx"
     write_tiny_onnx(model_file, classes=classes, seed=seed, **bad)
     (root / "labels.txt").write_text("".join(f"class_{i}\n" for i in range(classes)))
-    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
-    (root / "model.toml").write_text(
-        f"""name = "{name}"
-version = "{version}"
-task = "classification"
-labels = "labels.txt"
-
-[[inputs]]
-name = "input"
-dtype = "float32"
-shape = [-1, 3, 8, 8]
-layout = "NCHW"
-
-[[outputs]]
-name = "logits"
-dtype = "float32"
-shape = [-1, {classes}]
-
-[preprocess]
-size = [8, 8]
-mean = [0.5, 0.5, 0.5]
-std = [0.25, 0.25, 0.25]
-
-[serving]
-max_batch_size = 4
-max_queue_delay_ms = 2
-
-[[variant]]
-runtime = "onnxruntime"
-precision = "fp32"
-files = ["{model_file.name}"]
-sha256 = {{ "{model_file.name}" = "{digest}" }}
-"""
-    )
+    variant = VariantFiles("onnxruntime", "fp32", (model_file.name,))
+    write_manifest(root, tiny_manifest(name, version, classes, (variant,)))
     return root

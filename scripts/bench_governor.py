@@ -45,6 +45,8 @@ from edgeagent.governor.engine_load import EngineLoad  # noqa: E402
 from edgeagent.governor.service import GovernorService  # noqa: E402
 from edgeagent.governor.settings import GovernorSettings  # noqa: E402
 from edgeagent.hardware.profile import load_profiles  # noqa: E402
+from edgeagent.models.manifest_writer import Manifest, VariantFiles, write_manifest  # noqa: E402
+from edgeagent.models.package import Preprocess, ServingHints, TensorSpec  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
 
 LIMIT_C = 70.0
@@ -62,8 +64,6 @@ class Trace:
 
 def write_conv_package(root: Path, size: int, channels: int) -> Path:
     """A small convolutional classifier package (real onnxruntime work, ~ms per image)."""
-    import hashlib
-
     import onnx
     from onnx import TensorProto, helper
 
@@ -96,32 +96,19 @@ def write_conv_package(root: Path, size: int, channels: int) -> Path:
     path = root / "benchconv.fp32.onnx"
     onnx.save(model, str(path))
     (root / "labels.txt").write_text("".join(f"c{i}\n" for i in range(10)))
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    (root / "model.toml").write_text(
-        f"""name = "benchconv"
-version = "1"
-task = "classification"
-labels = "labels.txt"
-[[inputs]]
-name = "input"
-dtype = "float32"
-shape = [-1, 3, {size}, {size}]
-layout = "NCHW"
-[[outputs]]
-name = "logits"
-dtype = "float32"
-shape = [-1, 10]
-[preprocess]
-size = [{size}, {size}]
-[serving]
-max_batch_size = 1
-[[variant]]
-runtime = "onnxruntime"
-precision = "fp32"
-files = ["{path.name}"]
-sha256 = {{ "{path.name}" = "{digest}" }}
-"""
+    manifest = Manifest(
+        name="benchconv",
+        version="1",
+        labels="labels.txt",
+        inputs=(TensorSpec("input", "float32", (-1, 3, size, size), "NCHW"),),
+        outputs=(TensorSpec("logits", "float32", (-1, 10)),),
+        preprocess=Preprocess(
+            (size, size), None, "NCHW", "RGB", 1.0 / 255.0, (0.0,) * 3, (1.0,) * 3
+        ),
+        serving=ServingHints(max_batch_size=1),
+        variants=(VariantFiles("onnxruntime", "fp32", (path.name,)),),
     )
+    write_manifest(root, manifest)
     return root
 
 

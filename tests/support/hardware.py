@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from devtools.package import read_model_toml, write_model_toml
+from devtools.tiny import tiny_manifest
 from edgeagent import runtimes
+from edgeagent.models.manifest_writer import VariantFiles, write_manifest
 from edgeagent.runtimes.onnx import OnnxRuntime, OnnxSession
 from tests.helpers import write_tiny_package
 
@@ -42,10 +44,14 @@ def write_profile(directory: Path, name: str, candidates: list[str], **top: obje
 
 
 def write_multi_package(root: Path, variants: list[tuple[str, str]]) -> Path:
-    """The tiny package with extra (runtime, precision) variants; OpenVINO reads the .onnx."""
+    """The tiny package with extra (runtime, precision) variants; OpenVINO reads the .onnx.
+
+    The extra variants record no SHA-256, so a test may swap one's file for a model that
+    computes garbage (what a broken device does) and the package still loads.
+    """
     write_tiny_package(root)
     source = root / "tiny.fp32.onnx"
-    data = read_model_toml(root)
+    files = [VariantFiles("onnxruntime", "fp32", (source.name,))]
     for runtime, precision in variants:
         if (runtime, precision) == ("onnxruntime", "fp32"):
             continue
@@ -56,7 +62,11 @@ def write_multi_package(root: Path, variants: list[tuple[str, str]]) -> Path:
             quantize_dynamic(str(source), str(target))
         else:
             shutil.copyfile(source, target)
-        data["variant"].append({"runtime": runtime, "precision": precision, "files": [target.name]})
+        files.append(VariantFiles(runtime, precision, (target.name,)))
+    write_manifest(root, tiny_manifest("tiny", "1", 4, tuple(files)))
+    data = read_model_toml(root)
+    for variant in data["variant"][1:]:
+        del variant["sha256"]
     write_model_toml(root, data)
     return root
 
