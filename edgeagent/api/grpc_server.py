@@ -1,7 +1,10 @@
 """KServe v2 gRPC (``inference.GRPCInferenceService``) over the engine's data plane.
 
 The handlers translate protobuf messages to data-plane calls and back, exactly as the HTTP
-routes do for JSON, so the two transports cannot disagree. Tensors travel as
+routes do for JSON, so the two transports cannot disagree: an inference is decoded into the
+engine's ``InferenceRequest`` (its tensors built by the same checked builder HTTP uses, so a
+shape numpy cannot hold is INVALID_ARGUMENT with HTTP's message), answered by one
+``DataPlane.infer`` call and encoded back. Tensors travel as
 ``raw_input_contents`` / ``raw_output_contents`` (what ``tritonclient.grpc`` sends), as typed
 ``contents``, or in a registered shared memory region. Needs the optional ``[grpc]`` extra
 (grpcio); the messages are ``proto/inference.proto`` compiled by ``scripts/gen_grpc.sh``.
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -31,9 +33,17 @@ from edgeagent.api.auth import presented_token, scope_problem
 from edgeagent.api.grpc_settings import GrpcSettings
 from edgeagent.api.proto import inference_pb2 as pb
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm import SharedMemoryRegistry, shm_ref
-from edgeagent.engine.dataplane import DataPlane, InferOptions, infer_options
+from edgeagent.api.shm import Caller, CallerRegions, SharedMemoryRegistry, shm_ref
+from edgeagent.api.shm_callers import grpc_caller
+from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import InvalidInput, ServingError
+from edgeagent.engine.requests import (
+    InferenceResponse,
+    datatype_of,
+    numpy_dtype,
+    tensor_from_buffer,
+    tensor_from_values,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +53,7 @@ SERVICE = "inference.GRPCInferenceService"
 STATUS_CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -85,24 +96,17 @@ def _version(value: str) -> str | None:
 # Tensors
 
 
-def _typed_contents(tensor: pb.ModelInferRequest.InferInputTensor, where: str) -> np.ndarray:
-    dtype = v2.numpy_dtype(tensor.datatype, where)
+def _typed_contents(
+    tensor: pb.ModelInferRequest.InferInputTensor, shape: list[int], where: str
+) -> np.ndarray:
     field = _CONTENTS.get(tensor.datatype)
     if field is None:
+        numpy_dtype(tensor.datatype, where)  # an unknown datatype is named as such first
         raise InvalidInput(f"{where}: {tensor.datatype} cannot travel in typed contents; use raw")
-    shape = tuple(tensor.shape)
-    values = np.asarray(getattr(tensor.contents, field), dtype=dtype)
-    if values.size != math.prod(shape):
-        raise InvalidInput(
-            f"{where}: contents has {values.size} elements but shape {list(shape)} needs "
-            f"{math.prod(shape)}"
-        )
-    return values.reshape(shape)
+    return tensor_from_values(getattr(tensor.contents, field), shape, tensor.datatype, where)
 
 
-def decode_inputs(
-    request: pb.ModelInferRequest, regions: SharedMemoryRegistry
-) -> dict[str, np.ndarray]:
+def decode_inputs(request: pb.ModelInferRequest, regions: CallerRegions) -> dict[str, np.ndarray]:
     """The request's tensors: raw contents (one per input, in order), typed contents, or shm."""
     raw = request.raw_input_contents
     if raw and len(raw) != len(request.inputs):
@@ -115,29 +119,64 @@ def decode_inputs(
         where = f"input {tensor.name!r}"
         if tensor.name in tensors:
             raise InvalidInput(f"{where} appears twice")
-        if any(dim < 0 for dim in tensor.shape):
-            raise InvalidInput(f"{where}: shape must be non-negative, got {list(tensor.shape)}")
-        shape = tuple(tensor.shape)
+        shape = list(tensor.shape)
         ref = shm_ref(_parameters(tensor.parameters), where)
         if ref is not None:
-            blob = regions.view(ref.region, ref.offset, ref.byte_size, where)
-            tensors[tensor.name] = v2.tensor_from_bytes(blob, shape, tensor.datatype, where)
+            tensors[tensor.name] = v2.tensor_from_region(
+                ref, shape, tensor.datatype, regions, where
+            )
         elif raw:
-            blob = memoryview(raw[index])
-            tensors[tensor.name] = v2.tensor_from_bytes(blob, shape, tensor.datatype, where)
+            tensors[tensor.name] = tensor_from_buffer(raw[index], shape, tensor.datatype, where)
         else:
-            tensors[tensor.name] = _typed_contents(tensor, where)
+            tensors[tensor.name] = _typed_contents(tensor, shape, where)
     return tensors
 
 
-def _timeout_options(options: InferOptions, context: grpc.aio.ServicerContext) -> InferOptions:
-    """The client's gRPC deadline shortens the request's deadline (never lengthens it)."""
-    remaining = context.time_remaining()
-    if remaining is None:
-        return options
-    if options.timeout_s is not None:
-        remaining = min(remaining, options.timeout_s)
-    return InferOptions(priority=options.priority, timeout_s=max(remaining, 1e-3))
+def decode_request(
+    request: pb.ModelInferRequest, context: grpc.aio.ServicerContext, regions: CallerRegions
+) -> v2.WireRequest:
+    """The engine's request, with the client's gRPC deadline and where each output goes (raw
+    contents unless a shared memory region is named)."""
+    placements: dict[str, v2.Placement] = {}
+    for output in request.outputs:
+        ref = shm_ref(_parameters(output.parameters), f"output {output.name!r}")
+        if ref is not None:
+            placements[output.name] = ref
+    return v2.WireRequest(
+        inputs=decode_inputs(request, regions),
+        id=request.id or None,
+        parameters=_parameters(request.parameters),
+        outputs=[output.name for output in request.outputs] or None,
+        deadline_s=context.time_remaining(),
+        placements=placements,
+        binary_output=True,
+    )
+
+
+def encode_response(
+    answer: InferenceResponse, request: v2.WireRequest, regions: CallerRegions
+) -> pb.ModelInferResponse:
+    """The protobuf answer: each output's raw contents, in order, or the parameters of the
+    shared memory region it was written into."""
+    response = pb.ModelInferResponse(
+        model_name=answer.model_name, model_version=answer.model_version, id=answer.id or ""
+    )
+    for name, array in answer.outputs.items():
+        output = response.outputs.add(
+            name=name, datatype=datatype_of(array.dtype), shape=array.shape
+        )
+        placement = request.placement(name)
+        if isinstance(placement, v2.SharedMemoryRef):
+            written = v2.write_to_region(array, placement, regions, f"output {name!r}")
+            for key, value in written.items():
+                parameter = output.parameters[key]
+                if isinstance(value, str):
+                    parameter.string_param = value
+                else:
+                    parameter.int64_param = value
+        else:
+            response.raw_output_contents.append(v2.tensor_to_bytes(array))
+    return response
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,9 +186,13 @@ def _timeout_options(options: InferOptions, context: grpc.aio.ServicerContext) -
 class InferenceService:
     """The handlers of ``GRPCInferenceService``; each one a data-plane call."""
 
-    def __init__(self, dataplane: DataPlane, regions: SharedMemoryRegistry) -> None:
+    def __init__(
+        self, dataplane: DataPlane, regions: SharedMemoryRegistry, socket_mode: int
+    ) -> None:
+        """``socket_mode`` is the gRPC socket's: it says who a Unix-socket caller may be."""
         self.dataplane = dataplane
         self.regions = regions
+        self.socket_mode = socket_mode
 
     async def ServerLive(self, request, context) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=True)
@@ -165,15 +208,11 @@ class InferenceService:
         return json_format.ParseDict(self.dataplane.server_metadata(), pb.ServerMetadataResponse())
 
     async def ModelMetadata(self, request, context) -> pb.ModelMetadataResponse:
-        meta = self.dataplane.model_metadata(
-            request.name, _version(request.version), v2.datatype_of
-        )
+        meta = self.dataplane.model_metadata(request.name, _version(request.version))
         return json_format.ParseDict(meta, pb.ModelMetadataResponse())
 
     async def ModelConfig(self, request, context) -> pb.ModelConfigResponse:
-        config = self.dataplane.model_config(
-            request.name, _version(request.version), v2.datatype_of
-        )
+        config = self.dataplane.model_config(request.name, _version(request.version))
         versions = config.get("version_policy", {}).get("specific", {}).get("versions", [])
         if not all(str(v).isdigit() for v in versions):
             del config["version_policy"]  # the protocol's versions are integers; ours may not be
@@ -197,57 +236,32 @@ class InferenceService:
         await self.dataplane.unload(request.model_name)
         return pb.RepositoryModelUnloadResponse()
 
+    def caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        """Who calls, for the shared memory regions it may see (``api.shm_callers``)."""
+        return grpc_caller(context.peer(), context.invocation_metadata(), self.socket_mode)
+
     async def SystemSharedMemoryStatus(self, request, context):
         response = pb.SystemSharedMemoryStatusResponse()
-        for region in self.regions.status(request.name or None):
+        for region in self.regions.status(self.caller(context), request.name or None):
             json_format.ParseDict(region, response.regions[region["name"]])
         return response
 
     async def SystemSharedMemoryRegister(self, request, context):
-        self.regions.register(request.name, request.key, request.offset, request.byte_size)
+        self.regions.register(
+            self.caller(context), request.name, request.key, request.offset, request.byte_size
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request, context):
-        self.regions.unregister(request.name or None)
+        self.regions.unregister(self.caller(context), request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def ModelInfer(self, request, context) -> pb.ModelInferResponse:
-        dataplane = self.dataplane
-        model = dataplane.model(request.model_name, _version(request.model_version))
-        package = model.package
-        parameters = _parameters(request.parameters)
-        wanted = [
-            v2.OutputRequest(out.name, None, shm_ref(_parameters(out.parameters), out.name))
-            for out in request.outputs
-        ]
-        decoded = v2.InferRequest(
-            inputs=decode_inputs(request, self.regions),
-            parameters=parameters,
-            outputs=wanted or None,
-            binary_output=True,
-        )
-        chosen = v2.select_outputs(decoded, [spec.name for spec in package.outputs])
-        options = _timeout_options(infer_options(parameters, dataplane.settings), context)
-        results = await dataplane.infer(model, decoded.inputs, options, [n for n, _ in chosen])
-        response = pb.ModelInferResponse(
-            model_name=package.name, model_version=model.version, id=request.id
-        )
-        for name, placement in chosen:
-            array = results[name]
-            output = response.outputs.add(
-                name=name, datatype=v2.datatype_of(array.dtype), shape=array.shape
-            )
-            if isinstance(placement, v2.SharedMemoryRef):
-                written = v2.write_to_region(array, placement, self.regions, f"output {name!r}")
-                for key, value in written.items():
-                    parameter = output.parameters[key]
-                    if isinstance(value, str):
-                        parameter.string_param = value
-                    else:
-                        parameter.int64_param = value
-            else:
-                response.raw_output_contents.append(v2.tensor_to_bytes(array))
-        return response
+        regions = self.regions.of(self.caller(context))
+        decoded = decode_request(request, context, regions)
+        version = _version(request.model_version)
+        answer = await self.dataplane.infer(decoded, request.model_name, version)
+        return encode_response(answer, decoded, regions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +343,7 @@ class GrpcServer:
         self._bind_tcp = settings.port != 0 or tcp_port is not None
         self._tcp_port = settings.port if tcp_port is None else tcp_port
         self.server = server
-        self.service = InferenceService(dataplane, regions)
+        self.service = InferenceService(dataplane, regions, settings.socket_mode)
         self.port: int | None = None  # the bound TCP port once started (for port 0)
         self._server: grpc.aio.Server | None = None
 

@@ -1,7 +1,7 @@
 """Open Inference Protocol (KServe v2) over HTTP: health, metadata, infer, repository, stats.
 
-Each handler decodes the wire format (``edgeagent.api.v2``), calls the data plane, and frames
-the answer; no engine decision is made here.
+Each handler decodes the wire format (``edgeagent.api.v2``), makes one data-plane call, and
+frames the answer; no engine decision (model lookup, output choice, options) is made here.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from edgeagent.api import v2
 from edgeagent.api.auth import admin_scope, over_tcp
 from edgeagent.api.body import read_json_object, received_body
 from edgeagent.api.keys import DATAPLANE, JSON_DECODER, JSON_HELPER, SHARED_MEMORY
-from edgeagent.engine.dataplane import infer_options
+from edgeagent.api.shm_callers import http_caller
+from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import InvalidInput
-from edgeagent.models.package import ModelPackage
 
 # JSON parts larger than this are parsed off the event loop; binary tensors never need it.
 OFFLOAD_JSON_BYTES = 256 * 1024
@@ -46,9 +46,7 @@ async def server_metadata(request: web.Request) -> web.Response:
 
 
 async def model_metadata(request: web.Request) -> web.Response:
-    return web.json_response(
-        request.app[DATAPLANE].model_metadata(*_names(request), v2.datatype_of)
-    )
+    return web.json_response(request.app[DATAPLANE].model_metadata(*_names(request)))
 
 
 async def model_ready(request: web.Request) -> web.Response:
@@ -57,7 +55,7 @@ async def model_ready(request: web.Request) -> web.Response:
 
 
 async def model_config(request: web.Request) -> web.Response:
-    return web.json_response(request.app[DATAPLANE].model_config(*_names(request), v2.datatype_of))
+    return web.json_response(request.app[DATAPLANE].model_config(*_names(request)))
 
 
 def _json_size(body_length: int, header: str | None) -> int:
@@ -72,29 +70,20 @@ def _json_size(body_length: int, header: str | None) -> int:
 
 async def infer(request: web.Request) -> web.Response:
     dataplane = request.app[DATAPLANE]
-    regions = request.app[SHARED_MEMORY]
-    model = dataplane.model(*_names(request))
+    regions = request.app[SHARED_MEMORY].of(http_caller(request))
+    name, version = _names(request)
     header = request.headers.get(v2.HEADER_LENGTH)
     raw = header is not None and header.strip() == "0"
     async with received_body(request, lambda size: 0 if raw else _json_size(size, header)) as body:
         if raw:
-            decoded = _decode_raw(model.package, body)
+            decoded = _decode_raw(dataplane, name, version, body)
         elif _json_size(len(body), header) > OFFLOAD_JSON_BYTES:
             decoded = await _decode_large_json(request, body, header)
         else:
             decoded = v2.decode_request(body, header, regions)
         del body
-        package = model.package
-        chosen = v2.select_outputs(decoded, [spec.name for spec in package.outputs])
-        options = infer_options(decoded.parameters, dataplane.settings)
-        results = await dataplane.infer(model, decoded.inputs, options, [n for n, _ in chosen])
-        payload, length = v2.encode_response(
-            model_name=package.name,
-            model_version=model.version,
-            outputs=[(name, results[name], binary) for name, binary in chosen],
-            request_id=decoded.id,
-            regions=regions,
-        )
+        answer = await dataplane.infer(decoded, name, version)
+        payload, length = v2.encode_response(answer, decoded, regions)
     if length is None:
         response = web.Response(body=payload, content_type="application/json")
     else:
@@ -113,13 +102,14 @@ async def infer(request: web.Request) -> web.Response:
 
 async def _decode_large_json(
     request: web.Request, body: bytes, header: str | None
-) -> v2.InferRequest:
+) -> v2.WireRequest:
     """Parsing megabytes of JSON takes milliseconds: in the JSON helper process when it takes
     the body, else on the app's JSON thread; never on the event loop."""
     json_part, tail = v2.split_body(body, header)
     parsed = await request.app[JSON_HELPER].parse(json_part)
     loop = asyncio.get_running_loop()
-    decoder, regions = request.app[JSON_DECODER], request.app[SHARED_MEMORY]
+    decoder = request.app[JSON_DECODER]
+    regions = request.app[SHARED_MEMORY].of(http_caller(request))
     if parsed is None:
         return await loop.run_in_executor(decoder, v2.decode_request, body, header, regions)
     if parsed.light:
@@ -127,8 +117,12 @@ async def _decode_large_json(
     return await loop.run_in_executor(decoder, v2.decode_message, parsed.message, tail, regions)
 
 
-def _decode_raw(package: ModelPackage, body: bytes) -> v2.InferRequest:
-    """Triton's raw body (``Inference-Header-Content-Length: 0``): one input's bytes."""
+def _decode_raw(
+    dataplane: DataPlane, name: str, version: str | None, body: bytes
+) -> v2.WireRequest:
+    """Triton's raw body (``Inference-Header-Content-Length: 0``): one input's bytes, which only
+    the model's metadata can give a name, datatype and shape."""
+    package = dataplane.model(name, version).package
     if len(package.inputs) != 1:
         raise InvalidInput(
             f"a raw body ({v2.HEADER_LENGTH}: 0) needs a model with exactly one input; "

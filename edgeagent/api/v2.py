@@ -1,15 +1,16 @@
 """Open Inference Protocol (KServe v2) codec: JSON tensors and the binary tensor data extension.
 
-Pure functions from bytes to numpy and back, with no HTTP in them, so the server (http.py) and
-the CLI client (client.py) share one implementation and one set of rules. Every malformed message
-raises ``InvalidInput`` naming the tensor and what is wrong, because a 400 that says "bad request"
-is useless to the author of a client on the other side of a fleet.
+Pure functions from bytes to the engine's request and response types (``engine/requests.py``)
+and back, with no HTTP in them, so the server (routes_v2.py) and the CLI client (client.py)
+share one implementation and one set of rules. Every malformed message raises ``InvalidInput``
+naming the tensor and what is wrong, because a 400 that says "bad request" is useless to the
+author of a client on the other side of a fleet. Tensors are built by the engine's one checked
+builder, which the gRPC servicer uses too.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,65 +19,22 @@ from typing import Any
 import numpy as np
 
 from edgeagent.api import json_fast
-from edgeagent.api.shm import SharedMemoryRef, SharedMemoryRegistry, shm_ref
+from edgeagent.api.shm import CallerRegions, SharedMemoryRef, shm_ref
 from edgeagent.engine.errors import InvalidInput
+from edgeagent.engine.requests import (
+    DATATYPES,
+    InferenceRequest,
+    InferenceResponse,
+    datatype_of,
+    tensor_from_buffer,
+    tensor_from_values,
+)
 from edgeagent.models.package import TensorSpec
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
-# v2 datatype -> numpy dtype (little-endian on the wire). BF16 has no numpy type and BYTES no
-# model that could take it (package dtypes are numeric), so both are refused by name.
-_NUMPY = {
-    "BOOL": np.dtype("bool"),
-    "UINT8": np.dtype("<u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("<i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-}
-_UNSUPPORTED = {
-    "BF16": "numpy has no bfloat16; send FP16 or FP32",
-    "BYTES": "edgeagent models take numeric tensors only",
-}
+# FP16 has no JSON form in the protocol (BF16 none at all), so both travel only as binary.
 _NOT_JSON = ("FP16", "BF16")
-_BY_NAME = {dtype.name: v2 for v2, dtype in _NUMPY.items()}
-
-
-def datatype_of(dtype: np.dtype | str) -> str:
-    """The v2 datatype name for a numpy dtype or a package dtype name ('float32' -> 'FP32')."""
-    name = np.dtype(dtype).name
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise InvalidInput(f"numpy dtype {name} has no Open Inference Protocol datatype") from None
-
-
-def numpy_dtype(datatype: str, where: str) -> np.dtype:
-    """The numpy dtype for a v2 datatype; InvalidInput names the tensor when it has none."""
-    if datatype in _UNSUPPORTED:
-        raise InvalidInput(
-            f"{where}: datatype {datatype} is not supported: {_UNSUPPORTED[datatype]}"
-        )
-    try:
-        return _NUMPY[datatype]
-    except KeyError:
-        known = ", ".join(_NUMPY)
-        raise InvalidInput(f"{where}: unknown datatype {datatype!r} (known: {known})") from None
-
-
-@dataclass(frozen=True)
-class OutputRequest:
-    """One entry of a request's ``outputs``: which tensor, and whether it travels as binary."""
-
-    name: str
-    binary: bool | None  # None: follow the request-level binary_data_output
-    shm: SharedMemoryRef | None = None  # written into this shared memory region instead
 
 
 # How an output travels: binary (True), JSON (False) or into a shared memory region.
@@ -84,25 +42,22 @@ Placement = bool | SharedMemoryRef
 
 
 @dataclass
-class InferRequest:
-    """A decoded infer request: tensors ready for the engine plus the client's wishes."""
+class WireRequest(InferenceRequest):
+    """An infer request as the engine takes it, plus how the client wants each output sent.
 
-    inputs: dict[str, np.ndarray]
-    id: str | None = None
-    parameters: dict[str, Any] = field(default_factory=dict)
-    outputs: list[OutputRequest] | None = None  # None: every output
+    The placements are the transport's business: the data plane sees an ``InferenceRequest``
+    and answers arrays; the encoder asks ``placement`` how each one travels back.
+    """
+
+    placements: dict[str, Placement] = field(default_factory=dict)  # outputs named in the request
     binary_output: bool = False  # request-level parameters.binary_data_output
 
+    def placement(self, name: str) -> Placement:
+        return self.placements.get(name, self.binary_output)
 
-@dataclass
-class InferResponse:
-    """A decoded infer response (what the client gets back)."""
 
-    model_name: str
-    model_version: str
-    outputs: dict[str, np.ndarray]
-    id: str | None = None
-    parameters: dict[str, Any] = field(default_factory=dict)
+# The client's name for the answer it decodes.
+InferResponse = InferenceResponse
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,23 +180,6 @@ class _JsonData:
 # Tensors
 
 
-# numpy refuses arrays beyond these even when a zero dimension leaves them empty.
-MAX_DIMS = 32
-MAX_ELEMENTS = 2**40
-
-
-def _shape(value: Any, where: str) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
-    ):
-        raise InvalidInput(f"{where}: shape must be a list of non-negative integers, got {value!r}")
-    if len(value) > MAX_DIMS:
-        raise InvalidInput(f"{where}: shape has {len(value)} dimensions, at most {MAX_DIMS}")
-    if math.prod(d for d in value if d) > MAX_ELEMENTS:
-        raise InvalidInput(f"{where}: shape {value!r} is larger than any tensor can be")
-    return tuple(value)
-
-
 def _parameters(value: Any, where: str) -> dict[str, Any]:
     if value is None:
         return {}
@@ -250,13 +188,7 @@ def _parameters(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-# What JSON numbers may fill a tensor of each numpy kind: ints into floats are fine (JSON has no
-# separate float literal for 1.0), floats into ints are not (they would be truncated silently).
-_JSON_KINDS = {"f": "iuf", "i": "iu", "u": "iu", "b": "b"}
-
-
-def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> np.ndarray:
-    dtype = numpy_dtype(datatype, where)
+def _from_json(data: Any, shape: Any, datatype: str, where: str) -> np.ndarray:
     if datatype in _NOT_JSON:
         raise InvalidInput(
             f"{where}: {datatype} cannot travel as JSON; send it with the binary tensor data "
@@ -264,41 +196,11 @@ def _from_json(data: Any, shape: tuple[int, ...], datatype: str, where: str) -> 
         )
     if not isinstance(data, list | np.ndarray):  # an array: a float tensor's parsed data
         data = [data]
-    try:
-        values = np.asarray(data)
-    except ValueError:
-        raise InvalidInput(f"{where}: data is a ragged nested list") from None
-    count = math.prod(shape)
-    if values.size != count:
-        raise InvalidInput(
-            f"{where}: data has {values.size} elements but shape {list(shape)} needs {count}"
-        )
-    if values.size and values.dtype.kind not in _JSON_KINDS[dtype.kind]:
-        raise InvalidInput(f"{where}: data must hold {datatype} values, got {values.dtype.kind!r}")
-    if dtype.kind in "iu" and values.size:
-        info = np.iinfo(dtype)
-        if values.min() < info.min or values.max() > info.max:
-            raise InvalidInput(f"{where}: a value is out of range for {datatype}")
-    return values.astype(dtype.newbyteorder("="), copy=False).reshape(shape)
-
-
-def tensor_from_bytes(
-    blob: memoryview, shape: tuple[int, ...], datatype: str, where: str
-) -> np.ndarray:
-    dtype = numpy_dtype(datatype, where)
-    expected = math.prod(shape) * dtype.itemsize
-    if len(blob) != expected:
-        raise InvalidInput(
-            f"{where}: binary_data_size is {len(blob)} bytes but shape {list(shape)} of "
-            f"{datatype} needs {expected}"
-        )
-    return (
-        np.frombuffer(blob, dtype=dtype).astype(dtype.newbyteorder("="), copy=False).reshape(shape)
-    )
+    return tensor_from_values(data, shape, datatype, where)
 
 
 def tensor_to_bytes(array: np.ndarray) -> bytes:
-    wire = _NUMPY[datatype_of(array.dtype)]
+    wire = DATATYPES[datatype_of(array.dtype)]
     return np.ascontiguousarray(array, dtype=wire).tobytes()
 
 
@@ -313,11 +215,11 @@ def _binary_size(tensor: dict[str, Any], where: str) -> int | None:
 
 
 def _tensors(
-    entries: Any, tail: memoryview, kind: str, regions: SharedMemoryRegistry | None = None
+    entries: Any, tail: memoryview, kind: str, regions: CallerRegions | None = None
 ) -> dict[str, np.ndarray]:
     """Decode a list of tensor objects (request inputs or response outputs).
 
-    An input that names a shared memory region is a view of that region (no copy); with no
+    An input that names a shared memory region is a copy read from that region; with no
     ``regions`` (a response, a client), naming one is an error.
     """
     if not isinstance(entries, list):
@@ -336,7 +238,7 @@ def _tensors(
         datatype = entry.get("datatype")
         if not isinstance(datatype, str):
             raise InvalidInput(f"{where}: 'datatype' must be a string such as FP32")
-        shape = _shape(entry.get("shape"), where)
+        shape = entry.get("shape")
         size = _binary_size(entry, where)
         ref = shm_ref(_parameters(entry.get("parameters"), where), where)
         if ref is not None:
@@ -344,10 +246,7 @@ def _tensors(
                 raise InvalidInput(
                     f"{where}: a shared memory input carries no 'data' or binary_data_size"
                 )
-            if regions is None:
-                raise InvalidInput(f"{where}: shared memory is not available on this path")
-            blob = regions.view(ref.region, ref.offset, ref.byte_size, where)
-            tensors[name] = tensor_from_bytes(blob, shape, datatype, where)
+            tensors[name] = tensor_from_region(ref, shape, datatype, regions, where)
             continue
         has_data = "data" in entry
         if has_data == (size is not None):
@@ -362,7 +261,7 @@ def _tensors(
                 f"{where}: binary_data_size {size} runs past the end of the body "
                 f"({len(tail) - offset} bytes left)"
             )
-        tensors[name] = tensor_from_bytes(tail[offset : offset + size], shape, datatype, where)
+        tensors[name] = tensor_from_buffer(tail[offset : offset + size], shape, datatype, where)
         offset += size
     if offset != len(tail):
         raise InvalidInput(
@@ -371,22 +270,31 @@ def _tensors(
     return tensors
 
 
-def _output_requests(value: Any) -> list[OutputRequest] | None:
+def _output_requests(value: Any) -> tuple[list[str] | None, dict[str, Placement]]:
+    """The outputs a request names (None: all) and how each named one travels, checked here
+    so that a bad flag costs the client a 400 before the model runs."""
     if value is None:
-        return None
+        return None, {}
     if not isinstance(value, list):
         raise InvalidInput("'outputs' must be a list of {\"name\": ...} objects")
-    requests = []
+    names: list[str] = []
+    placements: dict[str, Placement] = {}
     for index, entry in enumerate(value):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise InvalidInput(f"outputs[{index}] must be an object with a string 'name'")
-        where = f"output {entry['name']!r}"
+        name = entry["name"]
+        where = f"output {name!r}"
         parameters = _parameters(entry.get("parameters"), where)
         binary = parameters.get("binary_data")
         if binary is not None and not isinstance(binary, bool):
             raise InvalidInput(f"{where}: binary_data must be true or false")
-        requests.append(OutputRequest(entry["name"], binary, shm_ref(parameters, where)))
-    return requests
+        names.append(name)
+        ref = shm_ref(parameters, where)
+        if ref is not None:
+            placements[name] = ref
+        elif binary is not None:
+            placements[name] = binary
+    return names, placements
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,8 +302,8 @@ def _output_requests(value: Any) -> list[OutputRequest] | None:
 
 
 def decode_request(
-    body: bytes, header: str | None, regions: SharedMemoryRegistry | None = None
-) -> InferRequest:
+    body: bytes, header: str | None, regions: CallerRegions | None = None
+) -> WireRequest:
     """Decode an infer request body given its ``Inference-Header-Content-Length`` header value;
     inputs may name ``regions`` (the shared memory extension)."""
     json_part, tail = split_body(body, header)
@@ -403,8 +311,8 @@ def decode_request(
 
 
 def decode_message(
-    message: dict[str, Any], tail: memoryview, regions: SharedMemoryRegistry | None = None
-) -> InferRequest:
+    message: dict[str, Any], tail: memoryview, regions: CallerRegions | None = None
+) -> WireRequest:
     """An infer request from its parsed JSON part and binary tail (see ``decode_request``)."""
     parameters = _parameters(message.get("parameters"), "request")
     request_id = message.get("id")
@@ -415,16 +323,18 @@ def decode_message(
     binary_output = parameters.get("binary_data_output", False)
     if not isinstance(binary_output, bool):
         raise InvalidInput("parameters.binary_data_output must be true or false")
-    return InferRequest(
+    outputs, placements = _output_requests(message.get("outputs"))
+    return WireRequest(
         inputs=_tensors(message["inputs"], tail, "input", regions),
         id=request_id,
         parameters=parameters,
-        outputs=_output_requests(message.get("outputs")),
+        outputs=outputs,
+        placements=placements,
         binary_output=binary_output,
     )
 
 
-def decode_raw_request(body: bytes, spec: TensorSpec) -> InferRequest:
+def decode_raw_request(body: bytes, spec: TensorSpec) -> WireRequest:
     """Triton's ``Inference-Header-Content-Length: 0``: the body is one input's raw bytes, batch 1.
 
     Only a model with a single input whose shape is fixed apart from the batch can be fed this
@@ -437,8 +347,8 @@ def decode_raw_request(body: bytes, spec: TensorSpec) -> InferRequest:
             f"({HEADER_LENGTH}: 0) needs a fixed shape, send a JSON header instead"
         )
     datatype = datatype_of(spec.dtype)
-    array = tensor_from_bytes(memoryview(body), shape, datatype, f"input {spec.name!r}")
-    return InferRequest(inputs={spec.name: array}, binary_output=True)
+    array = tensor_from_buffer(body, shape, datatype, f"input {spec.name!r}")
+    return WireRequest(inputs={spec.name: array}, binary_output=True)
 
 
 def encode_request(
@@ -483,49 +393,23 @@ def encode_request(
 # Responses (server encodes, client decodes)
 
 
-def select_outputs(request: InferRequest, available: Sequence[str]) -> list[tuple[str, Placement]]:
-    """Which outputs to send and how each travels (``Placement``); unknown names are refused.
-
-    Called before the model runs so a typo costs the client a 400, not an inference.
-    """
-    if request.outputs is None:
-        return [(name, request.binary_output) for name in available]
-    chosen = []
-    for wanted in request.outputs:
-        if wanted.name not in available:
-            raise InvalidInput(
-                f"unknown output {wanted.name!r} (the model has: {', '.join(available)})"
-            )
-        placement: Placement = (
-            wanted.shm
-            if wanted.shm is not None
-            else request.binary_output
-            if wanted.binary is None
-            else wanted.binary
-        )
-        chosen.append((wanted.name, placement))
-    return chosen
-
-
 def encode_response(
-    *,
-    model_name: str,
-    model_version: str,
-    outputs: Sequence[tuple[str, np.ndarray, Placement]],
-    request_id: str | None = None,
-    regions: SharedMemoryRegistry | None = None,
+    response: InferenceResponse,
+    request: WireRequest,
+    regions: CallerRegions | None = None,
 ) -> tuple[bytes, int | None]:
-    """Build an infer response from (name, array, placement) triples, in that order; an
-    output placed in shared memory is written into its region here."""
+    """Build the body of the data plane's ``response`` to ``request``, each output placed as the
+    request asked; one placed in shared memory is written into its region here."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     data = _JsonData()
-    for name, array, binary in outputs:
+    for name, array in response.outputs.items():
         datatype = datatype_of(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        if isinstance(binary, SharedMemoryRef):
-            entry["parameters"] = write_to_region(array, binary, regions, f"output {name!r}")
-        elif binary:
+        placement = request.placement(name)
+        if isinstance(placement, SharedMemoryRef):
+            entry["parameters"] = write_to_region(array, placement, regions, f"output {name!r}")
+        elif placement:
             blob = tensor_to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
@@ -538,37 +422,51 @@ def encode_response(
             entry["data"] = data.add(array)
         entries.append(entry)
     message: dict[str, Any] = {
-        "model_name": model_name,
-        "model_version": model_version,
+        "model_name": response.model_name,
+        "model_version": response.model_version,
         "outputs": entries,
     }
-    if request_id is not None:
-        message["id"] = request_id
+    if response.id is not None:
+        message["id"] = response.id
     return data.frame(message, blobs)
 
 
+def tensor_from_region(
+    ref: SharedMemoryRef,
+    shape: Any,
+    datatype: str,
+    regions: CallerRegions | None,
+    where: str,
+) -> np.ndarray:
+    """An input read from the region ``ref`` names (both transports read shared memory here)."""
+    if regions is None:
+        raise InvalidInput(f"{where}: shared memory is not available on this path")
+    blob = regions.read(ref.region, ref.offset, ref.byte_size, where)
+    return tensor_from_buffer(blob, shape, datatype, where)
+
+
 def write_to_region(
-    array: np.ndarray, ref: SharedMemoryRef, regions: SharedMemoryRegistry | None, where: str
+    array: np.ndarray, ref: SharedMemoryRef, regions: CallerRegions | None, where: str
 ) -> dict[str, Any]:
     """Copy ``array`` (wire dtype) into the region ``ref`` names; the output's parameters."""
     if regions is None:
         raise InvalidInput(f"{where}: shared memory is not available on this path")
-    wire = _NUMPY[datatype_of(array.dtype)]
+    wire = DATATYPES[datatype_of(array.dtype)]
     size = array.size * wire.itemsize
     if size > ref.byte_size:
         raise InvalidInput(
             f"{where}: needs {size} bytes but shared_memory_byte_size is {ref.byte_size}"
         )
-    target = regions.view(ref.region, ref.offset, size, where)
-    np.copyto(np.frombuffer(target, dtype=wire).reshape(array.shape), array, casting="same_kind")
+    wired = np.ascontiguousarray(array).astype(wire, casting="same_kind", copy=False)
+    regions.write(ref.region, ref.offset, wired.reshape(-1).view(np.uint8).data, where)
     return SharedMemoryRef(ref.region, ref.offset, size).parameters()
 
 
-def decode_response(body: bytes, header: str | None) -> InferResponse:
+def decode_response(body: bytes, header: str | None) -> InferenceResponse:
     """Decode an infer response body (the client side of ``encode_response``)."""
     json_part, tail = split_body(body, header)
     message = parse_json_object(json_part)
-    return InferResponse(
+    return InferenceResponse(
         model_name=str(message.get("model_name", "")),
         model_version=str(message.get("model_version", "")),
         outputs=_tensors(message.get("outputs"), tail, "output"),

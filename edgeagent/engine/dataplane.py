@@ -1,17 +1,17 @@
 """The data plane: what every transport (HTTP, gRPC, shared memory) asks of the engine.
 
-Transports only translate wire formats into these calls and the answers back; every decision
-(which model and version, the request's priority and deadline, the answer's datatype, the
-repository and statistics views, image classification) is made here once, so two transports
-can never disagree. The idea is MLServer's ``DataPlane``; errors are ``ServingError``s that
-each transport maps to its own status codes.
+Transports only translate wire formats into these calls and the answers back (an inference is
+one ``infer(request, name, version)`` with the types of ``engine/requests.py``); every decision
+(which model and version, which outputs, the request's priority and deadline, the answer's
+datatype, the repository and statistics views, image classification) is made here once, so two
+transports can never disagree. The idea is MLServer's ``DataPlane``; errors are
+``ServingError``s that each transport maps to its own status codes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +21,11 @@ from edgeagent import __version__
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
+from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datatype_of
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.detector import decode_row
-from edgeagent.models.package import TensorSpec
+from edgeagent.models.package import ModelPackage, TensorSpec
 from edgeagent.models.preprocess import prepare_image, preprocess_image, top_k
 from edgeagent.runtimes.facts import v2_platform
 
@@ -45,11 +46,13 @@ class InferOptions:
     timeout_s: float | None = None  # None = [server] request_timeout_s
 
 
-def infer_options(parameters: Mapping[str, Any], settings: EngineSettings) -> InferOptions:
+def infer_options(request: InferenceRequest, settings: EngineSettings) -> InferOptions:
     """Triton's request parameters ``priority`` (1 = most urgent, 0 = default) and ``timeout`` (µs).
 
-    A client's timeout can shorten the deadline, never lengthen it past the configured one.
+    A client's timeout, like a transport's deadline, can shorten the configured one, never
+    lengthen it.
     """
+    parameters = request.parameters
     priority = parameters.get("priority")
     if priority is not None and (
         not isinstance(priority, int) or isinstance(priority, bool) or priority < 0
@@ -60,10 +63,29 @@ def infer_options(parameters: Mapping[str, Any], settings: EngineSettings) -> In
         not isinstance(timeout, int) or isinstance(timeout, bool) or timeout <= 0
     ):
         raise InvalidInput(f"parameters.timeout must be a positive integer (µs), got {timeout!r}")
-    return InferOptions(
-        priority=priority or None,
-        timeout_s=None if timeout is None else min(timeout / 1e6, settings.request_timeout_s),
-    )
+    limits = [] if timeout is None else [timeout / 1e6]
+    if request.deadline_s is not None:
+        limits.append(max(request.deadline_s, 1e-3))  # an expired deadline still gets its 504
+    timeout_s = min(settings.request_timeout_s, *limits) if limits else None
+    return InferOptions(priority=priority or None, timeout_s=timeout_s)
+
+
+def select_outputs(request: InferenceRequest, package: ModelPackage) -> list[TensorSpec]:
+    """The outputs to answer with, in the order asked; unknown or repeated names are refused.
+
+    Called before the model runs so that a typo costs the client a 400, not an inference.
+    """
+    specs = {spec.name: spec for spec in package.outputs}
+    if request.outputs is None:
+        return list(package.outputs)
+    chosen: list[TensorSpec] = []
+    for name in request.outputs:
+        if name not in specs:
+            raise InvalidInput(f"unknown output {name!r} (the model has: {', '.join(specs)})")
+        if specs[name] in chosen:
+            raise InvalidInput(f"output {name!r} is requested twice")
+        chosen.append(specs[name])
+    return chosen
 
 
 def parse_top_k(value: str | None, default: int, classes: int) -> int:
@@ -120,8 +142,8 @@ class DataPlane:
             return False
         return True
 
-    def model_metadata(self, name: str, version: str | None, datatype_of: Any) -> dict[str, Any]:
-        """v2 model metadata; ``datatype_of`` names a numpy dtype in the transport's protocol."""
+    def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
+        """v2 model metadata (the same document over every transport)."""
         model = self.model(name, version)
         package = model.package
         return {
@@ -132,7 +154,7 @@ class DataPlane:
             "outputs": [tensor_metadata(s, datatype_of(s.dtype)) for s in package.outputs],
         }
 
-    def model_config(self, name: str, version: str | None, datatype_of: Any) -> dict[str, Any]:
+    def model_config(self, name: str, version: str | None) -> dict[str, Any]:
         """Triton-style configuration (what ``tritonclient.get_model_config`` reads)."""
         model = self.model(name, version)
         package = model.package
@@ -163,25 +185,32 @@ class DataPlane:
     # -- inference ------------------------------------------------------------------------------
 
     async def infer(
-        self,
-        model: LoadedModel,
-        inputs: Mapping[str, np.ndarray],
-        options: InferOptions,
-        outputs: list[str],
-    ) -> dict[str, np.ndarray]:
-        """Run ``inputs`` through ``model``; the named outputs in the datatype the metadata
-        advertises, whatever precision the variant computed in."""
+        self, request: InferenceRequest, name: str, version: str | None = None
+    ) -> InferenceResponse:
+        """Answer ``request`` with model ``name`` (its ``version``, else the serving one).
+
+        The one call every transport makes per request: the model is looked up, the outputs
+        chosen and the options read here, once. Outputs come back in the datatype the
+        metadata advertises, whatever precision the variant computed in.
+        """
+        model = self.model(name, version)
+        chosen = select_outputs(request, model.package)
+        options = infer_options(request, self.settings)
         kwargs: dict[str, Any] = {}
         if options.priority is not None:
             kwargs["priority"] = options.priority
         if options.timeout_s is not None:
             kwargs["timeout_s"] = options.timeout_s
-        results = await model.infer(inputs, **kwargs)
-        specs = {spec.name: spec for spec in model.package.outputs}
-        return {
-            name: np.asarray(results[name]).astype(specs[name].dtype, copy=False)
-            for name in outputs
-        }
+        results = await model.infer(request.inputs, **kwargs)
+        return InferenceResponse(
+            model_name=model.package.name,
+            model_version=model.version,
+            outputs={
+                spec.name: np.asarray(results[spec.name]).astype(spec.dtype, copy=False)
+                for spec in chosen
+            },
+            id=request.id,
+        )
 
     async def classify(
         self, name: str, version: str | None, image: bytes, k: str | None

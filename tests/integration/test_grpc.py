@@ -9,15 +9,24 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+import tritonclient.http as triton_http
 from tritonclient._plugin import InferenceServerClientPlugin
 from tritonclient.utils import InferenceServerException
 
 from edgeagent.api.grpc_server import GrpcServer
 from edgeagent.api.grpc_settings import GrpcSettings
+from edgeagent.api.keys import DATAPLANE
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
-from tests.integration.http_agent import ADMIN_TOKEN, TOKEN, AgentServer, direct_run, tiny_agent
+from tests.integration.http_agent import (
+    ADMIN_TOKEN,
+    TOKEN,
+    AgentServer,
+    direct_run,
+    tiny_agent,
+    triton_client,
+)
 
 
 class GrpcAgent:
@@ -182,6 +191,91 @@ def test_bad_requests_get_status_codes_and_nothing_breaks(
     np.testing.assert_allclose(result.as_numpy("logits"), reference(good), rtol=1e-5)
 
 
+# Issue 23 finding 11: gRPC answered INTERNAL for these where HTTP answered 400, because its
+# decoder built tensors without HTTP's shape checks. Data that fits the shape's element count
+# (none, one) gets past the size check to numpy's own refusal.
+HOSTILE_SHAPES = [
+    ([0, 2**63 - 1], 0, "input 'input': shape [0, 9223372036854775807] is larger than any tensor"),
+    ([1] * 1000, 1, "input 'input': shape has 1000 dimensions, at most 32"),
+]
+
+
+@pytest.mark.parametrize(("shape", "elements", "message"), HOSTILE_SHAPES)
+def test_hostile_shapes_are_refused_alike_over_http_and_grpc(
+    served: GrpcAgent, reference, shape: list[int], elements: int, message: str
+) -> None:
+    """Both transports go through the engine's one shape check: 400 and INVALID_ARGUMENT with
+    the same message, and both keep serving."""
+    refusals = {}
+    for transport, client in (("http", triton_client(served.agent)), ("grpc", tcp_client(served))):
+        module = triton_http if transport == "http" else triton
+        tensor = module.InferInput("input", [elements], "FP32")
+        tensor.set_data_from_numpy(np.zeros(elements, np.float32))
+        tensor.set_shape(shape)
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("tiny", [tensor])
+        refusals[transport] = (caught.value.status(), caught.value.message())
+        good = _batch(1, seed=12)
+        served_answer = client.infer("tiny", [_as_input(module, good)]).as_numpy("logits")
+        np.testing.assert_allclose(served_answer, reference(good), rtol=1e-5)
+        client.close()
+    assert refusals["http"][0] == "400"
+    assert refusals["grpc"][0] == "StatusCode.INVALID_ARGUMENT"
+    assert refusals["http"][1].startswith(message)
+    assert refusals["grpc"][1] == refusals["http"][1]
+
+
+def _as_input(module: Any, batch: np.ndarray) -> Any:
+    tensor = module.InferInput("input", list(batch.shape), "FP32")
+    tensor.set_data_from_numpy(batch)
+    return tensor
+
+
+def test_each_transport_calls_the_data_plane_once_per_request(
+    served: GrpcAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP (binary and JSON) and gRPC each decode, make one ``DataPlane.infer(request, name,
+    version)`` call and encode: no lookup or other data-plane call of their own."""
+    calls: list[tuple[str, Any]] = []
+    for plane in (served.agent.app[DATAPLANE], served.server.service.dataplane):
+        _watch(plane, calls, monkeypatch)
+    batch = _batch(2, seed=13)
+    http = triton_client(served.agent)
+    for binary in (True, False):
+        tensor = triton_http.InferInput("input", list(batch.shape), "FP32")
+        tensor.set_data_from_numpy(batch, binary_data=binary)
+        http.infer("tiny", [tensor], model_version="1")
+        assert calls == [("infer", ("tiny", "1"))], f"HTTP, binary={binary}"
+        calls.clear()
+    http.close()
+    grpc_client = tcp_client(served)
+    grpc_client.infer("tiny", [_input(batch)], model_version="1")
+    grpc_client.close()
+    assert calls == [("infer", ("tiny", "1"))], "gRPC"
+
+
+def _watch(plane: DataPlane, calls: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record the data-plane calls a transport makes (the plane's own inner calls are not)."""
+    infer, model = plane.infer, plane.model
+    inside = []
+
+    async def counted_infer(*args: Any) -> Any:
+        calls.append(("infer", args[1:]))
+        inside.append(True)
+        try:
+            return await infer(*args)
+        finally:
+            inside.pop()
+
+    def counted_model(*args: Any) -> Any:
+        if not inside:
+            calls.append(("model", args))
+        return model(*args)
+
+    monkeypatch.setattr(plane, "infer", counted_infer)
+    monkeypatch.setattr(plane, "model", counted_model)
+
+
 def test_raw_contents_must_match_the_shape(served: GrpcAgent) -> None:
     """A raw tensor whose byte count disagrees with its shape is refused, naming the input."""
     client = tcp_client(served)
@@ -268,7 +362,7 @@ def test_typed_contents_are_accepted_and_counted(served: GrpcAgent, reference) -
         with pytest.raises(grpc.RpcError) as caught:
             infer(request)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "contents has 383 elements" in caught.value.details()
+        assert "data has 383 elements" in caught.value.details()  # HTTP's JSON message
 
 
 def test_messages_over_max_message_bytes_are_refused(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 
 from edgeagent.api import v2
 from edgeagent.engine.errors import InvalidInput
+from edgeagent.engine.requests import DATATYPES
 from edgeagent.models.package import PackageError, load_package
 from tests.helpers import write_tiny_package
 
@@ -52,7 +53,7 @@ def _tensor_entries() -> st.SearchStrategy[dict]:
         {},
         optional={
             "name": st.sampled_from(["input", "", "x"]) | json_values,
-            "datatype": st.sampled_from([*v2._NUMPY, "BF16", "BYTES", "fp32"]) | json_values,
+            "datatype": st.sampled_from([*DATATYPES, "BF16", "BYTES", "fp32"]) | json_values,
             "shape": st.lists(DIMENSIONS, max_size=6) | json_values,
             "data": st.just([]) | json_values,
             "parameters": st.fixed_dictionaries(
@@ -99,7 +100,7 @@ def test_any_message_is_decoded_or_refused_as_invalid_input(message: dict, tail:
 
 
 @FAST
-@given(st.lists(DIMENSIONS, max_size=40), st.sampled_from(list(v2._NUMPY)), st.booleans())
+@given(st.lists(DIMENSIONS, max_size=40), st.sampled_from(list(DATATYPES)), st.booleans())
 def test_any_shape_is_decoded_or_refused(shape: list[int], datatype: str, binary: bool) -> None:
     """Well-formed tensors but for their shape: empty data, or an empty binary blob."""
     tensor: dict = {"name": "x", "datatype": datatype, "shape": shape}

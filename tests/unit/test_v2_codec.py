@@ -9,6 +9,7 @@ import pytest
 
 from edgeagent.api import v2
 from edgeagent.engine.errors import InvalidInput
+from edgeagent.engine.requests import InferenceResponse, datatype_of, numpy_dtype
 from edgeagent.models.package import TensorSpec
 
 
@@ -201,10 +202,8 @@ def test_response_round_trip_with_per_output_binary_choice() -> None:
     probs = np.random.default_rng(0).random((2, 5)).astype(np.float32)
     top = np.array([[3], [1]], dtype=np.int64)
     body, header = v2.encode_response(
-        model_name="m",
-        model_version="2",
-        request_id="r1",
-        outputs=[("probs", probs, True), ("top", top, False)],
+        InferenceResponse("m", "2", {"probs": probs, "top": top}, id="r1"),
+        v2.WireRequest(inputs={}, placements={"probs": True}, binary_output=False),
     )
     assert header is not None
     head = json.loads(body[:header])
@@ -219,27 +218,26 @@ def test_response_round_trip_with_per_output_binary_choice() -> None:
 def test_fp16_output_as_json_is_refused() -> None:
     with pytest.raises(InvalidInput, match="binary_data = true"):
         v2.encode_response(
-            model_name="m",
-            model_version="1",
-            outputs=[("y", np.zeros(2, np.float16), False)],
+            InferenceResponse("m", "1", {"y": np.zeros(2, np.float16)}), v2.WireRequest(inputs={})
         )
 
 
-def test_select_outputs_defaults_overrides_and_unknown() -> None:
-    request = v2.InferRequest(inputs={}, binary_output=True)
-    assert v2.select_outputs(request, ["a", "b"]) == [("a", True), ("b", True)]
-    request.outputs = [v2.OutputRequest("b", False), v2.OutputRequest("a", None)]
-    assert v2.select_outputs(request, ["a", "b"]) == [("b", False), ("a", True)]
-    request.outputs = [v2.OutputRequest("c", None)]
-    with pytest.raises(InvalidInput, match="unknown output 'c'"):
-        v2.select_outputs(request, ["a", "b"])
+def test_output_placements_follow_the_request_level_default() -> None:
+    body = {
+        "parameters": {"binary_data_output": True},
+        "inputs": [],
+        "outputs": [{"name": "b", "parameters": {"binary_data": False}}, {"name": "a"}],
+    }
+    request = v2.decode_request(json.dumps(body).encode(), None)
+    assert request.outputs == ["b", "a"]
+    assert [request.placement(name) for name in ("a", "b", "c")] == [True, False, True]
 
 
 def test_datatype_table() -> None:
-    assert v2.datatype_of("float32") == "FP32"
-    assert v2.datatype_of(np.dtype(">f4")) == "FP32"
-    assert v2.datatype_of(np.bool_) == "BOOL"
-    assert v2.numpy_dtype("UINT16", "x") == np.dtype("uint16")
+    assert datatype_of("float32") == "FP32"
+    assert datatype_of(np.dtype(">f4")) == "FP32"
+    assert datatype_of(np.bool_) == "BOOL"
+    assert numpy_dtype("UINT16", "x") == np.dtype("uint16")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -258,10 +256,7 @@ def test_json_non_finite_values_and_a_lookalike_id() -> None:
     """NaN/inf fall back to json.dumps; an id that looks like a placeholder stays an id."""
     values = np.array([np.nan, np.inf, 1.5], dtype=np.float32)
     body, _ = v2.encode_response(
-        model_name="m",
-        model_version="1",
-        outputs=[("y", values, False)],
-        request_id="@tensor-data:0:0",
+        InferenceResponse("m", "1", {"y": values}, id="@tensor-data:0:0"), v2.WireRequest({})
     )
     response = v2.decode_response(body, None)
     assert response.id == "@tensor-data:0:0"
