@@ -277,6 +277,13 @@ async def _outcome_of(online: Online, release: Path, hub: Hub, broker: Broker) -
     return outcome
 
 
+def _stepped(online: Online, deployment: str, step: str) -> bool:
+    """Whether the device sent the progress event ``step`` for ``deployment``."""
+    return any(
+        e.get("deployment_id") == deployment and e.get("step") == step for e in online.device.events
+    )
+
+
 def _last_outcome(online: Online, deployment: str) -> dict | None:
     """The outcome event the device sent for ``deployment`` (None before it has)."""
     outcomes = [
@@ -296,12 +303,13 @@ async def test_a_waiting_canary_holds_no_other_release_and_a_newer_one_supersede
     ] == "committed"
     waiting = _sign(hub, "2", WEEK_LONG)
     assert (await _publish(hub, broker, waiting)).returncode == 0
-    await until(lambda: online.device.updater.status()["canaries"] == {"tiny": "2"}, timeout=60)
+    await until(lambda: _stepped(online, _deployment(waiting), "canary"), timeout=60)
     # another model's release gets its outcome while the week-long canary waits
     other = await _outcome_of(online, _sign(hub, "2", None, "other"), hub, broker)
     assert (other["result"], other["code"]) == ("succeeded", "committed"), other
     assert online.device.serving("other") == "2" and online.device.serving() == "1"
     assert _last_outcome(online, _deployment(waiting)) is None  # still waiting
+    assert online.device.updater.status()["canaries"] == {"tiny": "2"}
     # a newer release of the same model concludes it as superseded, then installs
     newer = await _outcome_of(online, _sign(hub, "3", None), hub, broker)
     assert (newer["result"], newer["code"]) == ("succeeded", "committed"), newer
