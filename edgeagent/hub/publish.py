@@ -1,19 +1,28 @@
 """``edgeagent hub publish``: put a signed release (or trust file) on the broker for devices.
 
 A release is verified before it leaves the hub — signatures and threshold against the trust
-file devices have (or the one published with it), release format, expiry — because a release
-that every device refuses would replace the good one in its retained slot. Group releases
-are published retained (QoS 1) on their model's topic, so devices that are offline or join
-later receive the current release of every model; single-device releases (rollout waves) are
-not retained and reach an offline device through its persistent session. ``hub unpublish``
-clears a model's retained slot.
+file devices have (or the one published with it), release format, validity window
+(``hub.verify``: the devices' own checks) — because a release that every device refuses would
+replace the good one in its retained slot. Group releases are published retained (QoS 1) on
+their model's topic, so devices that are offline or join later receive the current release of
+every model; single-device releases (rollout waves) are not retained and reach an offline
+device through its persistent session. ``hub unpublish`` clears a model's retained slot.
+
+A retained slot is read before it is replaced: a release whose serial is not above the one
+retained there is refused, because the slot is what a device that starts later installs — a
+replayed older envelope there (say, after a rollback) would put it on the version the fleet
+just left. There is no ``--force``: a new release is signed with a fresh serial (``hub sign``,
+``hub rollback``). MQTT has no compare-and-set, so two hubs publishing the same slot at the
+same moment are not caught; one hub publishing at a time is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import aiomqtt
@@ -22,10 +31,11 @@ from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
 from edgeagent.fleet.mqtt import client_options, connect_properties
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import TrustError, decode_envelope, format_time
+from edgeagent.fleet.signing import TrustError, decode_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
+from edgeagent.hub.verify import authentic_release, check_for_fleet
 
 MAX_REPORT_BYTES = 256 * 1024  # a device's state report or event is a few KiB
 
@@ -44,7 +54,7 @@ def read_release(
     path: Path, trust: Path | None = None, *, now: datetime | None = None
 ) -> tuple[bytes, ReleaseManifest]:
     """Load a ``*.release.json`` envelope and its manifest; with ``trust``, refuse it unless a
-    device trusting that file would accept it (signatures, format, both expiries)."""
+    device trusting that file would accept it (signatures, format, both expiries, issue time)."""
     try:
         envelope = path.read_bytes()
     except OSError as exc:
@@ -54,39 +64,109 @@ def read_release(
             return envelope, parse_manifest(
                 decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
             )
-        store = TrustStore.load(trust)
-        manifest = parse_manifest(store.verify(envelope, "release"))
+        manifest = authentic_release(envelope, TrustStore.load(trust), now=now)
+        check_for_fleet(manifest, serial_floor=None, now=now)
     except TrustError as exc:
         raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
-    moment = now or datetime.now(timezone.utc)
-    for what, expires in (("the release", manifest.expires), (str(trust), store.expires)):
-        if expires <= moment:
-            raise HubError(
-                f"{path}: devices would refuse this release: {what} expired at "
-                f"{format_time(expires)}"
-            )
     return envelope, manifest
+
+
+@dataclass(frozen=True)
+class ReleaseSlot(Topic):
+    """A group's retained slot of one model, as ``hub publish`` fills it: ``publish`` reads
+    what it holds first and refuses a release whose serial is not above it (module docstring).
+    Plain ``Topic`` objects are published as they are."""
+
+    model: str
 
 
 def release_topics(
     prefix: str, group: str | None, devices: Sequence[str], model: str
 ) -> list[Topic]:
-    topics = [DeviceTopics(prefix, device).release for device in devices]
+    topics: list[Topic] = [DeviceTopics(prefix, device).release for device in devices]
     if group:
-        topics.insert(0, GroupTopics(prefix, group).release(model))
+        slot = GroupTopics(prefix, group).release(model)
+        topics.insert(0, ReleaseSlot(slot.name, slot.retained, model))
     if not topics:
         raise HubError("say where to publish: --group GROUP and/or --device ID")
     return topics
 
 
 async def publish(settings: MqttSettings, topics: Sequence[Topic], envelope: bytes) -> None:
-    """Publish with QoS 1 (retained where the topic's kind says so) and wait for each ack."""
+    """Publish with QoS 1 (retained where the topic's kind says so) and wait for each ack.
+
+    For a ``ReleaseSlot`` the slot is read first, and nothing at all is published when the
+    envelope's serial is not above the release retained there (``HubError``).
+    """
     try:
         async with hub_client(settings, "publish") as client:
+            for slot in topics:
+                if isinstance(slot, ReleaseSlot):
+                    held = await _retained(client, slot, settings)
+                    _check_slot(slot, held, envelope)
             for topic in topics:
                 await client.publish(topic.name, envelope, qos=1, retain=topic.retained)
     except aiomqtt.MqttError as exc:
         raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
+
+
+async def _retained(client: aiomqtt.Client, slot: Topic, settings: MqttSettings) -> bytes | None:
+    """What ``slot`` retains (None: nothing). The broker sends a subscription's retained
+    message before it handles our next packet, so once a marker we publish after subscribing
+    comes back, anything retained has arrived; no answer within the connect time-out is an
+    error, never "empty" (a slot that could not be read is not known to be empty)."""
+    marker = f"{settings.topic_prefix}/hub/{client.identifier}/slot/{secrets.token_hex(8)}"
+    acl = "the hub's broker user needs read access to it and to <prefix>/hub/#"
+    granted = await client.subscribe(slot.name, qos=1)
+    if any(getattr(code, "is_failure", False) for code in granted):
+        raise HubError(f"the broker refused to let this client read {slot.name}: {acl}")
+    await client.subscribe(marker, qos=1)
+    await client.publish(marker, b"", qos=1)
+
+    async def first_answer() -> bytes | None:
+        async for message in client.messages:
+            if message.topic.value == marker:
+                return None
+            if message.topic.value == slot.name and message.retain:
+                return bytes(message.payload)
+        raise aiomqtt.MqttError("disconnected while reading the slot")
+
+    try:
+        return await asyncio.wait_for(first_answer(), settings.connect_timeout_s)
+    except asyncio.TimeoutError:
+        pass
+    raise HubError(
+        f"broker {settings.host}:{settings.port}: could not read the release retained on "
+        f"{slot.name} within {settings.connect_timeout_s:g} s ({acl}); nothing published"
+    )
+
+
+def _release_in(payload: bytes | None, model: str) -> ReleaseManifest | None:
+    """The manifest of a retained envelope of ``model``, or None: an empty slot, bytes that are
+    no release, or another model's release (devices take none of them, so none is a floor).
+    Read unverified: it can only make ``hub publish`` refuse, never send anything."""
+    if not payload:
+        return None
+    try:
+        manifest = parse_manifest(decode_envelope(payload, max_bytes=MAX_ENVELOPE_BYTES).payload)
+    except TrustError:
+        return None
+    return manifest if manifest.model == model else None
+
+
+def _check_slot(slot: ReleaseSlot, held: bytes | None, envelope: bytes) -> None:
+    new = _release_in(envelope, slot.model)
+    if new is None:
+        raise HubError(f"{slot.name}: only a release of {slot.model} can go in this slot")
+    current = _release_in(held, slot.model)
+    if current is not None and new.serial <= current.serial:
+        raise HubError(
+            f"{slot.name} holds {current.model} {current.version} serial {current.serial} "
+            f"(deployment {current.deployment_id}); this release's serial {new.serial} is not "
+            "above it: devices that have it refuse it, but a device that starts later would "
+            "install it. Sign a new release instead (hub sign; hub rollback for an older "
+            "version)"
+        )
 
 
 async def clear_release(settings: MqttSettings, group: str, model: str) -> Topic:
