@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgeagent.models.package import SEAL_SCHEME as SCHEME
+from edgeagent.models.names import SEAL_SCHEME as SCHEME
 from edgeagent.models.sealing import WRAPPED_BYTES
 
 MAX_RECIPIENTS = 4096  # per variant; the envelope size limit binds long before this

@@ -37,7 +37,7 @@ from edgeagent.fleet.signing import (
     parse_time,
 )
 from edgeagent.fleet.trust import TrustStore
-from edgeagent.models.package import NAME_RE, VERSION_RE, version_tuple
+from edgeagent.models.names import NAME_RE, VERSION_RE, version_tuple
 
 __all__ = [
     "Artifact",

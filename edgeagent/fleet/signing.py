@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -158,11 +159,26 @@ def loads_strict(data: bytes, what: str, *, max_depth: int = MAX_JSON_DEPTH) -> 
     def no_constants(name: str) -> Any:
         raise VerificationError("malformed", f"{what}: {name} is not valid JSON")
 
+    def integer(digits: str) -> int:
+        # Python refuses to convert more than sys.get_int_max_str_digits() digits (4,300) with
+        # a plain ValueError, which no caller expects from a parse: say what it is instead.
+        try:
+            return int(digits)
+        except ValueError as exc:
+            limit = sys.get_int_max_str_digits()
+            raise VerificationError(
+                "malformed",
+                f"{what}: an integer of {len(digits)} characters is too long (at most {limit} "
+                "digits)",
+            ) from exc
+
     try:
         text = data.decode("utf-8")
         if json_depth(text) > max_depth:
             raise VerificationError("malformed", f"{what}: nested deeper than {max_depth} levels")
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+        return json.loads(
+            text, object_pairs_hook=no_duplicates, parse_constant=no_constants, parse_int=integer
+        )
     except UnicodeDecodeError as exc:
         raise VerificationError("malformed", f"{what}: not UTF-8 ({exc.reason})") from exc
     except json.JSONDecodeError as exc:

@@ -44,7 +44,7 @@ from edgeagent.fleet.signing import (
     public_key_from_hex,
 )
 from edgeagent.fsutil import write_file_atomic
-from edgeagent.models.package import NAME_RE, VERSION_RE
+from edgeagent.models.names import NAME_RE, VERSION_RE
 
 ROLES = ("root", "release")
 MAX_FLOOR_RESETS = 256  # models one rotation may reset

@@ -15,7 +15,7 @@ from pathlib import Path
 from edgeagent.fleet.manifest import MAX_SERIAL
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.hub.keys import HubError
-from edgeagent.models.package import NAME_RE
+from edgeagent.models.names import NAME_RE
 
 SERIALS_FILE = "serials.json"
 

@@ -8,19 +8,24 @@ error message is all an operator gets.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from edgeagent._toml import tomllib
-from edgeagent.models.tasks import TASK_NAMES
-from edgeagent.models.tasks.detection import DetectionHead, ssd_anchors
+from edgeagent.models.detection_head import DetectionHead
+
+# Names, versions and the seal scheme live in the leaf the hub and fleet read; the reader
+# re-exports them for the device-side modules that already import it.
+from edgeagent.models.names import NAME_RE, TASK_NAMES, VERSION_RE
+from edgeagent.models.names import SEAL_SCHEME as SEAL_SCHEME
+from edgeagent.models.names import version_tuple as version_tuple
 from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES
 from edgeagent.sections import did_you_mean
+
+if TYPE_CHECKING:
+    import numpy as np
 
 RUNTIMES = RUNTIME_NAMES
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -38,12 +43,6 @@ LAYOUTS = ("NCHW", "NHWC")
 TASKS = TASK_NAMES  # what the model computes: decides its golden record and health check
 # Which file suffixes each runtime reads; a variant whose files do not fit is refused.
 RUNTIME_SUFFIXES = {name: facts.suffixes for name, facts in RUNTIME_FACTS.items()}
-# The guards on every model name and version the agent accepts (model.toml, release manifests,
-# the store's directory names): whole-string anchors (``$`` would accept a trailing newline),
-# ASCII only (``\d`` would accept Arabic-Indic digits) and bounded lengths (a version is at
-# most 3 parts of 9 digits, so it always fits in a file name and an int compare is cheap).
-NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z", re.ASCII)
-VERSION_RE = re.compile(r"\A[0-9]{1,9}(\.[0-9]{1,9}){0,2}\Z", re.ASCII)
 
 
 class PackageError(ValueError):
@@ -152,12 +151,6 @@ class ModelPackage:
                 digest.update(path.name.encode())
                 digest.update(file_sha256(path).encode())
         return digest.hexdigest()
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """Order versions numerically: '1.10.0' > '1.9.0', and an int version '3' equals '3.0.0'."""
-    parts = [int(p) for p in str(version).split(".")]
-    return tuple(parts + [0] * (3 - len(parts)))
 
 
 def file_sha256(path: Path) -> str:
@@ -346,8 +339,6 @@ INSTALLED_VARIANTS = "variants.installed"
 # name model.toml gives it, beside WRAPPED_KEY: its content key wrapped for this device.
 SEALED_DIR = "sealed"
 WRAPPED_KEY = "wrapped-key"
-# How content keys are wrapped and files sealed (edgeagent.models.sealing implements it).
-SEAL_SCHEME = "x25519-hkdf-sha256-aes256gcm"
 
 
 def sealed_dir(root: Path, variant_key: str) -> Path:
@@ -579,6 +570,12 @@ def _detection(
 
 
 def _anchors(root: Path, manifest: Path, fields: _Fields) -> np.ndarray:
+    # numpy is read here only: the rest of the reader (what the hub runs to sign a release)
+    # works on plain values, and only an SSD head carries an array.
+    import numpy as np
+
+    from edgeagent.models.tasks.detection import ssd_anchors
+
     value = fields.get("anchors", (str, dict))
     if isinstance(value, str):
         path = _inside(root, manifest, "detection.anchors", value)

@@ -2,6 +2,11 @@
 
 An optional runtime that is not installed is reported by ``runtime_status`` and skipped; it is
 never an import error for the agent as a whole.
+
+The plugin contract (``base``: Session, Runtime, the errors) is re-exported here but loaded on
+first use (PEP 562): it needs numpy, and importing this package is also the way to
+``runtimes.facts``, the one table of runtime names and file suffixes, which the package reader
+needs in processes that never run a model (the hub signing a release).
 """
 
 from __future__ import annotations
@@ -11,17 +16,30 @@ import importlib
 import os
 import sys
 from importlib import metadata
+from typing import TYPE_CHECKING
 
-from edgeagent.runtimes.base import (
-    InferenceError,
-    LoadRequest,
-    Runtime,
-    RuntimeLoadError,
-    RuntimeUnavailable,
-    Session,
-    TensorInfo,
-)
 from edgeagent.runtimes.facts import RUNTIME_FACTS
+
+if TYPE_CHECKING:
+    from edgeagent.runtimes.base import (
+        InferenceError,
+        LoadRequest,
+        Runtime,
+        RuntimeLoadError,
+        RuntimeUnavailable,
+        Session,
+        TensorInfo,
+    )
+
+_CONTRACT = (
+    "InferenceError",
+    "LoadRequest",
+    "Runtime",
+    "RuntimeLoadError",
+    "RuntimeUnavailable",
+    "Session",
+    "TensorInfo",
+)
 
 PLUGINS = {name: facts.module for name, facts in RUNTIME_FACTS.items()}
 # The Python distributions that provide each runtime, in order of preference. Reading their
@@ -29,6 +47,15 @@ PLUGINS = {name: facts.module for name, facts in RUNTIME_FACTS.items()}
 DISTRIBUTIONS = {name: facts.distributions for name, facts in RUNTIME_FACTS.items()}
 
 _loaded: dict[str, Runtime] = {}
+
+
+def __getattr__(name: str) -> object:
+    """The contract's names from ``base``, imported the first time one is asked for."""
+    if name in _CONTRACT:
+        from edgeagent.runtimes import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @functools.lru_cache(maxsize=32)
@@ -41,6 +68,8 @@ def installed_version(name: str) -> str:
     distribution on ``sys.path``, and the updater asks for every release it considers — a
     sixth of an install's CPU in the fleet simulator's profile.
     """
+    from edgeagent.runtimes.base import RuntimeUnavailable
+
     for distribution in DISTRIBUTIONS.get(name, ()):
         try:
             return metadata.version(distribution)
@@ -60,6 +89,8 @@ def disable_vendor_telemetry() -> None:
 
 def get_runtime(name: str) -> Runtime:
     """Return the plugin for ``name``; RuntimeUnavailable says why it cannot be used here."""
+    from edgeagent.runtimes.base import RuntimeUnavailable
+
     if name not in PLUGINS:
         raise RuntimeUnavailable(f"unknown runtime {name!r} (known: {', '.join(PLUGINS)})")
     if name not in _loaded:
@@ -75,6 +106,8 @@ def runtime_status(load: bool = True) -> dict[str, dict[str, object]]:
     With ``load=False`` a runtime not yet imported is described from its package metadata
     alone (no device list), so that a status report never pulls a runtime into memory.
     """
+    from edgeagent.runtimes.base import RuntimeUnavailable
+
     status: dict[str, dict[str, object]] = {}
     for name in PLUGINS:
         try:

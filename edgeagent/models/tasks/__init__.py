@@ -13,12 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from edgeagent.models.names import TASK_NAMES
 from edgeagent.models.tasks import boxes, classification, tensors
 from edgeagent.models.tasks.detection import Detections
 
 Decoder = Callable[[Mapping[str, np.ndarray]], Sequence[Detections]]
-
-TASK_NAMES = ("classification", "detection", "segmentation", "tensor")
 
 
 def golden_record(

@@ -1,56 +1,38 @@
 """Object detection: raw head outputs → boxes in the original image's pixels.
 
-Two head families cover what edge detectors ship:
-
-- **YOLO-style**: one row per candidate, ``[N, 4 + C]`` (YOLOv8 and later, class scores only)
-  or ``[N, 5 + C]`` (YOLOv5: an objectness score first), boxes as centre + size or corners, in
-  input pixels or normalised to 0..1. Exports often transpose it to ``[4 + C, N]``; the decoder
-  accepts both.
-- **SSD-style**: box regressions against a fixed set of anchors (``[A, 4]`` offsets in
-  cx, cy, w, h order scaled by variances, the SSD paper's encoding) plus per-anchor class
-  scores, sigmoid, or softmax with a background column.
-
-Everything after the network is vectorised numpy: the score threshold, the per-class NMS (an
-exact greedy NMS computed as a fixed point over the IoU matrix, with no per-box Python loop)
-and the mapping back through the preprocessing (stretch, shorter-side resize + centre crop, or
-letterbox) to the caller's pixels.
+The pieces live by what they need: the ``[detection]`` table's parsed form
+(:class:`DetectionHead`, no numpy, so reading a package stays light) in
+``models.detection_head``; the numeric decoder (candidates, NMS, mapping back) in
+``models.tasks.decode``. This module is where callers find them together, with the geometry of
+each preprocessing (stretch, shorter-side resize + centre crop, or letterbox) and the
+generator of SSD anchors.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import numpy as np
 
-BoxFormat = Literal["cxcywh", "xyxy"]
-ScoreActivation = Literal["none", "sigmoid", "softmax"]
-MAX_NMS_CANDIDATES = 2000  # above this, only the best-scoring candidates enter NMS
+from edgeagent.models.detection_head import DetectionHead
+from edgeagent.models.tasks.decode import (
+    Detections,
+    Geometry,
+    iou_matrix,
+    nms,
+    to_original,
+)
 
-
-@dataclass(frozen=True)
-class Detections:
-    """Boxes as ``[x_min, y_min, x_max, y_max]`` rows, with their scores and class indices."""
-
-    boxes: np.ndarray  # float32 [K, 4]
-    scores: np.ndarray  # float32 [K]
-    classes: np.ndarray  # int64 [K]
-
-    def __len__(self) -> int:
-        return len(self.scores)
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """How the model's input pixels relate to the original image: ``orig = (x - offset) / scale``.
-
-    ``scale`` and ``offset`` are per axis (x, y); ``size`` is the original (width, height), to
-    which mapped boxes are clipped.
-    """
-
-    scale: tuple[float, float]
-    offset: tuple[float, float]
-    size: tuple[int, int]
+__all__ = [
+    "DetectionHead",
+    "Detections",
+    "Geometry",
+    "crop_geometry",
+    "iou_matrix",
+    "letterbox_geometry",
+    "nms",
+    "ssd_anchors",
+    "stretch_geometry",
+    "to_original",
+]
 
 
 def stretch_geometry(original: tuple[int, int], model: tuple[int, int]) -> Geometry:
@@ -76,168 +58,6 @@ def letterbox_geometry(original: tuple[int, int], model: tuple[int, int]) -> Geo
     pad_x = (model_w - round(width * scale)) // 2
     pad_y = (model_h - round(height * scale)) // 2
     return Geometry((scale, scale), (float(pad_x), float(pad_y)), original)
-
-
-def to_original(boxes: np.ndarray, geometry: Geometry) -> np.ndarray:
-    """Map ``[K, 4]`` corner boxes from model-input pixels to the original image, clipped."""
-    scale = np.asarray(geometry.scale * 2, dtype=np.float32)  # sx, sy, sx, sy
-    offset = np.asarray(geometry.offset * 2, dtype=np.float32)
-    mapped = (boxes - offset) / scale
-    width, height = geometry.size
-    limits = np.asarray([width, height, width, height], dtype=np.float32)
-    return np.clip(mapped, 0.0, limits).astype(np.float32)
-
-
-def corners(boxes: np.ndarray, box_format: BoxFormat) -> np.ndarray:
-    """``[K, 4]`` boxes in ``box_format`` → corners ``x_min, y_min, x_max, y_max``."""
-    if box_format == "xyxy":
-        return boxes.astype(np.float32, copy=False)
-    cx, cy, w, h = boxes.T
-    return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float32)
-
-
-def activate(scores: np.ndarray, activation: ScoreActivation) -> np.ndarray:
-    if activation == "sigmoid":
-        return (1.0 / (1.0 + np.exp(-scores))).astype(np.float32)
-    if activation == "softmax":
-        shifted = scores - scores.max(axis=-1, keepdims=True)
-        exp = np.exp(shifted)
-        return (exp / exp.sum(axis=-1, keepdims=True)).astype(np.float32)
-    return scores.astype(np.float32, copy=False)
-
-
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Intersection over union of every box in ``a`` [K, 4] with every box in ``b`` [M, 4]."""
-    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
-    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0.0, None), axis=2)
-    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0.0, None), axis=1)
-    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0.0, None), axis=1)
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.maximum(union, 1e-12), 0.0)
-
-
-def nms(
-    boxes: np.ndarray,
-    scores: np.ndarray,
-    classes: np.ndarray,
-    iou_threshold: float,
-    max_detections: int,
-) -> np.ndarray:
-    """Indices kept by greedy per-class NMS, best score first.
-
-    Greedy NMS keeps box j unless a *kept* better box of its class overlaps it above the
-    threshold. That recurrence is solved as a fixed point: start with every box kept, and
-    recompute "no kept better box overlaps me" from the IoU matrix until nothing changes; each
-    round only removes boxes or restores boxes whose suppressor was itself removed, and it
-    settles in as many rounds as the longest chain of suppressions (a handful in practice).
-    """
-    if len(scores) == 0:
-        return np.zeros(0, dtype=np.int64)
-    order = np.argsort(-scores, kind="stable")[:MAX_NMS_CANDIDATES]
-    ordered = boxes[order]
-    same_class = classes[order][:, None] == classes[order][None, :]
-    better = np.triu(np.ones((len(order), len(order)), dtype=bool), k=1)  # row i beats col j
-    suppresses = (iou_matrix(ordered, ordered) > iou_threshold) & same_class & better
-    keep = np.ones(len(order), dtype=bool)
-    for _ in range(len(order)):  # bounded; converges in a few rounds
-        updated = ~(suppresses & keep[:, None]).any(axis=0)
-        if np.array_equal(updated, keep):
-            break
-        keep = updated
-    return order[keep][:max_detections]
-
-
-@dataclass(frozen=True)
-class DetectionHead:
-    """How to read one detector's outputs (the ``[detection]`` table of model.toml)."""
-
-    style: Literal["yolo", "ssd"] = "yolo"
-    box_format: BoxFormat = "cxcywh"
-    normalized: bool = False  # box coordinates in 0..1 of the input rather than input pixels
-    objectness: bool = False  # YOLOv5-style [N, 5 + C]: an objectness column before the classes
-    activation: ScoreActivation = "none"  # applied to the class scores (and objectness)
-    background: bool = False  # SSD softmax: column 0 is "background", not a class
-    variances: tuple[float, float] = (0.1, 0.2)  # SSD: centre and size regression scales
-    score_threshold: float = 0.25
-    iou_threshold: float = 0.45
-    max_detections: int = 100
-
-    def decode(
-        self,
-        outputs: list[np.ndarray],
-        input_size: tuple[int, int],
-        geometry: Geometry,
-        num_classes: int,
-        anchors: np.ndarray | None = None,
-        min_score: float | None = None,
-    ) -> Detections:
-        """One image's outputs (batch dimension removed) → detections in original pixels.
-
-        ``input_size`` is the model's (width, height); ``num_classes`` tells a ``[4 + C, N]``
-        export from ``[N, 4 + C]``; ``min_score`` raises the threshold for one request
-        (DeepStack's ``min_confidence``).
-        """
-        if self.style == "yolo":
-            boxes, scores = self._yolo(outputs[0], input_size, num_classes)
-        else:
-            if anchors is None:
-                raise ValueError("an SSD-style head needs its anchors")
-            boxes, scores = self._ssd(outputs[0], outputs[1], anchors, input_size)
-        best = scores.argmax(axis=1) if scores.size else np.zeros(0, dtype=np.int64)
-        confidence = scores[np.arange(len(best)), best] if scores.size else scores.reshape(0)
-        threshold = max(self.score_threshold, min_score or 0.0)
-        passed = confidence >= threshold
-        boxes, confidence, best = boxes[passed], confidence[passed], best[passed]
-        kept = nms(boxes, confidence, best, self.iou_threshold, self.max_detections)
-        return Detections(
-            to_original(boxes[kept], geometry),
-            confidence[kept].astype(np.float32),
-            best[kept].astype(np.int64),
-        )
-
-    def _yolo(
-        self, raw: np.ndarray, input_size: tuple[int, int], num_classes: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        extra = 5 if self.objectness else 4
-        width = extra + num_classes
-        rows = np.asarray(raw, dtype=np.float32)
-        if rows.ndim == 2 and rows.shape[1] != width and rows.shape[0] == width:
-            rows = rows.T  # exported as [4 + C, N] (YOLOv8's [84, 8400])
-        if rows.ndim != 2 or rows.shape[1] != width:
-            raise ValueError(
-                f"a YOLO-style output for {num_classes} classes must be [N, {width}] "
-                f"or [{width}, N], got {list(rows.shape)}"
-            )
-        boxes = corners(rows[:, :4], self.box_format)
-        if self.normalized:
-            boxes = boxes * np.asarray(input_size * 2, dtype=np.float32)
-        scores = activate(rows[:, extra:], self.activation)
-        if self.objectness:
-            scores = scores * activate(rows[:, 4:5], self.activation)
-        return boxes, scores
-
-    def _ssd(
-        self,
-        loc: np.ndarray,
-        conf: np.ndarray,
-        anchors: np.ndarray,
-        input_size: tuple[int, int],
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Anchors and regressions as (cx, cy, w, h), normalised to the input."""
-        loc = np.asarray(loc, dtype=np.float32).reshape(-1, 4)
-        conf = np.asarray(conf, dtype=np.float32).reshape(len(loc), -1)
-        if anchors.shape != loc.shape:
-            raise ValueError(f"{len(anchors)} anchors for {len(loc)} box regressions")
-        centre_var, size_var = self.variances
-        cxcy = anchors[:, :2] + loc[:, :2] * centre_var * anchors[:, 2:]
-        wh = anchors[:, 2:] * np.exp(np.clip(loc[:, 2:] * size_var, -10.0, 10.0))
-        boxes = corners(np.concatenate([cxcy, wh], axis=1), "cxcywh")
-        boxes = boxes * np.asarray(input_size * 2, dtype=np.float32)
-        scores = activate(conf, self.activation)
-        if self.background:
-            scores = scores[:, 1:]
-        return boxes, scores
 
 
 def ssd_anchors(
