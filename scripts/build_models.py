@@ -47,6 +47,8 @@ TOOLS = (
 KEY_FILE = "build.json"
 DECODER_SOURCES = (
     "detector.py",
+    "detection_head.py",
+    "tasks/decode.py",
     "tasks/detection.py",
     "tasks/detection_map.py",
     "tasks/boxes.py",
