@@ -17,32 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import logging
 import os
-import resource
 import signal
 import socket
-import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.aio import spawn
 from edgeagent.api.http import create_app
-from edgeagent.api.listeners import (
-    GuardedSite,
-    QuietLoopErrors,
-    handler_args,
-    tcp_site,
-    unix_site,
-)
+from edgeagent.api.listeners import ListenerError, Listeners, handler_args
 from edgeagent.api.secret_files import exposures, secret_files
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.config import Config
@@ -205,15 +196,17 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
-        self.listening: list[str] = []  # where clients reach us, for the operator
+        self.listeners = Listeners()
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
-        # Shared memory regions and the gRPC listener (issue 15): see _start_grpc.
-        self.shared_memory = SharedMemoryRegistry(config.shared_memory)
-        self._grpc: Any = None  # api.grpc_server.GrpcServer once started ([grpc] enabled)
-        self._socket_path: Path | None = None
+        self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
+
+    @property
+    def listening(self) -> list[str]:
+        """Where clients reach us, for the operator."""
+        return self.listeners.addresses
 
     # ---- what /v1/status shows ---------------------------------------------------------------
 
@@ -264,8 +257,14 @@ class Daemon:
             **handler_args(self.config.server),
         )
         await self._runner.setup()
-        await self._listen(self._runner)
-        await self._start_grpc()
+        try:
+            await self.listeners.open_http(self._runner, self.config.server)
+            await self.listeners.open_grpc(
+                self.dataplane, self.config.grpc, self.config.server, self.shared_memory
+            )
+        except ListenerError as exc:
+            raise StartupError(str(exc)) from exc
+        self.status_providers["listeners"] = self.listeners.status
         for service in self.services:
             await service.start()
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
@@ -342,8 +341,7 @@ class Daemon:
                 await service.stop()
             except Exception:
                 log.exception("stopping %s failed", type(service).__name__)
-        if self._grpc is not None:
-            await self._grpc.stop(self.config.engine.drain_timeout_s)
+        await self.listeners.stop_grpc(self.config.engine.drain_timeout_s)
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting, then wait for in-flight handlers
         self.shared_memory.close()
@@ -352,9 +350,7 @@ class Daemon:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self.executor.shutdown(wait=True)
-        if self._socket_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self._socket_path.unlink()
+        self.listeners.remove_socket()
         log.info("stopped")
 
     async def serve(self, on_ready: Callable[[Daemon], None] | None = None) -> None:
@@ -388,158 +384,3 @@ class Daemon:
     def _reload_soon(self) -> None:
         """The SIGHUP handler: reload in a task (serialised by ``reload``'s lock)."""
         self._background.append(spawn(self.reload(), name="reload"))
-
-    # ---- listeners ---------------------------------------------------------------------------
-
-    async def _start_grpc(self) -> None:
-        """The KServe v2 gRPC listener when [grpc] enabled (needs the optional [grpc] extra)."""
-        settings = self.config.grpc
-        if not settings.enabled:
-            return
-        try:
-            from edgeagent.api.grpc_server import GrpcServer
-        except ImportError as exc:
-            raise StartupError(
-                f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"
-            ) from exc
-        self._grpc = GrpcServer(
-            self.dataplane, settings, server=self.config.server, regions=self.shared_memory
-        )
-        try:
-            self.listening += await self._grpc.start()
-        except RuntimeError as exc:  # grpc reports a port it cannot bind as RuntimeError
-            raise StartupError(
-                f"cannot listen for gRPC: {exc} ([grpc] host / port / unix_socket)"
-            ) from exc
-
-    async def _listen(self, runner: web.AppRunner) -> None:
-        server = self.config.server
-        asyncio.get_running_loop().set_exception_handler(QuietLoopErrors())
-        sites: list[GuardedSite] = []
-        if server.unix_socket is not None:
-            path = Path(server.unix_socket)
-            _claim_socket_path(path)
-            site = unix_site(runner, path, server)
-            try:
-                await site.start()
-            except OSError as exc:
-                raise StartupError(
-                    f"cannot listen on {path}: {exc.strerror} ([server] unix_socket, --socket)"
-                ) from exc
-            os.chmod(path, server.socket_mode)
-            self._socket_path = path
-            self.listening.append(str(path))
-            sites.append(site)
-        if server.tcp_port:
-            site = tcp_site(runner, server.tcp_host, server.tcp_port, server)
-            try:
-                await site.start()
-            except OSError as exc:
-                raise StartupError(
-                    f"cannot listen on {server.tcp_host}:{server.tcp_port}: {exc.strerror} "
-                    "([server] tcp_host / tcp_port, --port)"
-                ) from exc
-            host = f"[{server.tcp_host}]" if ":" in server.tcp_host else server.tcp_host
-            self.listening.append(f"http://{host}:{server.tcp_port}")
-            sites.append(site)
-            if server.tcp_auth == "token" and not server.token:
-                log.warning(
-                    "TCP listener %s refuses every request: no [server] token is set "
-                    "(the Unix socket needs none)",
-                    self.listening[-1],
-                )
-        if not self.listening:
-            raise StartupError("no listener: set [server] unix_socket or tcp_port")
-        _ensure_descriptors(server.max_connections * len(self.listening))
-        self.status_providers["listeners"] = lambda: {  # a flood shows here as "refused"
-            site.name: {"open": site.cap.open, "limit": site.cap.limit, "refused": site.cap.refused}
-            for site in sites
-        }
-
-
-# Descriptors the agent needs besides its connections: models, logs, sensors, MQTT, downloads.
-FD_RESERVE = 128
-
-
-def _ensure_descriptors(connections: int) -> None:
-    """Raise the open-file soft limit so every listener's full cap fits, or say it cannot."""
-    needed = connections + FD_RESERVE
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        log.warning(
-            "open-file limit %d is below the %d that [server] max_connections needs per "
-            "listener plus %d; a connection flood could exhaust it",
-            soft,
-            needed,
-            FD_RESERVE,
-        )
-
-
-def _claim_socket_path(path: Path) -> None:
-    """Create the socket's directory, and remove a stale socket that nobody listens on.
-
-    The directory must be ours (or root's) and writable by nobody else: whoever can write
-    there can replace the socket and answer as the agent (``/tmp/edgeagent-UID`` can be
-    created by any user before the agent starts). A directory we own but left open is
-    tightened; one someone else owns, or a symbolic link, is refused. A sticky directory such
-    as /tmp itself is accepted: nobody else can remove or rename our socket there.
-    """
-    directory = path.parent
-    try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
-    except PermissionError as exc:
-        missing = Path(exc.filename or directory)
-        raise StartupError(_unwritable(missing.parent, f"create {missing} in")) from exc
-    _check_directory(directory)
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise StartupError(_unwritable(directory, "create its socket in"))
-    if not path.exists() and not path.is_symlink():
-        return
-    if not path.is_socket():
-        raise StartupError(f"{path} exists and is not a socket; remove it or set --socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError as exc:
-        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
-            raise StartupError(f"cannot check {path}: {exc.strerror}") from exc
-        path.unlink()  # a leftover of a daemon that died
-    else:
-        raise StartupError(f"{path}: another edgeagent is already listening there")
-    finally:
-        probe.close()
-
-
-def _unwritable(directory: Path, what: str) -> str:
-    """What to do when the agent may not write the socket's directory (a container whose
-    bind-mounted /run/edgeagent the engine created as root 0755, a RuntimeDirectory= lost)."""
-    info = directory.stat()
-    return (
-        f"cannot {what} {directory}: it belongs to uid {info.st_uid} with mode "
-        f"{stat.S_IMODE(info.st_mode):04o}, and this agent runs as uid {os.geteuid()}. Give it "
-        f"to the agent (chown {os.geteuid()}:{os.getegid()} {directory}; the container image's "
-        "entrypoint does this when the container starts as root, so do not pass --user), or "
-        "put the socket elsewhere ([server] unix_socket, --socket)"
-    )
-
-
-def _check_directory(directory: Path) -> None:
-    info = directory.lstat()
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        raise StartupError(f"{directory} is not a plain directory; remove it or set --socket")
-    if info.st_uid not in (os.geteuid(), 0):
-        raise StartupError(
-            f"{directory} belongs to uid {info.st_uid}, not to this agent (uid {os.geteuid()}): "
-            "another user could answer in its place; remove it or set --socket"
-        )
-    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:  # sticky /tmp itself is fine
-        if info.st_uid != os.geteuid():
-            raise StartupError(
-                f"{directory} is writable by other users; fix its mode or set --socket"
-            )
-        os.chmod(directory, stat.S_IMODE(info.st_mode) & ~0o022)

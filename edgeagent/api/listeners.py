@@ -16,21 +16,38 @@ hundred slow clients exhaust the process's file descriptors and take every liste
   ``LOG_EVERY_S`` per kind, with a count of those suppressed.
 
 ``GuardedSite`` is an aiohttp site, so ``AppRunner.cleanup()`` stops it like any other.
+
+``Listeners`` opens them for the daemon (which only composes): it claims the Unix socket's
+path (refusing a directory another user could write), raises the open-file limit to fit every
+listener's cap, and starts the optional gRPC listener; a listener that cannot open raises
+``ListenerError`` naming the setting to change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
 import logging
+import os
+import resource
+import socket
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from edgeagent.api.settings import ServerSettings
+
+if TYPE_CHECKING:  # the grpc extra is optional: imported when [grpc] enabled
+    from edgeagent.api.grpc_server import GrpcServer
+    from edgeagent.api.grpc_settings import GrpcSettings
+    from edgeagent.api.shm import SharedMemoryRegistry
+    from edgeagent.engine.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
 
@@ -195,3 +212,184 @@ class QuietLoopErrors:
         detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
         more = f" ({suppressed} more like it in the last {self._every_s:g} s)" if suppressed else ""
         log.error("event loop: %s%s%s", kind, detail, more, exc_info=exc)
+
+
+class ListenerError(RuntimeError):
+    """A listener cannot open; the message says which setting or directory to fix."""
+
+
+class Listeners:
+    """Every listener of one daemon: the HTTP sites, the gRPC server, where clients reach us."""
+
+    def __init__(self) -> None:
+        self.addresses: list[str] = []  # for the operator (status, the READY line)
+        self.sites: list[GuardedSite] = []
+        self.grpc: GrpcServer | None = None
+        self._socket_path: Path | None = None
+
+    async def open_http(self, runner: web.AppRunner, server: ServerSettings) -> None:
+        """The Unix socket and the TCP port that ``[server]`` asks for; at least one."""
+        asyncio.get_running_loop().set_exception_handler(QuietLoopErrors())
+        if server.unix_socket is not None:
+            path = Path(server.unix_socket)
+            claim_socket_path(path)
+            await self._start(unix_site(runner, path, server), "[server] unix_socket, --socket")
+            os.chmod(path, server.socket_mode)
+            self._socket_path = path
+            self.addresses.append(str(path))
+        if server.tcp_port:
+            await self._start(
+                tcp_site(runner, server.tcp_host, server.tcp_port, server),
+                "[server] tcp_host / tcp_port, --port",
+            )
+            host = f"[{server.tcp_host}]" if ":" in server.tcp_host else server.tcp_host
+            self.addresses.append(f"http://{host}:{server.tcp_port}")
+            if server.tcp_auth == "token" and not server.token:
+                log.warning(
+                    "TCP listener %s refuses every request: no [server] token is set "
+                    "(the Unix socket needs none)",
+                    self.addresses[-1],
+                )
+        if not self.addresses:
+            raise ListenerError("no listener: set [server] unix_socket or tcp_port")
+        ensure_descriptors(server.max_connections * len(self.addresses))
+
+    async def _start(self, site: GuardedSite, settings: str) -> None:
+        """Start ``site``; a failure names the ``settings`` that place it."""
+        try:
+            await site.start()
+        except OSError as exc:
+            where = site.name.removeprefix("unix:").removeprefix("http://")
+            raise ListenerError(f"cannot listen on {where}: {exc.strerror} ({settings})") from exc
+        self.sites.append(site)
+
+    async def open_grpc(
+        self,
+        dataplane: DataPlane,
+        settings: GrpcSettings,
+        server: ServerSettings,
+        regions: SharedMemoryRegistry,
+    ) -> None:
+        """The KServe v2 gRPC listener when [grpc] enabled (needs the optional [grpc] extra)."""
+        if not settings.enabled:
+            return
+        try:
+            from edgeagent.api.grpc_server import GrpcServer
+        except ImportError as exc:
+            raise ListenerError(
+                f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"
+            ) from exc
+        self.grpc = GrpcServer(dataplane, settings, server=server, regions=regions)
+        try:
+            self.addresses += await self.grpc.start()
+        except RuntimeError as exc:  # grpc reports a port it cannot bind as RuntimeError
+            raise ListenerError(
+                f"cannot listen for gRPC: {exc} ([grpc] host / port / unix_socket)"
+            ) from exc
+
+    def status(self) -> dict[str, dict[str, int]]:
+        """Each HTTP listener's connections: a flood shows here as "refused"."""
+        return {
+            site.name: {"open": site.cap.open, "limit": site.cap.limit, "refused": site.cap.refused}
+            for site in self.sites
+        }
+
+    async def stop_grpc(self, grace_s: float) -> None:
+        """Stop the gRPC listener, letting calls in flight finish within ``grace_s``."""
+        if self.grpc is not None:
+            await self.grpc.stop(grace_s)
+
+    def remove_socket(self) -> None:
+        """Remove the Unix socket (last, once nothing is served through it)."""
+        if self._socket_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._socket_path.unlink()
+
+
+# Descriptors the agent needs besides its connections: models, logs, sensors, MQTT, downloads.
+FD_RESERVE = 128
+
+
+def ensure_descriptors(connections: int) -> None:
+    """Raise the open-file soft limit so every listener's full cap fits, or say it cannot."""
+    needed = connections + FD_RESERVE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "open-file limit %d is below the %d that [server] max_connections needs per "
+            "listener plus %d; a connection flood could exhaust it",
+            soft,
+            needed,
+            FD_RESERVE,
+        )
+
+
+def claim_socket_path(path: Path) -> None:
+    """Create the socket's directory, and remove a stale socket that nobody listens on.
+
+    The directory must be ours (or root's) and writable by nobody else: whoever can write
+    there can replace the socket and answer as the agent (``/tmp/edgeagent-UID`` can be
+    created by any user before the agent starts). A directory we own but left open is
+    tightened; one someone else owns, or a symbolic link, is refused. A sticky directory such
+    as /tmp itself is accepted: nobody else can remove or rename our socket there.
+    """
+    directory = path.parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o750)
+    except PermissionError as exc:
+        missing = Path(exc.filename or directory)
+        raise ListenerError(_unwritable(missing.parent, f"create {missing} in")) from exc
+    check_directory(directory)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ListenerError(_unwritable(directory, "create its socket in"))
+    if not path.exists() and not path.is_symlink():
+        return
+    if not path.is_socket():
+        raise ListenerError(f"{path} exists and is not a socket; remove it or set --socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise ListenerError(f"cannot check {path}: {exc.strerror}") from exc
+        path.unlink()  # a leftover of a daemon that died
+    else:
+        raise ListenerError(f"{path}: another edgeagent is already listening there")
+    finally:
+        probe.close()
+
+
+def _unwritable(directory: Path, what: str) -> str:
+    """What to do when the agent may not write the socket's directory (a container whose
+    bind-mounted /run/edgeagent the engine created as root 0755, a RuntimeDirectory= lost)."""
+    info = directory.stat()
+    return (
+        f"cannot {what} {directory}: it belongs to uid {info.st_uid} with mode "
+        f"{stat.S_IMODE(info.st_mode):04o}, and this agent runs as uid {os.geteuid()}. Give it "
+        f"to the agent (chown {os.geteuid()}:{os.getegid()} {directory}; the container image's "
+        "entrypoint does this when the container starts as root, so do not pass --user), or "
+        "put the socket elsewhere ([server] unix_socket, --socket)"
+    )
+
+
+def check_directory(directory: Path) -> None:
+    """Refuse a socket directory another user could write (or a link); tighten our own."""
+    info = directory.lstat()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ListenerError(f"{directory} is not a plain directory; remove it or set --socket")
+    if info.st_uid not in (os.geteuid(), 0):
+        raise ListenerError(
+            f"{directory} belongs to uid {info.st_uid}, not to this agent (uid {os.geteuid()}): "
+            "another user could answer in its place; remove it or set --socket"
+        )
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:  # sticky /tmp itself is fine
+        if info.st_uid != os.geteuid():
+            raise ListenerError(
+                f"{directory} is writable by other users; fix its mode or set --socket"
+            )
+        os.chmod(directory, stat.S_IMODE(info.st_mode) & ~0o022)
