@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.package import (
     ModelPackage,
     Postprocess,
@@ -32,7 +33,6 @@ from edgeagent.models.package import (
     file_sha256,
     load_package,
 )
-from edgeagent.models.tasks.detection import DetectionHead
 
 MANIFEST = "model.toml"
 _BARE_KEY = re.compile(r"\A[A-Za-z0-9_-]+\Z")

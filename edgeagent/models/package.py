@@ -21,7 +21,7 @@ from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.names import NAME_RE, TASK_NAMES, VERSION_RE
 from edgeagent.models.names import SEAL_SCHEME as SEAL_SCHEME
 from edgeagent.models.names import version_tuple as version_tuple
-from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES
+from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES, weights_file
 from edgeagent.sections import did_you_mean
 
 if TYPE_CHECKING:
@@ -492,9 +492,9 @@ def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
             fields.fail(f"file {shown} is empty", "files")
         files.append(path)
         sealed_files.append(stored)
-    needs_weights = runtime == "openvino" and files[0].suffix == ".xml"
-    if needs_weights and not any(f.suffix == ".bin" for f in files):
-        fields.fail("an OpenVINO .xml needs its .bin weights listed too", "files")
+    weights = weights_file(files[0])  # an OpenVINO .xml keeps its weights in a .bin
+    if weights is not None and not any(f.suffix == weights.suffix for f in files):
+        fields.fail(f"{names[0]!r} needs its weights file ({weights.name}) listed too", "files")
     sha256 = fields.get("sha256", dict, {})
     for name, expected in sha256.items():
         match = [f for f in files if f.name == name]

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from edgeagent.packaging.errors import PackagingError
-
-SUFFIXES = {".onnx": "onnxruntime", ".tflite": "litert", ".xml": "openvino"}
+from edgeagent.runtimes.facts import NATIVE_SUFFIXES, native_runtime, weights_file
 
 
 @dataclass(frozen=True)
@@ -68,9 +67,9 @@ def read_source(path: Path) -> SourceModel:
     """Introspect one file; PackagingError names it when it is not a model this tool reads."""
     if not path.is_file():
         raise PackagingError(f"{path}: no such file")
-    runtime = SUFFIXES.get(path.suffix.lower())
+    runtime = native_runtime(path)
     if runtime is None:
-        known = ", ".join(sorted(SUFFIXES))
+        known = ", ".join(sorted(NATIVE_SUFFIXES))
         raise PackagingError(
             f"{path}: not a model file this tool reads ({known}, or a PyTorch file.py:factory "
             "with --weights)"
@@ -151,7 +150,8 @@ def _read_tflite(path: Path) -> SourceModel:
 def _read_openvino(path: Path) -> SourceModel:
     import openvino as ov
 
-    weights = path.with_suffix(".bin")
+    weights = weights_file(path)
+    assert weights is not None  # read_source sends only an IR .xml here
     if not weights.is_file():
         raise PackagingError(f"{path}: OpenVINO IR needs its weights {weights.name} beside it")
     model = ov.Core().read_model(str(path))

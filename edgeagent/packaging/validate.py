@@ -19,8 +19,8 @@ import numpy as np
 
 from edgeagent.models.tasks.classification import ranked
 from edgeagent.packaging.errors import PackagingError
-from edgeagent.packaging.sources import SUFFIXES
 from edgeagent.packaging.variants import Made, Progress
+from edgeagent.runtimes.facts import NATIVE_SUFFIXES, weights_file
 
 
 @dataclass
@@ -53,11 +53,11 @@ def run_isolated(
     threads: int | None,
 ) -> tuple[dict, dict[str, np.ndarray]] | str:
     """Answers and timing of one file set in a child process, or the reason it failed."""
-    files = (
-        made.files
-        if isinstance(made, Made)
-        else (made, made.with_suffix(".bin"))[: 2 if made.suffix == ".xml" else 1]
-    )
+    if isinstance(made, Made):
+        files = made.files
+    else:  # the reference file, with the weights file its format keeps beside it
+        weights = weights_file(made)
+        files = (made, weights) if weights is not None else (made,)
     tag = f"{runtime}-{made.precision if isinstance(made, Made) else 'reference'}"
     job = {
         "runtime": runtime,
@@ -145,7 +145,7 @@ def validate(
     each variant's outputs by key."""
     progress(f"validation: fp32 reference {reference.name}")
     ref_run = run_isolated(
-        reference, SUFFIXES[reference.suffix], names, inputs, workdir, None, threads
+        reference, NATIVE_SUFFIXES[reference.suffix], names, inputs, workdir, None, threads
     )
     if isinstance(ref_run, str):
         raise PackagingError(f"{reference}: the fp32 reference does not run here: {ref_run}")

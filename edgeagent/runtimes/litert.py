@@ -29,6 +29,7 @@ from edgeagent.runtimes.base import (
     logical_shape,
     to_layout,
 )
+from edgeagent.runtimes.facts import RUNTIME_FACTS
 
 try:
     from ai_edge_litert import interpreter as _interpreter
@@ -184,7 +185,7 @@ class LiteRTRuntime(Runtime):
         return ["CPU"]
 
     def load(self, request: LoadRequest) -> LiteRTSession:
-        found = request.file((".tflite",))
+        found = request.file(RUNTIME_FACTS[self.name].model_suffixes)
         if found is None:
             raise RuntimeLoadError("LiteRT needs a .tflite file")
         model, content = found

@@ -29,6 +29,7 @@ from edgeagent.runtimes.base import (
     logical_shape,
     to_layout,
 )
+from edgeagent.runtimes.facts import RUNTIME_FACTS
 
 try:
     import onnxruntime as ort
@@ -147,7 +148,7 @@ class OnnxRuntime(Runtime):
         return [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
 
     def load(self, request: LoadRequest) -> OnnxSession:
-        found = request.file((".onnx",))
+        found = request.file(RUNTIME_FACTS[self.name].model_suffixes)
         if found is None:
             raise RuntimeLoadError("onnxruntime needs an .onnx file")
         model, content = found

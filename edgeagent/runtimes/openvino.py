@@ -29,6 +29,7 @@ from edgeagent.runtimes.base import (
     logical_shape,
     to_layout,
 )
+from edgeagent.runtimes.facts import RUNTIME_FACTS, weights_file
 
 # ``import openvino`` initialises the converter's telemetry, which writes a client id under
 # ~/intel and sends an event. Hiding the optional openvino_telemetry package makes OpenVINO use
@@ -125,7 +126,7 @@ class OpenVINORuntime(Runtime):
         return list(self._core.available_devices)
 
     def load(self, request: LoadRequest) -> OpenVINOSession:
-        found = request.file((".xml", ".onnx"))
+        found = request.file(RUNTIME_FACTS[self.name].model_suffixes)
         if found is None:
             raise RuntimeLoadError("OpenVINO needs an .xml (with its .bin) or an .onnx file")
         model_file, content = found
@@ -158,7 +159,8 @@ class OpenVINORuntime(Runtime):
         as its bytes (OpenVINO's read_model(model=bytes, weights=Tensor))."""
         if content is None:
             return self._core.read_model(str(model_file))
-        weights = request.file((".bin",)) if model_file.suffix == ".xml" else None
+        beside = weights_file(model_file)  # an IR .xml: its .bin; an .onnx: none
+        weights = request.file((beside.suffix,)) if beside is not None else None
         blob = weights[1] if weights is not None and weights[1] is not None else b""
         return self._core.read_model(
             model=content, weights=ov.Tensor(np.frombuffer(blob, dtype=np.uint8))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeagent.models import manifest_writer
+from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.manifest_writer import Manifest, VariantFiles
 from edgeagent.models.package import ModelPackage, Postprocess, Preprocess, ServingHints, TensorSpec
-from edgeagent.models.tasks.detection import DetectionHead
 from zoo.convert import INPUT_NAME
 from zoo.specs import ModelSpec
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from edgeagent._toml import tomllib
 from edgeagent.models import manifest_writer
+from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.manifest_writer import Manifest, VariantFiles, dumps, write_manifest
 from edgeagent.models.package import (
     DTYPES,
@@ -26,7 +27,6 @@ from edgeagent.models.package import (
     TensorSpec,
     file_sha256,
 )
-from edgeagent.models.tasks.detection import DetectionHead
 
 REPO = Path(__file__).resolve().parents[2]
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
