@@ -282,6 +282,7 @@ class Daemon:
             if self._reread is not None:
                 try:
                     config = self._reread()
+                    wanted_dirs = package_dirs(config)  # a models_dir named but missing, too
                 except ConfigError as exc:
                     log.error("reload refused, still running the previous config: %s", exc)
                     return
@@ -296,11 +297,13 @@ class Daemon:
                     )
                 self.config = dataclasses.replace(self.config, agent=config.agent)
                 logging.getLogger().setLevel(config.agent.log_level)
-            try:
-                wanted = {self.registry.add(d): d for d in package_dirs(self.config)}
-            except ConfigError as exc:
-                log.error("reload: %s", exc)
-                return
+            else:
+                try:
+                    wanted_dirs = package_dirs(self.config)
+                except ConfigError as exc:
+                    log.error("reload refused: %s", exc)
+                    return
+            wanted = {self.registry.add(d): d for d in wanted_dirs}
             for name in set(self._seeded) - set(wanted):
                 await self.registry.unload(name)
             for name, directory in wanted.items():

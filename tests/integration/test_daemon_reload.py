@@ -41,6 +41,11 @@ def test_a_removed_package_unloads_and_a_new_version_swaps_in(agent: Agent, tmp_
     assert (answer.model_version, answer.outputs["logits"].shape) == ("2", (1, 3))
     config = tmp_path / "agent.toml"
     config.write_text(f'[agent]\nmodels_dir = "{tmp_path / "empty"}"\n')
+    # A models directory that is named but missing is a mistake, not an empty fleet: refused.
+    refused = agent.hup_and_wait_for("reload refused, still running the previous config")
+    assert "does not exist" in refused
+    assert agent.client.infer("tiny", {"input": BATCH}).model_version == "2"
+    (tmp_path / "empty").mkdir()
     agent.hup_and_wait_for("reloaded: serving no models")
     with pytest.raises(AgentError, match="tiny"):
         agent.client.infer("tiny", {"input": BATCH})
