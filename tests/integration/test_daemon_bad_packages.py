@@ -46,8 +46,13 @@ def _as_agent_user() -> list[str]:
 
 @pytest.fixture
 def home() -> Iterator[Path]:
-    """A directory the agent's user owns (pytest's tmp_path is private to the test's user)."""
-    path = Path(tempfile.mkdtemp(prefix="edgeagent-bad-packages-"))
+    """A directory the agent's user owns (pytest's tmp_path is private to the test's user),
+    inside one only we may write, as /run is for the service: `edgeagent status` trusts an
+    agent's directory owned by another user only there (never straight under /tmp)."""
+    parent = Path(tempfile.mkdtemp(prefix="edgeagent-bad-packages-"))
+    parent.chmod(0o755)
+    path = parent / "agent"
+    path.mkdir()
     if os.geteuid() == 0:
         os.chown(path, NOBODY, NOBODY)
     (path / "agent.toml").write_text("")  # not /etc/edgeagent/agent.toml, whatever it says
@@ -55,7 +60,7 @@ def home() -> Iterator[Path]:
     for directory in path.rglob("*"):
         if directory.is_dir() and not directory.is_symlink():
             directory.chmod(0o755)  # the unreadable one too, so it can be removed
-    shutil.rmtree(path)
+    shutil.rmtree(parent)
 
 
 def _run(home: Path, models_dir: Path) -> subprocess.Popen:
