@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from edgeagent.api.auth import auth_middleware
 from edgeagent.api.body import BodyTooSlow
-from edgeagent.api.browser import browser_middleware
+from edgeagent.api.browser import agent_guard
 from edgeagent.api.budget import ByteBudget
 from edgeagent.api.json_helper import JsonHelper
 from edgeagent.api.keys import (
@@ -43,13 +43,15 @@ from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError
+from edgeagent.httpguard import security_headers
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # ---------------------------------------------------------------------------------------------
-# Middleware: metrics (outermost) → errors → browser checks → auth → handler
+# Middleware: metrics (outermost) → errors → browser checks → auth → handler; every answer
+# gets the guard's security headers as it is prepared
 
 
 class HttpMetrics:
@@ -157,11 +159,12 @@ def create_app(
         middlewares=[
             http_metrics.middleware(),
             errors_middleware,
-            browser_middleware(settings),
+            agent_guard(settings).middleware(),
             auth_middleware(settings),
         ],
         client_max_size=settings.max_body_bytes,
     )
+    app.on_response_prepare.append(security_headers)
     app[DATAPLANE] = dataplane
     app[SETTINGS] = settings
     app[METRICS] = metrics

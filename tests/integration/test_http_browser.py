@@ -89,3 +89,28 @@ async def test_the_unix_socket_checks_neither(agent: AgentServer) -> None:
         ) as response,
     ):
         assert response.status == 200
+
+
+async def test_another_port_of_the_same_host_is_another_origin(agent: AgentServer) -> None:
+    """The same site (a SameSite cookie would travel) but not this listener (issue 23 #2)."""
+    for headers in ({"Origin": "http://127.0.0.1:1"}, {"Sec-Fetch-Site": "same-site"}):
+        status, _ = await _send(agent, "POST", UNLOAD, {**headers, **ADMIN})
+        assert status == 403
+    assert agent.registry.status()["tiny"]["state"] == "READY"
+
+
+async def test_every_answer_carries_the_security_headers(agent: AgentServer) -> None:
+    """Issue 23 #9: no Content-Security-Policy, X-Frame-Options or nosniff."""
+    from edgeagent.httpguard import SECURITY_HEADERS
+
+    async with aiohttp.ClientSession(agent.url) as http:
+        for path, headers, status in (
+            ("/v1/status", {}, 200),
+            ("/v1/status", {"Host": "evil.example"}, 403),
+            ("/nothing", {}, 404),
+        ):
+            async with http.get(path, headers=headers) as response:
+                assert response.status == status
+                assert {k: response.headers.get(k) for k in SECURITY_HEADERS} == SECURITY_HEADERS
+    async with unix_session(agent) as http, http.get("/v1/status") as response:
+        assert response.headers["X-Frame-Options"] == "DENY"
