@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeagent.models.manifest_writer import write_manifest
 from edgeagent.models.package import Preprocess, load_package
 from edgeagent.models.tasks import golden_record
 from edgeagent.models.tasks.classification import ranked
 from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.images import Samples, load_samples
-from edgeagent.packaging.manifest import render
+from edgeagent.packaging.manifest import describe
 from edgeagent.packaging.options import LogicalModel, PackageOptions, logical_model
 from edgeagent.packaging.sources import SourceModel, read_source
 from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
@@ -119,8 +120,9 @@ def build_package(
         )
         if labels is not None:
             shutil.copyfile(labels, staging / "labels.txt")
-        (staging / "model.toml").write_text(
-            render(
+        write_manifest(  # read back as the agent will: a bad package fails here, naming the field
+            staging,
+            describe(
                 name=name,
                 version=options.version,
                 description=options.description,
@@ -131,7 +133,6 @@ def build_package(
                 variants=kept,
                 root=staging,
             ),
-            encoding="utf-8",
         )
         reference_figures = {"file": reference.path.name, **ref_timing}
         seconds = round(time.perf_counter() - started, 1)

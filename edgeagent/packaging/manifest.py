@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from edgeagent.models.manifest_writer import Manifest, VariantFiles, dumps, manifest_table
+from edgeagent.models.manifest_writer import Manifest, VariantFiles
 from edgeagent.models.package import Postprocess, Preprocess
 from edgeagent.packaging.options import LogicalModel
 from edgeagent.packaging.variants import Made
@@ -59,8 +58,3 @@ def describe(
             for made in variants
         ),
     )
-
-
-def render(*, root: Path, **fields: Any) -> str:
-    """The text of model.toml for ``describe(root=root, **fields)``."""
-    return dumps(manifest_table(describe(root=root, **fields), root))

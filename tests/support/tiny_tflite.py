@@ -3,13 +3,12 @@ ai-edge-litert: what a test serves when it needs LiteRT's native code to run but
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
-from devtools.package import keep_variants
-from devtools.tiny import write_tiny_package
+from devtools.tiny import tiny_manifest, write_tiny_package
+from edgeagent.models.manifest_writer import VariantFiles, write_manifest
 
 
 def tiny_tflite(classes: int = 4, size: int = 8, seed: int = 0) -> bytes:
@@ -62,14 +61,9 @@ def tiny_tflite(classes: int = 4, size: int = 8, seed: int = 0) -> bytes:
 def write_tiny_litert_package(root: Path, name: str = "tiny") -> Path:
     """The tiny package with one LiteRT fp32 variant instead of its ONNX one."""
     write_tiny_package(root, name=name)
+    (root / f"{name}.fp32.onnx").unlink()
     model_file = root / f"{name}.fp32.tflite"
     model_file.write_bytes(tiny_tflite())
-    digest = hashlib.sha256(model_file.read_bytes()).hexdigest()
-    with (root / "model.toml").open("a") as toml:
-        toml.write(
-            f'\n[[variant]]\nruntime = "litert"\nprecision = "fp32"\nlayout = "NHWC"\n'
-            f'files = ["{model_file.name}"]\nsha256 = {{ "{model_file.name}" = "{digest}" }}\n'
-        )
-    keep_variants(root, lambda variant: variant["runtime"] == "litert")
-    (root / f"{name}.fp32.onnx").unlink()
+    litert = VariantFiles("litert", "fp32", (model_file.name,), "NHWC")
+    write_manifest(root, tiny_manifest(name, "1", 4, (litert,)))
     return root

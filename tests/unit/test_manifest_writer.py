@@ -231,12 +231,6 @@ WRITES = re.compile(
 # Producers are the agent, its scripts, devtools and test support; test modules themselves write
 # broken manifests on purpose (the reader's own tests).
 PRODUCERS = ("edgeagent", "scripts", "devtools", "tests/support")
-# Writers still to move to manifest_writer (their files belong to other work in progress); the
-# test fails once one of them no longer writes, so this list cannot go stale.
-PENDING = {
-    "edgeagent/packaging/build.py",  # writes packaging.manifest.render()'s text itself
-    "tests/support/tiny_tflite.py",  # appends a LiteRT [[variant]] as text
-}
 
 
 def test_manifest_writer_is_the_only_producer_that_writes_model_toml() -> None:
@@ -247,5 +241,5 @@ def test_manifest_writer_is_the_only_producer_that_writes_model_toml() -> None:
         if WRITES.search(path.read_text(encoding="utf-8"))
         or re.search(r"^\s*(import|from) tomli_w\b", path.read_text(encoding="utf-8"), re.M)
     }
-    assert writers == {"edgeagent/models/manifest_writer.py", *PENDING}
+    assert writers == {"edgeagent/models/manifest_writer.py"}
     assert manifest_writer.MANIFEST == "model.toml"
