@@ -7,7 +7,6 @@ Started with ``edgeagent run`` exactly as an operator would; ready once it has p
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from devtools.ports import free_port
 from devtools.tiny import write_tiny_package
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,12 +36,6 @@ class RunningDaemon:
 
     def alive(self) -> bool:
         return self.process.poll() is None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager

@@ -14,7 +14,7 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -235,8 +235,14 @@ async def fleet(
 
 @contextlib.asynccontextmanager
 async def hub_server(database_url: str, mqtt: MqttSettings, **overrides: Any) -> AsyncIterator[str]:
-    """The hub server in this process on a free loopback port; yields its URL."""
-    settings = replace(ServerSettings(database_url=database_url, port=0, mqtt=mqtt), **overrides)
+    """The hub server in this process on a free loopback port; yields its URL.
+
+    ``--open`` unless the test brings a ``token_file`` (or a ``state_dir`` for the generated
+    admin token): never a token made in the user's own state directory."""
+    auth = {} if {"token_file", "state_dir"} & overrides.keys() else {"open": True}
+    settings = replace(
+        ServerSettings(database_url=database_url, port=0, mqtt=mqtt, **auth), **overrides
+    )
     stop = asyncio.Event()
     started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
@@ -255,7 +261,14 @@ async def hub_server(database_url: str, mqtt: MqttSettings, **overrides: Any) ->
 class HubProcess:
     """``edgeagent hub server`` as its own process (what an operator runs)."""
 
-    def __init__(self, database_url: str, mqtt: MqttSettings, *extra: str) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        mqtt: MqttSettings,
+        *extra: str,
+        auth: tuple[str, ...] = ("--open",),
+    ) -> None:
+        """``auth``: the server's token options (``--open`` unless a test brings its own)."""
         self.command = [
             sys.executable,
             "-m",
@@ -270,16 +283,18 @@ class HubProcess:
             f"{mqtt.host}:{mqtt.port}",
             "--client-id",
             "hub-process-under-test",
+            *auth,
             *extra,
         ]
         self.process: subprocess.Popen[str] | None = None
+        self.output: list[str] = []  # what it printed up to "listening on"
 
     async def start(self) -> str:
         """Start it and return its URL once it printed that it listens."""
         self.process = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        output = []
+        output = self.output
         while True:
             line = await asyncio.to_thread(self.process.stdout.readline)  # type: ignore[union-attr]
             if not line:
@@ -338,11 +353,15 @@ class Api:
 
     async def until(self, deployment_id: str, *states: str) -> dict[str, Any]:
         """Long-poll the deployment until it reaches one of ``states``."""
-        found = await self.call("GET", f"/api/v1/deployments/{deployment_id}")
-        while found["state"] not in states:
-            found = await self.call(
-                "GET", f"/api/v1/deployments/{deployment_id}?wait=30&after={found['version']}"
-            )
+        path = f"/api/v1/deployments/{deployment_id}"
+        return await self.long_poll(path, lambda found: found["state"] in states)
+
+    async def long_poll(self, path: str, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """GET ``path`` until ``done`` holds, each time asking the hub to answer only once the
+        resource changed (``wait``/``after`` version): no sleeps, no missed change."""
+        found = await self.call("GET", path)
+        while not done(found):
+            found = await self.call("GET", f"{path}?wait=30&after={found['version']}")
         return found
 
 

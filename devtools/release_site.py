@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devtools.broker import free_port
+from devtools.ports import free_port
 from devtools.tiny import write_tiny_package
 from edgeagent.hub.keys import keygen
 from edgeagent.hub.sign import sign_package

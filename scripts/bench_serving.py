@@ -33,7 +33,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -55,6 +54,8 @@ sys.path.insert(0, str(REPO))
 import bench_peers  # noqa: E402
 
 from devtools.package import keep_variants  # noqa: E402
+from devtools.ports import free_port  # noqa: E402
+from devtools.waiting import until  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.models.device_key import open_device_key  # noqa: E402
@@ -340,43 +341,51 @@ class PeakRss:
 
 
 async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """The daemon's /v1/status once it is ready; SystemExit when it exits or a model fails."""
+    status: dict = {}
+
+    async def ready() -> bool:
         if process.poll() is not None:
             raise SystemExit(f"the daemon exited with {process.returncode}")
         try:
-            async with (
-                http_client(sock) as client,
-                client.get("/v2/health/ready") as response,
-            ):
-                if response.status == 200:
-                    async with client.get("/v1/status") as status:
-                        return await status.json()
+            async with http_client(sock) as client:
+                async with client.get("/v2/health/ready") as response:
+                    if response.status == 200:
+                        async with client.get("/v1/status") as answer:
+                            status.update(await answer.json())
+                        return True
                 async with client.post("/v2/repository/index") as index:
                     failed = [m for m in await index.json() if m["state"] == "UNAVAILABLE"]
                 if failed:  # it listens only after loading: this model will not come
                     raise SystemExit(f"the daemon could not load a model: {failed}")
         except (aiohttp.ClientError, OSError):
             pass
-        await asyncio.sleep(0.2)
-    raise SystemExit("the daemon did not become ready")
+        return False
+
+    try:
+        await until(ready, timeout, poll_s=0.2)
+    except AssertionError:
+        raise SystemExit("the daemon did not become ready") from None
+    return status
 
 
 async def wait_http(endpoint: Endpoint, path: str, process: subprocess.Popen, what: str) -> None:
     """Poll ``path`` until it answers 200 (peers start in seconds; MLServer in ~10)."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    async def answers() -> bool:
         if process.poll() is not None:
             stderr = process.stderr.read() if process.stderr else ""
             raise SystemExit(f"{what} exited with {process.returncode}: {stderr[-2000:]}")
         try:
             async with http_client(endpoint) as client, client.get(path) as response:
-                if response.status == 200:
-                    return
+                return response.status == 200
         except (aiohttp.ClientError, OSError):
-            pass
-        await asyncio.sleep(0.2)
-    raise SystemExit(f"{what} did not become ready")
+            return False
+
+    try:
+        await until(answers, 120, poll_s=0.2)
+    except AssertionError:
+        raise SystemExit(f"{what} did not become ready") from None
 
 
 def stop_tree(process: subprocess.Popen) -> None:
@@ -394,12 +403,6 @@ def stop_tree(process: subprocess.Popen) -> None:
     for child in children:  # orphaned workers of a server that died or hung
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def pinned_package(

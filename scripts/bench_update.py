@@ -51,6 +51,7 @@ sys.path.insert(0, str(REPO))
 from devtools.background import WatchedTasks  # noqa: E402
 from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
 from devtools.package import set_fields  # noqa: E402
+from devtools.waiting import until  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.fleet.canary import ReleaseCanary  # noqa: E402
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES  # noqa: E402
@@ -112,13 +113,15 @@ async def serving_version(socket: Path, model: str) -> str:
 
 
 async def wait_serving(socket: Path, model: str, version: str, timeout: float = 300) -> float:
-    deadline = time.perf_counter() + timeout
-    while time.perf_counter() < deadline:
+    """When the agent first answered with ``version`` (perf_counter; polled every 10 ms)."""
+
+    async def serving() -> bool:
         with contextlib.suppress(aiohttp.ClientError, KeyError, IndexError):
-            if await serving_version(socket, model) == version:
-                return time.perf_counter()
-        await asyncio.sleep(0.01)
-    raise RuntimeError(f"the agent did not serve version {version} within {timeout} s")
+            return await serving_version(socket, model) == version
+        return False
+
+    await until(serving, timeout, poll_s=0.01, what=f"serving version {version}")
+    return time.perf_counter()
 
 
 async def record_events(port: int, arrived: dict[tuple[str, str], float]) -> None:
@@ -131,11 +134,8 @@ async def record_events(port: int, arrived: dict[tuple[str, str], float]) -> Non
 
 
 async def wait_event(arrived: dict, key: tuple[str, str], timeout: float = 600) -> float:
-    deadline = time.perf_counter() + timeout
-    while key not in arrived:
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"no {key[1]} event for {key[0]} within {timeout} s")
-        await asyncio.sleep(0.01)
+    """When the device's ``key`` event arrived (recorded by ``record_events``)."""
+    await until(lambda: key in arrived, timeout, poll_s=0.01, what=f"a {key[1]} event for {key[0]}")
     return arrived[key]
 
 

@@ -59,7 +59,7 @@ SAMPLES = "samples"
 def build_key(name: str, seed: int, formats: tuple[str, ...]) -> str:
     """Everything that changes a package's outputs: sources, seed, formats, tool versions."""
     digest = hashlib.sha256(f"{name}|{seed}|{','.join(formats)}".encode())
-    sources = sorted(p for p in (HERE / "zoo").iterdir() if p.suffix in (".py", ".tsv"))
+    sources = sorted(p for p in (HERE / "modelbuild").iterdir() if p.suffix in (".py", ".tsv"))
     sources += [REPO / "edgeagent" / "packaging" / f for f in ("quantize.py", "torch_export.py")]
     # the detector's figures and golden boxes come from the agent's own decoder
     sources += [REPO / "edgeagent" / "models" / f for f in DECODER_SOURCES]
@@ -148,10 +148,10 @@ def setup_worker() -> None:
 def build_one(out: Path, name: str, key: str, seed: int, formats: tuple[str, ...]) -> dict:
     """Stage, build, verify and swap in one directory (in a worker process); returns the
     summary entry."""
-    from zoo.builder import build_package
-    from zoo.detector_builder import build_detector
-    from zoo.sample_images import write_samples
-    from zoo.specs import SPECS
+    from modelbuild.builder import build_package
+    from modelbuild.detector_builder import build_detector
+    from modelbuild.sample_images import write_samples
+    from modelbuild.specs import SPECS
 
     progress = _progress(name)
     progress("building")
@@ -219,7 +219,7 @@ def _figures(figures: dict) -> str:
 
 
 def parse_args(argv: list[str] | None):
-    from zoo.specs import FORMATS, SPECS
+    from modelbuild.specs import FORMATS, SPECS
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "zoo", help="zoo directory")
@@ -257,7 +257,7 @@ def parse_args(argv: list[str] | None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from zoo.specs import SPECS
+    from modelbuild.specs import SPECS
 
     args = parse_args(argv)
     out: Path = args.out.resolve()

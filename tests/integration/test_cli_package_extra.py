@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 
 def test_without_onnx_it_gives_the_pip_command(tmp_path: Path) -> None:

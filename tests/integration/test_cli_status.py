@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from edgeagent.commands.status import latency_by_version
-from tests.helpers import REPO, write_tiny_package
-from tests.integration.agent_process import Agent
+from tests.support.agent_process import Agent
+from tests.support.helpers import REPO, write_tiny_package
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 ENTRYPOINT_SCRIPT = REPO / "deploy" / "container" / "entrypoint.sh"

@@ -18,7 +18,7 @@ import pytest
 from devtools.package import set_fields
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 # Requests wait this long for company in the batch queue, so they are surely in flight when
 # SIGTERM arrives; the drain must still answer them.

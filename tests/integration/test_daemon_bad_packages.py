@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from edgeagent.api.client import AgentClient
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 NOBODY = 65534
 

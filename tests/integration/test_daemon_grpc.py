@@ -13,7 +13,7 @@ from edgeagent.api.shm import agent_user
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.sections import ConfigError
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 
 async def test_daemon_serves_grpc_on_its_unix_socket_and_removes_it(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from edgeagent.api.client import AgentError
-from tests.helpers import write_tiny_package
-from tests.integration.agent_process import Agent
+from tests.support.agent_process import Agent
+from tests.support.helpers import write_tiny_package
 
 BATCH = np.zeros((1, 3, 8, 8), dtype=np.float32)
 

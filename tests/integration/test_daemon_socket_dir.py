@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from devtools.daemon_process import running_daemon
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 
 def _start(tmp_path: Path, sock: Path) -> subprocess.CompletedProcess:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
-from tests.helpers import write_tiny_package
-from tests.support.waiting import until
+from tests.support.helpers import write_tiny_package
 
 
 class WatchdogBroke(RuntimeError):

@@ -9,11 +9,11 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.engine.limits import ServingLimits
-from tests.helpers import write_tiny_package
-from tests.support.waiting import until
+from tests.support.helpers import write_tiny_package
 
 
 def infer_body(x: np.ndarray, **parameters) -> dict:

@@ -15,7 +15,7 @@ import pytest
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from tests.fixtures.thermal.trees import board, write
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 TJ = "sys/class/thermal/thermal_zone4/temp"
 

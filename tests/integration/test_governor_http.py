@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from devtools.package import rehash_files
+from devtools.waiting import until
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import load_profiles
 from tests.fixtures.thermal.trees import board, write
-from tests.helpers import write_tiny_package
-from tests.integration.http_agent import AgentServer, unix_session
+from tests.support.helpers import write_tiny_package
+from tests.support.http_agent import AgentServer, unix_session
 
 TJ = "sys/class/thermal/thermal_zone4/temp"
 
@@ -73,13 +74,16 @@ def infer_body(priority: int | None = None, rows: int = 1) -> dict:
 
 
 async def wait_for_state(http: aiohttp.ClientSession, state: str, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The governor's status once it reports ``state`` (AssertionError after ``timeout``)."""
+    governor: dict = {}
+
+    async def reached() -> bool:
         async with http.get("/v1/status") as response:
-            governor = (await response.json())["governor"]
-        if governor["state"] == state or time.monotonic() > deadline:
-            return governor
-        await asyncio.sleep(0.05)
+            governor.update((await response.json())["governor"])
+        return governor["state"] == state
+
+    await until(reached, timeout)
+    return governor
 
 
 @pytest.fixture

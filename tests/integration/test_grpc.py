@@ -19,7 +19,7 @@ from edgeagent.api.keys import DATAPLANE
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
-from tests.integration.http_agent import (
+from tests.support.http_agent import (
     ADMIN_TOKEN,
     TOKEN,
     AgentServer,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
 from tests.support.hardware import FIXTURES, write_multi_package
+from tests.support.helpers import REPO
 
 
 def _profile(*args: str, state: Path) -> subprocess.CompletedProcess:

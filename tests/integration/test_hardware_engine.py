@@ -9,17 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devtools.waiting import until
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
-from tests.helpers import serving_registry
 from tests.support.hardware import (
     FIXTURES,
     install_flaky,
     write_multi_package,
     write_profile,
 )
-from tests.support.waiting import until
+from tests.support.helpers import serving_registry
 
 ORT = "onnxruntime:CPUExecutionProvider:fp32"
 OV = "openvino:CPU:fp32"

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO, write_tiny_package
-from tests.integration.agent_process import Agent
+from tests.support.agent_process import Agent
+from tests.support.helpers import REPO, write_tiny_package
 
 
 def health(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -19,7 +19,7 @@ from PIL import Image
 from edgeagent.api import v2
 from edgeagent.api.keys import JSON_HELPER
 from edgeagent.api.routes_v2 import OFFLOAD_JSON_BYTES
-from tests.integration.http_agent import (
+from tests.support.http_agent import (
     AgentServer,
     direct_run,
     tcp_session,

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
+from tests.support.http_agent import AgentServer, tiny_agent, unix_session
 
 TOKEN = "s3cret-token"
 ADMIN = "adm1n-token"

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from tests.integration.http_agent import ADMIN_TOKEN, AgentServer, tiny_agent, unix_session
+from tests.support.http_agent import ADMIN_TOKEN, AgentServer, tiny_agent, unix_session
 
 UNLOAD = "/v2/repository/models/tiny/unload"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -14,8 +14,8 @@ from PIL import Image
 
 from edgeagent.api.client import AgentClient, AgentError, AgentUnreachable
 from edgeagent.cli import main
-from tests.helpers import REPO
-from tests.integration.http_agent import AgentServer, direct_run, tiny_agent
+from tests.support.helpers import REPO
+from tests.support.http_agent import AgentServer, direct_run, tiny_agent
 
 
 @pytest.fixture(scope="module")

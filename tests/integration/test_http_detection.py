@@ -18,8 +18,8 @@ from PIL import Image
 
 from devtools.package import write_model_toml
 from edgeagent.models.package import file_sha256
-from tests.helpers import write_tiny_package
-from tests.integration.http_agent import TOKEN, AgentServer
+from tests.support.helpers import write_tiny_package
+from tests.support.http_agent import TOKEN, AgentServer
 
 # cx, cy, w, h in the 64×64 input; then the scores of "cat" and "dog".
 ROWS = np.array(

@@ -17,7 +17,7 @@ from PIL import Image
 
 from edgeagent.api import v2
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
+from tests.support.http_agent import AgentServer, tiny_agent, unix_session
 
 H = v2.HEADER_LENGTH
 LIMIT = 64 * 1024

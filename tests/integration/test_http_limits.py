@@ -18,7 +18,7 @@ import pytest
 
 from devtools.daemon_process import running_daemon
 from edgeagent.api.listeners import REFUSAL
-from tests.integration.http_agent import AgentServer, tiny_agent, unix_session
+from tests.support.http_agent import AgentServer, tiny_agent, unix_session
 
 BOUND_S = 30  # the most any event below may take before the test fails
 HEAD = b"GET /v2/health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # never finished

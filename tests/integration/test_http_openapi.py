@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 from edgeagent.api.http import create_app
 from edgeagent.api.routes_edge import openapi_document
 from edgeagent.api.settings import ServerSettings
-from tests.helpers import REPO
-from tests.integration.http_agent import tcp_session, tiny_agent
+from tests.support.helpers import REPO
+from tests.support.http_agent import tcp_session, tiny_agent
 
 SOURCE = REPO / "edgeagent" / "api" / "openapi.yaml"
 METHODS = {"get", "post", "put", "delete", "patch"}

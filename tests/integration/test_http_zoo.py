@@ -13,7 +13,7 @@ from edgeagent.api.client import AgentClient
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image, top_k
 from edgeagent.models.session import open_variant
-from tests.integration.http_agent import AgentServer, triton_client
+from tests.support.http_agent import AgentServer, triton_client
 
 MODELS = ("mobilenet_v2", "digits_mnv3")
 

@@ -13,8 +13,8 @@ from devtools.detection_scenes import HeldOut, load_heldout
 from edgeagent.models.package import ModelPackage
 from edgeagent.models.tasks.detection import Detections
 from edgeagent.models.tasks.detection_map import mean_average_precision
-from tests.integration.http_agent import TOKEN, AgentServer
 from tests.integration.test_zoo import ZOO, zoo_package
+from tests.support.http_agent import TOKEN, AgentServer
 
 NAME = "shapes_grid_mnv2"
 SCENES = 60  # enough objects (about 150) for a stable figure, quick to post

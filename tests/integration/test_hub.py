@@ -16,13 +16,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from devtools.broker import Broker, free_port
+from devtools.broker import Broker
+from devtools.ports import free_port
 from edgeagent.cli import main
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.policy import StagedPolicy
 from edgeagent.hub.status import fleet_row, format_table
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from devtools.broker import Broker
-from devtools.hub_fleet import Api, fleet, hub_server
+from devtools.hub_fleet import MODEL, Api, fleet, hub_server, write_tokens
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -23,6 +24,7 @@ SCREENSHOTS_ENV = "EDGEAGENT_SCREENSHOTS_DIR"  # where to keep the pictures, on 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 WAIT_S = 60  # the longest any page may take to show what is awaited (a bound, not a measure)
+REBOUND = "rebind.example"  # an attacker's name that resolves to 127.0.0.1
 
 
 @pytest.fixture(name="browser")
@@ -40,6 +42,7 @@ def browser_fixture() -> Iterator:
         "--disable-gpu",
         "--disable-dev-shm-usage",
         "--window-size=1280,900",
+        f"--host-resolver-rules=MAP {REBOUND} 127.0.0.1",  # DNS rebinding, already rebound
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
@@ -127,3 +130,82 @@ async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) ->
             browser.save_screenshot(str(pictures / "hub-device.png"))
 
         await asyncio.to_thread(deployment_done)
+
+
+# A page on another port of 127.0.0.1 (the same site as the hub, so the SameSite=Strict cookie
+# travels) trying what a browser lets any page do without a CORS preflight: bodiless, text/plain
+# and Blob POSTs with the cookie, and a form post into a hidden frame (issue 23 finding 2).
+ATTACK = """<!doctype html><html><body>
+<iframe name='sink'></iframe>
+<form id='f' method='post' target='sink' action='{hub}/api/v1/deployments/{id}/abort'>
+<input name='reason' value='forged'></form>
+<script>
+const hub = '{hub}', abort = `${{hub}}/api/v1/deployments/{id}/abort`;
+const send = (url, extra) => fetch(url, {{method: 'POST', mode: 'no-cors',
+                                         credentials: 'include', ...extra}}).catch(() => null);
+(async () => {{
+  await send(abort, {{}});
+  await send(abort, {{body: new Blob(['{{}}'])}});
+  await send(`${{hub}}/api/v1/deployments`, {{headers: {{'Content-Type': 'text/plain'}},
+    body: JSON.stringify({{model: '{model}', version: '2.0.0', group: 'edge'}})}});
+  document.querySelector('iframe').addEventListener('load', () => {{ document.title = 'done'; }});
+  document.getElementById('f').submit();
+}})();
+</script></body></html>"""
+
+
+async def test_a_page_on_another_port_cannot_drive_the_hub(
+    broker: Broker, tmp_path: Path, browser
+) -> None:
+    admin = "a" * 24
+    tokens = write_tokens(tmp_path / "tokens", admin=admin)
+    settings = broker.settings()
+    hold = asyncio.Event()
+    attacker = web.Application()
+    async with (
+        fleet(settings, 2, group="lab", hold=hold),
+        fleet(settings, 1, group="edge", name="cam"),
+        hub_server(f"sqlite:///{tmp_path / 'hub.db'}", settings, token_file=tokens) as url,
+    ):
+        api = Api(url, admin)
+        await api.synced()
+        created = await api.deploy("2.0.0", stages_pct=[50, 100])
+        page = ATTACK.format(hub=url, id=created["id"], model=MODEL)
+
+        async def attack_page(request: web.Request) -> web.Response:
+            return web.Response(text=page, content_type="text/html")
+
+        attacker.add_routes([web.get("/", attack_page)])
+        runner = web.AppRunner(attacker)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        evil = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+
+        def sign_in_then_visit_the_attacker() -> str:
+            browser.get(f"{url}/login")  # the real sign-in form: Origin null, same-origin
+            browser.find_element("name", "token").send_keys(admin)
+            browser.find_element("css selector", "form button").click()
+            _await_text(browser, "#counts", "3 devices")
+            browser.get(evil)
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            WebDriverWait(browser, WAIT_S).until(lambda d: d.title == "done")
+            rebound = url.replace("127.0.0.1", REBOUND)
+            browser.get(f"{rebound}/api/v1/deployments")
+            return browser.page_source
+
+        rebound_page = await asyncio.to_thread(sign_in_then_visit_the_attacker)
+        assert "not a name of this listener" in rebound_page
+        found = await api.call("GET", f"/api/v1/deployments/{created['id']}")
+        assert found["state"] == "running", found["reason"]
+        assert len((await api.call("GET", "/api/v1/deployments"))["deployments"]) == 1
+
+        def abort_from_the_dashboard() -> None:  # control: the page's own button still works
+            browser.get(f"{url}/ui/deployments/{created['id']}")
+            browser.find_element("css selector", "button[data-action='abort']").click()
+            _await_text(browser, "#state", "aborted")
+
+        await asyncio.to_thread(abort_from_the_dashboard)
+        hold.set()
+        await runner.cleanup()

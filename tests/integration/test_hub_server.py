@@ -11,7 +11,7 @@ import pytest
 from devtools.broker import Broker
 from devtools.hub_fleet import Api, fleet, hub_server, make_release
 from edgeagent.fleet.mqtt import client_options
-from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
+from tests.support.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
 
@@ -79,18 +79,11 @@ async def test_retained_fleet_is_read_completely_and_hostile_reports_are_skipped
             # a device going away live reaches the table
             went = devices[0]
             await went.stop()
-            offline = await _wait_for_availability(api, went.topics.device_id, "offline")
+            offline = await api.long_poll(
+                f"/api/v1/devices/{went.topics.device_id}",
+                lambda found: found["availability"] == "offline",
+            )
             assert offline["online"] is False
-
-
-async def _wait_for_availability(api: Api, device_id: str, wanted: str) -> dict:
-    """Long-poll the device until its availability is ``wanted``."""
-    found = await api.call("GET", f"/api/v1/devices/{device_id}")
-    while found["availability"] != wanted:
-        found = await api.call(
-            "GET", f"/api/v1/devices/{device_id}?wait=30&after={found['version']}"
-        )
-    return found
 
 
 async def test_staged_rollout_succeeds_stage_by_stage(broker: Broker, database_url: str) -> None:

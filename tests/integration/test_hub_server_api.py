@@ -17,7 +17,7 @@ from devtools.hub_fleet import Api, fleet, hub_server, make_release, write_token
 from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import Tokens
 from edgeagent.hub.server.settings import ServerSettings
-from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
+from tests.support.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
 

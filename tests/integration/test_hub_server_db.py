@@ -11,7 +11,7 @@ from alembic.migration import MigrationContext
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.database import head_revision, open_engine, upgrade
 from edgeagent.hub.server.schema import events, metadata
-from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
+from tests.support.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 
 def _schema_difference(connection: sa.Connection) -> list:

@@ -14,7 +14,7 @@ import pytest
 
 from devtools.broker import Broker
 from devtools.hub_fleet import Api, HubProcess, fleet
-from tests.integration.postgres import database_url_fixture, postgres_fixture  # noqa: F401
+from tests.support.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(120)]
 

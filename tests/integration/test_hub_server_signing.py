@@ -1,22 +1,24 @@
 """The hub server signs what it sends: with the hub's release key each stage batch gets its own
 envelope, targeted at exactly that batch's devices and verifiable with the fleet's trust file,
-and every device's row records the envelope's SHA-256 and serial beside its answer."""
+and every device's row records the envelope's SHA-256 and serial beside its answer. It signs
+only what it verified as a device would (issue 23, finding 1): see test_hub_server_uploads."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from devtools.broker import Broker
-from devtools.hub_fleet import Api, fleet, hub_server, make_release
+from devtools.hub_fleet import SIGNING_KEY, Api, fleet, hub_server, make_release
 from edgeagent.fleet.manifest import MAX_TARGETS, parse_manifest
-from edgeagent.fleet.signing import decode_envelope
+from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
-from edgeagent.hub.keys import keygen
-from edgeagent.hub.rollout import RolloutPlan
+from edgeagent.hub.keys import keygen, load_private_key, trust_payload
+from edgeagent.hub.policy import StagedPolicy
 from edgeagent.hub.server import deploydb
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.controller import RolloutController
@@ -31,11 +33,27 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _trust_with_uploader(keys: Path) -> Path:
+    """A trust file whose release role holds the hub's key and the one ``make_release`` signs
+    the test uploads with (the server verifies uploads against it, then signs with its own)."""
+    keygen(keys)
+    root = load_private_key(keys / "root.key")
+    payload = trust_payload(
+        version=1,
+        expires=datetime.now(timezone.utc) + timedelta(days=1),
+        root=[root.public_key()],
+        release=[load_private_key(keys / "release.key").public_key(), SIGNING_KEY.public_key()],
+    )
+    path = keys / "fleet-trust.json"
+    path.write_bytes(sign_envelope(payload, [root]))
+    return path
+
+
 async def test_each_stage_batch_is_signed_for_its_devices_and_recorded(
     broker: Broker, tmp_path: Path
 ) -> None:
-    keygen(tmp_path / "keys")
-    trust = TrustStore.load(tmp_path / "keys" / "trust.json")
+    trust_file = _trust_with_uploader(tmp_path / "keys")
+    trust = TrustStore.load(trust_file)
     settings = broker.settings()
     async with (
         fleet(settings, 6) as devices,
@@ -43,6 +61,7 @@ async def test_each_stage_batch_is_signed_for_its_devices_and_recorded(
             f"sqlite:///{tmp_path / 'hub.db'}",
             settings,
             release_keys=(tmp_path / "keys" / "release.key",),
+            trust_file=trust_file,
             send_batch=2,
         ) as url,
     ):
@@ -90,7 +109,11 @@ async def test_without_a_release_key_the_uploaded_envelope_is_sent_and_recorded(
 
 
 def test_a_signed_batch_must_fit_in_one_manifest() -> None:
-    settings = ServerSettings(release_keys=(Path("release.key"),), send_batch=MAX_TARGETS + 1)
+    settings = ServerSettings(
+        release_keys=(Path("release.key"),),
+        trust_file=Path("trust.json"),
+        send_batch=MAX_TARGETS + 1,
+    )
     with pytest.raises(ValueError, match="--send-batch must be at most"):
         settings.validate()
 
@@ -140,7 +163,7 @@ async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
                 connection,
                 release,
                 deploydb.TargetSpec(device_ids=tuple(device_ids)),
-                RolloutPlan(stages_pct=(100.0,)),
+                StagedPolicy(stages_pct=(100.0,)),
             )
         controller = RolloutController(engine, publish_and_answer_at_once, "edgeagent", Changes())
         await controller.run_once()

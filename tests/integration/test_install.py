@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from edgeagent.api.client import AgentClient
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 SCRIPT = REPO / "scripts" / "install-device.sh"
 BOARDS = REPO / "tests" / "fixtures" / "boards"

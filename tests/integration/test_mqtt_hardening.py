@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from devtools.broker import Broker
+from devtools.waiting import until
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topics
 from edgeagent.hub.publish import hub_client, publish
 from edgeagent.hub.status import collect_fleet
 from tests.support.mqtt import Device
-from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 

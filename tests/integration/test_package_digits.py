@@ -18,7 +18,7 @@ from edgeagent.cli import main
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from edgeagent.models.tasks import golden_problem
-from tests.integration.http_agent import AgentServer
+from tests.support.http_agent import AgentServer
 
 HELDOUT = slice(100, 160)  # 60 labelled images, none of them among the calibration rows
 

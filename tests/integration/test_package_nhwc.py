@@ -19,7 +19,7 @@ from edgeagent.cli import main
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image
 from edgeagent.models.session import open_variant
-from tests.integration.http_agent import AgentServer
+from tests.support.http_agent import AgentServer
 
 ai_edge_litert = pytest.importorskip("ai_edge_litert.interpreter")
 

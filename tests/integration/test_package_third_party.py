@@ -23,12 +23,12 @@ from edgeagent.cli import main
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image
 from edgeagent.models.tasks import golden_problem
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 ai_edge_litert = pytest.importorskip("ai_edge_litert.interpreter")
-from tests.integration.http_agent import AgentServer  # noqa: E402
+from tests.support.http_agent import AgentServer  # noqa: E402
 
-MODELS = Path(os.environ.get("EDGEAGENT_THIRD_PARTY", REPO / "zoo-third-party"))
+MODELS = Path(os.environ.get("EDGEAGENT_THIRD_PARTY", REPO / "third-party-models"))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 BUILD_PYTHON = REPO / ".venv-build" / "bin" / "python"
 

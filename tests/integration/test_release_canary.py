@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from devtools.broker import Broker
+from devtools.waiting import until
 from edgeagent.engine.errors import ServingError
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
@@ -31,7 +32,6 @@ from edgeagent.hub.publish import hub_client
 from edgeagent.hub.sign import release_path
 from edgeagent.updates.canary import PARKED, recover_parked
 from edgeagent.updates.store import ModelStore, PendingInstall
-from tests.helpers import write_tiny_package
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_release_v2 import _publish
 from tests.integration.test_updates_helpers import (
@@ -43,7 +43,7 @@ from tests.integration.test_updates_helpers import (
     make_device,
     stacks_fixture,  # noqa: F401 - fixture
 )
-from tests.support.waiting import until
+from tests.support.helpers import write_tiny_package
 
 pytestmark = pytest.mark.broker
 

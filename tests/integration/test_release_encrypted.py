@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from devtools.broker import Broker
+from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.publish import publish
 from edgeagent.models.device_key import DEVICE_KEY_FILE, open_device_key
@@ -37,7 +38,6 @@ from tests.integration.test_updates_helpers import (
     hub_fixture,  # noqa: F401 - fixture
     make_device,
 )
-from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 

@@ -15,6 +15,7 @@ import aiomqtt
 import pytest
 
 from devtools.broker import Broker
+from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
@@ -33,7 +34,6 @@ from tests.integration.test_updates_helpers import (
     make_device,
     stacks_fixture,  # noqa: F401 - fixture
 )
-from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 

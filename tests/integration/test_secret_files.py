@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from devtools.daemon_process import free_port
+from devtools.ports import free_port
 from edgeagent.api.secret_files import ADMIN_TOKEN_CREDENTIAL, TOKEN_CREDENTIAL, exposure
 from edgeagent.config import parse_config
 from edgeagent.sections import ConfigError
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 
 def config_check(path: Path) -> subprocess.CompletedProcess:

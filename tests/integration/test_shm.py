@@ -23,8 +23,8 @@ import tritonclient.http as triton
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.http_agent import AgentServer, direct_run, tiny_agent, triton_client
 from tests.integration.test_grpc import GrpcAgent
+from tests.support.http_agent import AgentServer, direct_run, tiny_agent, triton_client
 
 ROWS = 2
 INPUT_BYTES = ROWS * 3 * 8 * 8 * 4

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 UNIT = REPO / "edgeagent" / "systemd" / "edgeagent.service"  # package data; systemd/ links here
 

@@ -9,7 +9,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.integration.http_agent import AgentServer, direct_run, tiny_agent, triton_client
+from tests.support.http_agent import AgentServer, direct_run, tiny_agent, triton_client
 
 
 @pytest.fixture(scope="module")

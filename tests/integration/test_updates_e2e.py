@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 
 from devtools.broker import Broker
+from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.publish import publish
 from edgeagent.hub.status import collect_fleet
 from edgeagent.updates.updater import KILL_ENV
-from tests.helpers import write_tiny_package
 from tests.integration.test_updates_helpers import Hub, add_golden, hub_fixture  # noqa: F401
-from tests.support.waiting import until
+from tests.support.helpers import write_tiny_package
 
 pytestmark = pytest.mark.broker
 REPO = Path(__file__).resolve().parents[2]
@@ -111,17 +111,18 @@ reconnect_max_s = 1.0
         return (await self.get("/v2/models/tiny"))["versions"][0]
 
     async def wait_version(self, version: str, timeout: float = 60) -> None:
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
+        async def serving() -> bool:
             with contextlib.suppress(aiohttp.ClientError, KeyError, IndexError):
-                if await self.version() == version:
-                    return
-            if asyncio.get_running_loop().time() > deadline:
-                status = await self.get("/v1/status")
-                raise AssertionError(
-                    f"not serving {version}: {status.get('updates')}\n{self.log()}"
-                )
-            await asyncio.sleep(0.1)
+                return await self.version() == version
+            return False
+
+        try:
+            await until(serving, timeout)
+        except AssertionError:
+            status = await self.get("/v1/status")
+            raise AssertionError(
+                f"not serving {version}: {status.get('updates')}\n{self.log()}"
+            ) from None
 
     async def killed(self, timeout: float = 60) -> int:
         assert self.process is not None

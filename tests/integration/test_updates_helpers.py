@@ -51,7 +51,7 @@ from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import ModelStore
 from edgeagent.updates.updater import Updater
-from tests.helpers import serving_registry, write_tiny_package
+from tests.support.helpers import serving_registry, write_tiny_package
 
 DEVICE = DeviceIdentity(device_id="dev-1", profile="generic_x86_64", device_class="test-box")
 

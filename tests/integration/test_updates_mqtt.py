@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from devtools.broker import Broker
+from devtools.waiting import until
 from edgeagent.commands.hub import trust_message
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope
@@ -29,7 +30,6 @@ from tests.integration.test_updates_helpers import (
     hub_fixture,  # noqa: F401 - fixture
     stacks_fixture,  # noqa: F401 - fixture
 )
-from tests.support.waiting import until
 
 pytestmark = pytest.mark.broker
 

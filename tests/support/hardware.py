@@ -19,7 +19,7 @@ from devtools.tiny import tiny_manifest
 from edgeagent import runtimes
 from edgeagent.models.manifest_writer import VariantFiles, write_manifest
 from edgeagent.runtimes.onnx import OnnxRuntime, OnnxSession
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "boards"
 

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from devtools.package import set_fields
+from devtools.waiting import until
 from edgeagent.engine.batcher import Batcher, BatchPolicy
 from edgeagent.engine.errors import (
     DeadlineExceeded,
@@ -29,8 +30,7 @@ from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import write_tiny_package
-from tests.support.waiting import until
+from tests.support.helpers import write_tiny_package
 
 
 class Overlap:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from devtools.background import BackgroundTaskDied, WatchedTasks
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 pytestmark = pytest.mark.timeout(30)  # a watcher that fails to stop the block hangs it
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgeagent.commands.bench import BenchResult, write_plot
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 
 def _result(runtime: str, device: str, latencies: list[float]) -> BenchResult:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from edgeagent.cli import COMMANDS
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 # Runs main(argv) and reports what it printed and which modules it loaded.
 PROBE = """

@@ -11,7 +11,7 @@ from edgeagent.commands.config import check, render_markdown
 from edgeagent.config import SECTIONS, describe_config
 from edgeagent.paths import shipped
 from edgeagent.sections import describe_section, setting
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 REFERENCE = re.compile(
     r"<!-- BEGIN config reference -->\n(.*)<!-- END config reference -->", re.DOTALL

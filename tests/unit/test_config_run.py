@@ -11,7 +11,7 @@ import pytest
 
 from edgeagent.cli import main
 from edgeagent.config import parse_config
-from tests.helpers import REPO, write_tiny_package
+from tests.support.helpers import REPO, write_tiny_package
 
 
 @pytest.mark.parametrize(

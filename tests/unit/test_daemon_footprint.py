@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from edgeagent import heap
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 PROBE = """
 import json, sys

@@ -26,7 +26,7 @@ from edgeagent.engine.requests import (
 )
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import ModelPackage, TensorSpec, load_package
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 
 class FakeModel:

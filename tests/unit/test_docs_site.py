@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 import markdown
 import pytest
 
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 README = REPO / "README.md"
 README_MAX_LINES = 200

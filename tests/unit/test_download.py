@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from devtools.waiting import until
 from edgeagent.hub.serve import artifact_response, create_artifact_app, entity_tag
 from edgeagent.updates import download
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits
-from tests.support.waiting import until
 
 DATA = os.urandom(300_000)
 SHA = hashlib.sha256(DATA).hexdigest()

@@ -21,7 +21,7 @@ from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from edgeagent.runtimes.base import ManagedSession
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 
 @pytest.fixture

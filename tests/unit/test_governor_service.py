@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from devtools.waiting import until
 from edgeagent.engine.load import LoadCounter
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Profile, load_profiles
 from tests.fixtures.thermal.trees import board, write
-from tests.support.waiting import until
 
 
 class Clock:

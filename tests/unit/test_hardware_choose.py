@@ -17,8 +17,8 @@ from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import LoadRequest, get_runtime
 from edgeagent.runtimes.onnx import OnnxRuntime
-from tests.helpers import write_tiny_onnx
 from tests.support.hardware import write_multi_package, write_profile
+from tests.support.helpers import write_tiny_onnx
 
 CPU = "onnxruntime:CPUExecutionProvider"
 

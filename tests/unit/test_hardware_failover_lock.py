@@ -21,7 +21,7 @@ from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.runtimes import InferenceError, Session, TensorInfo
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 BOUND_S = 10.0  # only ever reached when the code under test blocks
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from devtools.waiting import wait_until
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
@@ -46,15 +46,6 @@ def package(tmp_path: Path):
     return load_package(
         write_multi_package(tmp_path / "pkg", [("onnxruntime", "fp32"), ("openvino", "fp32")])
     )
-
-
-def _wait_for(predicate, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_broken_device_is_demoted_and_requests_keep_succeeding(tmp_path, package, flaky_onnx):
@@ -103,7 +94,7 @@ def test_demoted_candidate_is_reprobed_and_takes_over_again(tmp_path, package, f
     session.run({"input": BATCH})
     session.run({"input": BATCH})  # breaks ORT: OpenVINO takes over
     assert session.status()["demotions"][0]["candidate"] == ORT
-    assert _wait_for(lambda: session.candidate.key == ORT), session.status()
+    wait_until(lambda: session.candidate.key == ORT)
     assert session.run({"input": BATCH})["logits"].shape == (2, 4)
     assert flaky_onnx.loads == 2
     session.close()
@@ -114,7 +105,7 @@ def test_failing_reprobe_backs_off_exponentially(tmp_path, package, flaky_onnx):
     acc = _accelerators(tmp_path, [ORT, OV], reprobe_backoff_s=0.1, reprobe_backoff_max_s=0.4)
     session = acc.open(package)
     session.run({"input": BATCH})  # ORT fails, demoted with a 0.1 s back-off
-    assert _wait_for(lambda: len(session.status()["demotions"]) >= 4)
+    wait_until(lambda: len(session.status()["demotions"]) >= 4)
     backoffs = [d["reprobe_after_s"] for d in session.status()["demotions"]]
     assert backoffs[:4] == [0.1, 0.2, 0.4, 0.4]
     assert "load failed" in session.status()["demotions"][1]["reason"]

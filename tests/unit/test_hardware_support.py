@@ -11,8 +11,8 @@ from edgeagent import runtimes
 from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
 from edgeagent.runtimes import InferenceError
-from tests.helpers import write_tiny_package
 from tests.support.hardware import install_flaky, write_profile
+from tests.support.helpers import write_tiny_package
 
 
 def test_flaky_plugin_fails_with_onnxruntimes_own_error(tmp_path: Path, monkeypatch) -> None:

@@ -19,7 +19,7 @@ from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.models.session import open_variant
 from edgeagent.models.tasks import golden_record
 from edgeagent.updates.updater import InstallFailed, health_check
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 
 def tensor_package(root: Path) -> ModelPackage:

@@ -8,7 +8,7 @@ import pytest
 
 from edgeagent.models.locate import find_packages
 from edgeagent.models.package import PackageError
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 
 def test_only_directories_with_a_model_toml_are_packages(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from devtools.package import read_model_toml, write_model_toml
 from edgeagent.models.package import PackageError, load_package
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 
 def detector(root: Path, detection: dict[str, Any], outputs: int = 1, **top: Any) -> Path:

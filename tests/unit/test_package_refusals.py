@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgeagent.cli import main
-from tests.helpers import write_tiny_onnx
+from tests.support.helpers import write_tiny_onnx
 
 
 def _onnx(path: Path, inputs: list, output: list, op: str = "GlobalAveragePool") -> Path:

@@ -24,7 +24,7 @@ from edgeagent.api import v2
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.engine.requests import DATATYPES
 from edgeagent.models.package import PackageError, load_package
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 DTYPES = ["float32", "float64", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -11,8 +11,8 @@ from edgeagent.hardware.choose import Chooser
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
 from edgeagent.hardware.profile import load_profile
 from edgeagent.models.package import load_package
-from tests.helpers import write_tiny_package
 from tests.support.hardware import write_profile
+from tests.support.helpers import write_tiny_package
 
 CPU = "onnxruntime:CPUExecutionProvider:fp32"
 MISSING = "onnxruntime:NoSuchExecutionProvider:fp32"  # fails the same way for every model

@@ -8,7 +8,7 @@ import numpy as np
 
 from edgeagent.hardware.probe import run_rows
 from edgeagent.runtimes import LoadRequest, get_runtime
-from tests.helpers import write_tiny_onnx
+from tests.support.helpers import write_tiny_onnx
 
 
 class Recording:

@@ -11,13 +11,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from devtools.package import set_fields
+from devtools.waiting import until
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from tests.helpers import serving_registry, write_tiny_package
-from tests.support.waiting import until
+from tests.support.helpers import serving_registry, write_tiny_package
 
 
 class Opened:

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devtools.waiting import until
 from edgeagent.engine.canary import INTERRUPTED, PROMOTED, ROLLED_BACK, CanaryPolicy
 from edgeagent.engine.errors import LoadFailed, ServingError
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.session import open_variant
-from tests.helpers import serving_registry, write_tiny_package
-from tests.support.waiting import until
+from tests.support.helpers import serving_registry, write_tiny_package
 
 
 class Faulty:

@@ -20,7 +20,7 @@ from edgeagent.engine.serving import LoadedModel, ModelFactory
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.session import open_variant
-from tests.helpers import serving_registry, write_tiny_package
+from tests.support.helpers import serving_registry, write_tiny_package
 
 X = np.ones((1, 3, 8, 8), np.float32)
 

@@ -10,7 +10,7 @@ import pytest
 from edgeagent.hardware.choose import release_variants
 from edgeagent.hardware.profile import load_profiles
 from edgeagent.models.package import INSTALLED_VARIANTS, PackageError, load_package
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 GENERIC = next(p for p in load_profiles() if p.name == "generic-x86_64")
 

@@ -10,7 +10,7 @@ import pytest
 
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.runtimes.facts import RUNTIME_FACTS, native_runtime, weights_file
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 REPO = Path(__file__).resolve().parents[2]
 SUFFIX = re.compile(r"[\"']\.(?:onnx|tflite|xml|bin)[\"']")

@@ -15,7 +15,7 @@ from edgeagent.runtimes import (
     get_runtime,
     runtime_status,
 )
-from tests.helpers import write_tiny_onnx
+from tests.support.helpers import write_tiny_onnx
 
 
 @pytest.fixture

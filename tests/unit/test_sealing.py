@@ -43,7 +43,7 @@ from edgeagent.models.sealing import (
 )
 from edgeagent.models.session import load_request, open_variant
 from edgeagent.runtimes import get_runtime
-from tests.helpers import write_tiny_package
+from tests.support.helpers import write_tiny_package
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo" / "digits_mnv3"
 RELEASE = identity("m", "1", "onnxruntime/fp32")

@@ -14,7 +14,7 @@ from edgeagent.cli import build_parser
 from edgeagent.config import parse_config
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.sections import ConfigError
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 
 @pytest.mark.parametrize(

@@ -10,19 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from edgeagent.fleet.manifest import ManifestError, ReleaseManifest, parse_manifest
-from edgeagent.fleet.signing import TrustError, decode_envelope
-from edgeagent.fleet.trust import TrustStore
-from edgeagent.hub.keys import HubError
-from edgeagent.hub.publish import MAX_ENVELOPE_BYTES
-from edgeagent.hub.rollout import RolloutPlan
+from edgeagent.httpguard import Guard, security_headers
+from edgeagent.hub.policy import PolicyError, RolloutPolicy, StagedPolicy
 from edgeagent.hub.server import deploydb, fleetdb
-from edgeagent.hub.server.auth import Tokens, auth_middleware, needs
+from edgeagent.hub.server.auth import TOKENS, Tokens, auth_middleware, needs
 from edgeagent.hub.server.context import (
     CONTEXT,
     BadRequest,
@@ -37,6 +32,7 @@ from edgeagent.hub.server.dashboard import dashboard_routes
 from edgeagent.hub.server.database import head_revision
 from edgeagent.hub.server.deploydb import DeploymentError, TargetSpec
 from edgeagent.hub.server.settings import ServerSettings
+from edgeagent.hub.server.verify import UploadRefused, check_upload
 
 
 @web.middleware
@@ -141,30 +137,18 @@ async def device_history(request: web.Request) -> web.Response:
 # ---- releases ----------------------------------------------------------------------------
 
 
-def check_envelope(envelope: bytes, trust_file: Path | None) -> ReleaseManifest:
-    """Decode (and, with a trust file, verify) a release as devices will; HubError if not."""
-    try:
-        payload = (
-            TrustStore.load(trust_file).verify(envelope, "release")
-            if trust_file is not None
-            else decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
-        )
-        return parse_manifest(payload)
-    except (TrustError, ManifestError) as exc:
-        raise HubError(f"devices would refuse this release: {exc}") from exc
-
-
 @needs("admin")
 async def create_release(request: web.Request) -> web.Response:
-    """The body is a ``*.release.json`` exactly as ``hub sign`` wrote it."""
+    """The body is a ``*.release.json`` exactly as ``hub sign`` wrote it; stored only once the
+    devices' own checks pass (``verify.check_upload``), in the same transaction."""
     hub = context_of(request)
     envelope = await request.read()
     try:
-        manifest = check_envelope(envelope, hub.trust_file)
-    except HubError as exc:
+        async with hub.engine.begin() as connection:
+            manifest = await check_upload(connection, envelope, hub.trust_file)
+            row, created = await deploydb.add_release(connection, envelope, manifest)
+    except UploadRefused as exc:
         raise BadRequest(422, str(exc)) from exc
-    async with hub.engine.begin() as connection:
-        row, created = await deploydb.add_release(connection, envelope, manifest)
     return web.json_response(deploydb.release_view(row), status=201 if created else 200)
 
 
@@ -197,37 +181,12 @@ async def release_envelope(request: web.Request) -> web.Response:
 # ---- deployments -------------------------------------------------------------------------
 
 
-def _plan(body: dict[str, Any], settings: ServerSettings) -> RolloutPlan:
-    defaults = RolloutPlan()
+def _policy(body: dict[str, Any], settings: ServerSettings) -> RolloutPolicy:
+    """The body's rollout parameters (``hub/policy/`` checks them), capped by ``--max-wait``."""
     try:
-        plan = RolloutPlan(
-            stages_pct=tuple(float(p) for p in body.get("stages_pct", defaults.stages_pct)),
-            abort_threshold_pct=float(
-                body.get("abort_threshold_pct", defaults.abort_threshold_pct)
-            ),
-            min_executed=int(body.get("min_executed", defaults.min_executed)),
-            stage_timeout_s=float(body.get("stage_timeout_s", defaults.stage_timeout_s)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(
-            422,
-            f"stages_pct, abort_threshold_pct, min_executed and "
-            f"stage_timeout_s must be numbers ({exc})",
-        ) from exc
-    try:
-        plan.validate()
-    except HubError as exc:
-        raise BadRequest(
-            422,
-            str(exc)
-            .replace("--stages", "stages_pct")
-            .replace("--abort-threshold", "abort_threshold_pct"),
-        ) from exc
-    if not 0 < plan.stage_timeout_s <= settings.max_wait_s or plan.min_executed < 1:
-        raise BadRequest(
-            422, f"stage_timeout_s must be in (0, {settings.max_wait_s:g}] and min_executed ≥ 1"
-        )
-    return plan
+        return StagedPolicy.from_fields(body, max_stage_timeout_s=settings.max_wait_s)
+    except PolicyError as exc:
+        raise BadRequest(422, str(exc)) from exc
 
 
 def _targets(body: dict[str, Any]) -> TargetSpec:
@@ -275,11 +234,11 @@ async def _deployment_response(
 async def create_deployment(request: web.Request) -> web.Response:
     hub = context_of(request)
     body = await _json_body(request)
-    plan, targets = _plan(body, hub.settings), _targets(body)
+    policy, targets = _policy(body, hub.settings), _targets(body)
     try:
         async with hub.engine.begin() as connection:
             release = await _pick_release(connection, body)
-            deployment_id = await deploydb.create_deployment(connection, release, targets, plan)
+            deployment_id = await deploydb.create_deployment(connection, release, targets, policy)
     except DeploymentError as exc:
         raise BadRequest(exc.status, exc.message) from exc
     hub.wake_controller()
@@ -334,7 +293,7 @@ async def rollback_deployment(request: web.Request) -> web.Response:
     version = body.get("version")
     if not isinstance(version, str) or not version:
         raise BadRequest(422, 'say which version to roll back to: {"version": "1.0.0"}')
-    plan = _plan({"stages_pct": [100], **body}, hub.settings)
+    policy = _policy({"stages_pct": [100], **body}, hub.settings)
     deployment_id = request.match_info["deployment_id"]
     try:
         async with hub.engine.begin() as connection:
@@ -352,7 +311,7 @@ async def rollback_deployment(request: web.Request) -> web.Response:
                 connection,
                 release,
                 TargetSpec(group=old["group"], device_ids=tuple(reached)),
-                plan,
+                policy,
                 rollback_of=deployment_id,
             )
     except DeploymentError as exc:
@@ -377,11 +336,14 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
+    guard = Guard(hub.settings.host, hub.settings.allowed_hosts, hosts_key="--allowed-host")
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware(tokens)],
+        middlewares=[errors_middleware, guard.middleware(), auth_middleware(tokens)],
         client_max_size=hub.settings.max_body_bytes,
     )
+    app.on_response_prepare.append(security_headers)
     app[CONTEXT] = hub
+    app[TOKENS] = tokens
     base = "/api/v1"
     app.add_routes(dashboard_routes())
     app.add_routes(

@@ -1,25 +1,43 @@
 """Bearer tokens with two scopes: ``read`` (look) and ``admin`` (also change deployments).
 
-The dashboard sends the same token from a cookie set by ``/login``.
-
 Tokens live in a file the operator writes, one ``SCOPE TOKEN`` pair a line (``#`` comments),
-so they never appear on a command line. Without a token file the server may listen on loopback
-only, and everyone there is admin — the agent's own rule for its API.
+so they never appear on a command line. Without ``--token-file`` the server makes one admin
+token on its first start, ``admin.token`` (0600) in its state directory, and says where: any
+local user can reach 127.0.0.1, so loopback is no reason to be open (the agent's rule for its
+own API). ``--open`` is the operator saying otherwise: no tokens, everyone is admin.
+
+The dashboard sends the token from a cookie set by ``/login`` (HttpOnly, SameSite=Strict).
+A cookie travels with every request the browser makes to this host, whichever page asked —
+a page on another port of 127.0.0.1 is the same *site* — so a state change authenticated by
+the cookie must also carry ``X-CSRF-Token``: an HMAC of the sign-in session keyed by the token,
+which the dashboard's pages embed and no other origin can read or compute.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
 
+from edgeagent.fsutil import SecretFileError, create_file_exclusive, read_secret_file
+from edgeagent.httpguard import SAFE_METHODS
+from edgeagent.hub.server.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
 SCOPES = ("read", "admin")
 MIN_TOKEN_CHARS = 16
 OPEN_PATHS = ("/openapi.json", "/login")  # the API's description and the sign-in page
 COOKIE = "edgeagent_hub_token"  # where /login keeps a browser's token (HttpOnly, SameSite)
+SESSION_COOKIE = "edgeagent_hub_session"  # a random id per sign-in, what CSRF tokens bind to
+CSRF_HEADER = "X-CSRF-Token"
+ADMIN_TOKEN_FILE = "admin.token"  # the generated token, in the state directory
 
 
 class TokenFileError(ValueError):
@@ -28,15 +46,13 @@ class TokenFileError(ValueError):
 
 @dataclass(frozen=True)
 class Tokens:
-    """token → scope; ``open`` means no token file: everyone is admin (loopback only)."""
+    """token → scope; ``open`` (``--open``): no tokens, everyone is admin (loopback only)."""
 
     scopes: dict[str, str]
     open: bool = False
 
     @classmethod
-    def load(cls, path: Path | None) -> Tokens:
-        if path is None:
-            return cls({}, open=True)
+    def load(cls, path: Path) -> Tokens:
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
@@ -62,16 +78,72 @@ class Tokens:
         None; tokens are compared in constant time."""
         if self.open:
             return "admin"
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer":
-            presented = cookie
+        presented = _bearer(header) or cookie
         if not presented:
             return None
         found = None
-        for token, scope in self.scopes.items():
-            if hmac.compare_digest(token.encode(), presented.strip().encode()):
+        for token, scope in self.scopes.items():  # any text: non-ASCII just matches none
+            if hmac.compare_digest(token.encode(), presented.encode("utf-8", "surrogatepass")):
                 found = scope
         return found
+
+
+def _bearer(header: str) -> str:
+    scheme, _, presented = header.partition(" ")
+    return presented.strip() if scheme.lower() == "bearer" else ""
+
+
+def hub_tokens(settings: ServerSettings) -> Tokens:
+    """The tokens the server accepts: ``--open``'s none, ``--token-file``'s, or else the admin
+    token generated in the state directory (see the module docstring)."""
+    if settings.open:
+        return Tokens({}, open=True)
+    if settings.token_file is not None:
+        return Tokens.load(settings.token_file)
+    return Tokens({generated_admin_token(settings.state_dir): "admin"})
+
+
+def generated_admin_token(state_dir: Path) -> str:
+    """The token in ``state_dir/admin.token``, created (0600, atomically) on the first start;
+    refused when other users could read it, since then it may already be copied."""
+    path = state_dir / ADMIN_TOKEN_FILE
+    created = create_file_exclusive(path, f"{secrets.token_urlsafe(32)}\n".encode(), 0o600)
+    try:
+        token = read_secret_file(path).decode("ascii").strip()
+    except (SecretFileError, UnicodeDecodeError) as exc:
+        raise TokenFileError(f"{path}: {exc}") from exc
+    if len(token) < MIN_TOKEN_CHARS or not token.isprintable() or " " in token:
+        raise TokenFileError(
+            f"{path}: expected one token of at least {MIN_TOKEN_CHARS} visible characters; "
+            "delete the file to have a new one made"
+        )
+    log.warning(
+        "%s the hub's admin token in %s: send it as 'Authorization: Bearer TOKEN', sign in to "
+        "the dashboard with it, or pass '--token-file %s' to hub status/rollout --server "
+        "(--token-file on the server replaces it; --open drops tokens)",
+        "wrote" if created else "using",
+        path,
+        path,
+    )
+    return token
+
+
+def csrf_token(request: web.Request) -> str:
+    """The CSRF token of the browser's sign-in session ('' when it has none): only this
+    server's pages show it, and computing it needs the HttpOnly token cookie."""
+    token = request.cookies.get(COOKIE, "")
+    if not token:
+        return ""
+    session = request.cookies.get(SESSION_COOKIE, "")
+    key = token.encode("utf-8", "surrogatepass")
+    message = f"edgeagent-hub-csrf:{session}".encode("utf-8", "surrogatepass")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def sign_in(response: web.StreamResponse, token: str) -> None:
+    """Keep ``token`` in the browser, with a new session id for its CSRF tokens."""
+    for name, value in ((COOKIE, token), (SESSION_COOKIE, secrets.token_urlsafe(16))):
+        response.set_cookie(name, value, httponly=True, samesite="Strict", path="/")
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -85,6 +157,22 @@ def needs(scope: str) -> Callable[[Handler], Handler]:
         return handler
 
     return mark
+
+
+def _csrf_refusal(request: web.Request, tokens: Tokens) -> web.Response | None:
+    """403 for a state change that only the cookie authenticates and that lacks the page's
+    CSRF token (a script's ``Authorization`` header is not sent by a browser on its own)."""
+    if tokens.open or request.method in SAFE_METHODS:
+        return None
+    if _bearer(request.headers.get("Authorization", "")):
+        return None
+    presented = request.headers.get(CSRF_HEADER, "").encode("utf-8", "surrogatepass")
+    if presented and hmac.compare_digest(presented, csrf_token(request).encode()):
+        return None
+    return web.json_response(
+        {"error": f"missing or stale {CSRF_HEADER}: reload the dashboard page and try again"},
+        status=403,
+    )
 
 
 def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -103,6 +191,9 @@ def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamRespons
                 status=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
+        refused = _csrf_refusal(request, tokens)
+        if refused is not None:
+            return refused
         route_handler = getattr(request.match_info, "handler", None)
         required = getattr(route_handler, "required_scope", "read")
         if required == "admin" and scope != "admin":
@@ -110,3 +201,6 @@ def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamRespons
         return await handler(request)
 
     return check
+
+
+TOKENS = web.AppKey("hub_tokens", Tokens)  # for the sign-in page, which checks what it is given

@@ -8,21 +8,26 @@
   and code, the abort reason, pause/resume/abort buttons for admins; the page long-polls the
   JSON API and redraws itself when the deployment changes.
 
-A browser authenticates with the same tokens as the API: ``/login`` stores the token in an
-HttpOnly, SameSite=Strict cookie (so another site cannot make the browser act with it).
+A browser authenticates with the same tokens as the API: ``/login`` checks the token and keeps
+it in an HttpOnly, SameSite=Strict cookie. The buttons send the page's CSRF token with each
+action (``auth.csrf_token``), because a page on another port of this host is the same site and
+gets the cookie sent too. Each page allows only its own script and style (a nonce in its
+Content-Security-Policy), so there are no inline ``style=`` or ``onclick=`` attributes.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import secrets
 from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
 
+from edgeagent.httpguard import accepts_forms, page_policy
 from edgeagent.hub.server import deploydb, fleetdb
-from edgeagent.hub.server.auth import COOKIE
+from edgeagent.hub.server.auth import TOKENS, csrf_token, sign_in
 from edgeagent.hub.server.context import context_of, query_filter, query_page
 from edgeagent.hub.server.deploydb import ACTIVE
 
@@ -31,8 +36,8 @@ body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse;margin:.5em 0}td,th{border-bottom:1px solid #ddd;padding:3px 8px;
 text-align:left}th{background:#f4f4f4}.counts span{margin-right:1.5em;font-weight:600}
 .ok{color:#17803d}.bad{color:#b3261e}.muted{color:#777}form.filters input,form.filters select
-{margin-right:.5em}.bar{display:inline-block;height:10px;background:#17803d}
-.bar.fail{background:#b3261e}.bar.wait{background:#ccc}button{margin-right:.5em}
+{margin-right:.5em}.bar{fill:#17803d}.bar.fail{fill:#b3261e}.bar.wait{fill:#ccc}
+button{margin-right:.5em}#temperature{border:1px solid #ddd}
 """
 
 
@@ -41,13 +46,20 @@ def _e(value: Any) -> str:
 
 
 def _page(title: str, body: str, script: str = "", status: int = 200) -> web.Response:
+    """A whole page; its style and script run by this answer's nonce, nothing else does."""
+    nonce = secrets.token_urlsafe(16)
     document = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)} · edgeagent hub"
-        f"</title><style>{STYLE}</style></head><body><nav><a href='/'>Fleet</a> · "
-        f"<a href='/ui/deployments'>Deployments</a></nav><h1>{_e(title)}</h1>{body}"
-        f"{f'<script>{script}</script>' if script else ''}</body></html>"
+        f"</title><style nonce='{nonce}'>{STYLE}</style></head><body><nav><a href='/'>Fleet</a>"
+        f" · <a href='/ui/deployments'>Deployments</a></nav><h1>{_e(title)}</h1>{body}"
+        f"{f'<script nonce={nonce!r}>{script}</script>' if script else ''}</body></html>"
     )
-    return web.Response(text=document, content_type="text/html", status=status)
+    return web.Response(
+        text=document,
+        content_type="text/html",
+        status=status,
+        headers={"Content-Security-Policy": page_policy(nonce)},
+    )
 
 
 def _table(headers: list[str], rows: list[list[str]], table_id: str = "") -> str:
@@ -140,7 +152,7 @@ def _chart(samples: list[tuple[float, float]], width: int = 600, height: int = 1
 
     points = " ".join(point(t, v) for t, v in samples)
     return (
-        f"<svg id='temperature' width='{width}' height='{height}' style='border:1px solid #ddd'>"
+        f"<svg id='temperature' width='{width}' height='{height}'>"
         f"<polyline fill='none' stroke='#b3261e' stroke-width='2' points='{points}'/>"
         f"<text x='4' y='12' font-size='11'>{high:.0f} °C</text>"
         f"<text x='4' y='{height - 4}' font-size='11'>{low:.0f} °C</text></svg>"
@@ -247,24 +259,30 @@ async def deployments_page(request: web.Request) -> web.Response:
     return _page("Deployments", table)
 
 
-def _progress(stage: dict[str, Any]) -> str:
+def _progress(stage: dict[str, Any], width: int = 200) -> str:
+    """Succeeded, failed and waiting devices as one SVG bar (no inline style: see the CSP)."""
     total = stage["devices"] or 1
     parts = [
         ("", stage["succeeded"]),
         ("fail", stage["failed"] + stage["timed_out"]),
         ("wait", stage["sent"] + stage["queued"]),
     ]
-    return "".join(
-        f"<span class='bar {kind}' style='width:{200 * n / total:.0f}px'></span>"
-        for kind, n in parts
-        if n
-    )
+    bars, x = [], 0.0
+    for kind, n in parts:
+        if n:
+            bars.append(
+                f"<rect class='bar {kind}' x='{x:.0f}' width='{width * n / total:.0f}' "
+                "height='10'/>"
+            )
+            x += width * n / total
+    return f"<svg width='{width}' height='10'>{''.join(bars)}</svg>"
 
 
 # Long-polls the JSON API; redraws the page only when the deployment's progress changed (the
-# change counter also moves for unrelated device reports).
+# change counter also moves for unrelated device reports). The buttons' actions carry the
+# session's CSRF token.
 LIVE = """
-const id = %s; let seen = %d; const shown = %s;
+const id = %s; let seen = %d; const shown = %s; const csrf = %s;
 const progress = (d) => JSON.stringify([d.state, d.stage, d.totals]);
 async function follow() {
   for (;;) {
@@ -276,9 +294,13 @@ async function follow() {
   }
 }
 async function act(action) {
-  const r = await fetch(`/api/v1/deployments/${id}/${action}`, {method: 'POST'});
+  const r = await fetch(`/api/v1/deployments/${id}/${action}`,
+                        {method: 'POST', headers: {'X-CSRF-Token': csrf}});
   if (!r.ok) { alert((await r.json()).error); }
   location.reload();
+}
+for (const b of document.querySelectorAll('button[data-action]')) {
+  b.addEventListener('click', () => act(b.dataset.action));
 }
 if (%s) follow();
 """
@@ -304,8 +326,7 @@ async def deployment_page(request: web.Request) -> web.Response:
         head += f"<p class='bad' id='reason'>{_e(found['reason'])}</p>"
     if found["state"] in ACTIVE:
         head += "".join(
-            f"<button onclick=\"act('{a}')\">{a.title()}</button>"
-            for a in ("pause", "resume", "abort")
+            f"<button data-action='{a}'>{a.title()}</button>" for a in ("pause", "resume", "abort")
         )
     stages = _table(
         ["Stage", "Devices", "Succeeded", "Failed", "Timed out", "Waiting", "Progress"],
@@ -353,24 +374,33 @@ async def deployment_page(request: web.Request) -> web.Response:
         json.dumps(deployment_id),
         hub.changes.version,
         shown,
+        json.dumps(csrf_token(request)),
         "true" if live else "false",
     )
     body = head + stages + shown_rows + devices + pager
     return _page(f"Deployment {deployment_id}", body, script)
 
 
+SIGN_IN_FORM = (
+    "<form method='post'><input type='password' name='token' placeholder='token' "
+    "autofocus><button>Sign in</button></form>"
+)
+
+
+@accepts_forms  # the form carries the token itself, which a cross-site page cannot know
 async def login_page(request: web.Request) -> web.Response:
-    if request.method == "POST":
-        form = await request.post()
-        token = str(form.get("token", ""))
-        response = web.Response(status=303, headers={"Location": "/"})
-        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/")
+    """Sign a browser in with a token it was given; ``--open`` needs no sign-in."""
+    if request.method != "POST":
+        return _page("Sign in", SIGN_IN_FORM)
+    tokens = request.app[TOKENS]
+    response = web.Response(status=303, headers={"Location": "/"})
+    if tokens.open:
         return response
-    return _page(
-        "Sign in",
-        "<form method='post'><input type='password' name='token' placeholder='token' "
-        "autofocus><button>Sign in</button></form>",
-    )
+    token = (await request.post()).get("token", "")
+    if not isinstance(token, str) or tokens.scope_of("", token) is None:
+        return _page("Sign in", f"<p class='bad'>Unknown token.</p>{SIGN_IN_FORM}", status=401)
+    sign_in(response, token)
+    return response
 
 
 def dashboard_routes() -> list[web.RouteDef]:

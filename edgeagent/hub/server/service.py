@@ -12,19 +12,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from aiohttp import web
 
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.api import HubContext, create_app
-from edgeagent.hub.server.auth import Tokens
+from edgeagent.hub.server.auth import hub_tokens
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.controller import RolloutController
 from edgeagent.hub.server.database import open_engine, upgrade
 from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.link import HubLink
 from edgeagent.hub.server.settings import ServerSettings
+from edgeagent.hub.server.verify import open_trust
 from edgeagent.hub.sign import ManifestSigner
 
 log = logging.getLogger(__name__)
@@ -49,14 +49,17 @@ async def serve(
     settings: ServerSettings,
     *,
     client_id: str = "edgeagent-hub-server",
-    trust_file: Path | None = None,
     ready: Callable[[str], None] = lambda url: None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Run the hub server until ``stop`` is set (or cancellation); ``ready(url)`` once it
     listens."""
     settings.validate()
-    tokens = Tokens.load(settings.token_file)
+    signer = ManifestSigner(settings.release_keys) if settings.release_keys else None
+    open_trust(settings.trust_file, signer.keys if signer is not None else ())
+    if settings.trust_file is None:
+        log.warning("no --trust: uploads are relayed unverified (devices verify them)")
+    tokens = hub_tokens(settings)
     engine = open_engine(settings.database_url)
     await upgrade(engine)
     changes = Changes()
@@ -82,10 +85,10 @@ async def serve(
         settings.mqtt.topic_prefix,
         changes,
         send_batch=settings.send_batch,
-        sign=ManifestSigner(settings.release_keys) if settings.release_keys else None,
+        sign=signer,
     )
     link.on_connect = controller.wake
-    context = HubContext(engine, settings, ingest, changes, controller.wake, trust_file)
+    context = HubContext(engine, settings, ingest, changes, controller.wake, settings.trust_file)
     runner = web.AppRunner(create_app(context, tokens), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)

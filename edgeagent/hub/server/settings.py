@@ -51,6 +51,10 @@ class ServerSettings:
     ingest_batch: int = 500  # reports stored per transaction
     send_batch: int = 100  # releases published between two commits (re-sent after a crash)
     release_keys: tuple[Path, ...] = ()  # sign each stage batch's envelope with these
+    trust_file: Path | None = None  # uploads are verified against it; required with release_keys
+    state_dir: Path = field(default_factory=lambda: default_state_dir() / "hub")  # admin.token
+    open: bool = False  # no tokens at all: anyone who reaches the port is admin (loopback only)
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides the listener's own
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
@@ -69,6 +73,17 @@ class ServerSettings:
                 not self.release_keys or self.send_batch <= MAX_TARGETS,
                 f"--send-batch must be at most {MAX_TARGETS} with --release-key (one signed "
                 "envelope names the batch's devices)",
+            ),
+            (
+                not (self.open and self.token_file),
+                "--open and --token-file contradict each other: keep one",
+            ),
+            (
+                not self.release_keys or self.trust_file is not None,
+                "--release-key needs --trust FILE, the trust file devices verify against (e.g. "
+                "KEYS/trust.json beside the release key): the server signs only uploads that "
+                "verify against it, or anyone who can upload would have the fleet's key sign "
+                "their release",
             ),
             (
                 self.token_file is not None or is_loopback(self.host),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.broker import free_port
+from devtools.ports import free_port
 
 PG_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from zoo.detector import STRIDE, GridDetector
+from modelbuild.detector import STRIDE, GridDetector
 
 TARGET_SIGMA = 0.8  # cells
 BOX_L1_WEIGHT = 5.0

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from zoo.layers import ConvBNAct, init_weights, make_divisible
+from modelbuild.layers import ConvBNAct, init_weights, make_divisible
 
 
 @dataclass(frozen=True)

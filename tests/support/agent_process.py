@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from edgeagent.api.client import AgentClient
-from tests.helpers import REPO
+from tests.support.helpers import REPO
 
 
 class Agent:

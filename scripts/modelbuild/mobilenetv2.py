@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.layers import ConvBNAct, init_weights, make_divisible
+from modelbuild.layers import ConvBNAct, init_weights, make_divisible
 
 # t (expansion), c (output channels), n (repeats), s (first stride) — Table 2 of the paper.
 SETTINGS = (

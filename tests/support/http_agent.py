@@ -38,7 +38,7 @@ from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
-from tests.helpers import serving_registry, write_tiny_package
+from tests.support.helpers import serving_registry, write_tiny_package
 
 TOKEN = "test-token"
 ADMIN_TOKEN = "test-admin-token"

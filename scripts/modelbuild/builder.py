@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo.data import digits_split, normalize, photo_crops
-from zoo.evaluate import compare, run_onnxruntime, run_variant
-from zoo.manifest import VariantFiles, write_manifest
-from zoo.specs import ModelSpec
-from zoo.train import (
+from modelbuild.data import digits_split, normalize, photo_crops
+from modelbuild.evaluate import compare, run_onnxruntime, run_variant
+from modelbuild.manifest import VariantFiles, write_manifest
+from modelbuild.specs import ModelSpec
+from modelbuild.train import (
     damp_residual_branches,
     predict,
     recalibrate_batchnorm,
     train_classifier,
 )
-from zoo.variants import write_variants
+from modelbuild.variants import write_variants
 
 BN_IMAGES = 96  # photo crops for BatchNorm re-estimation (seeded models)
 CALIBRATION_IMAGES = 32  # INT8 calibration set, the same for every runtime

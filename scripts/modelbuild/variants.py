@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from zoo import convert
-from zoo.manifest import VariantFiles
-from zoo.specs import ModelSpec
+from modelbuild import convert
+from modelbuild.manifest import VariantFiles
+from modelbuild.specs import ModelSpec
 
 
 def write_variants(

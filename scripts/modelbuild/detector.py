@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.layers import ConvBNAct, init_weights, make_divisible
-from zoo.mobilenetv2 import SETTINGS, InvertedResidual
+from modelbuild.layers import ConvBNAct, init_weights, make_divisible
+from modelbuild.mobilenetv2 import SETTINGS, InvertedResidual
 
 STRIDE = 8
 CENTRE_REACH = 1.0  # a cell's box centre may lie up to one cell outside it (3×3 positives)

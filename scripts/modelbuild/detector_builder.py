@@ -20,14 +20,14 @@ from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.models.tasks import boxes
 from edgeagent.models.tasks.detection import Detections
 from edgeagent.models.tasks.detection_map import mean_average_precision
-from zoo.data import normalize
-from zoo.detector import STRIDE
-from zoo.evaluate import run_variant
-from zoo.manifest import VariantFiles, write_manifest
-from zoo.scenes import Scenes, make_scenes
-from zoo.specs import ModelSpec
-from zoo.train_detector import train_detector
-from zoo.variants import write_variants
+from modelbuild.data import normalize
+from modelbuild.detector import STRIDE
+from modelbuild.evaluate import run_variant
+from modelbuild.manifest import VariantFiles, write_manifest
+from modelbuild.scenes import Scenes, make_scenes
+from modelbuild.specs import ModelSpec
+from modelbuild.train_detector import train_detector
+from modelbuild.variants import write_variants
 
 TRAIN_SCENES = 1500
 HELDOUT_SCENES = 200

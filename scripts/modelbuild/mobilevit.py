@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from zoo.layers import ConvBNAct, init_weights
-from zoo.mobilenetv2 import InvertedResidual
+from modelbuild.layers import ConvBNAct, init_weights
+from modelbuild.mobilenetv2 import InvertedResidual
 
 PATCH = 2  # patch height = width
 HEADS = 4

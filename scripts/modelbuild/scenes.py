@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from zoo.data import photo_crops
-from zoo.labels import SHAPES
+from modelbuild.data import photo_crops
+from modelbuild.labels import SHAPES
 
 MIN_SIDE, MAX_SIDE = 0.2, 0.5  # object size as a fraction of the scene's side
 MAX_OBJECTS = 4

@@ -24,7 +24,7 @@ from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import ModelPackage
 from edgeagent.runtimes import Session
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def serving_registry(

@@ -8,7 +8,7 @@ import numpy as np
 from PIL import Image, ImageFilter
 from sklearn.datasets import load_digits
 
-from zoo.data import digit_image, sample_photos
+from modelbuild.data import digit_image, sample_photos
 
 DIGIT_SIZE = 64
 SAMPLE_DIGITS = (0, 3, 7)  # class of the first example used for each file

@@ -8,8 +8,8 @@ from edgeagent.models import manifest_writer
 from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.manifest_writer import Manifest, VariantFiles
 from edgeagent.models.package import ModelPackage, Postprocess, Preprocess, ServingHints, TensorSpec
-from zoo.convert import INPUT_NAME
-from zoo.specs import ModelSpec
+from modelbuild.convert import INPUT_NAME
+from modelbuild.specs import ModelSpec
 
 __all__ = ["VariantFiles", "write_manifest"]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from zoo.labels import SHAPES, digit_labels, imagenet_labels, shape_labels
+from modelbuild.labels import SHAPES, digit_labels, imagenet_labels, shape_labels
 
 if TYPE_CHECKING:
     from torch import nn
@@ -21,26 +21,26 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def mobilenet_v2() -> nn.Module:
-    from zoo.mobilenetv2 import MobileNetV2
+    from modelbuild.mobilenetv2 import MobileNetV2
 
     return MobileNetV2()
 
 
 def mobilenet_v3_small() -> nn.Module:
-    from zoo.mobilenetv3 import MobileNetV3Small
+    from modelbuild.mobilenetv3 import MobileNetV3Small
 
     return MobileNetV3Small()
 
 
 def mobilevit_xxs() -> nn.Module:
-    from zoo.mobilevit import MobileViTXXS
+    from modelbuild.mobilevit import MobileViTXXS
 
     return MobileViTXXS()
 
 
 def digits_mnv3() -> nn.Module:
     """MobileNetV3-Small's design for 32×32 grey digits: half width, no stem stride."""
-    from zoo.mobilenetv3 import MobileNetV3Small
+    from modelbuild.mobilenetv3 import MobileNetV3Small
 
     return MobileNetV3Small(
         num_classes=10, width=0.5, in_channels=1, stem_stride=1, hidden=256, dropout=0.1
@@ -52,7 +52,7 @@ DETECTOR_SIZE = 96
 
 def shapes_grid_mnv2() -> nn.Module:
     """The grid detector (MobileNetV2-0.5 backbone) for the synthetic shape scenes."""
-    from zoo.detector import GridDetector
+    from modelbuild.detector import GridDetector
 
     return GridDetector(len(SHAPES), DETECTOR_SIZE)
 
