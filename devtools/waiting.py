@@ -15,18 +15,26 @@ from collections.abc import Awaitable, Callable
 POLL_S = 0.02
 
 
-async def until(predicate: Callable[[], object | Awaitable[object]], timeout: float = 20.0) -> None:
+async def until(
+    predicate: Callable[[], object | Awaitable[object]],
+    timeout: float = 20.0,
+    *,
+    poll_s: float = POLL_S,
+    what: str = "condition",
+) -> None:
     """Return once ``predicate()`` is true; raise ``AssertionError`` after ``timeout`` seconds.
 
     ``predicate`` may be a coroutine function (a condition read over HTTP): its result is
-    awaited each round.
+    awaited each round. A predicate that knows the condition can no longer come (the process
+    it waits for exited) raises instead of answering false. A benchmark that times the moment
+    a condition starts to hold polls more often (``poll_s``).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not await _holds(predicate):
         if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout:g} s")
-        await asyncio.sleep(POLL_S)
+            raise AssertionError(f"{what} not met within {timeout:g} s")
+        await asyncio.sleep(poll_s)
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 20.0) -> None:
