@@ -257,7 +257,7 @@ class InferenceService:
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def ModelInfer(self, request, context) -> pb.ModelInferResponse:
-        regions = self.regions.of(self.caller(context))
+        regions = self.regions.of(lambda: self.caller(context))
         decoded = decode_request(request, context, regions)
         version = _version(request.model_version)
         answer = await self.dataplane.infer(decoded, request.model_name, version)

@@ -70,7 +70,7 @@ def _json_size(body_length: int, header: str | None) -> int:
 
 async def infer(request: web.Request) -> web.Response:
     dataplane = request.app[DATAPLANE]
-    regions = request.app[SHARED_MEMORY].of(http_caller(request))
+    regions = request.app[SHARED_MEMORY].of(lambda: http_caller(request))
     name, version = _names(request)
     header = request.headers.get(v2.HEADER_LENGTH)
     raw = header is not None and header.strip() == "0"
@@ -109,7 +109,7 @@ async def _decode_large_json(
     parsed = await request.app[JSON_HELPER].parse(json_part)
     loop = asyncio.get_running_loop()
     decoder = request.app[JSON_DECODER]
-    regions = request.app[SHARED_MEMORY].of(http_caller(request))
+    regions = request.app[SHARED_MEMORY].of(lambda: http_caller(request))
     if parsed is None:
         return await loop.run_in_executor(decoder, v2.decode_request, body, header, regions)
     if parsed.light:

@@ -29,11 +29,12 @@ What protects the agent:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,9 +283,10 @@ class SharedMemoryRegistry:
         except KeyError:
             raise RegionNotFound(f"no shared memory region {name!r} is registered") from None
 
-    def of(self, caller: Caller) -> CallerRegions:
-        """The regions ``caller``'s infer request may name (what the codecs read and write)."""
-        return CallerRegions(self, caller)
+    def of(self, identify: Callable[[], Caller]) -> CallerRegions:
+        """The regions an infer request's caller may name (what the codecs read and write);
+        ``identify`` finds the caller, and is called only when the request names a region."""
+        return CallerRegions(self, identify)
 
     def close(self) -> None:
         """Release every region (the agent stops)."""
@@ -293,12 +295,20 @@ class SharedMemoryRegistry:
             region.release()
 
 
-@dataclass(frozen=True)
 class CallerRegions:
-    """One caller's regions, as an infer request's tensors name them."""
+    """One caller's regions, as an infer request's tensors name them.
 
-    registry: SharedMemoryRegistry
-    caller: Caller
+    Most requests name no region, so the caller (a socket peer's credentials: two
+    ``getsockopt`` calls) is found at the first region a request names, once.
+    """
+
+    def __init__(self, registry: SharedMemoryRegistry, identify: Callable[[], Caller]) -> None:
+        self.registry = registry
+        self._identify = identify
+
+    @functools.cached_property
+    def caller(self) -> Caller:
+        return self._identify()
 
     def _region(self, name: str) -> Region:
         self.registry.admit(self.caller)
