@@ -31,7 +31,7 @@ from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.policy import SUCCEEDED, TIMED_OUT, RolloutPolicy, Tally, classify
 from edgeagent.hub.publish import hub_client
-from edgeagent.hub.status import collect_fleet, read_report
+from edgeagent.hub.status import collect_fleet, read_event
 
 log = logging.getLogger(__name__)
 
@@ -152,16 +152,16 @@ async def _await_outcomes(
         if where is None or where[1] != "events" or where[0] not in report.devices:
             continue  # only the rollout's own devices count, whatever others claim
         device = where[0]
-        event = read_report(message.payload, f"event of {device}")
+        event = read_event(message.payload, f"event of {device}")
+        outcome = event.outcome if event is not None else None
         if (
             device in waiting
-            and event is not None
-            and event.get("deployment_id") == report.deployment_id
-            and event.get("step") == "done"
+            and outcome is not None
+            and outcome.deployment_id == report.deployment_id
         ):
             waiting.discard(device)
-            report.outcomes[device] = classify(event)
-            report.codes[device] = str(event.get("code", ""))[:64]
+            report.outcomes[device] = classify(outcome)
+            report.codes[device] = outcome.code[:64]
     for device in waiting:
         report.outcomes[device] = TIMED_OUT
         report.codes[device] = TIMED_OUT

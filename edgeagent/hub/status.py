@@ -14,9 +14,15 @@ from typing import Any
 
 import aiomqtt
 
-from edgeagent.fleet.messages import MessageError, Outcome, StateReport, decode_state
+from edgeagent.fleet.messages import (
+    Event,
+    MessageError,
+    Outcome,
+    StateReport,
+    decode_event,
+    decode_state,
+)
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import TrustError, loads_strict
 from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.publish import MAX_REPORT_BYTES, hub_client
@@ -32,24 +38,17 @@ def _bounded(payload: Any, what: str) -> bytes | None:
     return bytes(payload)
 
 
-def read_report(payload: Any, what: str) -> dict[str, Any] | None:
-    """A device's JSON report (state or event), or None — with a warning — when it is not one.
-
-    Reports come from the devices' own topics, which a compromised or misconfigured device
-    can fill with anything: size and nesting are bounded before parsing, never trusted after.
-    """
+def read_event(payload: Any, what: str) -> Event | None:
+    """A device's install event, or None — with a warning naming the wrong field — when the
+    payload is not one (the parser the hub server uses too: ``fleet.messages``)."""
     data = _bounded(payload, what)
     if data is None:
         return None
     try:
-        document = loads_strict(data, what)
-    except TrustError as exc:
-        log.warning("skipped the %s: %s", what, exc.message)
+        return decode_event(data, what)
+    except MessageError as exc:
+        log.warning("skipped it: %s", exc)
         return None
-    if not isinstance(document, dict):
-        log.warning("skipped the %s: not a JSON object", what)
-        return None
-    return document
 
 
 def read_state(payload: Any, what: str) -> StateReport | None:

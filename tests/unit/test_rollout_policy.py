@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from edgeagent.fleet.messages import Outcome
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.policy import (
     FAILED,
@@ -112,11 +113,11 @@ def test_a_tally_counts_only_final_statuses() -> None:
 
 
 def test_what_a_device_answer_means() -> None:
-    assert classify({"result": "succeeded"}) == SUCCEEDED
-    assert classify({"result": "refused", "code": "same_version"}) == SUCCEEDED
-    assert classify({"result": "refused", "code": "replay"}) == FAILED
-    assert classify({"result": "rolled_back", "code": "golden_mismatch"}) == FAILED
-    assert classify({}) == FAILED
+    assert classify(Outcome("succeeded")) == SUCCEEDED
+    assert classify(Outcome("refused", "same_version")) == SUCCEEDED
+    assert classify(Outcome("refused", "replay")) == FAILED
+    assert classify(Outcome("rolled_back", "golden_mismatch")) == FAILED
+    assert classify(Outcome("failed")) == FAILED
 
 
 def test_the_policy_round_trips_through_its_stored_fields() -> None:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from edgeagent.fleet.messages import Outcome
 from edgeagent.hub.keys import HubError
 
 SUCCEEDED, FAILED, TIMED_OUT = "succeeded", "failed", "timed_out"
@@ -36,12 +37,11 @@ class PolicyError(HubError):
         self.problem = problem
 
 
-def classify(event: Mapping[str, Any]) -> str:
-    """A device's final event as a rollout outcome: ``succeeded`` or ``failed``."""
-    result = event.get("result", "")
-    if result == "refused" and event.get("code") in ALREADY_DONE:
+def classify(outcome: Outcome) -> str:
+    """A device's install outcome as a rollout's: ``succeeded`` or ``failed``."""
+    if outcome.result == "refused" and outcome.code in ALREADY_DONE:
         return SUCCEEDED
-    return SUCCEEDED if result == SUCCEEDED else FAILED
+    return SUCCEEDED if outcome.result == SUCCEEDED else FAILED
 
 
 @dataclass(frozen=True)

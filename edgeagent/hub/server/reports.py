@@ -25,7 +25,6 @@ from edgeagent.fleet.messages import (
     decode_event,
     decode_state,
 )
-from edgeagent.fleet.wire import dump
 from edgeagent.hub.rollout import classify
 
 T = TypeVar("T")
@@ -188,6 +187,6 @@ def device_event(event: Event) -> DeviceEvent:
         result=event.result or "",
         code=_text(event.code, 64),
         message=_text(event.message, 1000),
-        outcome=classify(dump(outcome)) if outcome is not None else "",
+        outcome=classify(outcome) if outcome is not None else "",
         detail=detail,
     )
