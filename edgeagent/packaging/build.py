@@ -19,7 +19,12 @@ from edgeagent.models.tasks.classification import ranked
 from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.images import Samples, load_samples
 from edgeagent.packaging.manifest import describe
-from edgeagent.packaging.options import LogicalModel, PackageOptions, logical_model
+from edgeagent.packaging.options import (
+    LogicalModel,
+    PackageOptions,
+    default_name,
+    logical_model,
+)
 from edgeagent.packaging.sources import SourceModel, read_source
 from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
 from edgeagent.packaging.variants import (
@@ -66,7 +71,7 @@ def build_package(
         logical = logical_model(reference, options)
         preprocess = _preprocess(reference, logical, options)
         labels = _labels(options, logical)
-        name = options.name or reference.path.stem.split(".")[0]
+        name = options.name or default_name(reference.path)
         source = _pinned(reference, logical, work)
         made, failed = _variants(
             models,

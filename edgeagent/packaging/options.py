@@ -6,6 +6,7 @@ with the file's name and the flag that fills it, rather than guessed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,25 @@ class LogicalModel:
     outputs: tuple[TensorSpec, ...]
     layout: str | None
     task: str
+
+
+# What a file name may carry after the model's own name: a precision (``mobilenet.int8.onnx``,
+# the packager's own variant names) or an optimisation tag. Only these are cut, so a version in
+# the name stays (``hey_jarvis_v0.1.onnx`` is ``hey_jarvis_v0.1``).
+NAME_TAGS = frozenset({"fp32", "fp16", "int8", "uint8", "float32", "float16", "quant", "opt"})
+
+
+def default_name(path: Path) -> str:
+    """The package name ``--name`` defaults to: the file's stem less its known tags.
+
+    Characters a model name may not hold (``models.names.NAME_RE``: letters, digits, ``_``,
+    ``-``, ``.``) become ``_``, and it is cut to the 64 characters a name may have.
+    """
+    parts = path.stem.split(".")
+    while len(parts) > 1 and parts[-1].lower() in NAME_TAGS:
+        parts.pop()
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", ".".join(parts)).lstrip("_.-") or "model"
+    return name[:64]
 
 
 def logical_model(reference: SourceModel, options: PackageOptions) -> LogicalModel:

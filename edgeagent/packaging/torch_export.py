@@ -2,8 +2,13 @@
 
 Torch is a build-time tool, never an agent dependency: ``edgeagent package file.py:factory``
 exports in-process where torch is importable; elsewhere run this module with a Python that has
-torch (``python -m edgeagent.packaging.torch_export file.py:factory --weights w.pt
+torch (``python /path/to/edgeagent/packaging/torch_export.py file.py:factory --weights w.pt
 --input-size 224,224 --out model.onnx``) and package the ONNX it writes.
+
+A build environment has torch but not necessarily edgeagent, so ``python -m
+edgeagent.packaging.torch_export`` works only where edgeagent is importable (the repository
+root, or an environment it is installed in); run by its path, the file finds its own package
+from any directory. The error message names that path.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run by path: the checkout (or site-packages) holding edgeagent
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 
@@ -53,9 +61,10 @@ def load_factory(spec: str, weights: Path | None) -> Any:
         import torch
     except ImportError as exc:
         raise PackagingError(
-            f"{spec}: torch is not installed in this environment: run `python -m "
-            "edgeagent.packaging.torch_export` with a Python that has torch (e.g. .venv-build) "
-            "and package the .onnx it writes"
+            f"{spec}: torch is not installed in this environment: run `python "
+            f"{Path(__file__).resolve()} {spec} --input-size H,W --out model.onnx` with a "
+            "Python that has torch (e.g. .venv-build), from any directory, and package the "
+            ".onnx it writes"
         ) from exc
     module_spec = importlib.util.spec_from_file_location(path.stem, path)
     if module_spec is None or module_spec.loader is None:

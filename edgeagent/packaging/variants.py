@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeagent.packaging.errors import converter_message
 from edgeagent.packaging.quantize import cpu_has_vnni, quantize_onnx
 
 # --variants vocabulary: what each name adds to a package built from ONNX.
@@ -133,7 +134,7 @@ def make_variants(
         try:
             files = make()
         except Exception as exc:
-            text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            text = converter_message(exc)  # the whole message: its first line is a location
             failed.append(Failed(runtime, precision, device, how, f"conversion failed: {text}"))
             return False
         made.append(Made(runtime, precision, tuple(files), device, how))
