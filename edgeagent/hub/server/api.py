@@ -220,13 +220,14 @@ async def _deployment_response(
     """The deployment with one page of its devices (``?limit=&offset=``, counts always whole)."""
     hub = context_of(request)
     limit, offset = query_page(request)
+    version = hub.changes.version  # before the read: a change during it is then not lost
     async with hub.engine.connect() as connection:
         found = await deploydb.get_deployment(
             connection, deployment_id, device_limit=limit, device_offset=offset
         )
     if found is None:
         raise BadRequest(404, f"no deployment {deployment_id!r}")
-    found["version"] = hub.changes.version
+    found["version"] = version
     return web.json_response(found, status=status)
 
 
