@@ -30,6 +30,7 @@ class DetectionHead:
     activation: ScoreActivation = "none"  # applied to the class scores (and objectness)
     background: bool = False  # SSD softmax: column 0 is "background", not a class
     variances: tuple[float, float] = (0.1, 0.2)  # SSD: centre and size regression scales
+    first_class_id: int = 0  # post-processed: the class id of labels.txt's first line (TF: 1)
     score_threshold: float = 0.25
     iou_threshold: float = 0.45
     max_detections: int = 100
@@ -51,6 +52,17 @@ class DetectionHead:
         """
         from edgeagent.models.tasks import decode  # numpy: needed only to decode
 
+        if self.style == "postprocessed":  # NMS ran in the graph: nothing to re-score
+            return decode.postprocessed_detections(
+                outputs,
+                input_size,
+                geometry,
+                box_format=self.box_format,
+                normalized=self.normalized,
+                first_class_id=self.first_class_id,
+                score_threshold=max(self.score_threshold, min_score or 0.0),
+                max_detections=self.max_detections,
+            )
         if self.style == "yolo":
             boxes, scores = decode.yolo_candidates(
                 outputs[0],

@@ -117,6 +117,7 @@ def manifest_table(manifest: Manifest, root: Path) -> dict[str, Any]:
             "activation": head.activation,
             "background": head.background,
             "variances": list(head.variances),
+            "first_class_id": head.first_class_id or None,  # absent is the reader's 0
             "score_threshold": head.score_threshold,
             "iou_threshold": head.iou_threshold,
             "max_detections": head.max_detections,

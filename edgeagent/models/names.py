@@ -23,8 +23,10 @@ TASK_NAMES = ("classification", "detection", "segmentation", "tensor")
 SEAL_SCHEME = "x25519-hkdf-sha256-aes256gcm"
 # The words of a ``[detection]`` table that both its parsed form (models.detection_head) and
 # its numpy decoder (models.tasks.decode) speak.
-HeadStyle = Literal["yolo", "ssd"]
-BoxFormat = Literal["cxcywh", "xyxy"]
+# "postprocessed": the graph ran its own NMS (TF Object Detection API, TFLite detection
+# post-process): boxes, classes, scores and a count come out ready, ymin-first ("yxyx").
+HeadStyle = Literal["yolo", "ssd", "postprocessed"]
+BoxFormat = Literal["cxcywh", "xyxy", "yxyx"]
 ScoreActivation = Literal["none", "sigmoid", "softmax"]
 
 

@@ -529,6 +529,7 @@ def _detection(
             "activation",
             "background",
             "variances",
+            "first_class_id",
             "score_threshold",
             "iou_threshold",
             "max_detections",
@@ -539,13 +540,14 @@ def _detection(
     if len(variances) != 2 or min(variances) <= 0:
         fields.fail("must be two positive numbers [centre, size]", "variances")
     head = DetectionHead(
-        style=fields.get("style", str, "yolo", choices=("yolo", "ssd")),
-        box_format=fields.get("box_format", str, "cxcywh", choices=("cxcywh", "xyxy")),
+        style=fields.get("style", str, "yolo", choices=("yolo", "ssd", "postprocessed")),
+        box_format=fields.get("box_format", str, "cxcywh", choices=("cxcywh", "xyxy", "yxyx")),
         normalized=fields.get("normalized", bool, False),
         objectness=fields.get("objectness", bool, False),
         activation=fields.get("activation", str, "none", choices=("none", "sigmoid", "softmax")),
         background=fields.get("background", bool, False),
         variances=(variances[0], variances[1]),
+        first_class_id=fields.get("first_class_id", int, 0),
         score_threshold=float(fields.get("score_threshold", (int, float), 0.25)),
         iou_threshold=float(fields.get("iou_threshold", (int, float), 0.45)),
         max_detections=fields.get("max_detections", int, 100),
@@ -555,16 +557,19 @@ def _detection(
             fields.fail("must be between 0 and 1", key)
     if not 1 <= head.max_detections <= 10_000:
         fields.fail("must be 1..10000", "max_detections")
-    wanted = 2 if head.style == "ssd" else 1
-    if len(outputs) != wanted:
+    if not 0 <= head.first_class_id <= 1:
+        fields.fail("must be 0 or 1 (the class id of the first label)", "first_class_id")
+    wanted = {"ssd": (2,), "postprocessed": (3, 4)}.get(head.style, (1,))
+    if len(outputs) not in wanted:
         fields.fail(
-            f"a {head.style}-style head has {wanted} output(s), the package declares "
-            f"{len(outputs)}",
+            f"a {head.style}-style head has {' or '.join(map(str, wanted))} output(s), the "
+            f"package declares {len(outputs)}",
             "style",
         )
-    if head.style == "yolo":
+    if head.style != "ssd":
         if "anchors" in fields.table:
-            fields.fail("a YOLO-style head has no anchors", "anchors")
+            kind = "YOLO" if head.style == "yolo" else head.style
+            fields.fail(f"a {kind}-style head has no anchors", "anchors")
         return head, None
     return head, _anchors(root, manifest, fields)
 

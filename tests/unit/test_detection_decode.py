@@ -168,3 +168,52 @@ def test_mapped_boxes_are_clipped_to_the_image():
     np.testing.assert_allclose(
         to_original(np.array([[-20, 10, 140, 90]], np.float32), geometry), [[0, 5, 50, 45]]
     )
+
+
+def _tf_outputs() -> list[np.ndarray]:
+    """TF Object Detection API style: 4 padded rows, 2 valid, ids from 1, boxes ymin-first."""
+    boxes = np.array(
+        [[0.1, 0.2, 0.5, 0.6], [0.0, 0.0, 0.2, 0.4], [0.3, 0.3, 0.4, 0.4], [0, 0, 0, 0]],
+        np.float32,
+    )
+    classes = np.array([1, 3, 2, 0], np.float32)
+    scores = np.array([0.6, 0.9, 0.8, 0.0], np.float32)
+    return [boxes, classes, scores, np.array(2, np.float32)]
+
+
+def test_a_postprocessed_head_reads_yxyx_boxes_ids_and_count():
+    head = DetectionHead(
+        style="postprocessed", box_format="yxyx", normalized=True, first_class_id=1
+    )
+    geometry = stretch_geometry((400, 200), (100, 100))  # the image was stretched to 100²
+    found = head.decode(_tf_outputs(), (100, 100), geometry, num_classes=90)
+    # only the 2 counted rows, best first; the third (0.8) lies beyond num_detections
+    np.testing.assert_allclose(found.scores, [0.9, 0.6])
+    assert found.classes.tolist() == [2, 0]  # ids 3 and 1 → label indices
+    np.testing.assert_allclose(found.boxes, [[0, 0, 160, 40], [80, 20, 240, 100]], atol=1e-4)
+
+
+def test_a_postprocessed_head_applies_threshold_cap_and_drops_background_ids():
+    outputs = _tf_outputs()
+    outputs[3] = np.array(4, np.float32)  # every row counted: the padded row has id 0
+    head = DetectionHead(
+        style="postprocessed",
+        box_format="yxyx",
+        normalized=True,
+        first_class_id=1,
+        score_threshold=0.0,
+        max_detections=2,
+    )
+    found = head.decode(outputs, (100, 100), IDENTITY, num_classes=90)
+    np.testing.assert_allclose(found.scores, [0.9, 0.8])  # capped at 2; id 0 never appears
+    three = head.decode(outputs[:3], (100, 100), IDENTITY, 90, min_score=0.7)
+    np.testing.assert_allclose(three.scores, [0.9, 0.8])  # no count output: all rows read
+
+
+def test_a_postprocessed_head_refuses_outputs_that_disagree():
+    head = DetectionHead(style="postprocessed")
+    boxes, classes, scores = np.zeros((3, 4)), np.zeros(3), np.zeros(2)
+    with pytest.raises(ValueError, match="disagree on the row count"):
+        head.decode([boxes, classes, scores], (10, 10), IDENTITY, 1)
+    with pytest.raises(ValueError, match="boxes, classes, scores"):
+        head.decode([boxes, classes], (10, 10), IDENTITY, 1)

@@ -178,6 +178,25 @@ def test_a_detector_round_trips_with_its_head_and_anchors(tmp_path: Path) -> Non
     assert package.anchors is not None and package.anchors.shape == (6, 4)
 
 
+def test_a_postprocessed_detector_round_trips_with_its_first_class_id(tmp_path: Path) -> None:
+    head = DetectionHead(
+        style="postprocessed", box_format="yxyx", normalized=True, first_class_id=1
+    )
+    rows = [TensorSpec(n, "float32", (-1, 10)) for n in ("classes", "scores")]
+    manifest = Manifest(
+        name="tf-ssd",
+        version="1.0.0",
+        task="detection",
+        inputs=(TensorSpec("image", "float32", (-1, 64, 64, 3), "NHWC"),),
+        outputs=(TensorSpec("boxes", "float32", (-1, 10, 4)), *rows),
+        detection=head,
+        variants=(VariantFiles("onnxruntime", "fp32", ("model.onnx",)),),
+    )
+    package = write_manifest(_package_dir(tmp_path), manifest)
+    assert package.detection == head
+    assert "first_class_id = 1" in (tmp_path / "model.toml").read_text(encoding="utf-8")
+
+
 def test_a_manifest_the_reader_refuses_is_refused_when_written(tmp_path: Path) -> None:
     manifest = Manifest(
         name="ok",

@@ -43,6 +43,14 @@ def test_an_ssd_head_generates_its_anchors(tmp_path: Path) -> None:
     assert package.anchors is not None and package.anchors.shape == ((16 + 4) * 2, 4)
 
 
+def test_a_postprocessed_head_is_read(tmp_path: Path) -> None:
+    table = {"style": "postprocessed", "box_format": "yxyx", "normalized": True}
+    package = load_package(detector(tmp_path / "p", {**table, "first_class_id": 1}, outputs=4))
+    assert package.detection is not None
+    assert (package.detection.style, package.detection.first_class_id) == ("postprocessed", 1)
+    assert package.detection.box_format == "yxyx" and package.anchors is None
+
+
 def test_an_ssd_head_reads_its_anchors_file(tmp_path: Path) -> None:
     root = detector(tmp_path / "p", {"style": "ssd", "anchors": "anchors.npy"}, outputs=2)
     np.save(root / "anchors.npy", np.full((5, 4), 0.5, np.float32))
@@ -59,6 +67,10 @@ def test_an_ssd_head_reads_its_anchors_file(tmp_path: Path) -> None:
         ({"style": "yolo", "iou_threshold": 1.5}, 1, "iou_threshold: must be between 0 and 1"),
         ({"style": "yolo", "anchors": "a.npy"}, 1, "a YOLO-style head has no anchors"),
         ({"style": "retina"}, 1, "'retina' is not one of yolo, ssd"),
+        ({"style": "postprocessed"}, 2, "a postprocessed-style head has 3 or 4 output"),
+        ({"style": "postprocessed", "first_class_id": 5}, 4, "first_class_id: must be 0 or 1"),
+        ({"style": "postprocessed", "anchors": "a.npy"}, 4, "postprocessed-style head has no"),
+        ({"style": "yolo", "box_format": "yxxy"}, 1, "'yxxy' is not one of cxcywh, xyxy, yxyx"),
         ({"style": "yolo", "box": "x"}, 1, "unknown field(s) box"),
         (
             {"style": "ssd", "anchors": {"feature_maps": [4], "scales": [0.2]}},

@@ -9,6 +9,10 @@ Two head families cover what edge detectors ship:
 - **SSD-style**: box regressions against a fixed set of anchors (``[A, 4]`` offsets in
   cx, cy, w, h order scaled by variances, the SSD paper's encoding) plus per-anchor class
   scores, sigmoid, or softmax with a background column.
+- **Post-processed** (NMS in the graph, the TF Object Detection API's and TFLite's
+  detection post-process): ``boxes [K, 4]`` (ymin, xmin, ymax, xmax, normalised), ``classes
+  [K]`` (class ids, the first label's id given), ``scores [K]`` and optionally ``count``, the
+  number of valid rows; only the threshold, the row cap and the mapping back are left to do.
 
 Everything after the network is vectorised numpy: the score threshold, the per-class NMS (an
 exact greedy NMS computed as a fixed point over the IoU matrix, with no per-box Python loop)
@@ -68,6 +72,8 @@ def corners(boxes: np.ndarray, box_format: BoxFormat) -> np.ndarray:
     """``[K, 4]`` boxes in ``box_format`` → corners ``x_min, y_min, x_max, y_max``."""
     if box_format == "xyxy":
         return boxes.astype(np.float32, copy=False)
+    if box_format == "yxyx":
+        return boxes[:, [1, 0, 3, 2]].astype(np.float32)
     cx, cy, w, h = boxes.T
     return np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1).astype(np.float32)
 
@@ -179,6 +185,56 @@ def ssd_candidates(
     if background:
         scores = scores[:, 1:]
     return boxes, scores
+
+
+def postprocessed_detections(
+    outputs: list[np.ndarray],
+    input_size: tuple[int, int],
+    geometry: Geometry,
+    *,
+    box_format: BoxFormat,
+    normalized: bool,
+    first_class_id: int,
+    score_threshold: float,
+    max_detections: int,
+) -> Detections:
+    """A graph's own NMS output (boxes, classes, scores[, count]) → kept detections.
+
+    The graph pads to a fixed row count (TF: 100) with zero scores; ``count`` says how many rows
+    are real. Class ids become label indices by subtracting ``first_class_id``; a row whose id
+    falls below it (TF's background 0) or whose box is not finite is dropped, never indexed.
+    """
+    if len(outputs) not in (3, 4):
+        raise ValueError(
+            f"a post-processed head reads boxes, classes, scores[, count]: got {len(outputs)}"
+        )
+    boxes = np.asarray(outputs[0], dtype=np.float32).reshape(-1, 4)
+    classes = np.asarray(outputs[1], dtype=np.float64).reshape(-1)
+    scores = np.asarray(outputs[2], dtype=np.float32).reshape(-1)
+    if not len(boxes) == len(classes) == len(scores):
+        raise ValueError(
+            f"post-processed outputs disagree on the row count: boxes {len(boxes)}, "
+            f"classes {len(classes)}, scores {len(scores)}"
+        )
+    rows = len(scores)
+    if len(outputs) == 4:
+        count = np.asarray(outputs[3], dtype=np.float64).reshape(-1)
+        if count.size and np.isfinite(count[0]):
+            rows = int(np.clip(count[0], 0, rows))
+    boxes, classes, scores = boxes[:rows], classes[:rows], scores[:rows]
+    index = np.rint(classes).astype(np.int64) - first_class_id
+    valid = (
+        (scores >= score_threshold)
+        & (index >= 0)
+        & np.isfinite(scores)
+        & np.isfinite(boxes).all(axis=1)
+    )
+    boxes, scores, index = boxes[valid], scores[valid], index[valid]
+    order = np.argsort(-scores, kind="stable")[:max_detections]
+    corner = corners(boxes[order], box_format)
+    if normalized:
+        corner = corner * np.asarray(input_size * 2, dtype=np.float32)
+    return Detections(to_original(corner, geometry), scores[order].astype(np.float32), index[order])
 
 
 def select(
