@@ -19,6 +19,7 @@ change with the code, so each section is mapped field by field into its message 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 
 Publish = Callable[[dict[str, Any]], None]
 HISTORY = 10  # outcomes kept in the report
+MESSAGE_CUT = 200  # characters of an outcome's message kept when the report must shrink
 
 
 def models_section(status: Mapping[str, Any]) -> dict[str, ModelState]:
@@ -120,8 +122,10 @@ class UpdateReporter:
         sources: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
         metrics: CollectorRegistry | None = None,
         state_file: Path | None = None,
+        max_state_bytes: int = 32 * 1024,
     ) -> None:
         self.device_id = device_id
+        self.max_state_bytes = max_state_bytes  # the JSON state report never exceeds this
         self.group = group
         self.sources = dict(sources or {})
         self.publish_state: Publish = lambda state: None
@@ -253,11 +257,74 @@ class UpdateReporter:
         )
 
     def state(self) -> dict[str, Any]:
-        """The state report as the MQTT link publishes it."""
-        return encode(self.report())
+        """The state report as the MQTT link publishes it, within ``max_state_bytes``."""
+        return bounded(self.report(), self.max_state_bytes)
 
     def refresh(self) -> None:
         self.publish_state(self.state())
 
 
-__all__ = ["SECTIONS", "MessageError", "UpdateReporter"]
+def _size(document: dict[str, Any]) -> int:
+    return len(json.dumps(document, default=str).encode())
+
+
+def _cut(outcome: Outcome | None) -> Outcome | None:
+    if outcome is None or len(outcome.message) <= MESSAGE_CUT:
+        return outcome
+    return dataclasses.replace(outcome, message=outcome.message[:MESSAGE_CUT] + " …")
+
+
+def _without(report: StateReport, section: str) -> StateReport:
+    if section == "models":
+        return dataclasses.replace(report, models={})
+    if section == "governor":
+        return dataclasses.replace(report, governor=None)
+    if section == "device_key":
+        return dataclasses.replace(report, device_key=None)
+    return dataclasses.replace(report, profile=None)
+
+
+def bounded(report: StateReport, limit: int) -> dict[str, Any]:
+    """``report`` encoded in at most ``limit`` bytes of JSON, shrunk in the order that loses
+    least: the oldest outcomes of the history first, then long messages, then the big
+    sections (models, governor), each omission named in ``errors["report"]``.
+
+    The report is re-published on a heartbeat and retained on the broker for every device,
+    so its size must not grow with how many models or how long a refusal's text is; a report
+    the broker refuses (over its packet limit) would leave the hub's picture stale instead.
+    """
+    document = encode(report)
+    history = list(report.updates.history)
+    while _size(document) > limit and history:
+        history = history[1:]
+        report = dataclasses.replace(
+            report, updates=dataclasses.replace(report.updates, history=history)
+        )
+        document = encode(report)
+    if _size(document) > limit:
+        updates = dataclasses.replace(report.updates, last=_cut(report.updates.last))
+        report = dataclasses.replace(report, updates=updates)
+        document = encode(report)
+    left_out: list[str] = []
+    for section in ("models", "governor", "device_key", "profile"):
+        if _size(document) <= limit:
+            break
+        left_out.append(section)
+        note = f"over max_state_bytes = {limit}: {', '.join(left_out)} left out"
+        errors = {**report.errors, "report": note}
+        report = dataclasses.replace(_without(report, section), errors=errors)
+        document = encode(report)
+    if _size(document) > limit:  # the bare identity always fits a sane limit (validated)
+        document = encode(
+            StateReport(
+                device_id=report.device_id,
+                group=report.group,
+                agent_version=report.agent_version,
+                updated_at=report.updated_at,
+                errors={"report": f"over max_state_bytes = {limit}: only the identity sent"},
+            )
+        )
+    return document
+
+
+__all__ = ["SECTIONS", "MessageError", "UpdateReporter", "bounded"]

@@ -53,6 +53,19 @@ class UpdateSettings:
         "also download a release's best CPU variant when the chosen one needs an accelerator",
     )
     ca_file: Path | None = setting(None, "CA bundle for https artifact URLs; None = system store")
+    failed_probe_memory_s: float = setting(
+        30 * 86400.0,
+        "an accelerator whose probe failed here keeps its variants out of downloads this long "
+        "(for the same runtime version); 0 = download them anyway",
+        "s",
+    )
+    # --- state report (retained on <p>/device/<id>/state) ---
+    state_interval_s: float = setting(
+        300.0, "re-publish the state report this often (heartbeat: last seen); 0 = off", "s"
+    )
+    max_state_bytes: int = setting(
+        32 * 1024, "the state report is shrunk to fit (old history, then sections)", "bytes"
+    )
     # --- canary (a release's canary table; thresholds it leaves out: [server] canary_*) ---
     canary_max_seconds: float = setting(
         600.0, "a canary's longest window when its release sets no max_seconds", "s"
@@ -97,6 +110,24 @@ class UpdateSettings:
         require(self.keep_releases >= 1, "updates", "keep_releases", "must be at least 1")
         require(self.golden_top_k >= 1, "updates", "golden_top_k", "must be at least 1")
         require(self.download_retries >= 0, "updates", "download_retries", "must be >= 0")
+        require(
+            self.state_interval_s == 0 or 1 <= self.state_interval_s <= 86400,
+            "updates",
+            "state_interval_s",
+            "must be 0 (off) or 1..86400 seconds",
+        )
+        require(
+            4096 <= self.max_state_bytes <= MAX_ENVELOPE_BYTES,
+            "updates",
+            "max_state_bytes",
+            f"must be 4096..{MAX_ENVELOPE_BYTES} bytes",
+        )
+        require(
+            0 <= self.failed_probe_memory_s <= 365 * 86400,
+            "updates",
+            "failed_probe_memory_s",
+            "must be 0..31536000 seconds",
+        )
         require(
             1 <= self.canary_max_seconds <= 7 * 86400,
             "updates",

@@ -240,7 +240,9 @@ class Updater:
     async def apply(
         self, envelope: bytes, topic: str = "", *, await_canary: bool = True
     ) -> dict[str, Any] | None:
-        """Run one release through every step; return the outcome record (None if a repeat).
+        """Run one release through every step; return the outcome record (None while the
+        re-delivered release is a canary still waiting; a re-send of the committed envelope is
+        answered ``same_version``).
 
         ``topic`` is where it arrived: on a model's retained slot only that model's release is
         taken, so a copy in another model's slot (which would hide that model's release from
@@ -250,8 +252,7 @@ class Updater:
         """
         key = self._handled_key("release", envelope)
         if key in self._handled:
-            log.debug("release envelope %s already installed", key)
-            return None
+            return self._resent(envelope, key)
         try:
             self._check_size(envelope)
             manifest = verify_release(
@@ -302,6 +303,37 @@ class Updater:
         if concluding is not None and await_canary:
             await asyncio.shield(concluding)
         return self.reporter.last
+
+    def _resent(self, envelope: bytes, key: str) -> dict[str, Any]:
+        """Answer a re-send of the envelope committed here: ``same_version``, nothing reinstalled.
+
+        The hub re-sends the exact bytes after a crash of its own and waits for an answer
+        (``same_version`` counts as done), so silence would time its deployment out. The
+        answer is an event only (``persist=False``): the retained copy comes again on every
+        reconnect, and it must not rewrite the saved history or push the real outcome out of
+        the state report. The model, version and deployment are read from the verified
+        manifest; bytes no longer trusted (a rotated-away key) get that refusal instead.
+        """
+        try:
+            manifest = verify_release(
+                envelope,
+                self.trust,
+                device=self.device,
+                history=self,
+                max_artifact_bytes=self.settings.max_artifact_bytes,
+                clock_skew_s=self.settings.clock_skew_s,
+            )
+        except ReleaseRefused as exc:  # its own serial is the floor: the expected answer
+            manifest = exc.manifest
+        except TrustError as exc:
+            release = self._describe(envelope, exc)
+            return self.reporter.outcome(release, "refused", exc.code, exc.message, persist=False)
+        message = (
+            f"{manifest.model} {manifest.version} (serial {manifest.serial}): this envelope "
+            f"was committed here already ({key[8:20]}); nothing reinstalled"
+        )
+        release = self._describe_manifest(manifest)
+        return self.reporter.outcome(release, "refused", "same_version", message, persist=False)
 
     def _variants(self, manifest: ReleaseManifest) -> list[VariantArtifact]:
         """The variants of ``manifest`` this device downloads (its choice, best first)."""
@@ -809,6 +841,7 @@ class UpdateService:
             sources=sources,
             metrics=metrics,
             state_file=self.store.root / "report.json",
+            max_state_bytes=settings.max_state_bytes,
         )
         self.updater = Updater(
             settings=settings,
@@ -843,6 +876,20 @@ class UpdateService:
             spawn(self.link.run(), name="mqtt-link"),
             spawn(self.updater.run(), name="update-worker"),
         ]
+        if self.updater.settings.state_interval_s > 0:
+            self._tasks.append(spawn(self._heartbeat(), name="state-heartbeat"))
+
+    async def _heartbeat(self) -> None:
+        """Re-publish the state report every ``state_interval_s``, changed or not.
+
+        The report is otherwise sent only when something changes, so a quiet, healthy device
+        looked as stale to the hub as a dead one whose Last Will was lost, and its temperature
+        history had no points between changes. The link keeps only the latest report, so a
+        heartbeat while the broker is away costs nothing but the newest copy."""
+        interval = self.updater.settings.state_interval_s
+        while True:
+            await asyncio.sleep(interval)  # the timer itself; nothing waits on it
+            self.reporter.refresh()
 
     async def stop(self) -> None:
         await self.link.close()

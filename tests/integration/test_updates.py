@@ -59,10 +59,18 @@ async def test_old_releases_are_garbage_collected(hub, device) -> None:
     assert device.store.versions("tiny") == ["2", "3", "4"]  # current + keep_releases=2
 
 
-async def test_a_redelivered_envelope_is_ignored_quietly(hub, device) -> None:
+async def test_a_resent_committed_envelope_is_answered_same_version(hub, device) -> None:
+    """Issue 23: the hub re-sends the exact bytes and waits for an answer; the device says
+    ``same_version`` and reinstalls nothing (the saved outcome stays the commit)."""
     envelope = hub.release("1")
-    await device.apply(envelope)
-    assert await device.updater.apply(envelope) is None
+    committed = await device.apply(envelope)
+    before = device.store.snapshot()
+    answer = await device.apply(envelope)
+    assert (answer["result"], answer["code"]) == ("refused", "same_version"), answer
+    assert answer["deployment_id"] == committed["deployment_id"]
+    assert device.events[-1]["code"] == "same_version"
+    assert device.updater.reporter.last == committed  # an event only: history unchanged
+    assert device.store.snapshot() == before and device.serving() == "1"
 
 
 def _tamper(hub: Hub) -> bytes:
