@@ -159,6 +159,7 @@ class Daemon:
             executor=self.executor,
             on_model_load=[gauges.on_load],
             on_model_unload=[gauges.on_unload],
+            locate=self._locate,
         )
         self.dataplane = DataPlane(self.registry, config.engine, self.engine_metrics)
         self.status_providers: dict[str, Callable[[], dict]] = {
@@ -322,6 +323,13 @@ class Daemon:
             ]
             self.notifier.status(f"reloaded: serving {', '.join(ready) or 'nothing'}")
             log.info("reloaded: serving %s", ", ".join(ready) or "no models")
+
+    def _locate(self, name: str) -> Path | None:
+        """The models directory's package ``name`` (repository load of one added after start)."""
+        try:
+            return find_packages(self.config.agent.models_dir or default_models_dir()).get(name)
+        except PackageError:
+            return None
 
     def _serves(self, name: str, directory: Path) -> bool:
         """Whether the version in ``directory`` is already loaded (a reload leaves it be)."""

@@ -105,6 +105,18 @@ def tensor_metadata(spec: TensorSpec, datatype: str) -> dict[str, Any]:
     return {"name": spec.name, "datatype": datatype, "shape": list(spec.shape)}
 
 
+def _not_a_classifier(package: ModelPackage) -> str:
+    """Why /classify refuses a model of another task, and the route that serves it.
+
+    Top-k over a detector's or a segmenter's first output would answer 200 with output
+    indices as labels: a wrong answer that looks right, so it is a 400 that points elsewhere.
+    """
+    where = f"/v2/models/{package.name}/infer for its tensors"
+    if package.task == "detection":
+        where = f"/v1/models/{package.name}/detect for boxes, or {where}"
+    return f"model {package.name!r} is a {package.task} model, not a classifier: use {where}"
+
+
 class DataPlane:
     """The engine as transports see it: one instance over the daemon's registry."""
 
@@ -222,6 +234,8 @@ class DataPlane:
         """
         model = self.model(name, version)
         package = model.package
+        if package.task != "classification":
+            raise InvalidInput(_not_a_classifier(package))
         if package.preprocess is None:
             raise InvalidInput(
                 f"model {package.name!r} has no [preprocess] section, so it cannot take images; "

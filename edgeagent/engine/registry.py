@@ -27,6 +27,7 @@ from edgeagent.engine.canary import PROMOTED, Canary, CanaryPolicy, CanaryVerdic
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
+from edgeagent.heap import release_free_memory
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, PackageError, load_package, version_tuple
 from edgeagent.runtimes.base import ManagedSession, Session
@@ -39,6 +40,8 @@ UNLOADING = "UNLOADING"
 UNAVAILABLE = "UNAVAILABLE"
 
 Opener = Callable[[ModelPackage], Session]
+# Where a model not yet known may be found by name (the models directory); None = nowhere.
+Locator = Callable[[str], Path | None]
 Builder = Callable[[ModelPackage, Session], LoadedModel]  # ModelFactory.build
 ModelHook = Callable[[LoadedModel], None]
 Check = Callable[[LoadedModel], Awaitable[None]]  # raises when the version must not serve
@@ -71,9 +74,12 @@ class ModelRegistry:
         executor: Executor,
         on_model_load: Iterable[ModelHook] = (),
         on_model_unload: Iterable[ModelHook] = (),
+        locate: Locator | None = None,
     ) -> None:
         """``build`` wraps a warmed session for serving; the hooks see every version that
-        starts serving and every one that stopped (metrics, status), as MLServer's do."""
+        starts serving and every one that stopped (metrics, status), as MLServer's do.
+        ``locate`` finds a package by name for ``load`` of a model added after start."""
+        self._locate = locate
         self._opener = opener
         self._build = build
         self._settings = settings
@@ -185,13 +191,39 @@ class ModelRegistry:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def load(self, name: str) -> LoadedModel:
-        """Load ``name`` from its package directory; no-op when it already serves."""
-        entry = self._entries.get(name)
+        """Load ``name`` from its package directory; no-op when it already serves.
+
+        A name not known yet is looked for with ``locate`` (the models directory), so a
+        package copied in after start can be loaded without a restart, as Triton's explicit
+        model control does.
+        """
+        entry = self._entries.get(name) or self._discover(name)
         if entry is None:
             raise ModelNotFound(f"unknown model {name!r} (models: {', '.join(self.names)})")
         if entry.active is not None:
             return entry.active
         return await self.activate(entry.source)
+
+    def _discover(self, name: str) -> _Entry | None:
+        """The entry of a package ``locate`` finds under ``name``, added now; None if none.
+
+        The directory's name is the one asked for; the package inside must carry that name
+        too, or an operator loading ``a`` would start serving some ``b``.
+        """
+        directory = self._locate(name) if self._locate is not None else None
+        if directory is None:
+            return None
+        try:
+            found = load_package(directory).name
+        except PackageError:
+            found = name  # listed under its directory's name, with the reason, by add()
+        if found != name:
+            raise LoadFailed(
+                f"{directory}: the package there is named {found!r}, not {name!r}: rename the "
+                "directory or the model.toml name"
+            )
+        self.add(directory)
+        return self._entries[name]
 
     async def activate(self, package_dir: Path, *, keep_previous: bool = False) -> LoadedModel:
         """Hot swap: open and warm the package, route new requests to it, retire the old one.
@@ -354,6 +386,8 @@ class ModelRegistry:
             entry.loaded.clear()
             await asyncio.gather(*(self._close(m) for m in models))
             entry.state, entry.reason = UNAVAILABLE, "unloaded"
+        if models:  # the runtimes' arenas are freed: hand the pages back to the system
+            await asyncio.get_running_loop().run_in_executor(self._executor, release_free_memory)
 
     async def load_all(self) -> None:
         """Load every known model; one that fails is UNAVAILABLE with its reason, not fatal."""
