@@ -1,0 +1,192 @@
+"""The dashboard's deployment page and the deployment answer over a real app and a real SQLite
+database, without a broker or a browser: rows are written with the hub's own functions, and a
+change lands exactly during a read (a SQLAlchemy cursor event), which no timing can promise.
+
+- The version a page or an answer carries is the one from before its read, so a change
+  committed during the read is not lost (it missed the final change for >= 15 s, 2 of 7 runs).
+- A new process's version is above the old one's: a restart reads as a change.
+- Devices never sent (queued in an ended deployment, ``not_sent``) say "not sent"; a status
+  the dashboard does not know is shown as it is; ``?only=failures`` keeps the failures.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import sqlalchemy as sa
+from aiohttp import web
+
+from devtools.hub_fleet import make_release
+from edgeagent.fleet.manifest import parse_manifest
+from edgeagent.fleet.signing import decode_envelope
+from edgeagent.hub.policy import StagedPolicy
+from edgeagent.hub.server import deploydb, fleetdb
+from edgeagent.hub.server.api import HubContext, create_app
+from edgeagent.hub.server.auth import Tokens
+from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.database import open_engine, upgrade
+from edgeagent.hub.server.schema import deployment_devices, deployments
+from edgeagent.hub.server.settings import ServerSettings
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass
+class Hub:
+    url: str
+    context: HubContext
+    deployment_id: str
+
+
+async def _deployment(context: HubContext, devices: int, stages: list[float]) -> str:
+    envelope = make_release("2.0.0")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=len(envelope)).payload)
+    rows = [
+        {"device_id": f"dev-{i:03d}", "group_name": "lab", "last_seen": 1.7e9}
+        for i in range(devices)
+    ]
+    async with context.engine.begin() as connection:
+        await fleetdb.upsert_devices(connection, rows)
+        release, _ = await deploydb.add_release(connection, envelope, manifest)
+        return await deploydb.create_deployment(
+            connection,
+            release,
+            deploydb.TargetSpec(group="lab"),
+            StagedPolicy(stages_pct=tuple(stages), abort_threshold_pct=50.0),
+        )
+
+
+@pytest.fixture(name="hub")
+async def hub_fixture(tmp_path: Path) -> AsyncIterator[Hub]:
+    engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
+    await upgrade(engine)
+    context = HubContext(engine, ServerSettings(), None, Changes(), lambda: None)  # type: ignore[arg-type]
+    runner = web.AppRunner(create_app(context, Tokens({}, open=True)))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        deployment_id = await _deployment(context, 4, [50, 100])
+        yield Hub(f"http://127.0.0.1:{runner.addresses[0][1]}", context, deployment_id)
+    finally:
+        await runner.cleanup()
+        await engine.dispose()
+
+
+async def _get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+def _bump_during_the_first_read_of_deployments(hub: Hub) -> list[int]:
+    """As if the controller committed a change and bumped the version right after the first
+    statement that reads ``deployments`` ran; returns the versions it bumped past."""
+    bumped: list[int] = []
+
+    def after(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not bumped and "FROM deployments" in statement:
+            bumped.append(hub.context.changes.version)
+            hub.context.changes.version += 1  # no waiter to notify: a plain bump
+
+    sa.event.listen(hub.context.engine.sync_engine, "after_cursor_execute", after)
+    return bumped
+
+
+def _page_data(text: str) -> dict[str, Any]:
+    found = re.search(r"const page = (\{.*?\});\n", text)
+    assert found, text[-2000:]
+    return json.loads(found.group(1))
+
+
+async def test_the_api_answer_carries_the_version_from_before_its_read(hub: Hub) -> None:
+    bumped = _bump_during_the_first_read_of_deployments(hub)
+    status, text = await _get(f"{hub.url}/api/v1/deployments/{hub.deployment_id}")
+    assert status == 200, text
+    assert bumped, "the read did not happen"
+    # a client polling after this version is answered at once, with the change
+    assert json.loads(text)["version"] == bumped[0] != hub.context.changes.version
+
+
+async def test_the_page_carries_the_version_from_before_its_read(hub: Hub) -> None:
+    bumped = _bump_during_the_first_read_of_deployments(hub)
+    status, text = await _get(f"{hub.url}/ui/deployments/{hub.deployment_id}")
+    assert status == 200, text
+    assert bumped and _page_data(text)["seen"] == bumped[0] != hub.context.changes.version
+
+
+def test_a_new_process_counts_on_from_above_the_old_one() -> None:
+    old = Changes()
+    old.version += 1000  # a long life: many changes
+    new = Changes(start=old.epoch + 1001)  # started later (its clock: microseconds)
+    assert new.version > old.version
+    assert Changes().version > 1000  # the real clock: never 0, which a reset would give
+
+
+async def _set_status(hub: Hub, status: dict[str, str]) -> None:
+    async with hub.context.engine.begin() as connection:
+        for device_id, value in status.items():
+            await connection.execute(
+                deployment_devices.update()
+                .where(deployment_devices.c.device_id == device_id)
+                .values(status=value, answered_at=1.7e9 if value != "queued" else None)
+            )
+        await connection.execute(deployments.update().values(state="aborted", stage=1))
+
+
+def _rows(text: str) -> dict[str, str]:
+    """device id → its status cell, from the outcomes table."""
+    body = text.split("id='outcomes'", 1)[1].split("</table>", 1)[0]
+    cells = re.findall(
+        r"<tr><td><a href='/ui/devices/([^']+)'>[^<]*</a></td><td>\d+</td><td>(.*?)</td>", body
+    )
+    return {device: re.sub(r"<[^>]+>", "", cell) for device, cell in cells}
+
+
+async def test_never_sent_and_unknown_statuses_and_the_failures_filter(hub: Hub) -> None:
+    await _set_status(
+        hub, {"dev-000": "failed", "dev-001": "not_sent", "dev-002": "queued", "dev-003": "weird"}
+    )
+    status, text = await _get(f"{hub.url}/ui/deployments/{hub.deployment_id}")
+    assert status == 200, text
+    assert _rows(text) == {
+        "dev-000": "failed",
+        "dev-001": "not sent",
+        "dev-002": "not sent",  # queued in an ended deployment: never sent
+        "dev-003": "weird",  # unknown to this dashboard: shown as it is
+    }
+    stages = text.split("id='stages'", 1)[1].split("</table>", 1)[0]
+    # stage 1 (dev-000, dev-001): 1 failed, 1 not sent; stage 2: 1 not sent + 1 unknown
+    assert "<td>1</td><td>2</td><td>0</td><td>1</td><td>0</td><td>0</td><td>1</td>" in stages
+    assert "<td>2</td><td>2</td><td>0</td><td>0</td><td>0</td><td>0</td><td>2</td>" in stages
+    assert "abort when at least 50 %" in text and "Stages 50 % → 100 %" in text
+    assert _page_data(text)["retry"]["devices"] == ["dev-000"]
+    assert "id='retry'" in text
+
+    status, text = await _get(f"{hub.url}/ui/deployments/{hub.deployment_id}?only=failures")
+    assert status == 200 and _rows(text) == {"dev-000": "failed"}
+    assert "devices 1–1 of 1 failed or timed out" in text
+
+
+async def test_device_ids_cannot_end_the_page_script(hub: Hub) -> None:
+    hostile = "</script><script>alert(1)</script>"
+    async with hub.context.engine.begin() as connection:
+        await fleetdb.upsert_devices(
+            connection, [{"device_id": hostile, "group_name": "lab", "last_seen": 1.7e9}]
+        )
+        await connection.execute(deployments.update().values(state="aborted"))
+        await connection.execute(
+            deployment_devices.insert().values(
+                deployment_id=hub.deployment_id, device_id=hostile, stage=1, status="failed"
+            )
+        )
+    status, text = await _get(f"{hub.url}/ui/deployments/{hub.deployment_id}")
+    assert status == 200
+    assert hostile not in text and text.count("<script") == 1
+    assert hostile in _page_data(text)["retry"]["devices"]
