@@ -190,7 +190,9 @@ class Daemon:
                     profile,
                     available,
                     cpu_fallback=config.updates.cpu_fallback_variant,
-                    failed=self.accelerators.failed_candidates(),
+                    failed=self.accelerators.failed_candidates(
+                        config.updates.failed_probe_memory_s
+                    ),
                 ),
                 profile=profile.name,
             )

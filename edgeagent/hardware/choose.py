@@ -77,8 +77,9 @@ def release_variants(
     runtime is installed; with ``cpu_fallback``, also the best-ranked CPU candidate's variant,
     so an accelerator that fails its probe or at run time still has somewhere to go.
     Candidates in ``failed`` (keys whose probe already failed here, e.g. a CUDA provider this
-    machine lacks) are skipped, as the probe at start would skip them. Empty when the release
-    has nothing this device can run.
+    machine lacks: ``Accelerators.failed_candidates``, which remembers an accelerator's failure
+    across models and versions for the same runtime version) are skipped, as the probe at
+    start would skip them. Empty when the release has nothing this device can run.
     """
     usable = []
     for candidate in profile.candidates:

@@ -52,6 +52,9 @@ class ProbeResult:
     runtime_version: str = ""
     at: float = 0.0  # wall-clock time of the probe
     cached: bool = False
+    # Where a failure happened: "load", "run" (the first inference raised), "timeout" — the
+    # device or its driver — or "answers" (NaN, wrong golden answers: this model's variant).
+    stage: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -187,6 +190,27 @@ class ProbeCache:
             self._probes[key] = {**result.to_dict(), "cached": False}
             self._write()
 
+    def latest_by_candidate(self) -> dict[tuple[str, str], ProbeResult]:
+        """The newest probe of each (candidate key, runtime version), whatever the model.
+
+        What the device has learnt about its hardware outlives the model versions it was
+        learnt with: a release's download choice reads it (``Accelerators.failed_candidates``)
+        so a new version of a model never fetches a variant for an accelerator that failed
+        here on the same runtime version. A newer success of the candidate (another model)
+        replaces an older failure.
+        """
+        with self._lock:
+            keys = list(self._probes)
+        latest: dict[tuple[str, str], ProbeResult] = {}
+        for key in keys:
+            result = self.get_probe(key)
+            if result is None or not result.runtime_version:
+                continue
+            slot = (result.candidate, result.runtime_version)
+            if slot not in latest or latest[slot].at <= result.at:
+                latest[slot] = result
+        return latest
+
     def get_decision(self, key: str) -> dict[str, Any] | None:
         with self._lock:
             entry = self._decisions.get(key)
@@ -292,18 +316,20 @@ class Prober:
                 session = get_runtime(candidate.runtime).load(request)
                 del request  # the plaintext of a sealed model lives no longer than the load
             except Exception as exc:  # the plugin's RuntimeLoadError, or a driver's own error
-                outcome["error"] = _describe(exc)
+                outcome.update(error=_describe(exc), stage="load")
                 return
             loaded = time.perf_counter()
+            stage = "answers"
             try:
-                problem = check_outputs(package, session.run(sample_feeds(package)))
+                outputs = session.run(sample_feeds(package))
+                problem = check_outputs(package, outputs)
                 problem = problem or golden_problem(package, session, self.golden_agreement)
             except Exception as exc:
-                problem = f"loads, but inference fails: {_describe(exc)}"
+                problem, stage = f"loads, but inference fails: {_describe(exc)}", "run"
             finished = time.perf_counter()
             if problem or abandoned.is_set():
                 session.close()
-                outcome["error"] = problem
+                outcome.update(error=problem, stage=stage)
                 return
             outcome.update(
                 session=session,
@@ -318,10 +344,19 @@ class Prober:
         if thread.is_alive():
             abandoned.set()
             error = f"no answer within probe_timeout_s = {self.timeout_s:g} s (abandoned)"
-            return None, ProbeResult(candidate.key, False, error, runtime_version=version, at=at)
+            return None, ProbeResult(
+                candidate.key, False, error, runtime_version=version, at=at, stage="timeout"
+            )
         if "session" not in outcome:
             error = outcome.get("error") or "failed without a message"
-            return None, ProbeResult(candidate.key, False, error, runtime_version=version, at=at)
+            return None, ProbeResult(
+                candidate.key,
+                False,
+                error,
+                runtime_version=version,
+                at=at,
+                stage=outcome.get("stage", ""),
+            )
         result = ProbeResult(
             candidate.key,
             True,

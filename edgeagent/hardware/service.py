@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeagent.hardware.choose import Choice, Chooser, PowerReader, why_not
+from edgeagent.hardware.choose import Choice, Chooser, PowerReader, is_cpu, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
@@ -16,9 +17,16 @@ from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import ModelPackage
 from edgeagent.models.sealed import Unsealer
-from edgeagent.runtimes import RuntimeLoadError, runtime_status
+from edgeagent.runtimes import (
+    RuntimeLoadError,
+    RuntimeUnavailable,
+    installed_version,
+    runtime_status,
+)
 
 log = logging.getLogger(__name__)
+
+DEVICE_FAILURES = {"load", "run", "timeout"}  # ProbeResult.stage of the device's own failures
 
 
 class Accelerators:
@@ -104,17 +112,45 @@ class Accelerators:
             self._choices[f"{package.name}:{package.version}"] = choice
         return session
 
-    def failed_candidates(self) -> set[str]:
-        """Candidate keys whose probe failed for a model served now: a release's variant for
-        them is not worth downloading (``choose.release_variants``)."""
+    def failed_candidates(self, memory_s: float = 0.0) -> set[str]:
+        """Candidate keys a release's variant is not worth downloading for
+        (``choose.release_variants``): those unavailable for a model served now, and — with
+        ``memory_s`` — every accelerator whose latest probe here, for any model or version,
+        failed on the runtime version installed now within ``memory_s`` seconds.
+
+        Only accelerators are remembered across models, and only failures of the device
+        (load, first run, time-out): a CPU candidate works wherever its runtime does, and
+        wrong answers are one variant's fault, which the next version may not share. A new
+        runtime version forgets them all (its probes start afresh); a later success of the
+        candidate forgets its failure.
+        """
         with self._lock:
             sessions = [s for s in self._sessions.values() if not s.closed]
-        return {
+        failed = {
             entry["candidate"]
             for session in sessions
             for entry in session.status()["candidates"]
             if entry["state"] == "unavailable"
         }
+        return failed | self._remembered_failures(memory_s) if memory_s > 0 else failed
+
+    def _remembered_failures(self, memory_s: float) -> set[str]:
+        accelerators = {c.key: c for c in self.profile.candidates if not is_cpu(c)}
+        versions: dict[str, str | None] = {}
+        now = time.time()
+        remembered = set()
+        for (key, version), result in self.prober.cache.latest_by_candidate().items():
+            candidate = accelerators.get(key)
+            if candidate is None or result.ok or result.stage not in DEVICE_FAILURES:
+                continue
+            if candidate.runtime not in versions:
+                try:
+                    versions[candidate.runtime] = installed_version(candidate.runtime)
+                except RuntimeUnavailable:
+                    versions[candidate.runtime] = None
+            if version == versions[candidate.runtime] and now - result.at < memory_s:
+                remembered.add(key)
+        return remembered
 
     def report(self) -> dict[str, Any]:
         """JSON-able state for /v1/status: board, profile, runtimes and each model's accelerator."""
