@@ -20,6 +20,8 @@ from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
+from edgeagent.aio import cancel_and_wait
+
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
@@ -70,11 +72,7 @@ class WatchedTasks:
         traceback: TracebackType | None,
     ) -> None:
         owner, self._owner = self._owner, None
-        pending = list(self._tasks)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending)
+        await cancel_and_wait(list(self._tasks))  # repeats a cancel that a library lost
         if self._died is None:
             return
         if self._cancelled_owner and owner is not None and hasattr(owner, "uncancel"):

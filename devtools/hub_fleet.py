@@ -26,6 +26,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from devtools.background import WatchedTasks
+from edgeagent.aio import cancel_and_wait
 from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact, parse_manifest
 from edgeagent.fleet.mqtt import client_options
 from edgeagent.fleet.settings import MqttSettings
@@ -196,10 +198,8 @@ class FakeDevice:
         if self._client is not None:
             with contextlib.suppress(aiomqtt.MqttError):
                 await self._client.publish(self.topics.availability, b"offline", qos=1, retain=True)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self._task is not None:  # answering a release: one cancel may be lost (aio)
+            await cancel_and_wait([self._task])
         if self._client is not None:
             with contextlib.suppress(aiomqtt.MqttError, asyncio.TimeoutError):
                 await asyncio.wait_for(self._client.__aexit__(None, None, None), 5)
@@ -245,17 +245,21 @@ async def hub_server(database_url: str, mqtt: MqttSettings, **overrides: Any) ->
     )
     stop = asyncio.Event()
     started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(settings, ready=started.set_result, stop=stop, client_id="hub-under-test")
-    )
-    done, _ = await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()  # it failed to start: raise its error here
-    try:
-        yield started.result()
-    finally:
-        stop.set()
-        await task
+    # A hub that dies mid-test (a background job raised) cancels the test at once and the
+    # block raises its error, instead of the test waiting on devices that will never hear.
+    async with WatchedTasks() as watched:
+        task = watched.spawn(
+            serve(settings, ready=started.set_result, stop=stop, client_id="hub-under-test"),
+            "hub server",
+        )
+        done, _ = await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            task.result()  # it failed to start: raise its error here
+        try:
+            yield started.result()
+        finally:
+            stop.set()
+            await asyncio.wait([task])
 
 
 class HubProcess:

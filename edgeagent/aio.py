@@ -40,22 +40,33 @@ def _ended(task: asyncio.Task[Any]) -> None:
         log.error("background task %s died", task.get_name(), exc_info=error)
 
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Task], timeout_s: float = 10.0) -> None:
+async def cancel_and_wait(
+    tasks: Iterable[asyncio.Task], timeout_s: float = 10.0, *, recancel_s: float = 0.5
+) -> None:
     """Cancel background tasks and wait for them, but never longer than ``timeout_s``.
 
+    One ``cancel()`` is not always enough on Python 3.11: ``asyncio.wait_for`` swallows the
+    cancellation when its inner future completes in the same loop pass (gh-86296, fixed in
+    3.12), and aiomqtt awaits every acknowledgement through it, so a client cancelled while a
+    SUBACK arrives carries on serving. Tasks still running are cancelled again every
+    ``recancel_s`` (the hub server's shutdown hung forever this way, issue 21's CI run).
+
     A shutdown that hangs is worse than one that abandons a stuck task: systemd would kill the
-    agent mid-drain. A task still running after the time-out (a library awaiting a peer that
+    process mid-drain. A task still running after the time-out (a library awaiting a peer that
     will never answer) is cancelled once more and left behind, with an error naming it.
     """
-    pending = [task for task in tasks if not task.done()]
+    pending = {task for task in tasks if not task.done()}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while pending:
+        for task in pending:
+            task.cancel()
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        _, pending = await asyncio.wait(pending, timeout=min(recancel_s, left))
     for task in pending:
-        task.cancel()
-    if not pending:
-        return
-    _, stuck = await asyncio.wait(pending, timeout=timeout_s)
-    for task in stuck:
         log.error("task %s did not stop within %g s; abandoned", task.get_name(), timeout_s)
-        task.cancel()
 
 
 def uvloop_installed() -> bool:

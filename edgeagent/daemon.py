@@ -31,7 +31,7 @@ from typing import Protocol
 from aiohttp import web
 
 from edgeagent import __version__
-from edgeagent.aio import spawn
+from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.api.http import create_app
 from edgeagent.api.listeners import ListenerError, Listeners, handler_args
 from edgeagent.api.secret_files import exposures, secret_files
@@ -359,9 +359,7 @@ class Daemon:
             await self._runner.cleanup()  # stop accepting, then wait for in-flight handlers
         self.shared_memory.close()
         await self.registry.close()
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_and_wait(self._background)
         self.executor.shutdown(wait=True)
         self.listeners.remove_socket()
         log.info("stopped")

@@ -34,7 +34,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeagent.aio import spawn
+from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
 
@@ -173,9 +173,7 @@ class MqttLink:
                 async for message in client.messages:
                     await self._dispatch(message)
             finally:
-                sender.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sender
+                await cancel_and_wait([sender])  # publishing: one cancel may be lost (aio)
         finally:
             await self._disconnect(client)
 

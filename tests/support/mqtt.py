@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
+from edgeagent.aio import cancel_and_wait
 from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import Topics
@@ -28,7 +28,5 @@ class Device:
 
     async def stop(self) -> None:
         await self.link.close()
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+        if self.task is not None:  # one cancel may be lost mid-publish (edgeagent.aio)
+            await cancel_and_wait([self.task])

@@ -40,6 +40,28 @@ async def test_a_task_that_swallows_cancellation_is_abandoned_in_time(
     assert task.done()  # the second cancel reached it
 
 
+async def test_a_cancellation_swallowed_once_is_repeated_until_the_task_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    swallowed = asyncio.Event()
+
+    async def serving() -> None:  # Python 3.11's wait_for losing a cancel as a SUBACK lands
+        while True:
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                if swallowed.is_set():
+                    raise
+                swallowed.set()
+
+    task = asyncio.create_task(serving(), name="serving")
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.ERROR):
+        await cancel_and_wait([task], timeout_s=30, recancel_s=0.05)
+    assert swallowed.is_set() and task.cancelled()
+    assert "abandoned" not in caplog.text
+
+
 async def _loop_module() -> str:
     return type(asyncio.get_running_loop()).__module__.split(".")[0]
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from edgeagent.aio import cancel_and_wait
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import hub_tokens
@@ -31,11 +32,21 @@ log = logging.getLogger(__name__)
 
 
 async def _prune_forever(ingest: Ingest, settings: ServerSettings) -> None:
-    """The history's retention: delete events older than ``retention_days``, periodically."""
+    """The history's retention: delete events older than ``retention_days``, periodically.
+
+    A sweep the database refuses (SQLite busy past its time-out, PostgreSQL restarting) is
+    logged and tried again at the next interval: a background job that raised stops the whole
+    server (``serve``), and old events a little longer on disk are no reason for that."""
     while True:
         cutoff = time.time() - settings.retention_days * 86400
-        async with ingest.engine.begin() as connection:
-            deleted = await fleetdb.prune_events(connection, cutoff)
+        try:
+            async with ingest.engine.begin() as connection:
+                deleted = await fleetdb.prune_events(connection, cutoff)
+        except Exception as exc:  # SQLAlchemy wraps every driver's errors differently
+            log.warning(
+                "retention sweep failed (%s); next try in %g s", exc, settings.prune_interval_s
+            )
+            deleted = 0
         if deleted:
             log.info(
                 "retention: deleted %d event(s) older than %g days",
@@ -115,8 +126,6 @@ async def serve(
             if task in tasks and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, settings.mqtt.connect_timeout_s + 5.0)
         await runner.cleanup()
         await engine.dispose()
