@@ -1,14 +1,16 @@
 """The dashboard in a real headless Chromium (the Debian package, driven by Selenium): the
-fleet table and its filters, a device page, and a deployment page that follows a rollout live,
-by itself. The screenshots go to the test's temporary directory, never into the tree: the docs'
-pictures are made again only on request (``scripts/docs-screenshots.sh`` sets
-``EDGEAGENT_SCREENSHOTS_DIR``)."""
+fleet table and its filters, a device page, a deployment page that follows a rollout live, by
+itself, and on across a hub restart, and the actions (create, retry, roll back). The
+screenshots go to the test's temporary directory, never into the tree: the docs' pictures are
+made again only on request (``scripts/docs-screenshots.sh`` sets ``EDGEAGENT_SCREENSHOTS_DIR``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from devtools.broker import Broker
-from devtools.hub_fleet import MODEL, Api, fleet, hub_server, write_tokens
+from devtools.hub_fleet import MODEL, Api, HubProcess, fleet, hub_server, make_release, write_tokens
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -209,3 +211,148 @@ async def test_a_page_on_another_port_cannot_drive_the_hub(
         await asyncio.to_thread(abort_from_the_dashboard)
         hold.set()
         await runner.cleanup()
+
+
+async def test_a_deployment_page_follows_on_across_a_hub_restart(
+    broker: Broker, tmp_path: Path, browser
+) -> None:
+    """The page is open while the hub is killed and started again on the same port and
+    database; the devices answer only then, and the page must show the end by itself (it never
+    updated again after a restart, 3 of 3 runs: its poll loop ended on the network error)."""
+    settings = broker.settings()
+    database = f"sqlite:///{tmp_path / 'hub.db'}"
+    hold = asyncio.Event()
+    async with fleet(settings, 2, group="lab", hold=hold) as lab:
+        first = HubProcess(database, settings)
+        url = await first.start()
+        second = HubProcess(database, settings, "--port", url.rsplit(":", 1)[1])
+        try:
+            api = Api(url)
+            await api.synced()
+            created = await api.deploy("2.0.0", stages_pct=[100])
+            await asyncio.gather(*(d.got_release.wait() for d in lab))
+            path = f"/api/v1/deployments/{created['id']}"
+            await api.long_poll(path, lambda found: found["totals"]["sent"] == 2)
+
+            def page_open() -> None:
+                browser.get(f"{url}/ui/deployments/{created['id']}")
+                assert "running" in _text_of(browser, "#state")
+
+            await asyncio.to_thread(page_open)
+            assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+            assert await second.start() == url
+            await api.synced()
+            hold.set()  # the change comes after the restart
+
+            def page_done() -> None:
+                _await_text(browser, "#state", "succeeded")
+                rows = browser.find_elements("css selector", "#outcomes tbody tr")
+                assert len(rows) == 2 and all("succeeded" in r.text for r in rows)
+
+            await asyncio.to_thread(page_done)
+        finally:
+            for hub in (first, second):
+                if hub.process is not None and hub.process.poll() is None:
+                    hub.stop(signal.SIGTERM)
+
+
+def _fill(driver, values: dict[str, str]) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    for name, value in values.items():
+        element = driver.find_element("id", f"new-{name}")
+        if element.tag_name == "select":
+            Select(element).select_by_visible_text(value)
+        else:
+            element.clear()
+            element.send_keys(value)
+
+
+def _deployment_id(driver, leaving: str = "") -> str:
+    """The id of the deployment page the browser went to (from ``leaving``'s page)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def there(d) -> bool:
+        return "/ui/deployments/dep-" in d.current_url and not (
+            leaving and f"/{leaving}" in d.current_url
+        )
+
+    WebDriverWait(driver, WAIT_S).until(there)
+    return driver.current_url.rsplit("/", 1)[1].split("?")[0]
+
+
+async def test_create_retry_and_roll_back_from_the_dashboard(
+    broker: Broker, tmp_path: Path, browser
+) -> None:
+    """Signed in with an admin token, so each action needs the page's CSRF token: create a
+    deployment from the form (a refusal shows the API's error), watch it end with one failure,
+    filter the failures, retry them (a new deployment of the same release to that device
+    only), and roll the retry back (the button calls the API and opens what it answered)."""
+    admin = "a" * 24
+    tokens = write_tokens(tmp_path / "tokens", admin=admin)
+    settings = broker.settings()
+    async with (
+        fleet(settings, 3, group="lab", failing=1) as lab,
+        hub_server(f"sqlite:///{tmp_path / 'hub.db'}", settings, token_file=tokens) as url,
+    ):
+        api = Api(url, admin)
+        await api.synced()
+        for version in ("1.5.0", "2.0.0"):
+            await api.call("POST", "/api/v1/releases", expect=201, data=make_release(version))
+
+        refusal = await api.call(
+            "POST", "/api/v1/deployments", expect=422, json={"release_id": 2, "stages_pct": [100]}
+        )
+
+        def create() -> str:
+            browser.get(f"{url}/login")
+            browser.find_element("name", "token").send_keys(admin)
+            browser.find_element("css selector", "form button").click()
+            _await_text(browser, "#counts", "3 devices")
+            browser.get(f"{url}/ui/deployments")
+            _fill(browser, {"release": f"{MODEL} 2.0.0 (release 2)", "stages": "100"})
+            browser.find_element("id", "create").click()  # no group, no devices: refused
+            assert _await_text(browser, "#message", refusal["error"]) == refusal["error"]
+            assert browser.find_element("id", "message").get_attribute("class") == "bad"
+            _fill(browser, {"group": "lab", "threshold": "50"})
+            browser.find_element("id", "create").click()
+            return _deployment_id(browser)
+
+        first = await asyncio.to_thread(create)
+        done = await api.until(first, "succeeded", "aborted")
+        assert done["state"] == "succeeded" and done["totals"]["failed"] == 1, done
+        assert done["abort_threshold_pct"] == 50 and done["stages_pct"] == [100]
+
+        def failures_then_retry() -> str:
+            _await_text(browser, "#state", "succeeded")  # the page followed on its own
+            assert "abort when at least 50 %" in _text_of(browser, "#policy")
+            stage = browser.find_element("css selector", "#stages tbody tr").text
+            assert stage.count(":") == 4, stage  # started and ended, hh:mm:ss each
+            rows = browser.find_elements("css selector", "#outcomes tbody tr")
+            assert all(r.text.count(":") == 4 for r in rows)  # sent and answered times
+            browser.find_element("id", "show-failures").click()
+            _await_text(browser, "#shown", "failed or timed out")
+            rows = browser.find_elements("css selector", "#outcomes tbody tr")
+            assert [r.text.split()[0] for r in rows] == ["dev-000"]
+            browser.find_element("id", "retry").click()
+            return _deployment_id(browser, leaving=first)
+
+        retry = await asyncio.to_thread(failures_then_retry)
+        assert retry != first
+        again = await api.until(retry, "succeeded", "aborted")
+        assert [d["device_id"] for d in again["devices"]] == ["dev-000"]
+        assert again["release_id"] == done["release_id"] and again["stages_pct"] == [100]
+        assert [len(d.received) for d in lab] == [2, 1, 1]
+
+        def roll_back() -> str:
+            from selenium.webdriver.support.ui import Select
+
+            browser.get(f"{url}/ui/deployments/{retry}")
+
+            Select(browser.find_element("id", "rollback-version")).select_by_visible_text("1.5.0")
+            browser.find_element("id", "rollback").click()
+            _deployment_id(browser, leaving=retry)
+            return _text_of(browser, "#rollback-of")
+
+        assert retry in await asyncio.to_thread(roll_back)
+        assert (await api.call("GET", f"/api/v1/deployments/{retry}"))["state"] == "rolled_back"
