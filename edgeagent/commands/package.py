@@ -13,6 +13,7 @@ from edgeagent.models.package import LAYOUTS, TASKS, PackageError
 from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.options import PackageOptions
 from edgeagent.packaging.quantize import CALIBRATION_METHODS
+from edgeagent.packaging.task_checks import Thresholds
 from edgeagent.packaging.variants import DEFAULT_VARIANTS, VARIANT_NAMES
 
 
@@ -127,6 +128,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1.0,
         help="points of top-1 agreement a variant may lose",
     )
+    parser.add_argument(
+        "--min-map",
+        type=float,
+        default=Thresholds.min_map,
+        help="detectors: least mAP@0.5 of a variant's boxes against fp32's (0.98: 2 points lost)",
+    )
+    parser.add_argument(
+        "--min-mask-iou",
+        type=float,
+        default=Thresholds.min_mask_iou,
+        help="segmentation: least mean IoU of a variant's masks against fp32's",
+    )
+    parser.add_argument(
+        "--min-cosine",
+        type=float,
+        default=Thresholds.min_cosine,
+        help="other tasks: least cosine similarity of a variant's outputs to fp32's",
+    )
+    parser.add_argument(
+        "--max-relative-error",
+        type=float,
+        default=Thresholds.max_relative_error,
+        help="other tasks: largest |variant - fp32| / |fp32| per row",
+    )
     parser.add_argument("--max-images", type=int, default=200, help="rows used per data set")
     parser.add_argument("--threads", type=int, help="intra-op threads when timing variants")
     parser.add_argument("--json", action="store_true", help="print the validation report as JSON")
@@ -170,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"edgeagent package: {line}", file=sys.stderr, flush=True)
 
     try:
-        result = build_package(args.sources, args.out, options, progress)
+        rules = Thresholds(
+            args.min_map, args.min_mask_iou, args.min_cosine, args.max_relative_error
+        )
+        result = build_package(args.sources, args.out, options, progress, rules)
     except (PackagingError, PackageError) as exc:
         print(f"edgeagent package: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,9 @@ from edgeagent.packaging.options import (
     default_name,
     logical_model,
 )
+from edgeagent.packaging.self_described import fixed_outputs, head_of, letterboxed, read_self
 from edgeagent.packaging.sources import SourceModel, read_source
+from edgeagent.packaging.task_checks import Head, Thresholds, golden_boxes_record
 from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
 from edgeagent.packaging.variants import (
     DEFAULT_VARIANTS,
@@ -52,7 +54,11 @@ class Result:
 
 
 def build_package(
-    sources: Sequence[str], out: Path, options: PackageOptions, progress: Progress
+    sources: Sequence[str],
+    out: Path,
+    options: PackageOptions,
+    progress: Progress,
+    thresholds: Thresholds | None = None,
 ) -> Result:
     """Build the package in a staging directory beside ``out`` and move it in place at the end.
 
@@ -68,9 +74,12 @@ def build_package(
         work.mkdir()
         models = [_source(spec, options, work, progress) for spec in sources]
         reference = _reference(models)
+        found = read_self(reference, options, progress)  # metadata names, imgsz, detector head
+        options, rules = found.options, thresholds or Thresholds()
         logical = logical_model(reference, options)
-        preprocess = _preprocess(reference, logical, options)
-        labels = _labels(options, logical)
+        preprocess = letterboxed(_preprocess(reference, logical, options), found, options)
+        labels = _labels(options, logical, found.names, work)
+        head = head_of(found, logical)
         name = options.name or default_name(reference.path)
         source = _pinned(reference, logical, work)
         made, failed = _variants(
@@ -100,8 +109,12 @@ def build_package(
             logical_layout=logical.layout,
             threads=options.threads,
             progress=progress,
+            task=logical.task,
+            head=head,
         )
-        judge(reports, options.max_top1_drop)
+        if logical.task == "detection":
+            logical = fixed_outputs(logical, ref_outputs)  # [-1, 22, -1] would read as 1 class
+        judge(reports, options.max_top1_drop, rules)
         kept = [m for m, r in zip(made, reports, strict=True) if r.kept]
         reports += [
             VariantReport(f.runtime, f.precision, f.device_class, f.how, False, f.reason)
@@ -116,7 +129,7 @@ def build_package(
             if not report.kept:
                 for path in item.files:
                     path.unlink(missing_ok=True)
-        golden = _golden(logical, data.inputs, ref_outputs, outputs, reports)
+        golden = _golden(logical, data.inputs, ref_outputs, outputs, reports, head)
         np.savez(
             staging / "golden.npz",
             allow_pickle=False,
@@ -137,6 +150,7 @@ def build_package(
                 golden="golden.npz",
                 variants=kept,
                 root=staging,
+                detection=head.head if head is not None else None,
             ),
         )
         reference_figures = {"file": reference.path.name, **ref_timing}
@@ -148,6 +162,8 @@ def build_package(
                     "rows": len(data.inputs),
                     "package_seconds": seconds,
                     "max_top1_drop": options.max_top1_drop,
+                    "thresholds": asdict(rules),
+                    "detector": found.detector.what if found.detector is not None else None,
                     "reference": reference_figures,
                     "variants": as_json(reports),
                 },
@@ -219,7 +235,17 @@ def _preprocess(
     return Preprocess((height, width), resize, logical.layout, color, options.scale, mean, std)
 
 
-def _labels(options: PackageOptions, logical: LogicalModel) -> Path | None:
+def _labels(
+    options: PackageOptions, logical: LogicalModel, names: tuple[str, ...] | None, work: Path
+) -> Path | None:
+    """--labels, else the class names the model's own metadata carries (written to a file)."""
+    if options.labels is None and names is not None:
+        classes = logical.outputs[0].shape[-1]
+        if logical.task == "classification" and classes > 0 and len(names) != classes:
+            return None  # metadata for something else (a recogniser's alphabet): not labels
+        path = work / "labels.txt"
+        path.write_text("".join(f"{n}\n" for n in names), encoding="utf-8")
+        return path
     if options.labels is None:
         return None
     if not options.labels.is_file():
@@ -336,10 +362,15 @@ def _golden(
     reference: dict[str, np.ndarray],
     outputs: dict[str, dict[str, np.ndarray]],
     reports: list[VariantReport],
+    head: Head | None = None,
 ) -> dict:
-    """Rows every kept variant answers like the reference, and the task's record for them."""
+    """Rows every kept variant answers like the reference, and the task's record for them:
+    a detector with a head gets boxes, with tolerances from the kept variants' own error."""
     names = [t.name for t in logical.outputs]
     kept = [outputs[r.key] for r in reports if r.kept and r.key in outputs]
+    if head is not None:
+        rows, boxes = golden_boxes_record(head, names, reference, kept, GOLDEN_ROWS)
+        return {"rows": rows, "record": boxes}
     rows = np.arange(len(inputs))
     if logical.task == "classification":
         expected = ranked(reference[names[0]], 1)[:, 0]

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.manifest_writer import Manifest, VariantFiles
 from edgeagent.models.package import Postprocess, Preprocess
 from edgeagent.packaging.options import LogicalModel
@@ -26,6 +27,7 @@ def describe(
     golden: str | None,
     variants: Sequence[Made],
     root: Path,
+    detection: DetectionHead | None = None,
 ) -> Manifest:
     """The package of ``variants`` (files relative to ``root``).
 
@@ -48,6 +50,7 @@ def describe(
         postprocess=Postprocess(softmax=True, top_k=5)
         if logical.task == "classification"
         else None,
+        detection=detection,
         variants=tuple(
             VariantFiles(
                 made.runtime,

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from edgeagent.packaging.build import Result
+from edgeagent.packaging.validate import VariantReport
 
 
 def _num(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _task_figure(report: VariantReport) -> str:
+    """The figure the variant was judged by beyond top-1: mAP against fp32's boxes, or IoU."""
+    if report.map_vs_fp32 is not None:
+        return f"mAP {report.map_vs_fp32:.3f}"
+    if report.mask_iou is not None:
+        return f"mIoU {report.mask_iou:.3f}"
+    return "—"
 
 
 def table(result: Result) -> str:
@@ -17,6 +27,8 @@ def table(result: Result) -> str:
         "top-1 agr %",
         "top-5 rec %",
         "acc %",
+        "task",
+        "rel err",
         "max abs err",
         "cos min",
         "p50 ms",
@@ -31,6 +43,8 @@ def table(result: Result) -> str:
             "100.00",
             "100.00",
             _num(ref.get("accuracy")),
+            "—",
+            "0",
             "0",
             "1",
             _num(ref.get("latency_ms_p50"), 3),
@@ -46,6 +60,8 @@ def table(result: Result) -> str:
                 _num(r.top1_agreement),
                 _num(r.top5_recall),
                 _num(r.accuracy),
+                _task_figure(r),
+                _num(r.relative_error, 4),
                 _num(
                     r.max_abs_error,
                     6 if r.max_abs_error is not None and r.max_abs_error < 0.01 else 4,

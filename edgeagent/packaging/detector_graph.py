@@ -1,0 +1,122 @@
+"""Which detector a graph is, read from the shapes of its outputs, so ``/detect`` needs no edit.
+
+The families edge users bring, and what gives each away:
+
+- **YOLOv8 / YOLO11** (Ultralytics): one output ``[1, 4 + C, N]`` (or its transpose), boxes as
+  centre + size in input pixels, class scores already through a sigmoid, no objectness. ``N``
+  is the anchor-free grid: one cell per stride 8, 16, 32 (and 64 for P6 models) of the input.
+- **YOLOv5**: one output ``[1, N, 5 + C]`` with an objectness column, ``N`` three anchors per
+  cell of the same grid.
+- **NMS in the graph** (Ultralytics ``nms=True``, end-to-end exports): ``[1, K, 6]`` rows of
+  corners, score and class; **SSD-style post-processed** (the TF Object Detection API's boxes,
+  classes, scores, count). The agent's ``[detection]`` head decodes raw candidates, not rows
+  already decided, so these are recognised as detectors and served as tensors, and said so.
+
+The grid count is what makes the guess safe: a ``[1, 84, 8400]`` tensor is a YOLOv8 head only
+if 8400 cells are what a 640×640 input gives at those strides. Ultralytics exports pad images
+centred with grey 114 (``letterbox``), which the agent's preprocessing does the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from edgeagent.models.detection_head import DetectionHead
+from edgeagent.packaging.errors import PackagingError
+
+STRIDE_SETS = ((8, 16, 32), (8, 16, 32, 64))  # P3-P5 (the usual), P3-P6 (the "6" models)
+YOLOV5_ANCHORS_PER_CELL = 3
+MAX_DECODED_ROWS = 1000  # a [1, K, 6|7] output with K at most this is rows NMS already chose
+
+
+@dataclass(frozen=True)
+class Recognised:
+    """A detector recognised from its outputs: its head (None: boxes decided in the graph),
+    its class count and whether its images are letterboxed."""
+
+    head: DetectionHead | None
+    classes: int
+    letterbox: bool
+    what: str  # one line for the build's progress and the docs
+
+
+def _cells(size: int, stride: int) -> int:
+    """Feature-map length at ``stride``: each stride-2 convolution rounds up."""
+    for _ in range(stride.bit_length() - 1):
+        size = (size + 1) // 2
+    return size
+
+
+def grid_counts(height: int, width: int, per_cell: int = 1) -> set[int]:
+    """Candidate counts a YOLO head has for an input, one per stride set."""
+    return {
+        per_cell * sum(_cells(height, s) * _cells(width, s) for s in strides)
+        for strides in STRIDE_SETS
+    }
+
+
+def recognise(
+    outputs: Sequence[tuple[int | None, ...]],
+    input_hw: tuple[int, int],
+    meta: Mapping[str, str],
+    names: Sequence[str] | None,
+) -> Recognised | None:
+    """The detector ``outputs`` (shapes, batch first, None = open) make, or None.
+
+    ``names`` are the class names known (flag or metadata); a head whose class count differs
+    from them is refused rather than served with the wrong names.
+    """
+    height, width = input_hw
+    ultralytics = meta.get("author", "").lower() == "ultralytics" or meta.get("task") == "detect"
+    found = _one_output(outputs, height, width, ultralytics) if len(outputs) == 1 else None
+    if found is None and _postprocessed_ssd(outputs):
+        return Recognised(
+            None,
+            len(names) if names else 0,
+            False,
+            "SSD-style post-processed outputs (boxes, classes, scores, count): served as tensors",
+        )
+    if found is None:
+        return None
+    if names and found.head is not None and len(names) != found.classes:
+        raise PackagingError(
+            f"{len(names)} class names, but the detector's output scores {found.classes} "
+            f"classes: pass --labels with one name per class"
+        )
+    return found
+
+
+def _one_output(
+    outputs: Sequence[tuple[int | None, ...]], height: int, width: int, ultralytics: bool
+) -> Recognised | None:
+    shape = outputs[0]
+    if len(shape) != 3:
+        return None
+    rows, cols = shape[1], shape[2]
+    anchor_free = grid_counts(height, width)
+    anchored = grid_counts(height, width, YOLOV5_ANCHORS_PER_CELL)
+    # Ultralytics' own predict defaults: conf 0.25, class-aware NMS at IoU 0.7, 300 boxes.
+    v8 = DetectionHead(style="yolo", box_format="cxcywh", iou_threshold=0.7, max_detections=300)
+    # [1, 4 + C, N]: the usual Ultralytics export (N open when the export left the size open).
+    if rows is not None and rows > 4 and (cols in anchor_free or (cols is None and ultralytics)):
+        return Recognised(v8, rows - 4, True, f"YOLOv8-style head [4 + {rows - 4}, N]")
+    if cols is not None and cols > 4 and rows in anchor_free:
+        return Recognised(v8, cols - 4, True, f"YOLOv8-style head [N, 4 + {cols - 4}]")
+    if cols is not None and cols > 5 and rows in anchored:
+        v5 = DetectionHead(style="yolo", box_format="cxcywh", objectness=True)  # detect.py's 0.45
+        return Recognised(v5, cols - 5, True, f"YOLOv5-style head [N, 5 + {cols - 5}]")
+    if cols in (6, 7) and rows is not None and rows <= MAX_DECODED_ROWS:
+        return Recognised(
+            None, 0, ultralytics, f"YOLO rows with NMS in the graph [{rows}, {cols}]: as tensors"
+        )
+    return None
+
+
+def _postprocessed_ssd(outputs: Sequence[tuple[int | None, ...]]) -> bool:
+    """The TF Object Detection API's four outputs: boxes [1, K, 4], two [1, K], count [1]."""
+    if len(outputs) != 4:
+        return False
+    ranks = sorted(len(s) for s in outputs)
+    boxes = [s for s in outputs if len(s) == 3]
+    return ranks == [1, 2, 2, 3] and len(boxes) == 1 and boxes[0][2] == 4
