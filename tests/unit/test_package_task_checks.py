@@ -1,0 +1,101 @@
+"""The packager's readings of a file (labels, detector head) and its by-task judgement."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeagent.models.detection_head import DetectionHead
+from edgeagent.packaging.detector_graph import grid_counts, recognise
+from edgeagent.packaging.errors import PackagingError
+from edgeagent.packaging.labels_meta import (
+    image_size_from_metadata,
+    names_from_metadata,
+    tflite_label_file,
+)
+from edgeagent.packaging.task_checks import Head, Thresholds, detection_map, mean_mask_iou
+from edgeagent.packaging.validate import VariantReport, judge
+
+ULTRALYTICS = {"author": "Ultralytics", "task": "detect"}
+
+
+def test_names_from_ultralytics_and_paddle_metadata() -> None:
+    assert names_from_metadata({"names": "{0: 'person', 1: 'bicycle'}"}) == ("person", "bicycle")
+    assert names_from_metadata({"character": "0\n180\n"}) == ("0", "180")
+    assert names_from_metadata({"character": "['0', '90']"}) == ("0", "90")
+    for hostile in ("{1: 'a'}", "__import__('os')", "[" * 100_000, "{0: 'a', 0.5: 'b'}", "{}"):
+        assert names_from_metadata({"names": hostile}) is None, hostile
+    assert names_from_metadata({"names": "{0: 'two\\nlines'}"}) == ("two lines",)
+    assert image_size_from_metadata({"imgsz": "[320, 256]"}) == (320, 256)
+    assert image_size_from_metadata({"imgsz": "[0, 99999]"}) is None
+
+
+def test_tflite_associated_label_file(tmp_path: Path) -> None:
+    model = tmp_path / "m.tflite"
+    model.write_bytes(b"TFL3 flatbuffer bytes")
+    assert tflite_label_file(model) is None
+    with zipfile.ZipFile(model, "a") as archive:  # metadata packs files as a zip after the model
+        archive.writestr("labels.txt", "cat\ndog\n")
+    assert tflite_label_file(model) == ("cat", "dog")
+
+
+def test_yolo_heads_are_told_by_the_grid() -> None:
+    assert grid_counts(640, 640) == {8400, 8500}
+    v8 = recognise([(None, 84, 8400)], (640, 640), {}, None)
+    assert v8 is not None and v8.head is not None and v8.classes == 80 and v8.letterbox
+    assert not v8.head.objectness and v8.head.iou_threshold == 0.7
+    open_n = recognise([(None, 22, None)], (320, 320), ULTRALYTICS, None)
+    assert open_n is not None and open_n.classes == 18
+    v5 = recognise([(1, 25200, 85)], (640, 640), {}, None)
+    assert v5 is not None and v5.head is not None and v5.head.objectness and v5.classes == 80
+    assert recognise([(1, 84, 8000)], (640, 640), {}, None) is None  # not that input's grid
+    assert recognise([(1, 1000)], (224, 224), {}, None) is None  # a classifier
+    nms = recognise([(1, 300, 6)], (640, 640), ULTRALYTICS, None)
+    assert nms is not None and nms.head is None
+    ssd = recognise([(1, 10, 4), (1, 10), (1, 10), (1,)], (300, 300), {}, None)
+    assert ssd is not None and ssd.head is None
+    with pytest.raises(PackagingError, match="3 class names, but the detector's output scores 80"):
+        recognise([(None, 84, 8400)], (640, 640), {}, ("a", "b", "c"))
+
+
+def _yolo(rows: list[list[float]]) -> np.ndarray:
+    """One image's [4 + C, N] output from rows of cx, cy, w, h, scores…"""
+    return np.asarray(rows, np.float32).T[None]
+
+
+def test_detection_map_against_fp32_boxes() -> None:
+    head = Head(DetectionHead(iou_threshold=0.7), (64, 64), 2)
+    fp32 = {"out": _yolo([[20, 20, 10, 10, 0.9, 0.0], [40, 40, 8, 8, 0.0, 0.8]])}
+    same, _ = detection_map(head, ["out"], fp32, fp32)
+    moved = {"out": _yolo([[20, 20, 10, 10, 0.9, 0.0], [50, 50, 8, 8, 0.0, 0.8]])}
+    lost, count = detection_map(head, ["out"], fp32, moved)
+    assert (same, count) == (1.0, 2) and lost == pytest.approx(0.5)
+
+
+def test_mask_iou_of_binary_and_class_maps() -> None:
+    ref = np.zeros((1, 8, 8, 1), np.float32)
+    ref[0, :4] = 0.9
+    half = ref.copy()
+    half[0, :2] = 0.1
+    assert mean_mask_iou(ref, ref) == 1.0 and mean_mask_iou(ref, half) == pytest.approx(0.5)
+    classes = np.zeros((1, 3, 8, 8), np.float32)
+    classes[0, 1, :4], classes[0, 2, 4:] = 1.0, 1.0
+    assert mean_mask_iou(classes, classes) == 1.0
+
+
+def test_judge_drops_by_the_task_figure() -> None:
+    rules = Thresholds()
+    boxes = VariantReport("onnxruntime", "int8", "cpu", "", max_abs_error=180.0, cosine_min=0.995)
+    boxes.map_vs_fp32, boxes.fp32_boxes = 0.5, 3
+    fine = VariantReport("openvino", "fp16", "cpu", "", max_abs_error=5.0, cosine_min=1.0)
+    fine.map_vs_fp32, fine.fp32_boxes = 1.0, 3
+    scores = VariantReport("openvino", "int8", "cpu", "", max_abs_error=1.0, cosine_min=1.0)
+    scores.map_vs_fp32, scores.score_issue = 1.0, "scores range 0.000..1.249, outside 0..1"
+    tensor = VariantReport("onnxruntime", "fp16", "cpu", "", max_abs_error=1.0, cosine_min=0.9)
+    judge([boxes, fine, scores, tensor], 1.0, rules)
+    assert [r.kept for r in (boxes, fine, scores, tensor)] == [False, True, False, False]
+    assert "mAP@0.5 against fp32's 3 boxes is 0.5000, 50.00 points lost" in boxes.reason
+    assert "1.249" in scores.reason and "--min-cosine 0.99" in tensor.reason
