@@ -9,7 +9,10 @@ What it measures (issue 5):
   unpack, install, load, warm, golden check, hot swap;
 - **bytes per device** (release format 2): what the device downloaded (the shared files plus
   the variants it lists in ``variants.installed``, sizes from the signed manifest) against
-  every artifact of the release — what release format 1 made every device download;
+  every artifact of the release — what release format 1 made every device download — and
+  against what it needs (``hub.sign.device_needs``: its variants' files, model.toml, labels,
+  golden inputs; issue 23's goal is at most 1.05×), for the benched model and, without
+  running anything, for every variant of the zoo's detector (``--bytes-model``);
 - **failed requests during the swap**: clients classify images over the agent's Unix socket
   the whole time; every non-200 answer counts (it must be 0);
 - **canary decision time** (issue 11 item 4): rounds alternate between a plain release and
@@ -61,13 +64,30 @@ from edgeagent.fleet.topics import GroupTopics, Topics  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402
 from edgeagent.hub.publish import publish  # noqa: E402
 from edgeagent.hub.serve import start_artifact_server  # noqa: E402
-from edgeagent.hub.sign import sign_package  # noqa: E402
-from edgeagent.models.package import INSTALLED_VARIANTS  # noqa: E402
+from edgeagent.hub.sign import archive_package, device_needs, sign_package  # noqa: E402
+from edgeagent.models.package import INSTALLED_VARIANTS, load_package  # noqa: E402
 
 MODEL = "mobilenet_v3_small"  # the default: a zoo model with every runtime and precision
 # Two builds of one model: a p99 ratio limit of 100 keeps a loaded machine's jitter from
 # rolling it back, so the round times the decision, not a verdict that varies.
 CANARY = "share=0.25,min_requests=200,max_p99_ratio=100"
+BYTES_MODEL = "shapes_grid_mnv2"  # the zoo's detector: held-out data 21× its INT8 variant
+
+
+def needed_bytes(package: Path, variants: list[str]) -> int:
+    """What a device running ``variants`` needs of the package, in raw bytes."""
+    return sum(path.stat().st_size for path in device_needs(load_package(package), variants))
+
+
+def bytes_table(package: Path) -> dict[str, dict[str, float]]:
+    """Per variant: bytes a device running it downloads (shared + its archive), what it
+    needs, and the ratio — the release's split alone, nothing downloaded."""
+    archives = archive_package(package)
+    table = {}
+    for key, archive in archives.variants.items():
+        downloaded, needed = len(archives.shared) + len(archive), needed_bytes(package, [key])
+        table[key] = {"bytes": downloaded, "needed": needed, "ratio": downloaded / needed}
+    return table
 
 
 def make_package(source: Path, out: Path, version: str) -> Path:
@@ -220,6 +240,7 @@ async def run(args: argparse.Namespace) -> dict:
                 urls, downloaded, everything, chosen = downloads_of(
                     envelope, work / "state" / "store" / model / version
                 )
+                needed = needed_bytes(package, chosen)
                 baseline = await baseline_fetch(urls)
                 decision: dict[str, float] = {}
                 if canary:
@@ -237,6 +258,8 @@ async def run(args: argparse.Namespace) -> dict:
                         "artifact_bytes": artifact.stat().st_size,
                         "bytes_per_device": downloaded,
                         "bytes_all_variants": everything,
+                        "bytes_needed": needed,
+                        "bytes_ratio_to_needed": downloaded / needed,
                         "variants": chosen,
                         "publish_to_serving_s": served - started,
                         "baseline_fetch_s": baseline,
@@ -269,12 +292,18 @@ async def run(args: argparse.Namespace) -> dict:
         return statistics.median(r[key] for r in canaries) if canaries else None
 
     failed = sum(v for k, v in counts.items() if k != "ok")
+    # a zoo without the detector (the smoke test's): the benched model's own split
+    split = args.bytes_model if (zoo / args.bytes_model / "model.toml").is_file() else model
     return {
         "model": model,
         "artifact_bytes": rounds[0]["artifact_bytes"],
         "bytes_per_device": rounds[0]["bytes_per_device"],
         "bytes_all_variants": rounds[0]["bytes_all_variants"],
+        "bytes_needed": rounds[0]["bytes_needed"],
+        "bytes_ratio_to_needed": rounds[0]["bytes_ratio_to_needed"],
         "variants": rounds[0]["variants"],
+        "bytes_model": split,
+        "bytes_by_variant": bytes_table(zoo / split),
         "rounds": rounds,
         "clients": args.clients,
         "median_publish_to_serving_s": median,
@@ -295,6 +324,9 @@ def main() -> int:
         "--rounds", type=int, default=4, help="updates to time, plain and canary alternately"
     )
     parser.add_argument("--clients", type=int, default=4, help="concurrent classify clients")
+    parser.add_argument(
+        "--bytes-model", default=BYTES_MODEL, help="the zoo package whose split is measured"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args()
@@ -307,7 +339,14 @@ def main() -> int:
             f"{args.rounds} updates, {args.clients} concurrent clients\n"
             f"  bytes per device    {result['bytes_per_device'] / 1e6:.1f} MB "
             f"({', '.join(result['variants'])}; every variant: "
-            f"{result['bytes_all_variants'] / 1e6:.1f} MB)\n"
+            f"{result['bytes_all_variants'] / 1e6:.1f} MB; "
+            f"{result['bytes_ratio_to_needed']:.2f}× what it needs)\n"
+            f"  bytes per device of {result['bytes_model']}, by variant (÷ what it needs): "
+            + ", ".join(
+                f"{key} {row['bytes'] / 1e6:.2f} MB ({row['ratio']:.2f}×)"
+                for key, row in result["bytes_by_variant"].items()
+            )
+            + "\n"
             f"  publish → serving   median {result['median_publish_to_serving_s']:.3f} s\n"
             f"  baseline (download+hash)  {result['median_baseline_fetch_s']:.3f} s\n"
             f"  ratio                     {result['ratio_to_baseline']:.1f}×\n"

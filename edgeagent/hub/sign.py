@@ -1,7 +1,8 @@
 """``hub sign``: turn a model package directory into release artifacts and a signed manifest.
 
-Release format 2 ships a package as one archive of the shared files (model.toml, labels,
-golden inputs) plus one archive per variant, so a device downloads only the variant it runs.
+Release format 2 ships a package as one archive of the shared files devices need (model.toml,
+labels, golden inputs: the package's ``device_files``; held-out and evaluation data stay here)
+plus one archive per variant, so a device downloads only the variant it runs and what it needs.
 Each artifact is a reproducible ``.tar.gz`` — entries sorted, mtime 0, owner 0/root-less, modes
 normalised, gzip header without name or time — so signing the same package twice gives the same
 SHA-256 and anyone can rebuild and compare it. Entries are relative to the package root
@@ -82,12 +83,38 @@ def _tar(entries: Mapping[str, bytes]) -> bytes:
 
 
 SHARED = "shared"  # the key of the shared files' artifact beside the variant keys
+# What the packager and the zoo builder leave in a package for the hub's eyes only: held-out
+# and evaluation data, validation and accuracy reports, the build key. A package that does
+# not declare its ``device_files`` still never ships these.
+HUB_ONLY_FILES = frozenset(
+    {"heldout.npz", "validation.json", "evaluation.json", "accuracy.json", "build.json"}
+)
+
+
+def device_needs(package: ModelPackage, variant_keys: Sequence[str]) -> list[Path]:
+    """What a device running ``variant_keys`` needs of the package: model.toml, the files it
+    names (labels, golden inputs, anchors), its declared device files and those variants'
+    files — the denominator of the bytes-per-device goal (issue 23: at most 1.05×)."""
+    files = [package.root / "model.toml", *package.named_files, *(package.device_files or ())]
+    files += [path for v in package.variants if v.key in variant_keys for path in v.files]
+    return list(dict.fromkeys(files))
+
+
+def device_shared_files(package: ModelPackage, entries: Sequence[Path]) -> list[Path]:
+    """The files of the shared archive: model.toml and the package's ``device_files`` when it
+    declares them; else every file no variant lists, less the known hub-only ones."""
+    if package.device_files is not None:
+        wanted = {package.root / "model.toml", *package.device_files}
+        return [path for path in entries if path in wanted]
+    in_variants = {path for variant in package.variants for path in variant.files}
+    hub_only = {package.root / name for name in HUB_ONLY_FILES}
+    return [path for path in entries if path not in in_variants and path not in hub_only]
 
 
 @dataclass(frozen=True)
 class PackageArchives:
-    """A package split the way release format 2 ships it: the shared files (model.toml,
-    labels, golden inputs — everything no variant lists) and one archive per variant."""
+    """A package split the way release format 2 ships it: the shared files devices need
+    (model.toml, labels, golden inputs: ``device_shared_files``) and one archive per variant."""
 
     package: ModelPackage
     shared: bytes
@@ -118,9 +145,7 @@ def archive_package(
         package = load_package(package_dir)
     except PackageError as exc:
         raise HubError(f"not a valid model package: {exc}") from exc
-    entries = _entries(package.root)
-    in_variants = {path for variant in package.variants for path in variant.files}
-    shared = [path for path in entries if path not in in_variants]
+    shared = device_shared_files(package, _entries(package.root))
     variants, encryption = {}, {}
     for variant in package.variants:
         if recipients is None:

@@ -76,6 +76,9 @@ class Manifest:
     serving: ServingHints | None = None
     detection: DetectionHead | None = None
     anchors: str | None = None  # an SSD head's anchors: a .npy file inside the package
+    # Besides model.toml and the variant files, what devices need; the files named above
+    # (labels, golden, anchors) are added. None: undeclared (the hub ships every other file).
+    device_files: tuple[str, ...] | None = None
 
 
 def manifest_table(manifest: Manifest, root: Path) -> dict[str, Any]:
@@ -87,6 +90,7 @@ def manifest_table(manifest: Manifest, root: Path) -> dict[str, Any]:
         "description": manifest.description or None,
         "labels": manifest.labels,
         "golden": manifest.golden,
+        "device_files": _device_files(manifest),
         "inputs": [_tensor(t) for t in manifest.inputs],
         "outputs": [_tensor(t) for t in manifest.outputs],
     }
@@ -140,6 +144,14 @@ def manifest_table(manifest: Manifest, root: Path) -> dict[str, Any]:
         for v in manifest.variants
     ]
     return table
+
+
+def _device_files(manifest: Manifest) -> list[str] | None:
+    """The declared device files with every file model.toml names, once each, in order."""
+    if manifest.device_files is None:
+        return None
+    named = (manifest.labels, manifest.golden, manifest.anchors, *manifest.device_files)
+    return list(dict.fromkeys(name for name in named if name))
 
 
 def _tensor(tensor: TensorSpec) -> dict[str, Any]:

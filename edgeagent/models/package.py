@@ -130,6 +130,10 @@ class ModelPackage:
     golden: Path | None = None  # optional .npz of inputs + expected answers for health checks
     detection: DetectionHead | None = None  # how a detector's outputs become boxes
     anchors: np.ndarray | None = field(default=None, compare=False)  # SSD-style heads
+    # ``device_files``: the files besides model.toml and the variants' that devices need
+    # (labels, golden inputs, anchors, …); None when the package does not say (an older one)
+    device_files: tuple[Path, ...] | None = None
+    named_files: tuple[Path, ...] = ()  # what model.toml names besides variants: labels, …
 
     @property
     def input_layout(self) -> str:
@@ -245,6 +249,7 @@ def _load(root: Path) -> ModelPackage:
             "variant",
             "golden",
             "detection",
+            "device_files",
         }
     )
     name = top.get("name", str)
@@ -315,6 +320,8 @@ def _load(root: Path) -> ModelPackage:
     elif "detection" in data:
         top.fail(f'a [detection] table needs task = "detection", not {task!r}', "detection")
 
+    named = _named_files(root, manifest, data)
+    device_files = _device_files(root, manifest, top, named)
     return ModelPackage(
         root=root,
         name=name,
@@ -331,7 +338,51 @@ def _load(root: Path) -> ModelPackage:
         golden=golden,
         detection=detection,
         anchors=anchors,
+        device_files=device_files,
+        named_files=tuple(named.values()),
     )
+
+
+def _named_files(root: Path, manifest: Path, data: dict[str, Any]) -> dict[str, Path]:
+    """The files model.toml names outside its variants (already checked to exist)."""
+    detection = data.get("detection")
+    anchors = detection.get("anchors") if isinstance(detection, dict) else None
+    named = {"labels": data.get("labels"), "golden": data.get("golden"), "anchors": anchors}
+    return {
+        key: _inside(root, manifest, key, name)
+        for key, name in named.items()
+        if isinstance(name, str)
+    }
+
+
+def _device_files(
+    root: Path, manifest: Path, top: _Fields, named: dict[str, Path]
+) -> tuple[Path, ...] | None:
+    """``device_files``: what a device needs besides model.toml and the variant files.
+
+    The hub ships exactly these in a release's shared archive (``hub.sign``), so held-out and
+    evaluation data stay on the hub; every listed file must exist — on a device too, where
+    this is how an incomplete shared archive is caught — and every file model.toml itself
+    names (labels, golden inputs, a detector's anchors) must be listed, or devices would
+    miss it.
+    """
+    names = top.get("device_files", list, None)
+    if names is None:
+        return None
+    files = []
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            top.fail(f"entry {index} must be a file name, got {name!r}", "device_files")
+        path = _inside(root, manifest, "device_files", name)
+        if not path.is_file():
+            top.fail(f"file {name!r} does not exist", "device_files")
+        files.append(path)
+    for key, path in named.items():
+        if path not in files:
+            name = path.relative_to(root).as_posix()
+            problem = f"the {key} file {name!r} is not listed: devices would not get it"
+            top.fail(problem, "device_files")
+    return tuple(dict.fromkeys(files))
 
 
 INSTALLED_VARIANTS = "variants.installed"
@@ -385,9 +436,9 @@ def _tensors(manifest: Path, key: str, tables: list) -> tuple[TensorSpec, ...]:
     for index, table in enumerate(tables):
         fields = _Fields(manifest, f"{key}[{index}]", table)
         fields.unknown({"name", "dtype", "shape", "layout"})
-        shape = fields.get("shape", list)
-        if not shape or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-            fields.fail("must be a non-empty list of integers (-1 for a variable size)", "shape")
+        shape = fields.get("shape", list)  # [] is a scalar (Silero VAD's sample rate)
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            fields.fail("must be a list of integers (-1 for a variable size, [] a scalar)", "shape")
         if any(d == 0 or d < -1 for d in shape):
             fields.fail("dimensions must be positive or -1", "shape")
         specs.append(

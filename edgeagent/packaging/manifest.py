@@ -42,6 +42,7 @@ def describe(
         description=description,
         labels=labels,
         golden=golden,
+        device_files=(),  # labels and golden (the writer adds them); validation.json stays home
         inputs=tuple(
             replace(t, layout=logical.layout if len(t.shape) == 4 else None) for t in logical.inputs
         ),
