@@ -31,6 +31,20 @@ def _size(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """NAME=D0,D1,… (every dimension of that input; -1 keeps one open, NAME= is a scalar)."""
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+    except ValueError:
+        shape = (0,)
+    if not sep or not name or any(d == 0 or d < -1 for d in shape):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: NAME=D0,D1,… with positive sizes or -1 (open), e.g. input=-1,512"
+        )
+    return name, shape
+
+
 def _variants(text: str) -> tuple[str, ...]:
     names = tuple(v for v in text.split(",") if v)
     unknown = [v for v in names if v not in VARIANT_NAMES]
@@ -71,6 +85,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_size,
         metavar="H,W",
         help="image size for inputs whose height/width the file leaves open",
+    )
+    parser.add_argument(
+        "--input-shape",
+        type=_shape,
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,…",
+        help="every dimension of input NAME, for dimensions the file leaves open (any rank; "
+        "-1 keeps one open, e.g. the batch); repeat for each input",
+    )
+    parser.add_argument(
+        "--softmax",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="apply softmax to a classifier's scores (default: unless its outputs already are "
+        "probabilities on the validation data)",
     )
     parser.add_argument("--layout", choices=LAYOUTS, help="input layout when the file is ambiguous")
     parser.add_argument(
@@ -172,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
         task=args.task,
         labels=args.labels,
         input_size=args.input_size,
+        input_shapes=tuple(args.input_shape),
+        softmax=args.softmax,
         layout=args.layout,
         mean=args.mean,
         std=args.std,

@@ -21,7 +21,7 @@ Answer = dict[str, np.ndarray]
 
 def can_batch(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> bool:
     """A model batches when every input and output has a variable first (batch) dimension."""
-    return all(spec.shape[0] == -1 for spec in (*inputs, *outputs))
+    return all(len(spec.shape) > 0 and spec.shape[0] == -1 for spec in (*inputs, *outputs))
 
 
 def validate_feeds(

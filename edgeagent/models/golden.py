@@ -59,7 +59,10 @@ def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
     Varied values in [-2, 2] rather than zeros, because some delegates special-case all-zero
     input; a fixed pattern, so every check of one package sees the same input, and not
     ``numpy.random``, which would stay loaded in the daemon for this alone (1.5 MB).
+    An integer input that has golden inputs takes the first of them: its integers mean
+    something no pattern stands for (Silero VAD refuses a sample rate of 0).
     """
+    golden = _golden_integers(package)
     feeds = {}
     for spec in package.inputs:
         shape = tuple(1 if d == -1 else d for d in spec.shape)
@@ -67,8 +70,32 @@ def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
         if dtype.kind == "f":
             pattern = 2 * np.sin(np.arange(math.prod(shape)) * 2.39996)
             feeds[spec.name] = pattern.reshape(shape).astype(dtype)
+        elif spec.name in golden:
+            feeds[spec.name] = golden[spec.name]
         else:
             feeds[spec.name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def _golden_integers(package: ModelPackage) -> dict[str, np.ndarray]:
+    """The first golden sample of each integer input (none without a golden file)."""
+    wanted = [s for s in package.inputs if np.dtype(s.dtype).kind != "f"]
+    if not wanted or package.golden is None:
+        return {}
+    try:
+        with np.load(package.golden) as golden:
+            found = {s: golden[s.name] for s in wanted if s.name in golden.files}
+    except (OSError, ValueError):
+        return {}  # load_golden reports an unusable file where it matters
+    batches = all(len(s.shape) > 0 and s.shape[0] == -1 for s in package.inputs)
+    feeds = {}
+    for spec, value in found.items():
+        value = value[:1] if batches else value  # a batch of rows, or one whole feed
+        fits = value.ndim == len(spec.shape) and all(
+            want in (-1, got) for want, got in zip(spec.shape, value.shape, strict=True)
+        )
+        if fits:
+            feeds[spec.name] = value.astype(spec.dtype)
     return feeds
 
 

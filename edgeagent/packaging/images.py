@@ -7,7 +7,7 @@ Images go through the package's own ``[preprocess]``, the very transform the age
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +21,12 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
 @dataclass(frozen=True)
 class Samples:
-    """Input tensors (batch first) and, for a labelled set, one class index per row."""
+    """Input tensors (batch first) and, for a labelled set, one class index per row; a model
+    with several inputs has the others' arrays in ``extra`` (see ``packaging.feeds``)."""
 
     inputs: np.ndarray
     labels: np.ndarray | None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def load_samples(

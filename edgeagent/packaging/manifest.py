@@ -8,7 +8,7 @@ from pathlib import Path
 
 from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.manifest_writer import Manifest, VariantFiles
-from edgeagent.models.package import Postprocess, Preprocess
+from edgeagent.models.package import Postprocess, Preprocess, ServingHints
 from edgeagent.packaging.options import LogicalModel
 from edgeagent.packaging.variants import Made
 
@@ -48,10 +48,12 @@ def describe(
         ),
         outputs=tuple(replace(t, layout=None) for t in logical.outputs),
         preprocess=preprocess,
-        postprocess=Postprocess(softmax=True, top_k=5)
+        postprocess=Postprocess(softmax=logical.softmax, top_k=5)
         if logical.task == "classification"
         else None,
         detection=detection,
+        # Never more rows a run than the model takes: a fixed batch is served one at a time.
+        serving=None if logical.batches else ServingHints(max_batch_size=1),
         variants=tuple(
             VariantFiles(
                 made.runtime,

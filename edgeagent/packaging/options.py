@@ -12,7 +12,7 @@ from pathlib import Path
 
 from edgeagent.models.package import TASKS, TensorSpec
 from edgeagent.packaging.errors import PackagingError
-from edgeagent.packaging.sources import NativeTensor, SourceModel
+from edgeagent.packaging.sources import NativeTensor, SourceModel, guess_layout
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class PackageOptions:
     task: str | None = None
     labels: Path | None = None
     input_size: tuple[int, int] | None = None
+    # --input-shape NAME=D0,D1,…: every dimension of one input; -1 keeps one the file leaves open
+    input_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    softmax: bool | None = None  # None: applied unless the outputs already are probabilities
     layout: str | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
@@ -33,6 +36,8 @@ class PackageOptions:
     variants: tuple[str, ...] = ()
     weights: Path | None = None  # state_dict for a PyTorch file.py:factory source
     channels: int = 3  # image channels of a PyTorch source (the module does not say)
+    tf_inputs: tuple[str, ...] = ()  # a TensorFlow graph's input nodes where discovery cannot tell
+    tf_outputs: tuple[str, ...] = ()  # ... and its output nodes (see packaging.tensorflow_export)
     calibration: Path | None = None
     calibration_method: str = "minmax"
     reduce_range: str = "auto"  # auto | on | off
@@ -51,6 +56,18 @@ class LogicalModel:
     outputs: tuple[TensorSpec, ...]
     layout: str | None
     task: str
+    softmax: bool = True  # a classifier's [postprocess] softmax (see packaging.probabilities)
+
+    @property
+    def batches(self) -> bool:
+        """Every input has an open first (batch) dimension, so requests can be merged.
+
+        A model whose batch is fixed (``[1, 16, 96]``) or whose inputs are not batched on
+        their first dimension (Silero VAD's ``state [2, batch, 128]``, a scalar ``sr``) is
+        served one request at a time, validated sample by sample and declares
+        ``[serving] max_batch_size = 1``.
+        """
+        return all(len(t.shape) > 0 and t.shape[0] == -1 for t in self.inputs)
 
 
 # What a file name may carry after the model's own name: a precision (``mobilenet.int8.onnx``,
@@ -73,46 +90,111 @@ def default_name(path: Path) -> str:
 
 
 def logical_model(reference: SourceModel, options: PackageOptions) -> LogicalModel:
-    """The logical tensors from the reference file plus the flags; refuse what stays open."""
-    if len(reference.inputs) != 1:
-        names = ", ".join(t.name for t in reference.inputs)
+    """The logical tensors from the reference file plus the flags; refuse what stays open.
+
+    Every input is kept, each with its own name, dtype and shape. The first dimension stays
+    open (-1, the batch) where the file leaves it open, or where the runtime feeds a fixed
+    batch of 1 row by row (LiteRT); a fixed one (an ONNX or IR with batch 1) is kept, since
+    that runtime refuses any other batch.
+    """
+    known = {t.name for t in reference.inputs}
+    for name, _ in options.input_shapes:
+        if name not in known:
+            raise PackagingError(
+                f"--input-shape {name}=…: {reference.path} has no input {name!r} "
+                f"(inputs: {', '.join(t.name for t in reference.inputs)})"
+            )
+    first = reference.inputs[0]
+    layout = options.layout or guess_layout(_given(first, options) or first.shape)
+    if len(first.shape) == 4 and layout is None:
         raise PackagingError(
-            f"{reference.path}: {len(reference.inputs)} inputs ({names}): edgeagent package "
-            "handles one-input models; write model.toml by hand for this one"
+            f"{reference.path}: cannot tell whether input {first.name!r} "
+            f"{_dims(first.shape)} is NCHW or NHWC: pass --layout NCHW|NHWC"
         )
-    layout = options.layout or reference.layout
-    if len(reference.inputs[0].shape) == 4 and layout is None:
-        raise PackagingError(
-            f"{reference.path}: cannot tell whether input {reference.inputs[0].name!r} "
-            f"{_dims(reference.inputs[0].shape)} is NCHW or NHWC: pass --layout NCHW|NHWC"
-        )
-    inputs = tuple(_fixed_input(reference, t, layout, options) for t in reference.inputs)
+    rows_of_one = reference.runtime == "litert"  # LiteRT runs a batch-1 graph row by row
+    inputs = tuple(
+        _fixed_input(reference, t, layout if t is first else None, options, rows_of_one)
+        for t in reference.inputs
+    )
+    batches = all(len(t.shape) > 0 and t.shape[0] == -1 for t in inputs)
     outputs = tuple(
-        TensorSpec(t.name, "float32", (-1, *(d or -1 for d in t.shape[1:])))
+        TensorSpec(
+            t.name,
+            "float32",
+            (-1, *(d or -1 for d in t.shape[1:])) if batches else tuple(d or -1 for d in t.shape),
+        )
         for t in reference.outputs
     )
-    return LogicalModel(inputs, outputs, layout, _task(reference, options))
+    logical = LogicalModel(inputs, outputs, layout, _task(reference, options))
+    int8 = "int8" in options.variants or (not options.variants and options.calibration)
+    if int8 and (len(inputs) > 1 or not batches):
+        raise PackagingError(
+            f"{reference.path}: an int8 variant is made for one-input models with an open batch; "
+            f"this one has {len(inputs)} input(s)"
+            + ("" if batches else " and a fixed batch")
+            + ": leave out --calibration and int8 (give the validation data with --heldout)"
+        )
+    return logical
+
+
+def _given(tensor: NativeTensor, options: PackageOptions) -> tuple[int | None, ...] | None:
+    shape = dict(options.input_shapes).get(tensor.name)
+    return None if shape is None else tuple(None if d == -1 else d for d in shape)
 
 
 def _fixed_input(
-    reference: SourceModel, tensor: NativeTensor, layout: str | None, options: PackageOptions
+    reference: SourceModel,
+    tensor: NativeTensor,
+    layout: str | None,
+    options: PackageOptions,
+    rows_of_one: bool,
 ) -> TensorSpec:
-    """Batch stays open (-1); every other open dimension must come from --input-size."""
-    dims = list(tensor.shape)
-    if len(dims) == 4 and layout is not None:
+    """The input's logical shape: the file's, with --input-shape (any rank) or --input-size
+    (a 4-D image's height and width) filling what it leaves open; what stays open (other than
+    the batch) is refused, naming both flags."""
+    dims: list[int | None] = list(tensor.shape)
+    given = dict(options.input_shapes).get(tensor.name)
+    if given is not None:
+        dims = _apply(reference, tensor, given)
+    elif len(dims) == 4 and layout is not None and options.input_size is not None:
         spatial = (2, 3) if layout == "NCHW" else (1, 2)
-        if options.input_size is not None:
-            dims[spatial[0]], dims[spatial[1]] = options.input_size
-    open_dims = [i for i, d in enumerate(dims[1:], start=1) if d is None]
+        dims[spatial[0]], dims[spatial[1]] = options.input_size
+    if dims and (dims[0] is None or (rows_of_one and dims[0] == 1)):
+        dims[0] = -1  # the batch
+    open_dims = [i for i, d in enumerate(dims) if d is None]
     if open_dims:
+        template = ",".join(
+            f"D{i}" if d is None else str(d) for i, d in enumerate(dims)
+        )  # e.g. -1,D1 for [batch, samples]
+        image = "--input-size HEIGHT,WIDTH or " if len(dims) == 4 else ""
         raise PackagingError(
             f"{reference.path}: input {tensor.name!r} {_dims(tensor.shape)} leaves dimension(s) "
-            f"{', '.join(map(str, open_dims))} open: pass --input-size HEIGHT,WIDTH"
+            f"{', '.join(map(str, open_dims))} open: pass {image}"
+            f"--input-shape {tensor.name}={template} (-1 keeps a dimension open)"
         )
     dtype = "float32" if tensor.dtype in ("float16", "int8", "uint8") else tensor.dtype
-    return TensorSpec(
-        tensor.name, dtype, (-1, *(int(d) for d in dims[1:] if d is not None)), layout
-    )
+    return TensorSpec(tensor.name, dtype, tuple(int(d) for d in dims if d is not None), layout)
+
+
+def _apply(
+    reference: SourceModel, tensor: NativeTensor, given: tuple[int, ...]
+) -> list[int | None]:
+    """``--input-shape`` over the file's shape: same rank, fixed dimensions kept as they are."""
+    flag = f"--input-shape {tensor.name}={','.join(map(str, given))}"
+    if len(given) != len(tensor.shape):
+        raise PackagingError(
+            f"{flag}: {len(given)} dimension(s), but input {tensor.name!r} of {reference.path} "
+            f"has {len(tensor.shape)} {_dims(tensor.shape)}"
+        )
+    dims: list[int | None] = []
+    for axis, (want, have) in enumerate(zip(given, tensor.shape, strict=True)):
+        if have is not None and want != have:
+            raise PackagingError(
+                f"{flag}: dimension {axis} is fixed at {have} in {reference.path} "
+                f"{_dims(tensor.shape)}"
+            )
+        dims.append(want)  # -1 stays open on purpose; a size fills the file's open one
+    return dims
 
 
 def _task(reference: SourceModel, options: PackageOptions) -> str:

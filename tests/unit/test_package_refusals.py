@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from edgeagent.cli import main
+from edgeagent.models.package import load_package
 from tests.support.helpers import write_tiny_onnx
 
 
@@ -81,7 +82,8 @@ def test_unknown_task_asks_for_task(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "pass --task classification|detection|segmentation|tensor" in err
 
 
-def test_a_model_with_two_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_model_with_two_inputs_is_packaged_with_both(tmp_path: Path) -> None:
+    """Refused until issue 24; now each input keeps its name, dtype and shape, batch open."""
     path = tmp_path / "two.onnx"
     graph = helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["y"])],
@@ -92,8 +94,11 @@ def test_a_model_with_two_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
-    err = refusal(capsys, str(path), "--out", str(tmp_path / "p"))
-    assert f"{path}: 2 inputs (a, b): edgeagent package handles one-input models" in err
+    argv = [str(path), "--task", "tensor", "--variants", "graph", "--out", str(tmp_path / "p")]
+    assert main(["package", *argv]) == 0
+    package = load_package(tmp_path / "p")
+    assert [(t.name, t.shape) for t in package.inputs] == [("a", (-1, 4)), ("b", (-1, 4))]
+    assert package.serving.max_batch_size == 8  # both batch on their first axis: merged
 
 
 def test_ambiguous_layout_asks_for_layout(
