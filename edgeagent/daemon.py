@@ -34,6 +34,7 @@ from edgeagent import __version__
 from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.api.http import create_app
 from edgeagent.api.listeners import ListenerError, Listeners, handler_args
+from edgeagent.api.routes_deepstack import deepstack_model_problem
 from edgeagent.api.secret_files import exposures, secret_files
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.config import Config
@@ -246,6 +247,13 @@ class Daemon:
         for directory in self.updates.package_dirs() if self.updates else []:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
+        served = [
+            *package_dirs(self.config),
+            *(self.updates.package_dirs() if self.updates else []),
+        ]
+        problem = deepstack_model_problem(self.config.server.deepstack_model, served)
+        if problem is not None:  # DeepStack answers 403 "not activated"; the rest serves on
+            log.error("%s: DeepStack's /v1/vision/detection will refuse every frame", problem)
         app = create_app(
             self.dataplane,
             settings=self.config.server,

@@ -32,7 +32,7 @@ import ipaddress
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -154,6 +154,9 @@ class Guard:
     hosts_key: str
     applies: Callable[[web.Request], bool] = _always
     form_route: Callable[[web.Request], bool] = declares_forms
+    # The JSON body of a refusal (status, message → body): a route family whose clients parse
+    # their own error shape (DeepStack's ``success``) gets it here too. None: {"error": …}.
+    body: Callable[[web.Request, int, str], dict[str, Any]] | None = None
 
     def names(self, request: web.Request) -> set[str]:
         """Every name this listener answers to on the connection ``request`` came by."""
@@ -171,7 +174,8 @@ class Guard:
         if host is not None:
             name = host_name(host)
             if name is None or name not in self.names(request):
-                return _answer(
+                return self._answer(
+                    request,
                     403,
                     f"Host {host[:64]!r} is not a name of this listener; add it to "
                     f"{self.hosts_key} if clients really use it",
@@ -180,21 +184,28 @@ class Guard:
             return None
         fetch_site = request.headers.get("Sec-Fetch-Site", "")
         if fetch_site in FOREIGN_FETCH_SITES:
-            return _answer(403, f"a request from another origin ({fetch_site}) is refused")
+            return self._answer(
+                request, 403, f"a request from another origin ({fetch_site}) is refused"
+            )
         origin = request.headers.get("Origin")
         if origin is not None and not _own_origin(request, origin, fetch_site):
-            return _answer(403, f"cross-origin request from {origin[:64]!r} refused")
+            return self._answer(request, 403, f"cross-origin request from {origin[:64]!r} refused")
         if (
             request.headers.get("Content-Type")
             and request.content_type in SIMPLE_CONTENT_TYPES
             and not self.form_route(request)
         ):
-            return _answer(
+            return self._answer(
+                request,
                 415,
                 f"Content-Type {request.content_type} is refused (a web page could send it "
                 "cross-site); send application/json or the route's binary type",
             )
         return None
+
+    def _answer(self, request: web.Request, status: int, message: str) -> web.Response:
+        body = {"error": message} if self.body is None else self.body(request, status, message)
+        return web.json_response(body, status=status)
 
     def middleware(self) -> Middleware:
         """An aiohttp middleware answering ``refusal`` instead of the handler."""
@@ -208,7 +219,3 @@ class Guard:
             return await handler(request)
 
         return guard
-
-
-def _answer(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)

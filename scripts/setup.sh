@@ -21,6 +21,8 @@ environment() {  # environment DIR PIP-ARGS…: a venv at DIR with a current pip
 
 run_step "runtime environment (.venv)" venv \
   environment .venv -e ".[litert,openvino,hub,package,dev]"
+run_step "DeepStack SDK for the client tests (without the GUI OpenCV it asks for)" deepstack-sdk \
+  .venv/bin/python "${PIP[@]}" --no-deps deepstack-sdk==0.2.1
 torch_version=$(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3)
 run_step "model-building environment (.venv-build, torch $torch_version)" venv-build \
   environment .venv-build -r scripts/requirements-build.txt

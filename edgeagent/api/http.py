@@ -34,6 +34,7 @@ from edgeagent.api.keys import (
     SHARED_MEMORY,
     STATUS,
 )
+from edgeagent.api.routes_deepstack import deepstack_routes
 from edgeagent.api.routes_detect import detect_routes
 from edgeagent.api.routes_edge import edge_routes
 from edgeagent.api.routes_shm import shm_routes
@@ -178,7 +179,9 @@ def create_app(
     app[JSON_HELPER] = helper = JsonHelper(settings.json_helper_max_bytes, decoder)
     app.on_cleanup.append(lambda _: helper.close())
     app.on_cleanup.append(lambda _: _shut_down(decoder))
-    app.add_routes([*v2_routes(), *edge_routes(), *detect_routes(), *shm_routes()])
+    app.add_routes(
+        [*v2_routes(), *edge_routes(), *detect_routes(), *deepstack_routes(), *shm_routes()]
+    )
     return app
 
 

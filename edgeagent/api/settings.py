@@ -68,6 +68,11 @@ class ServerSettings:
     deepstack_model: str = setting(
         "", "detection model that answers DeepStack's POST /v1/vision/detection (empty: none)"
     )
+    deepstack_max_predictions: int = setting(
+        20,
+        "most predictions one DeepStack answer carries, best first (Frigate's deepstack "
+        "detector fills a fixed 20-row array and fails on more)",
+    )
     max_body_bytes: int = setting(
         16 * 1024 * 1024, "largest request body accepted (413 above)", "bytes"
     )
@@ -165,6 +170,12 @@ class ServerSettings:
             "uvloop is not installed (pip install 'edgeagent[uvloop]')",
         )
         require(self.max_connections >= 1, "server", "max_connections", "must be at least 1")
+        require(
+            self.deepstack_max_predictions >= 1,
+            "server",
+            "deepstack_max_predictions",
+            "must be at least 1",
+        )
         for key in ("header_timeout_s", "body_timeout_s", "send_timeout_s"):
             require(getattr(self, key) > 0, "server", key, "must be positive")
         require(

@@ -94,6 +94,18 @@ def check(path: Path | None) -> list[str]:
         board_profiles(config.hardware.profiles_dir)
     except ProfileError as exc:
         return [f"[hardware] profiles_dir: {exc}"]
+    if config.server.deepstack_model:  # every DeepStack request would fail: say so now
+        # The daemon's module loads the whole serving stack; only this check needs it.
+        from edgeagent.api.routes_deepstack import deepstack_model_problem
+        from edgeagent.daemon import package_dirs
+
+        try:
+            packages = package_dirs(config)
+        except ConfigError as exc:
+            return exc.problems
+        problem = deepstack_model_problem(config.server.deepstack_model, packages)
+        if problem is not None:
+            return [problem]
     return []
 
 

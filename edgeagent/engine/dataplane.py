@@ -273,7 +273,8 @@ class DataPlane:
         """One image through a detector: decode, preprocess, infer, decode the head, and boxes
         mapped back to the image's own pixels, best score first.
 
-        ``min_score`` raises the package's score threshold for this request.
+        ``min_score`` is this request's score threshold in place of the package's (down to
+        ``DECODE_FLOOR``).
         """
         model = self.model(name, version)
         package = model.package

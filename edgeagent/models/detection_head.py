@@ -18,6 +18,11 @@ if TYPE_CHECKING:
 
     from edgeagent.models.tasks.decode import Detections, Geometry
 
+# The lowest score threshold a request may ask for. Below it a YOLO head's thousands of
+# near-zero candidates would all be scored and sent to NMS (decode caps it at 2000), and no
+# client wants boxes it is 99 % sure are not there.
+DECODE_FLOOR = 0.01
+
 
 @dataclass(frozen=True)
 class DetectionHead:
@@ -35,6 +40,14 @@ class DetectionHead:
     iou_threshold: float = 0.45
     max_detections: int = 100
 
+    def threshold_for(self, min_score: float | None) -> float:
+        """The score threshold of one request: the package's, or the request's own, never
+        below ``DECODE_FLOOR``.
+
+        A request may lower it too: Home Assistant always sends ``min_confidence=0.1`` and
+        expects boxes down to 0.1, which taking the higher of the two never gave it."""
+        return self.score_threshold if min_score is None else max(DECODE_FLOOR, min_score)
+
     def decode(
         self,
         outputs: list[np.ndarray],
@@ -47,8 +60,8 @@ class DetectionHead:
         """One image's outputs (batch dimension removed) → detections in original pixels.
 
         ``input_size`` is the model's (width, height); ``num_classes`` tells a ``[4 + C, N]``
-        export from ``[N, 4 + C]``; ``min_score`` raises the threshold for one request
-        (DeepStack's ``min_confidence``).
+        export from ``[N, 4 + C]``; ``min_score`` is one request's threshold in place of the
+        package's (DeepStack's ``min_confidence``; see ``threshold_for``).
         """
         from edgeagent.models.tasks import decode  # numpy: needed only to decode
 
@@ -60,7 +73,7 @@ class DetectionHead:
                 box_format=self.box_format,
                 normalized=self.normalized,
                 first_class_id=self.first_class_id,
-                score_threshold=max(self.score_threshold, min_score or 0.0),
+                score_threshold=self.threshold_for(min_score),
                 max_detections=self.max_detections,
             )
         if self.style == "yolo":
@@ -89,7 +102,7 @@ class DetectionHead:
             boxes,
             scores,
             geometry,
-            score_threshold=max(self.score_threshold, min_score or 0.0),
+            score_threshold=self.threshold_for(min_score),
             iou_threshold=self.iou_threshold,
             max_detections=self.max_detections,
         )

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from edgeagent.config import describe_config
-from tests.support.helpers import REPO
+from tests.support.helpers import REPO, write_tiny_package
+from tests.support.toy_detector import write_toy_detector
 
 
 def _config(*args: str) -> subprocess.CompletedProcess:
@@ -81,3 +82,23 @@ def test_show_lists_every_key_with_the_file_value_and_defaults(tmp_path: Path) -
     text = _config("show", "--defaults").stdout
     assert "[server]\n" in text and "tcp_port = 8080\n" in text
     assert "# [s] per-request deadline when the client sets none\n" in text
+
+
+def test_check_refuses_a_deepstack_model_that_is_not_a_served_detector(tmp_path: Path) -> None:
+    """Every DeepStack request would be refused "not activated": say so before the start."""
+    models = tmp_path / "models"
+    write_toy_detector(models / "toy")
+    write_tiny_package(models / "tiny")
+    config = tmp_path / "agent.toml"
+    for model, problem in (
+        ("nothing", "no model 'nothing' is served (packages: tiny, toy)"),
+        ("tiny", "'tiny' is a classification model, not a detector"),
+    ):
+        config.write_text(
+            f'[agent]\nmodels_dir = "{models}"\n[server]\ndeepstack_model = "{model}"\n'
+        )
+        result = _config("check", str(config))
+        assert result.returncode == 2 and problem in result.stderr, result.stderr
+    config.write_text(f'[agent]\nmodels_dir = "{models}"\n[server]\ndeepstack_model = "toy"\n')
+    result = _config("check", str(config))
+    assert result.returncode == 0, result.stderr

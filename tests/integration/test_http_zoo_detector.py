@@ -41,9 +41,10 @@ def agent(package: ModelPackage, tmp_path_factory: pytest.TempPathFactory) -> It
         server.stop()
 
 
-def detect(agent: AgentServer, png: bytes) -> dict:
+def detect(agent: AgentServer, png: bytes, min_score: float | None = None) -> dict:
+    query = "" if min_score is None else f"?min_score={min_score}"
     response = requests.post(
-        f"{agent.url}/v1/models/{NAME}/detect",
+        f"{agent.url}/v1/models/{NAME}/detect{query}",
         data=png,
         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "image/png"},
         timeout=30,
@@ -89,7 +90,7 @@ def test_deepstack_answers_what_detect_answers(
         )
         assert response.status_code == 200, response.text
         predictions = response.json()["predictions"]
-        expected = detect(agent, png)["detections"]
+        expected = detect(agent, png, min_score=0.4)["detections"]  # DeepStack's default
         assert [p["label"] for p in predictions] == [d["label"] for d in expected]
         for prediction, detection in zip(predictions, expected, strict=True):
             corners = [prediction[k] for k in ("x_min", "y_min", "x_max", "y_max")]
