@@ -20,6 +20,7 @@ import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
+from schemathesis.core.failures import FailureGroup
 
 from edgeagent.api.routes_edge import openapi_document
 
@@ -33,6 +34,7 @@ class FuzzReport:
     examples: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     server_errors: list[str] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)  # answers the document does not allow
 
 
 def is_server_error(response: Any) -> bool:
@@ -41,9 +43,10 @@ def is_server_error(response: Any) -> bool:
     return response.status_code >= 500 and response.status_code != 504
 
 
-def operations() -> list[schemathesis.APIOperation]:
-    """Every operation of the document the agent serves (``edgeagent/api/openapi.yaml``)."""
-    schema = schemathesis.openapi.from_dict(openapi_document())
+def operations(document: dict[str, Any] | None = None) -> list[schemathesis.APIOperation]:
+    """Every operation of ``document``; by default the one the agent serves
+    (``edgeagent/api/openapi.yaml``)."""
+    schema = schemathesis.openapi.from_dict(document or openapi_document())
     return [result.ok() for result in schema.get_all_operations()]
 
 
@@ -55,14 +58,31 @@ def fuzz_operation(
     report: FuzzReport,
     derandomize: bool = True,
     model: str = "tiny",
+    path_values: dict[str, Any] | None = None,
+    checks: tuple[Any, ...] = (),
 ) -> None:
-    """Send ``examples`` generated requests per mode for ``operation``; record the answers."""
-    pinned = {"name": model} if any(p.name == "name" for p in operation.path_parameters) else None
+    """Send ``examples`` generated requests per mode for ``operation``; record the answers.
+
+    ``path_values`` pins path parameters by name (default: ``name`` to ``model``); ``checks``
+    are schemathesis checks each answer must pass (e.g. ``response_schema_conformance``).
+    """
+    names = {p.name for p in operation.path_parameters}
+    wanted = {"name": model} if path_values is None else path_values
+    pinned = {k: v for k, v in wanted.items() if k in names} or None
     session = requests.Session()
     for mode in MODES:
         try:
             _draw(
-                operation, mode, pinned, base_url, session, headers, examples, report, derandomize
+                operation,
+                mode,
+                pinned,
+                base_url,
+                session,
+                headers,
+                examples,
+                report,
+                derandomize,
+                checks,
             )
         except Unsatisfiable:  # nothing in this operation can be made invalid (no inputs)
             if mode is not schemathesis.GenerationMode.NEGATIVE:
@@ -80,6 +100,7 @@ def _draw(
     examples: int,
     report: FuzzReport,
     derandomize: bool,
+    checks: tuple[Any, ...] = (),
 ) -> None:
     @given(case=operation.as_strategy(generation_mode=mode, path_parameters=pinned))
     @settings(
@@ -98,5 +119,13 @@ def _draw(
                 f"{case.method} {case.formatted_path} ({mode.value}) answered "
                 f"{response.status_code}: {response.text[:300]}"
             )
+        elif checks:
+            try:
+                case.validate_response(response, checks=list(checks))
+            except FailureGroup as failure:  # one entry for each check that failed
+                report.mismatches.append(
+                    f"{case.method} {case.formatted_path} ({mode.value}) answered "
+                    f"{response.status_code}: {str(failure)[:600]}"
+                )
 
     send()

@@ -28,6 +28,7 @@ from edgeagent.hub.policy.base import (
 )
 
 MAX_MIN_EXECUTED = 1_000_000_000  # fits the database column; no fleet is larger
+MAX_STAGES = 100  # a rollout of more stages is a typo, and each is a row in every answer
 STAGES_EXAMPLE = "e.g. [5, 25, 100]"
 
 
@@ -47,6 +48,8 @@ class StagedPolicy(RolloutPolicy):
         integer(fields, "min_executed", 0, 1, MAX_MIN_EXECUTED)
         number(fields, "stage_timeout_s", 0, 0, math.inf)
         stages = self.stages_pct
+        if len(stages) > MAX_STAGES:
+            raise PolicyError("stages_pct", f"must have at most {MAX_STAGES} stages")
         if not stages or any(not 0 < p <= 100 for p in stages) or list(stages) != sorted(stages):
             raise PolicyError(
                 "stages_pct",

@@ -2,7 +2,9 @@
 
 Handlers only translate between HTTP and ``fleetdb`` / ``deploydb``; every refusal is a JSON
 ``{"error": ...}`` with a 4xx status, and nothing is written unless the whole request is valid.
-The document is ``openapi.yaml`` next to this file, served at ``/openapi.json``.
+Each route is an ``inputs.Operation``: its parameters and body are checked against their
+schemas before the handler runs, and the document served at ``/openapi.json`` is
+``openapi.yaml`` (summaries, answers) with those same schemas filled in (``inputs.document``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from aiohttp import web
 
 from edgeagent.httpguard import Guard, security_headers
 from edgeagent.hub.policy import PolicyError, RolloutPolicy, StagedPolicy
-from edgeagent.hub.server import deploydb, fleetdb
+from edgeagent.hub.server import deploydb, fleetdb, inputs
 from edgeagent.hub.server.auth import TOKENS, Tokens, auth_middleware, needs
 from edgeagent.hub.server.context import (
     CONTEXT,
@@ -24,8 +26,6 @@ from edgeagent.hub.server.context import (
     HubContext,
     context_of,
     query_filter,
-    query_float,
-    query_int,
     query_page,
 )
 from edgeagent.hub.server.dashboard import dashboard_routes
@@ -44,17 +44,13 @@ async def errors_middleware(request: web.Request, handler: Any) -> web.StreamRes
     except web.HTTPException as exc:  # aiohttp's own (404 route, 405, 413 body too large)
         if exc.status < 400:
             raise
-        return web.json_response({"error": exc.reason}, status=exc.status)
+        kept = {k: v for k, v in exc.headers.items() if k in ("Allow", "WWW-Authenticate")}
+        return web.json_response({"error": exc.reason}, status=exc.status, headers=kept)
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise BadRequest(400, f"the body is not JSON ({exc})") from exc
-    if not isinstance(body, dict):
-        raise BadRequest(400, "the body must be a JSON object")
-    return body
+    """The route's body, already checked against its schema (``inputs.Operation.route``)."""
+    return inputs.body_of(request)
 
 
 # ---- health and devices ------------------------------------------------------------------
@@ -63,7 +59,7 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 async def health(request: web.Request) -> web.Response:
     """Whether the retained reports were read (``?wait=S`` waits for it) and how many."""
     hub = context_of(request)
-    wait = query_float(request, "wait", hub.settings.max_wait_s)
+    wait = inputs.values_of(request)["wait"]
     if wait and not hub.ingest.synced.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(hub.ingest.synced.wait(), wait)
@@ -86,10 +82,10 @@ async def health(request: web.Request) -> web.Response:
 async def _long_poll(request: web.Request) -> None:
     """``?wait=S&after=N``: return once anything changed since version N (or after S)."""
     hub = context_of(request)
-    wait = query_float(request, "wait", hub.settings.max_wait_s)
-    if wait:
-        after = query_int(request, "after", hub.changes.version, 0, 2**62)
-        await hub.changes.wait_past(after, wait)
+    values = inputs.values_of(request)
+    if values["wait"]:
+        after = hub.changes.version if values["after"] is None else values["after"]
+        await hub.changes.wait_past(after, values["wait"])
 
 
 async def list_devices(request: web.Request) -> web.Response:
@@ -119,13 +115,10 @@ async def get_device(request: web.Request) -> web.Response:
 
 async def device_history(request: web.Request) -> web.Response:
     hub = context_of(request)
-    limit = query_int(request, "limit", hub.settings.page_size, 1, hub.settings.max_page_size)
-    before = query_float(request, "before", 1e12)
-    kind = request.query.get("kind", "")
-    if kind not in ("", "event", "state", "availability"):
-        raise BadRequest(400, "?kind= must be event, state or availability")
+    values = inputs.values_of(request)
+    limit, before, kind = values["limit"], values["before"], values["kind"] or ""
     async with hub.engine.connect() as connection:
-        device_id = request.match_info["device_id"]
+        device_id = values["device_id"]
         if await fleetdb.get_device(connection, device_id) is None:
             raise BadRequest(404, f"no device {device_id!r}")
         rows = await fleetdb.device_history(
@@ -154,18 +147,16 @@ async def create_release(request: web.Request) -> web.Response:
 
 async def list_releases(request: web.Request) -> web.Response:
     async with context_of(request).engine.connect() as connection:
-        rows = await deploydb.list_releases(connection, request.query.get("model", ""))
+        rows = await deploydb.list_releases(connection, inputs.values_of(request)["model"] or "")
     return web.json_response({"releases": rows})
 
 
 async def _release(request: web.Request) -> dict[str, Any]:
-    raw = request.match_info["release_id"]
-    if not raw.isdigit():
-        raise BadRequest(400, f"release id must be an integer, got {raw[:32]!r}")
+    release_id = inputs.values_of(request)["release_id"]
     async with context_of(request).engine.connect() as connection:
-        row = await deploydb.get_release(connection, int(raw))
+        row = await deploydb.get_release(connection, release_id)
     if row is None:
-        raise BadRequest(404, f"no release {raw}")
+        raise BadRequest(404, f"no release {release_id}")
     return row
 
 
@@ -190,22 +181,18 @@ def _policy(body: dict[str, Any], settings: ServerSettings) -> RolloutPolicy:
 
 
 def _targets(body: dict[str, Any]) -> TargetSpec:
-    group, profile, device_ids = (
-        body.get("group", ""),
-        body.get("profile", ""),
-        body.get("devices", []),
+    """The body's targets; their types were checked with ``inputs.new_deployment``."""
+    return TargetSpec(
+        group=body.get("group", ""),
+        device_ids=tuple(body.get("devices", [])),
+        profile=body.get("profile", ""),
     )
-    if not isinstance(group, str) or not isinstance(profile, str):
-        raise BadRequest(422, "group and profile must be strings")
-    if not isinstance(device_ids, list) or not all(isinstance(d, str) for d in device_ids):
-        raise BadRequest(422, "devices must be a list of device ids")
-    return TargetSpec(group=group, device_ids=tuple(device_ids), profile=profile)
 
 
 async def _pick_release(connection: Any, body: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(body.get("release_id"), int):
+    if "release_id" in body:
         release = await deploydb.get_release(connection, body["release_id"])
-    elif isinstance(body.get("model"), str) and isinstance(body.get("version"), str):
+    elif "model" in body and "version" in body:
         release = await deploydb.find_release(connection, body["model"], body["version"])
     else:
         raise BadRequest(422, "name the release: 'release_id', or 'model' and 'version'")
@@ -249,10 +236,8 @@ async def create_deployment(request: web.Request) -> web.Response:
 
 async def list_deployments(request: web.Request) -> web.Response:
     hub = context_of(request)
-    state = request.query.get("state", "")
-    if state and state not in deploydb.STATES:
-        raise BadRequest(400, f"?state= must be one of {', '.join(deploydb.STATES)}")
-    limit, offset = query_page(request)
+    values = inputs.values_of(request)
+    state, limit, offset = values["state"] or "", values["limit"], values["offset"]
     async with hub.engine.connect() as connection:
         rows = await deploydb.list_deployments(connection, state=state, limit=limit, offset=offset)
     return web.json_response({"deployments": rows})
@@ -269,10 +254,7 @@ async def act_on_deployment(request: web.Request) -> web.Response:
     """pause, resume or abort (``{"reason": ...}`` optional)."""
     hub = context_of(request)
     action = request.match_info["action"]
-    body = await _json_body(request) if request.can_read_body else {}
-    reason = body.get("reason", "")
-    if not isinstance(reason, str):
-        raise BadRequest(422, "reason must be a string")
+    reason = (await _json_body(request)).get("reason", "")
     if action == "abort" and not reason:
         reason = "aborted by an operator"
     try:
@@ -325,15 +307,66 @@ async def rollback_deployment(request: web.Request) -> web.Response:
 # ---- the application ---------------------------------------------------------------------
 
 
-def openapi_document() -> dict[str, Any]:
+BASE = "/api/v1"
+PAGE = (inputs.LIMIT, inputs.OFFSET)
+LONG_POLL = (inputs.WAIT, inputs.AFTER)
+
+
+def operations() -> list[inputs.Operation]:
+    """Every JSON route with what it reads: the one list the server checks and documents."""
+    op, b = inputs.Operation, BASE
+    deployment = f"{b}/deployments/{{deployment_id}}"
+    return [
+        op("GET", "/openapi.json", openapi),
+        op("GET", f"{b}/health", health, (inputs.WAIT,)),
+        op("GET", f"{b}/devices", list_devices, (*inputs.FILTERS, *PAGE, *LONG_POLL)),
+        op("GET", f"{b}/devices/{{device_id}}", get_device, (inputs.DEVICE_ID, *LONG_POLL)),
+        op(
+            "GET",
+            f"{b}/devices/{{device_id}}/history",
+            device_history,
+            (inputs.DEVICE_ID, inputs.LIMIT, inputs.BEFORE, inputs.KIND),
+        ),
+        op("GET", f"{b}/releases", list_releases, (inputs.MODEL,)),
+        op(
+            "POST",
+            f"{b}/releases",
+            create_release,
+            body=inputs.Body(inputs.ENVELOPE, checked=False),
+        ),
+        op("GET", f"{b}/releases/{{release_id}}", get_release, (inputs.RELEASE_ID,)),
+        op("GET", f"{b}/releases/{{release_id}}/envelope", release_envelope, (inputs.RELEASE_ID,)),
+        op("GET", f"{b}/deployments", list_deployments, (inputs.STATE, *PAGE)),
+        op("POST", f"{b}/deployments", create_deployment, body=inputs.Body(inputs.new_deployment)),
+        op("GET", deployment, get_deployment, (inputs.DEPLOYMENT_ID, *PAGE, *LONG_POLL)),
+        op(
+            "POST",
+            f"{deployment}/rollback",
+            rollback_deployment,
+            (inputs.DEPLOYMENT_ID,),
+            inputs.Body(inputs.rollback),
+        ),
+        op(
+            "POST",
+            f"{deployment}/{{action:pause|resume|abort}}",
+            act_on_deployment,
+            (inputs.DEPLOYMENT_ID, inputs.ACTION),
+            inputs.Body(inputs.ACTION_BODY, required=False),
+        ),
+    ]
+
+
+def openapi_document(settings: ServerSettings | None = None) -> dict[str, Any]:
+    """``openapi.yaml`` with each operation's inputs from ``operations()``, at the limits of
+    ``settings`` (the served document shows the running server's own)."""
     import yaml
 
     text = resources.files("edgeagent.hub.server").joinpath("openapi.yaml").read_text("utf-8")
-    return yaml.safe_load(text)
+    return inputs.document(yaml.safe_load(text), operations(), settings or ServerSettings())
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document())
+    return web.json_response(openapi_document(context_of(request).settings))
 
 
 def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
@@ -345,27 +378,6 @@ def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
     app.on_response_prepare.append(security_headers)
     app[CONTEXT] = hub
     app[TOKENS] = tokens
-    base = "/api/v1"
     app.add_routes(dashboard_routes())
-    app.add_routes(
-        [
-            web.get("/openapi.json", openapi),
-            web.get(f"{base}/health", health),
-            web.get(f"{base}/devices", list_devices),
-            web.get(f"{base}/devices/{{device_id}}", get_device),
-            web.get(f"{base}/devices/{{device_id}}/history", device_history),
-            web.get(f"{base}/releases", list_releases),
-            web.post(f"{base}/releases", create_release),
-            web.get(f"{base}/releases/{{release_id}}", get_release),
-            web.get(f"{base}/releases/{{release_id}}/envelope", release_envelope),
-            web.get(f"{base}/deployments", list_deployments),
-            web.post(f"{base}/deployments", create_deployment),
-            web.get(f"{base}/deployments/{{deployment_id}}", get_deployment),
-            web.post(f"{base}/deployments/{{deployment_id}}/rollback", rollback_deployment),
-            web.post(
-                f"{base}/deployments/{{deployment_id}}/{{action:pause|resume|abort}}",
-                act_on_deployment,
-            ),
-        ]
-    )
+    app.add_routes([operation.route(hub.settings) for operation in operations()])
     return app

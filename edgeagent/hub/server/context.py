@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from edgeagent.hub.server import fleetdb
+from edgeagent.hub.server import fleetdb, inputs
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.settings import ServerSettings
@@ -34,63 +34,26 @@ class HubContext:
 CONTEXT = web.AppKey("hub", HubContext)
 
 
-class BadRequest(Exception):
-    """A 4xx; ``errors_middleware`` answers it as ``{"error": message}``."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+# A 4xx; ``errors_middleware`` answers it as ``{"error": message}`` (the same error as a
+# refused input's, so a handler's own refusals and the schemas' read alike).
+BadRequest = inputs.InputError
 
 
 def context_of(request: web.Request) -> HubContext:
     return request.app[CONTEXT]
 
 
-def query_int(request: web.Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(400, f"?{name}= must be an integer, got {raw[:32]!r}") from None
-    if not low <= value <= high:
-        raise BadRequest(400, f"?{name}= must be {low}..{high}, got {value}")
-    return value
-
-
-def query_float(request: web.Request, name: str, high: float) -> float | None:
-    raw = request.query.get(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(400, f"?{name}= must be a number, got {raw[:32]!r}") from None
-    if not 0 <= value <= high:
-        raise BadRequest(400, f"?{name}= must be 0..{high:g}, got {value:g}")
-    return value
-
-
 def query_page(request: web.Request) -> tuple[int, int]:
+    """``?limit=&offset=``, checked by the schemas the API documents (``inputs``)."""
     settings = context_of(request).settings
-    limit = query_int(request, "limit", settings.page_size, 1, settings.max_page_size)
-    return limit, query_int(request, "offset", 0, 0, 10**9)
+    return inputs.LIMIT.read(request, settings), inputs.OFFSET.read(request, settings)
 
 
 def query_filter(request: web.Request) -> fleetdb.DeviceFilter:
-    query = request.query
-    where = fleetdb.DeviceFilter(
-        group=query.get("group", ""),
-        model=query.get("model", ""),
-        version=query.get("version", ""),
-        profile=query.get("profile", ""),
-        availability=query.get("availability", ""),
-        governor_state=query.get("governor_state", ""),
-    )
+    """The fleet table's filters, checked by the schemas the API documents (``inputs``)."""
+    settings = context_of(request).settings
+    values = {p.name: p.read(request, settings) or "" for p in inputs.FILTERS}
+    where = fleetdb.DeviceFilter(**values)
     if where.version and not where.model:
         raise BadRequest(400, "?version= needs ?model= (the version of which model)")
-    if where.availability not in ("", "online", "offline", "unknown"):
-        raise BadRequest(400, "?availability= must be online, offline or unknown")
     return where
