@@ -302,7 +302,7 @@ async def run_scenario(options: ScenarioOptions, workdir: Path) -> dict[str, Any
             "fail_pct": options.fail_pct,
             "abort_threshold_pct": options.abort_threshold_pct,
         }
-        reached = sum(1 for d in done["devices"] if d["status"] != "queued")
+        reached = sum(1 for d in done["devices"] if d["status"] not in ("queued", "not_sent"))
         ended = _merge(await fleet.call("await", MODEL, "3.0.0", 0.0))
         result["abort"]["devices_reached"] = reached
         result["abort"]["device_results"] = ended["results"]

@@ -41,13 +41,14 @@ SIGNING_KEY = Ed25519PrivateKey.generate()
 MODEL = "mobilenet_v2"
 
 
-def make_release(version: str, model: str = MODEL) -> bytes:
-    """A signed release envelope, as ``hub sign`` writes it."""
+def make_release(version: str, model: str = MODEL, *, serial: int | None = None) -> bytes:
+    """A signed release envelope, as ``hub sign`` writes it (``serial``: one that does not
+    follow the version, as a release signed again has)."""
     issued = datetime.now(timezone.utc).replace(microsecond=0)
     manifest = ReleaseManifest(
         model=model,
         version=version,
-        serial=_serial(version),
+        serial=_serial(version) if serial is None else serial,
         artifact=Artifact(
             url=f"http://127.0.0.1:9/{model}-{version}.tar.gz",
             size=1000,

@@ -36,7 +36,7 @@ def _check(result: dict, devices: int) -> None:
     assert (abort["state"], abort["stage"]) == ("aborted", 1), abort
     first = abort["stages"][0]
     assert abort["devices_reached"] == first["devices"] == first["failed"]
-    assert abort["totals"]["queued"] == devices - first["devices"]  # later stages: nothing
+    assert abort["totals"]["not_sent"] == devices - first["devices"]  # later stages: nothing
     assert abort["device_results"] == {"failed": first["devices"]}  # health check, rolled back
     assert abort["serving"] == {"2.0.0": devices}
 

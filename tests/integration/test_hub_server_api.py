@@ -71,6 +71,19 @@ async def test_pause_resume_abort_and_rollback(broker: Broker, database_url: str
             expect=404,
             json={"version": "9.9.9"},
         )
+        # without --release-key the server can only relay 2.0.0's upload, whose serial is
+        # below 3.0.0's that devices hold: refused, and nothing changes (issue 23)
+        refused = await api.call(
+            "POST",
+            f"/api/v1/deployments/{bad['id']}/rollback",
+            expect=409,
+            json={"version": "2.0.0"},
+        )
+        assert "a rollback needs --release-key" in refused["error"], refused
+        assert (await api.call("GET", f"/api/v1/deployments/{bad['id']}"))["state"] == "aborted"
+        # 2.0.0 signed again with a serial above 3.0.0's: that upload is re-used
+        resigned = make_release("2.0.0", serial=3_000_002)
+        await api.call("POST", "/api/v1/releases", expect=201, data=resigned)
         rollback = await api.call(
             "POST",
             f"/api/v1/deployments/{bad['id']}/rollback",

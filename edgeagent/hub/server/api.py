@@ -278,24 +278,11 @@ async def rollback_deployment(request: web.Request) -> web.Response:
         raise BadRequest(422, 'say which version to roll back to: {"version": "1.0.0"}')
     policy = _policy({"stages_pct": [100], **body}, hub.settings)
     deployment_id = request.match_info["deployment_id"]
+    signs = bool(hub.settings.release_keys)  # re-signs the old release with a fresh serial
     try:
         async with hub.engine.begin() as connection:
-            old = await deploydb.get_deployment(connection, deployment_id, device_limit=0)
-            if old is None:
-                raise DeploymentError(404, f"no deployment {deployment_id!r}")
-            release = await deploydb.find_release(connection, old["model"], version)
-            if release is None:
-                raise DeploymentError(404, f"no release of {old['model']} {version} on the hub")
-            reached = await deploydb.reached_devices(connection, deployment_id)
-            if not reached:
-                raise DeploymentError(409, "this deployment reached no device: nothing to undo")
-            await deploydb.move(connection, deployment_id, "rollback", f"rolled back to {version}")
-            new_id = await deploydb.create_deployment(
-                connection,
-                release,
-                TargetSpec(group=old["group"], device_ids=tuple(reached)),
-                policy,
-                rollback_of=deployment_id,
+            new_id = await deploydb.rollback(
+                connection, deployment_id, version, policy, signs=signs
             )
     except DeploymentError as exc:
         raise BadRequest(exc.status, exc.message) from exc

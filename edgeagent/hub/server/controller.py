@@ -1,21 +1,33 @@
 """The rollout controller: drives every running deployment from its rows, so it survives a crash.
 
 Each pass reads the deployments that are ``scheduled`` or ``running`` and, for the current stage
-k: sends the release to the stage's devices still ``queued`` (publish first, then mark ``sent``:
-a crash in between only re-sends, which a device answers with ``same_version``); when the
-deployment's rollout policy (``hub/policy/``, rebuilt from the row, the same rules ``hub
-rollout`` follows) says the stage is over — every device answered, or its time-out from
-``stage_started_at`` passed — the silent ones become ``timed_out`` and the policy's verdict on
-every finished device so far aborts the deployment, ends it (``succeeded``) or starts stage
-k+1. Nothing lives only in memory: after a restart the first pass carries on where the rows say.
+k: sends the release to the stage's devices still ``queued``, one batch at a time — first it
+commits what each device of the batch will be sent (the envelope's SHA-256 and serial), then
+publishes, then marks them ``sent``; when the deployment's rollout policy (``hub/policy/``,
+rebuilt from the row, the same rules ``hub rollout`` follows) says the stage is over — every
+device answered, or its time-out from ``stage_started_at`` passed — the silent ones become
+``timed_out`` and the policy's verdict on every finished device so far aborts the deployment
+(its devices never sent become ``not_sent``), ends it (``succeeded``) or starts stage k+1.
+Nothing lives only in memory: after a restart the first pass carries on where the rows say.
 
 What a device is sent: with the hub's release key(s) (``hub server --release-key``) the
 controller signs one envelope per batch of a stage (at most ``send_batch`` devices, well under
 the manifest's ``MAX_TARGETS``), the uploaded manifest with ``targets.device_ids`` set to that
 batch — what ``hub rollout`` does per stage — so a copy replayed to any other device is refused
-there as ``wrong_target``. Ed25519 is deterministic, so a re-send after a crash signs the very
-same bytes. Without a key the uploaded envelope goes out unchanged. Either way each device's
-row records the envelope's SHA-256 and the release serial next to its answer.
+there as ``wrong_target``, and with a serial of its own from the database's counter
+(``deploydb.next_serial``), taken in the transaction that records it: above everything the
+server sent before, so devices accept a rollback to an old release too. Without a key the
+uploaded envelope goes out unchanged, after the server serial check (``deploydb.check_serial``;
+a deployment that fails it is aborted before it sends anything more).
+
+Never twice: a batch published but not yet marked sent (the marking failed) is marked on the
+next pass, not published again. Only a crash between publishing and marking re-sends — the
+same bytes (the recorded serial, the batch's devices, the deployment's dates: Ed25519 is
+deterministic), which a device that has it already refuses as ``same_version``.
+
+Lock order: each write of device rows locks them first in (deployment, device id) order
+(``deploydb.lock_devices``), the order the ingest writes answers in, so the two never deadlock
+on PostgreSQL.
 
 The controller sleeps until the nearest stage deadline or until ``wake()`` (a device answered,
 a person acted, the broker reconnected).
@@ -25,21 +37,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
-from edgeagent.fleet.signing import decode_envelope
+from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy, Tally, stored_policy
 from edgeagent.hub.rollout import stage_manifest
+from edgeagent.hub.server import deploydb
 from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.deploydb import DeploymentError
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
 
 log = logging.getLogger(__name__)
@@ -47,6 +62,17 @@ log = logging.getLogger(__name__)
 Publish = Callable[[str, bytes], Awaitable[None]]
 Sign = Callable[[ReleaseManifest], bytes]
 RETRY_S = 5.0  # after a failed pass (broker or database away), unless woken sooner
+dd = deployment_devices
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """What one batch is sent, as recorded before it is published."""
+
+    envelope: bytes
+    sha256: str
+    serial: int
+    devices: list[str]  # the ones still to publish to
 
 
 class RolloutController:
@@ -69,6 +95,8 @@ class RolloutController:
         self.send_batch = send_batch  # devices published to between two commits
         self.sign = sign  # the hub's release key(s); None: send the uploaded envelope
         self._wake = asyncio.Event()
+        # published but not yet marked sent: deployment → envelope SHA-256 → devices
+        self._unmarked: dict[str, dict[str, list[str]]] = {}
 
     def wake(self) -> None:
         self._wake.set()
@@ -95,6 +123,8 @@ class RolloutController:
 
     async def run_once(self) -> float | None:
         """Advance every active deployment; returns the nearest stage deadline (or None)."""
+        for deployment_id in list(self._unmarked):  # before anything could send them again
+            await self._mark_unmarked(deployment_id)
         async with self.engine.connect() as connection:
             rows = await connection.execute(
                 sa.select(deployments, releases.c.envelope)
@@ -121,7 +151,10 @@ class RolloutController:
                     changed = True
                 if deployment["state"] != "running":  # paused or aborted by a person meanwhile
                     return None
-                changed |= await self._send_queued(deployment)
+                deployment, sent = await self._send_queued(deployment)
+                changed |= sent
+                if deployment["state"] != "running":  # refused by the serial check
+                    return None
                 started = deployment["stage_started_at"]
                 waiting = await self._count(deployment, ("queued", "sent"))
                 if not policy.stage_over(waiting, started, time.time()):
@@ -145,6 +178,8 @@ class RolloutController:
                 )
                 .values(**changes)
             )
+            if result.rowcount and changes.get("state") == "aborted":
+                await deploydb.stop_sending(connection, deployment["id"])
         if not result.rowcount:
             return {**deployment, "state": "changed"}
         return {**deployment, **changes}
@@ -157,57 +192,163 @@ class RolloutController:
             deployment, state="running", stage=stage, stage_started_at=time.time()
         )
 
-    async def _send_queued(self, deployment: dict[str, Any]) -> bool:
+    async def _send_queued(self, deployment: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Send every queued device of the stage; returns the deployment (aborted if the serial
+        check refused it) and whether anything changed."""
         sent_any = False
         while True:
-            async with self.engine.connect() as connection:
-                queued = await self._devices(connection, deployment, ("queued",), self.send_batch)
-            if not queued:
-                return sent_any
+            async with self.engine.begin() as connection:
+                batch = await self._next_batch(connection, deployment)
+            if batch is None:
+                return deployment, sent_any
+            if isinstance(batch, str):  # the server serial check refused it: nothing sent
+                log.warning("deployment %s aborted: %s", deployment["id"], batch)
+                return await self._update(deployment, state="aborted", reason=batch), True
             group = deployment["group_name"]
-            envelope, serial = self._envelope(deployment["envelope"], queued)
-            # what they are sent is written first: a device may answer (and leave "queued")
-            # before the batch is marked sent, and a crash re-sends these very bytes
-            digest = hashlib.sha256(envelope).hexdigest()
-            await self._mark(deployment, queued, envelope_sha256=digest, serial=serial)
-            for device in queued:
+            unmarked = self._unmarked.setdefault(deployment["id"], {})
+            published = unmarked.setdefault(batch.sha256, [])
+            for device in batch.devices:
                 topic = Topics(self.prefix, group, device).device_release
-                await self.publish(topic, envelope)
-            await self._mark(deployment, queued, status="sent", sent_at=time.time())
+                await self.publish(topic, batch.envelope)
+                published.append(device)
+            await self._mark_unmarked(deployment["id"])
             sent_any = True
 
-    async def _mark(self, deployment: dict[str, Any], batch: list[str], **values: Any) -> None:
-        """Write ``values`` on the rows of ``batch`` still queued."""
-        async with self.engine.begin() as connection:
-            await connection.execute(
-                deployment_devices.update()
-                .where(
-                    deployment_devices.c.deployment_id == deployment["id"],
-                    deployment_devices.c.device_id.in_(batch),
-                    deployment_devices.c.status == "queued",
-                )
-                .values(**values)
-            )
+    async def _next_batch(
+        self, connection: AsyncConnection, deployment: dict[str, Any]
+    ) -> Batch | str | None:
+        """The next batch of the stage with what it is sent, recorded on its rows in this
+        transaction (a reason instead when the serial check refuses it; None: all sent).
 
-    def _envelope(self, uploaded: bytes, batch: list[str]) -> tuple[bytes, int]:
-        """The envelope for ``batch`` and its serial (see the module docstring)."""
-        manifest = parse_manifest(decode_envelope(uploaded, max_bytes=len(uploaded)).payload)
+        Devices recorded but still queued (a crash or the broker away after the record) come
+        first, with the very bytes recorded for them; then the next ``send_batch`` devices
+        never recorded, with a fresh serial when the server signs."""
+        queued = (
+            dd.c.deployment_id == deployment["id"],
+            dd.c.stage == deployment["stage"],
+            dd.c.status == "queued",
+        )
+        recorded = (
+            await connection.execute(
+                sa.select(dd.c.envelope_sha256, dd.c.serial)
+                .where(*queued, dd.c.envelope_sha256.is_not(None))
+                .order_by(dd.c.device_id)
+                .limit(1)
+            )
+        ).first()
+        if recorded is not None:
+            sha256, serial = recorded
+            devices = await deploydb.lock_devices(
+                connection, *queued, dd.c.envelope_sha256 == sha256
+            )
+            batch = await self._recorded_batch(connection, deployment, sha256, serial, devices)
+            return batch or await self._record(connection, deployment, devices)
+        devices = await deploydb.lock_devices(
+            connection, *queued, dd.c.envelope_sha256.is_(None), limit=self.send_batch
+        )
+        if not devices:
+            return None
+        return await self._record(connection, deployment, devices)
+
+    async def _recorded_batch(
+        self,
+        connection: AsyncConnection,
+        deployment: dict[str, Any],
+        sha256: str,
+        serial: int,
+        devices: list[str],
+    ) -> Batch | None:
+        """The recorded envelope again, for ``devices`` (queued) of it; None if this server
+        cannot make those bytes any more (restarted with other keys, or without)."""
         if self.sign is None:
-            return uploaded, manifest.serial
-        return self.sign(stage_manifest(manifest, batch)), manifest.serial
+            envelope = deployment["envelope"]
+        else:
+            rows = await connection.execute(
+                sa.select(dd.c.device_id)
+                .where(dd.c.deployment_id == deployment["id"], dd.c.envelope_sha256 == sha256)
+                .order_by(dd.c.device_id)
+            )
+            whole_batch = [row[0] for row in rows]
+            manifest = dataclasses.replace(self._manifest(deployment), serial=serial)
+            envelope = self.sign(stage_manifest(manifest, whole_batch))
+        if hashlib.sha256(envelope).hexdigest() != sha256:
+            log.warning(
+                "deployment %s: the envelope recorded for %d device(s) cannot be made again "
+                "(other release keys?): sending them a new one",
+                deployment["id"],
+                len(devices),
+            )
+            return None
+        return Batch(envelope, sha256, serial, devices)
+
+    async def _record(
+        self, connection: AsyncConnection, deployment: dict[str, Any], devices: list[str]
+    ) -> Batch | str:
+        """Make the envelope for ``devices`` (locked) and record it on their rows."""
+        manifest = self._manifest(deployment)
+        if self.sign is None:
+            release = {**deployment, "version": manifest.version}
+            try:
+                await deploydb.check_serial(connection, release, other_than=deployment["id"])
+            except DeploymentError as exc:
+                return exc.message
+            envelope, serial = deployment["envelope"], manifest.serial
+        else:
+            serial = await deploydb.next_serial(connection, deployment["model"])
+            manifest = dataclasses.replace(manifest, serial=serial)
+            envelope = self.sign(stage_manifest(manifest, devices))
+        sha256 = hashlib.sha256(envelope).hexdigest()
+        await connection.execute(
+            dd.update()
+            .where(dd.c.deployment_id == deployment["id"], dd.c.device_id.in_(devices))
+            .values(envelope_sha256=sha256, serial=serial)
+        )
+        return Batch(envelope, sha256, serial, devices)
+
+    def _manifest(self, deployment: dict[str, Any]) -> ReleaseManifest:
+        """The uploaded manifest, with the deployment's own dates if it re-issues it."""
+        manifest = deploydb.release_manifest(deployment["envelope"])
+        if deployment.get("issued_at") is None or deployment.get("expires") is None:
+            return manifest
+        return dataclasses.replace(
+            manifest,
+            issued_at=datetime.fromtimestamp(deployment["issued_at"], timezone.utc),
+            expires=datetime.fromtimestamp(deployment["expires"], timezone.utc),
+        )
+
+    async def _mark_unmarked(self, deployment_id: str) -> None:
+        """Mark what was published as sent (rows an abort made ``not_sent`` meanwhile too);
+        forgotten only once that is committed."""
+        for sha256, devices in list(self._unmarked.get(deployment_id, {}).items()):
+            if devices:
+                where = (
+                    dd.c.deployment_id == deployment_id,
+                    dd.c.device_id.in_(devices),
+                    dd.c.envelope_sha256 == sha256,
+                    dd.c.status.in_(("queued", deploydb.NOT_SENT)),
+                )
+                async with self.engine.begin() as connection:
+                    await deploydb.lock_devices(connection, *where)
+                    await connection.execute(
+                        dd.update().where(*where).values(status="sent", sent_at=time.time())
+                    )
+            del self._unmarked[deployment_id][sha256]
+        self._unmarked.pop(deployment_id, None)
 
     async def _finish_stage(
         self, deployment: dict[str, Any], policy: RolloutPolicy
     ) -> dict[str, Any]:
         """Time out the silent devices, then do what the policy's verdict says."""
+        silent = (
+            dd.c.deployment_id == deployment["id"],
+            dd.c.stage == deployment["stage"],
+            dd.c.status.in_(("queued", "sent")),
+        )
         async with self.engine.begin() as connection:
+            await deploydb.lock_devices(connection, *silent)
             await connection.execute(
-                deployment_devices.update()
-                .where(
-                    deployment_devices.c.deployment_id == deployment["id"],
-                    deployment_devices.c.stage == deployment["stage"],
-                    deployment_devices.c.status.in_(("queued", "sent")),
-                )
+                dd.update()
+                .where(*silent)
                 .values(status=TIMED_OUT, code=TIMED_OUT, answered_at=time.time())
             )
         tally = await self._tally(deployment)
@@ -219,25 +360,6 @@ class RolloutController:
             log.info("deployment %s succeeded (%d failed)", deployment["id"], tally.failed)
             return await self._update(deployment, state="succeeded")
         return await self._start_stage(deployment, deployment["stage"] + 1)
-
-    async def _devices(
-        self,
-        connection: AsyncConnection,
-        deployment: dict[str, Any],
-        statuses: tuple[str, ...],
-        limit: int,
-    ) -> list[str]:
-        rows = await connection.execute(
-            sa.select(deployment_devices.c.device_id)
-            .where(
-                deployment_devices.c.deployment_id == deployment["id"],
-                deployment_devices.c.stage == deployment["stage"],
-                deployment_devices.c.status.in_(statuses),
-            )
-            .order_by(deployment_devices.c.device_id)
-            .limit(limit)
-        )
-        return [r[0] for r in rows]
 
     async def _count(self, deployment: dict[str, Any], statuses: tuple[str, ...]) -> int:
         """Devices of the current stage in one of ``statuses``."""

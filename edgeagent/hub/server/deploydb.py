@@ -6,6 +6,18 @@ moves it to ``running`` (stage k) and on to ``succeeded`` or ``aborted``. People
 resume, abort, or roll it back to an earlier version (a new deployment of that release to the
 devices this one reached). Every change is one transaction, so a crash leaves a consistent row
 for the controller to resume from.
+
+Serials: devices refuse a release whose serial is not above the one they hold, so the server
+keeps a counter per model (``model_serials``: above every serial it signed, sent or received)
+and, when it signs (``--release-key``), takes each envelope's serial from it (``next_serial``)
+in the transaction that records what it will send. A rollback is then the old manifest
+re-issued: a fresh serial and lifetime, which devices accept. Without a key the server can only
+relay uploads, so it refuses a deployment whose serial is not above one it already sent
+(``check_serial``): devices would refuse it as a replay.
+
+Locks: every writer of ``deployment_devices`` rows — the controller, the ingest, people's
+actions — takes them in one order, by (deployment, device id) (``lock_devices``), so on
+PostgreSQL two transactions never each hold a row the other waits for (a deadlock).
 """
 
 from __future__ import annotations
@@ -17,16 +29,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from edgeagent.fleet.manifest import ReleaseManifest
+from edgeagent.fleet.manifest import MAX_SERIAL, ReleaseManifest, parse_manifest
+from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.policy import FINISHED, RolloutPolicy
-from edgeagent.hub.server.schema import deployment_devices, deployments, devices, releases
+from edgeagent.hub.server.schema import (
+    deployment_devices,
+    deployments,
+    devices,
+    model_serials,
+    releases,
+)
 
 ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
 STATES = ACTIVE + FINAL
-DEVICE_STATUSES = ("queued", "sent", *FINISHED)
+NOT_SENT = "not_sent"  # a device the deployment ended (aborted, rolled back) before sending to
+DEVICE_STATUSES = ("queued", "sent", *FINISHED, NOT_SENT)
 MOVES = {  # action → (states it may start from, state it leads to)
     "pause": (("scheduled", "running"), "paused"),
     "resume": (("paused",), "running"),
@@ -71,9 +92,125 @@ async def add_release(
             created_at=time.time(),
         )
     )
+    await note_serial(connection, manifest.model, manifest.serial)
     created = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
     assert created is not None
     return created, True
+
+
+def release_manifest(envelope: bytes) -> ReleaseManifest:
+    """The manifest of a stored envelope (checked when it was uploaded)."""
+    return parse_manifest(decode_envelope(envelope, max_bytes=len(envelope)).payload)
+
+
+def _insert_serial(connection: AsyncConnection, model: str, serial: int) -> Any:
+    dialect = sqlite if connection.dialect.name == "sqlite" else postgresql
+    return dialect.insert(model_serials).values(model=model, serial=serial)
+
+
+async def note_serial(connection: AsyncConnection, model: str, serial: int) -> None:
+    """Raise the counter of ``model`` to at least ``serial`` (a release the server received)."""
+    insert = _insert_serial(connection, model, serial)
+    held, new = model_serials.c.serial, insert.excluded.serial
+    await connection.execute(
+        insert.on_conflict_do_update(
+            index_elements=["model"], set_={"serial": sa.case((held < new, new), else_=held)}
+        )
+    )
+
+
+async def next_serial(connection: AsyncConnection, model: str) -> int:
+    """The next serial of ``model``, above every serial the server signed, sent or received
+    for it; taken in the caller's transaction, so it is committed with what records it (or
+    not at all) and before anything signed with it is sent."""
+    insert = _insert_serial(connection, model, 1)
+    serial = await connection.scalar(
+        insert.on_conflict_do_update(
+            index_elements=["model"], set_={"serial": model_serials.c.serial + 1}
+        ).returning(model_serials.c.serial)
+    )
+    if serial is None or serial > MAX_SERIAL:
+        raise DeploymentError(409, f"{model} has used every release serial (2^53-1)")
+    return int(serial)
+
+
+async def sent_serial(
+    connection: AsyncConnection,
+    model: str,
+    *,
+    other_than: str | None = None,
+    relayed_only: bool = False,
+) -> int | None:
+    """The highest serial recorded as sent (or about to be) to a device for ``model``, by any
+    deployment but ``other_than``; ``relayed_only``: only uploads sent unchanged."""
+    dd = deployment_devices
+    joined = dd.join(deployments, deployments.c.id == dd.c.deployment_id)
+    query = sa.select(sa.func.max(dd.c.serial)).where(
+        deployments.c.model == model, dd.c.serial.is_not(None)
+    )
+    if other_than is not None:
+        query = query.where(deployments.c.id != other_than)
+    if relayed_only:
+        joined = joined.join(releases, releases.c.id == deployments.c.release_id)
+        query = query.where(dd.c.envelope_sha256 == releases.c.sha256)
+    value = await connection.scalar(query.select_from(joined))
+    return None if value is None else int(value)
+
+
+async def check_serial(
+    connection: AsyncConnection,
+    release: dict[str, Any],
+    *,
+    other_than: str | None = None,
+    relayed_only: bool = False,
+    rollback: bool = False,
+) -> None:
+    """The server serial check before send, for a server that relays uploads unchanged: 409
+    unless the release's serial is above every serial already sent for its model."""
+    serial = release_manifest(release["envelope"]).serial
+    floor = await sent_serial(
+        connection, release["model"], other_than=other_than, relayed_only=relayed_only
+    )
+    if floor is None or serial > floor:
+        return
+    what = f"{release['model']} {release['version']} carries serial {serial}"
+    fix = (
+        "a rollback needs --release-key (the server re-signs the old release with a fresh "
+        "serial), or upload that version signed again with a new serial (hub sign)"
+        if rollback
+        else "sign it again with a new serial (hub sign) and upload it, or run the server "
+        "with --release-key to sign what it sends with fresh serials"
+    )
+    raise DeploymentError(
+        409,
+        f"{what}, not above serial {floor} this server already sent for {release['model']}: "
+        f"devices would refuse it as a replay; {fix}",
+    )
+
+
+async def lock_devices(
+    connection: AsyncConnection, *where: sa.ColumnElement[bool], limit: int | None = None
+) -> list[str]:
+    """Lock the ``deployment_devices`` rows matching ``where`` (the first ``limit``) in the one
+    order every writer takes them in, (deployment, device id); returns their device ids.
+
+    PostgreSQL locks the rows of a ``SELECT … ORDER BY … FOR UPDATE`` in that order, so an
+    UPDATE of them afterwards waits for nobody. SQLite has one writer at a time and no row
+    locks (SQLAlchemy renders no ``FOR UPDATE`` there)."""
+    dd = deployment_devices
+    query = sa.select(dd.c.device_id).where(*where).order_by(dd.c.deployment_id, dd.c.device_id)
+    if limit is not None:
+        query = query.limit(limit)
+    return [row[0] for row in await connection.execute(query.with_for_update())]
+
+
+async def stop_sending(connection: AsyncConnection, deployment_id: str) -> None:
+    """The devices a deployment that ended early never sent to: ``not_sent``, not "queued"
+    (nothing will send to them any more)."""
+    dd = deployment_devices
+    where = (dd.c.deployment_id == deployment_id, dd.c.status == "queued")
+    await lock_devices(connection, *where)
+    await connection.execute(dd.update().where(*where).values(status=NOT_SENT))
 
 
 def release_view(row: dict[str, Any]) -> dict[str, Any]:
@@ -129,11 +266,18 @@ async def create_deployment(
     policy: RolloutPolicy,
     *,
     rollback_of: str | None = None,
+    signs: bool | None = None,
 ) -> str:
     """Insert a ``scheduled`` deployment with its devices and their stages; returns its id.
 
     The row stores ``policy.fields()``, from which the controller rebuilds the policy on every
     pass (``hub.policy.stored_policy``), so a restarted hub applies the same rules.
+
+    ``signs``: whether the server signs what it sends (``--release-key``). False: it relays
+    the upload, whose serial must be above every serial already sent (``check_serial``);
+    None (a caller that does not know): only the uploads it relayed before count. A rollback
+    the server signs is re-issued: its envelopes get today's date and the release's lifetime
+    (an old release may have expired) besides their fresh serials.
     """
     if not targets.group and not targets.device_ids:
         raise DeploymentError(422, "say who gets it: 'group' and/or 'devices'")
@@ -152,9 +296,21 @@ async def create_deployment(
     device_list = await _resolve_targets(connection, targets)
     if not device_list:
         raise DeploymentError(422, "no device known to the hub matches these targets")
+    if signs is not True:
+        await check_serial(
+            connection, release, relayed_only=signs is None, rollback=rollback_of is not None
+        )
     sizes = policy.stage_sizes(len(device_list))
     deployment_id = f"dep-{secrets.token_hex(6)}"
     now = time.time()
+    dates: dict[str, float] = {}
+    if signs and rollback_of is not None:
+        manifest = release_manifest(release["envelope"])
+        issued = float(int(now))  # manifests carry whole seconds
+        dates = {
+            "issued_at": issued,
+            "expires": issued + (manifest.expires - manifest.issued_at).total_seconds(),
+        }
     await connection.execute(
         deployments.insert().values(
             id=deployment_id,
@@ -167,6 +323,7 @@ async def create_deployment(
             stage=0,
             stage_count=len(sizes),
             rollback_of=rollback_of,
+            **dates,
             created_at=now,
             updated_at=now,
         )
@@ -265,18 +422,54 @@ async def move(
     await connection.execute(
         deployments.update().where(deployments.c.id == deployment_id).values(**changes)
     )
+    if changes["state"] in ("aborted", "rolled_back"):
+        await stop_sending(connection, deployment_id)
     return {**row, **changes}
 
 
 async def reached_devices(connection: AsyncConnection, deployment_id: str) -> list[str]:
-    """Devices this deployment sent its release to (what a rollback must put right)."""
+    """Devices this deployment sent its release to, or may have (what a rollback must put
+    right): every one that answered, was marked sent, or had an envelope recorded for it."""
+    dd = deployment_devices
     rows = await connection.execute(
-        sa.select(deployment_devices.c.device_id).where(
-            deployment_devices.c.deployment_id == deployment_id,
-            deployment_devices.c.status != "queued",
+        sa.select(dd.c.device_id).where(
+            dd.c.deployment_id == deployment_id,
+            sa.or_(dd.c.status.not_in(("queued", NOT_SENT)), dd.c.envelope_sha256.is_not(None)),
         )
     )
     return sorted(r[0] for r in rows)
+
+
+async def rollback(
+    connection: AsyncConnection,
+    deployment_id: str,
+    version: str,
+    policy: RolloutPolicy,
+    *,
+    signs: bool,
+) -> str:
+    """Stop ``deployment_id`` and deploy ``version`` of its model to every device it reached;
+    returns the new deployment's id. One transaction with the caller's: when the new
+    deployment is refused (no such release, another one active, a serial devices would refuse
+    without ``signs``) nothing changes, the old deployment's state included."""
+    old = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
+    if old is None:
+        raise DeploymentError(404, f"no deployment {deployment_id!r}")
+    release = await find_release(connection, old["model"], version)
+    if release is None:
+        raise DeploymentError(404, f"no release of {old['model']} {version} on the hub")
+    reached = await reached_devices(connection, deployment_id)
+    if not reached:
+        raise DeploymentError(409, "this deployment reached no device: nothing to undo")
+    await move(connection, deployment_id, "rollback", f"rolled back to {version}")
+    return await create_deployment(
+        connection,
+        release,
+        TargetSpec(group=old["group_name"], device_ids=tuple(reached)),
+        policy,
+        rollback_of=deployment_id,
+        signs=signs,
+    )
 
 
 async def record_outcome(

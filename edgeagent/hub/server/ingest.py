@@ -4,9 +4,11 @@ The MQTT link hands every message to ``submit``; one writer task takes them off 
 queue and applies as many as are waiting in one transaction (the retained reports of a whole
 fleet arrive at once on start). A message the parser refuses is logged and counted in
 ``stats["skipped"]``; a batch the database refuses is retried one message at a time, so one
-bad row never loses its neighbours. A *sync marker* put on the queue by the link after its
-subscriptions tells when everything the broker had retained has been stored: ``synced`` is set
-then, and ``retained_devices`` says how many devices that was.
+bad row never loses its neighbours. Answers to deployments are written in device-id order,
+the one order every writer of those rows takes (``deploydb.lock_devices``). A *sync marker*
+put on the queue by the link after its subscriptions tells when everything the broker had
+retained has been stored: ``synced`` is set then, and ``retained_devices`` says how many
+devices that was.
 """
 
 from __future__ import annotations
@@ -97,8 +99,13 @@ class Ingest:
         try:
             async with self.engine.begin() as connection:
                 answered = await self._write(connection, parsed)
-        except Exception:
-            log.warning("storing %d reports failed; retrying one by one", len(parsed))
+        except Exception as exc:
+            log.warning(
+                "storing %d reports failed (%s: %s); retrying one by one",
+                len(parsed),
+                exc.__class__.__name__,
+                exc,
+            )
             answered = False
             for report in parsed:
                 answered |= await self._write_alone(report)
@@ -186,7 +193,9 @@ class Ingest:
             await fleetdb.upsert_devices(connection, list(rows_of_a_kind.values()))
         await fleetdb.append_events(connection, history)
         answered = False
-        for report in reports:
+        # in device-id order, the order the controller locks the same rows in (deploydb.
+        # lock_devices): in arrival order the two deadlocked on PostgreSQL (issue 23)
+        for report in sorted(reports, key=lambda r: r.device_id):
             event = report.event
             if event is not None and event.outcome and event.deployment_id:
                 answered |= await record_outcome(

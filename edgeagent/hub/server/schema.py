@@ -82,6 +82,10 @@ deployments = sa.Table(
     sa.Column("stage_started_at", sa.Float, nullable=True),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
     sa.Column("rollback_of", sa.String(64), nullable=True),
+    # the dates a re-issued release is signed with (a rollback: a fresh serial and lifetime
+    # for an old release); None: the uploaded manifest's own
+    sa.Column("issued_at", sa.Float, nullable=True),
+    sa.Column("expires", sa.Float, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Index("ix_deployments_state", "state"),
@@ -93,7 +97,8 @@ deployment_devices = sa.Table(
     sa.Column("deployment_id", sa.String(64), sa.ForeignKey("deployments.id"), primary_key=True),
     sa.Column("device_id", sa.String(128), primary_key=True),
     sa.Column("stage", sa.Integer, nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),  # queued | sent | succeeded | failed | …
+    # queued | sent | succeeded | failed | timed_out | not_sent (deploydb.DEVICE_STATUSES)
+    sa.Column("status", sa.String(16), nullable=False),
     sa.Column("sent_at", sa.Float, nullable=True),
     # what it was sent: the envelope (one per stage batch, signed by the server) and serial
     sa.Column("envelope_sha256", sa.String(64), nullable=True),
@@ -103,4 +108,15 @@ deployment_devices = sa.Table(
     sa.Column("code", sa.String(64), nullable=False, server_default=""),
     sa.Column("message", sa.Text, nullable=False, server_default=""),
     sa.Index("ix_deployment_devices_device", "device_id"),
+)
+
+# The release serial counter, per model: the highest serial the server ever signed, sent or
+# received (an upload) for it. Devices refuse a serial that is not above the one they hold, so
+# the server signs each envelope with the next number, committed before anything signed with
+# it is sent: a crash wastes a number, never reuses one (``deploydb.next_serial``).
+model_serials = sa.Table(
+    "model_serials",
+    metadata,
+    sa.Column("model", sa.String(128), primary_key=True),
+    sa.Column("serial", sa.BigInteger, nullable=False),
 )
