@@ -4,7 +4,10 @@ Devices refuse any release whose serial is not above the one they committed last
 counter must never hand out a number twice — even across crashes. ``next()`` therefore writes
 the new value (atomically, fsynced) *before* the caller signs anything with it: a crash after
 that wastes a number, which is harmless, while a reused one would make a device refuse a
-genuine release as ``same_version``. (The hub server keeps the same counter in its database.)
+genuine release as ``same_version``. The hub server keeps its own counter per model in its
+database (table ``model_serials``, ``hub.server.deploydb.next_serial``) with the same rule: the
+number is committed in the transaction that records what will be sent, before anything signed
+with it is sent, and it stays above every serial the server received in an upload.
 """
 
 from __future__ import annotations
