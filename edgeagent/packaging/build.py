@@ -30,6 +30,8 @@ from edgeagent.packaging.probabilities import wants_softmax
 from edgeagent.packaging.self_described import fixed_outputs, head_of, letterboxed, read_self
 from edgeagent.packaging.sources import SourceModel, read_source
 from edgeagent.packaging.task_checks import Head, Thresholds, golden_boxes_record
+from edgeagent.packaging.tensorflow_export import is_tensorflow_source
+from edgeagent.packaging.tf_onnx import raw_pixel_options
 from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
 from edgeagent.packaging.variants import (
     DEFAULT_VARIANTS,
@@ -76,6 +78,7 @@ def build_package(
         work.mkdir()
         models = [_source(spec, options, work, progress) for spec in sources]
         reference = _reference(models)
+        options = raw_pixel_options(reference, options, progress)  # a uint8 TF graph: 0..255
         found = read_self(reference, options, progress)  # metadata names, imgsz, detector head
         options, rules = found.options, thresholds or Thresholds()
         logical = logical_model(reference, options)
@@ -192,6 +195,11 @@ def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) 
         exported = work / f"{Path(spec.rpartition(':')[0]).stem}.onnx"
         size = options.input_size
         return read_source(export_factory(spec, options.weights, size, options.channels, exported))
+    if is_tensorflow_source(spec):  # a frozen graph or SavedModel: tf2onnx in .venv-tf
+        from edgeagent.packaging.tensorflow_export import export_tensorflow
+
+        tf = (options.tf_inputs, options.tf_outputs)
+        return read_source(export_tensorflow(spec, options.input_size, *tf, work, progress))
     return read_source(Path(spec))
 
 

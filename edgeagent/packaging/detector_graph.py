@@ -9,8 +9,8 @@ The families edge users bring, and what gives each away:
   cell of the same grid.
 - **NMS in the graph** (Ultralytics ``nms=True``, end-to-end exports): ``[1, K, 6]`` rows of
   corners, score and class; **SSD-style post-processed** (the TF Object Detection API's boxes,
-  classes, scores, count). The agent's ``[detection]`` head decodes raw candidates, not rows
-  already decided, so these are recognised as detectors and served as tensors, and said so.
+  classes, scores, count), which get the ``postprocessed`` head (threshold and mapping back,
+  no second NMS). YOLO rows already decided are recognised and served as tensors, said so.
 
 The grid count is what makes the guess safe: a ``[1, 84, 8400]`` tensor is a YOLOv8 head only
 if 8400 cells are what a 640×640 input gives at those strides. Ultralytics exports pad images
@@ -27,6 +27,11 @@ from edgeagent.packaging.errors import PackagingError
 
 STRIDE_SETS = ((8, 16, 32), (8, 16, 32, 64))  # P3-P5 (the usual), P3-P6 (the "6" models)
 YOLOV5_ANCHORS_PER_CELL = 3
+# The TF Object Detection API's convention: boxes ymin, xmin, ymax, xmax in 0..1, class ids
+# from 1 (0 is background), so labels.txt's first line names id 1.
+POSTPROCESSED_HEAD = DetectionHead(
+    style="postprocessed", box_format="yxyx", normalized=True, first_class_id=1
+)
 MAX_DECODED_ROWS = 1000  # a [1, K, 6|7] output with K at most this is rows NMS already chose
 
 
@@ -71,11 +76,16 @@ def recognise(
     ultralytics = meta.get("author", "").lower() == "ultralytics" or meta.get("task") == "detect"
     found = _one_output(outputs, height, width, ultralytics) if len(outputs) == 1 else None
     if found is None and _postprocessed_ssd(outputs):
+        # In the order the "postprocessed" head reads them (TFLite's, tf2onnx's for the OD API)
+        # they get a [detection] table; in any other order classes and scores cannot be told
+        # apart by shape, so they stay tensors.
+        ordered = [len(s) for s in outputs] == [3, 2, 2, 1]
         return Recognised(
-            None,
+            POSTPROCESSED_HEAD if ordered else None,
             len(names) if names else 0,
             False,
-            "SSD-style post-processed outputs (boxes, classes, scores, count): served as tensors",
+            "SSD-style post-processed outputs (boxes, classes, scores, count, NMS in the graph)"
+            + ("" if ordered else ", not in that order: served as tensors"),
         )
     if found is None:
         return None

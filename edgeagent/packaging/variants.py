@@ -60,6 +60,10 @@ def onnx_fp16(fp32: Path, out: Path) -> Path:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True)
+    # The converter can break graphs with Loop/If bodies (a TF detector's NMS): it casts inputs
+    # after the nodes that read them and renames what bodies capture. Such a file fails to load
+    # on every device, so it is a failed conversion, never a variant "not validated here".
+    onnx.checker.check_model(model)
     onnx.save(model, str(out))
     return out
 

@@ -56,7 +56,9 @@ def test_yolo_heads_are_told_by_the_grid() -> None:
     nms = recognise([(1, 300, 6)], (640, 640), ULTRALYTICS, None)
     assert nms is not None and nms.head is None
     ssd = recognise([(1, 10, 4), (1, 10), (1, 10), (1,)], (300, 300), {}, None)
-    assert ssd is not None and ssd.head is None
+    assert ssd is not None and ssd.head is not None and ssd.head.style == "postprocessed"
+    shuffled = recognise([(1,), (1, 10, 4), (1, 10), (1, 10)], (300, 300), {}, None)
+    assert shuffled is not None and shuffled.head is None  # classes/scores order unknowable
     with pytest.raises(PackagingError, match="3 class names, but the detector's output scores 80"):
         recognise([(None, 84, 8400)], (640, 640), {}, ("a", "b", "c"))
 

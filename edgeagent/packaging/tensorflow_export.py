@@ -1,0 +1,238 @@
+"""A TensorFlow model (a SavedModel directory or a frozen ``.pb`` graph) converted to ONNX.
+
+TensorFlow is a build-time tool in an environment of its own (``.venv-tf``, scripts/setup.sh's
+"TensorFlow converter" step, pinned in scripts/requirements-tf.txt): it is 1.7 GB with its
+dependencies and the agent never needs it, since it serves the ONNX that tf2onnx writes. So the
+packager runs two things in that environment as processes of their own: this file by its path
+(``inspect``: a frozen graph's placeholders, its unconsumed nodes and the TF Object Detection
+API's resize size, printed as JSON) and ``python -m tf2onnx.convert``. What tf2onnx wrote is then
+made packageable here, with onnx only (``tf_onnx.finish``).
+
+A frozen graph does not say which of its nodes are outputs: the unconsumed ones are taken when
+they are few, the TF Object Detection API's four by their names, else ``--tf-outputs`` must say.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run by path in .venv-tf, which has TensorFlow but not edgeagent
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from edgeagent.packaging.errors import PackagingError, converter_message
+
+TF_OPSET = 17  # read by onnxruntime and OpenVINO alike; tf2onnx's best-tested range
+PYTHON_ENV = "EDGEAGENT_TF_PYTHON"  # a Python with tensorflow + tf2onnx, instead of .venv-tf
+TIMEOUT_ENV = "EDGEAGENT_TF_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 1800.0  # a large detection graph converts in ~20 s on 2 cores
+MAX_DISCOVERED_OUTPUTS = 8  # more unconsumed nodes than this: ask --tf-outputs, do not guess
+CHECKOUT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-tf" / "bin" / "python"
+SETUP_STEP = "scripts/setup.sh (its step 'TensorFlow converter environment (.venv-tf)')"
+# Ops that end a graph without being an answer: constants, bookkeeping, savers.
+_NOT_OUTPUTS = {"Const", "NoOp", "Assert", "Placeholder", "PlaceholderWithDefault", "SaveV2"}
+_RESIZE_OPS = {"ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea"}
+_TF_NOISE = ("I0000", "W0000", "oneDNN", "cpu_feature_guard", "All log messages before", "rebuild")
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """What a frozen graph says about its interface (from ``inspect`` in the TF environment)."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]  # unconsumed nodes that could be answers
+    resize: tuple[int, int] | None  # the TF OD API's fixed resize (height, width), if any
+
+
+def is_tensorflow_source(spec: str) -> bool:
+    """A frozen graph (``.pb``) or a SavedModel directory (holding ``saved_model.pb``)."""
+    path = Path(spec)
+    if path.is_dir():
+        return (path / "saved_model.pb").is_file() or (path / "saved_model.pbtxt").is_file()
+    return path.suffix.lower() == ".pb"
+
+
+def export_tensorflow(
+    spec: str,
+    size: tuple[int, int] | None,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    work: Path,
+    progress: Any,
+) -> Path:
+    """Convert ``spec`` to ONNX in ``work``; the packageable ONNX's path.
+
+    ``size`` (--input-size) pins an open image height and width; without it a TF OD API graph's
+    own resize size is used. ``inputs``/``outputs`` (--tf-inputs/--tf-outputs) name the graph's
+    tensors where discovery cannot.
+    """
+    from edgeagent.packaging.tf_onnx import finish
+
+    source = Path(spec)
+    if source.is_dir() and not is_tensorflow_source(spec):
+        raise PackagingError(f"{source}: a directory without saved_model.pb is not a SavedModel")
+    if not source.exists():
+        raise PackagingError(f"{source}: no such file or directory")
+    python = tensorflow_python()
+    stem = source.resolve().name if source.is_dir() else source.stem
+    raw, out = work / f"{stem}.tf2onnx.onnx", work / f"{stem}.onnx"
+    command = [python, "-m", "tf2onnx.convert", "--opset", str(TF_OPSET), "--output", str(raw)]
+    facts = None
+    if source.is_dir():
+        command += ["--saved-model", str(source)]
+        if inputs:
+            command += ["--inputs", ",".join(_tensor(n) for n in inputs)]
+        if outputs:
+            command += ["--outputs", ",".join(_tensor(n) for n in outputs)]
+    else:
+        facts = inspect_graph(python, source)
+        chosen_in = tuple(inputs) or facts.inputs
+        chosen_out = tuple(outputs) or _outputs(source, facts)
+        if not chosen_in:
+            raise PackagingError(f"{source}: the graph has no Placeholder: pass --tf-inputs NAME")
+        command += ["--graphdef", str(source)]
+        command += ["--inputs", ",".join(_tensor(n) for n in chosen_in)]
+        command += ["--outputs", ",".join(_tensor(n) for n in chosen_out)]
+    progress(f"TensorFlow → ONNX (tf2onnx, opset {TF_OPSET}): {source}")
+    _run(command, f"{source}: tf2onnx could not convert the graph")
+    pinned = size or (facts.resize if facts is not None else None)
+    if size is None and pinned is not None:
+        progress(f"input size {pinned[0]}×{pinned[1]} from the graph's own resize")
+    return finish(raw, out, pinned, progress)
+
+
+def tensorflow_python(checkout: Path = CHECKOUT_PYTHON) -> str:
+    """The Python that converts: $EDGEAGENT_TF_PYTHON, this one if it has TensorFlow and
+    tf2onnx, else the checkout's .venv-tf; PackagingError naming the set-up step otherwise."""
+    named = os.environ.get(PYTHON_ENV)
+    if named:
+        if not Path(named).is_file():
+            raise PackagingError(f"${PYTHON_ENV}={named}: no such file")
+        return named
+    if all(importlib.util.find_spec(m) is not None for m in ("tensorflow", "tf2onnx")):
+        return sys.executable
+    if checkout.is_file():
+        return str(checkout)
+    raise PackagingError(
+        f"TensorFlow sources need TensorFlow and tf2onnx, which the agent's environment does not "
+        f"have: run {SETUP_STEP}, or set ${PYTHON_ENV} to a Python with the packages of "
+        "scripts/requirements-tf.txt"
+    )
+
+
+def inspect_graph(python: str, path: Path) -> GraphFacts:
+    """Run ``inspect`` on ``path`` in the TF environment."""
+    text = _run(
+        [python, str(Path(__file__).resolve()), "inspect", str(path)], f"{path}: unreadable"
+    )
+    try:
+        data = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError) as exc:
+        raise PackagingError(f"{path}: the graph inspector answered {text[-300:]!r}") from exc
+    resize = data.get("resize")
+    return GraphFacts(
+        tuple(data["inputs"]), tuple(data["outputs"]), tuple(resize) if resize else None
+    )
+
+
+def _outputs(path: Path, facts: GraphFacts) -> tuple[str, ...]:
+    from edgeagent.packaging.tf_onnx import OD_API_OUTPUTS  # not at the top: the TF side is light
+
+    if set(OD_API_OUTPUTS) <= set(facts.outputs):
+        return OD_API_OUTPUTS  # the head's order, whatever order the graph lists them in
+    if 0 < len(facts.outputs) <= MAX_DISCOVERED_OUTPUTS:
+        return facts.outputs
+    listed = ", ".join(facts.outputs[:20]) + (" …" if len(facts.outputs) > 20 else "")
+    raise PackagingError(
+        f"{path}: cannot tell the graph's outputs ({len(facts.outputs)} unconsumed nodes: "
+        f"{listed or 'none'}): pass --tf-outputs NAME[,NAME…]"
+    )
+
+
+def _tensor(name: str) -> str:
+    """A node name as tf2onnx wants a tensor: ``name:0`` unless an output index is given."""
+    return name if ":" in name else f"{name}:0"
+
+
+def _timeout() -> float:
+    value = os.environ.get(TIMEOUT_ENV)
+    try:
+        return float(value) if value else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise PackagingError(f"${TIMEOUT_ENV}={value!r}: a number of seconds") from None
+
+
+def _run(command: list[str], what: str) -> str:
+    """Run ``command``; its stdout, or PackagingError with its own useful words."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=_timeout(), check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise PackagingError(f"{what}: still running after {_timeout():g} s") from None
+    if done.returncode != 0:
+        raise PackagingError(f"{what}: {converter_message(RuntimeError(_useful(done.stderr)))}")
+    return done.stdout
+
+
+def _useful(stderr: str) -> str:
+    """The converter's error without TensorFlow's start-up chatter: the traceback's last lines
+    (where tf2onnx and TensorFlow say what failed) and any ERROR log lines."""
+    lines = [line for line in stderr.splitlines() if not any(n in line for n in _TF_NOISE)]
+    errors = [line for line in lines if " - ERROR - " in line]
+    tail = lines[-12:]
+    return "\n".join(errors + [line for line in tail if line not in errors]) or "no message"
+
+
+# -- the part that runs in the TensorFlow environment ------------------------------------------
+
+
+def _inspect(path: Path) -> dict[str, Any]:
+    """Placeholders, unconsumed nodes and the OD API's resize size of a frozen graph."""
+    import tensorflow as tf
+
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(path.read_bytes())
+    consumed = {name.lstrip("^").split(":")[0] for node in graph.node for name in node.input}
+    inputs = [n.name for n in graph.node if n.op == "Placeholder"]
+    outputs = [n.name for n in graph.node if n.name not in consumed and n.op not in _NOT_OUTPUTS]
+    return {"inputs": inputs, "outputs": outputs, "resize": _resize(graph)}
+
+
+def _resize(graph: Any) -> list[int] | None:
+    """The OD API's fixed resize: a Resize* op under ``Preprocessor/`` whose size is a Const of
+    two ints (``Preprocessor/map/while/ResizeImage/stack``: [300, 300] for SSDLite)."""
+    import tensorflow as tf
+
+    constants = {n.name: n for n in graph.node if n.op == "Const"}
+    for node in graph.node:
+        if not (node.op in _RESIZE_OPS and node.name.startswith("Preprocessor/")):
+            continue
+        size = constants.get(node.input[1].split(":")[0]) if len(node.input) > 1 else None
+        if size is None:
+            continue
+        value = tf.make_ndarray(size.attr["value"].tensor).reshape(-1).tolist()
+        if len(value) == 2 and all(isinstance(v, int) and 0 < v <= 8192 for v in value):
+            return [int(v) for v in value]
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "inspect":
+        print("usage: tensorflow_export.py inspect FROZEN_GRAPH.pb", file=sys.stderr)
+        return 2
+    print(json.dumps(_inspect(Path(args[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
