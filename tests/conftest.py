@@ -3,14 +3,27 @@ hook that keeps the tests from modifying tracked files (tests/support/tree.py)."
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.helpers import write_tiny_package, zoo_dir
 from tests.support.tree import changed_by_run, tracked_state
+
+
+@pytest.fixture(autouse=True)
+def _root_log_level() -> Iterator[None]:
+    """Put the root logger's level back after each test: ``edgeagent run`` and the daemon's
+    reload set it from the config, and run in-process that leaked into later tests, whose
+    ``caplog`` then saw no warnings (test_sdnotify, only in a whole-suite order)."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    root.setLevel(level)
 
 
 @pytest.fixture
