@@ -169,6 +169,12 @@ def _keygen(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--root-keys", type=int, default=1, help="root key pairs to create")
     parser.add_argument("--release-keys", type=int, default=1, help="release key pairs to create")
     parser.add_argument(
+        "--agent-keys",
+        type=int,
+        default=0,
+        help="agent key pairs to create (they alone sign agent releases: hub sign --agent)",
+    )
+    parser.add_argument(
         "--root-threshold", type=int, default=1, help="root signatures a trust change needs"
     )
     parser.add_argument(
@@ -190,6 +196,7 @@ def _keygen(commands: argparse._SubParsersAction) -> None:
             root_threshold=args.root_threshold,
             release_threshold=args.release_threshold,
             expires_in=timedelta(days=args.expires_days),
+            agent_keys=args.agent_keys,
         )
         keys = [{"name": k.name, "key": str(k.key_path), "keyid": k.keyid} for k in result.keys]
         lines = [f"{k['name']:<12} {k['keyid'][:16]}…  {k['key']}" for k in keys]

@@ -1,7 +1,9 @@
 """The device's trust store: which hub keys may sign what, rotated only by signed successors.
 
 The trust file is an envelope (see ``signing``) whose payload names the keys and two roles:
-``root`` signs trust files, ``release`` signs release manifests, each with a threshold. Like
+``root`` signs trust files, ``release`` signs release manifests, each with a threshold; an
+optional third, ``agent``, signs agent releases (code: the agent itself, ``selfupdate``), so a
+model release key can never ship code, and a trust file without it takes no agent release. Like
 TUF's root metadata, trust N+1 is accepted only when a threshold of N's root keys *and* a
 threshold of N+1's own root keys signed it, its version is exactly N+1 and it has not expired;
 versions only go up, so an old trust file (with keys since revoked) cannot be replayed.
@@ -47,6 +49,7 @@ from edgeagent.fsutil import write_file_atomic
 from edgeagent.models.names import NAME_RE, VERSION_RE
 
 ROLES = ("root", "release")
+OPTIONAL_ROLES = ("agent",)  # absent: nobody may sign that kind of release
 MAX_FLOOR_RESETS = 256  # models one rotation may reset
 MAX_CHAIN = 32  # trust versions one message may carry (a device offline across many rotations)
 
@@ -111,9 +114,14 @@ def parse_trust(payload: bytes) -> TrustRoot:
         if keyid_of(key) != keyid:
             raise _fail(where, "key id is not the SHA-256 of its public key")
         keys[keyid] = key
-    raw_roles = _exact_keys(document["roles"], set(ROLES), "roles")
+    present = (
+        set(document["roles"]) & set(OPTIONAL_ROLES)
+        if isinstance(document["roles"], dict)
+        else set()
+    )
+    raw_roles = _exact_keys(document["roles"], {*ROLES, *present}, "roles")
     roles = {}
-    for name in ROLES:
+    for name in (*ROLES, *sorted(present)):
         entry = _exact_keys(raw_roles[name], {"keyids", "threshold"}, f"roles.{name}")
         keyids = entry["keyids"]
         if not isinstance(keyids, list) or not keyids or len(set(keyids)) != len(keyids):
@@ -222,8 +230,16 @@ class TrustStore:
 
     def verify(self, envelope: bytes, role: str = "release") -> bytes:
         """Return the payload of ``envelope`` once a threshold of ``role``'s keys signed it."""
+        if role not in (*ROLES, *OPTIONAL_ROLES):
+            raise ValueError(
+                f"unknown role {role!r}; roles are {', '.join(ROLES + OPTIONAL_ROLES)}"
+            )
         if role not in self.root.roles:
-            raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+            raise VerificationError(
+                "no_role",
+                f"trust v{self.version} names no {role!r} keys, so nothing signed for that role "
+                "is accepted; rotate to a trust file that has them (hub keygen --agent-keys)",
+            )
         decoded = decode_envelope(envelope, max_bytes=self.max_bytes, what=f"{role} envelope")
         spec = self.root.roles[role]
         check_threshold(

@@ -1,10 +1,12 @@
 """Hub keys and trust files: ``hub keygen`` and ``hub rotate``.
 
 Two roles, as on the device: *root* keys sign trust files (keep them offline), *release* keys
-sign release manifests (the day-to-day key). Private keys are PEM (PKCS#8, optionally encrypted
-with a passphrase) created with mode 0600 and never overwritten; public keys are PEM too. Every
-trust file this module writes is first checked with the device's own ``TrustStore`` code, so
-the hub cannot hand out a trust file or rotation that devices would refuse.
+sign release manifests (the day-to-day key), and optional *agent* keys sign agent releases
+(code, so never the model key: ``hub keygen --agent-keys``). Private keys are PEM (PKCS#8,
+optionally encrypted with a passphrase) created with mode 0600 and never overwritten; public
+keys are PEM too. Every trust file this module writes is first checked with the device's own
+``TrustStore`` code, so the hub cannot hand out a trust file or rotation that devices would
+refuse.
 """
 
 from __future__ import annotations
@@ -130,28 +132,36 @@ def trust_payload(
     root_threshold: int = 1,
     release_threshold: int = 1,
     floor_resets: Mapping[str, str] | None = None,
+    agent: Sequence[Ed25519PublicKey] = (),
+    agent_threshold: int = 1,
 ) -> bytes:
     """The canonical bytes of a trust file's payload (validated with the device's parser).
 
     ``floor_resets`` ({model: version}) is the root keys' way out of a leaked release key
     (see ``fleet.trust``): devices set those anti-rollback floors to exactly these versions.
     """
-    keys = {keyid_of(k): {"ed25519": raw_public_bytes(k).hex()} for k in (*root, *release)}
+    keys = {keyid_of(k): {"ed25519": raw_public_bytes(k).hex()} for k in (*root, *release, *agent)}
+    roles: dict[str, Any] = {
+        "root": {"keyids": sorted({keyid_of(k) for k in root}), "threshold": root_threshold},
+        "release": {
+            "keyids": sorted({keyid_of(k) for k in release}),
+            "threshold": release_threshold,
+        },
+    }
     document = {
         "type": "trust",
         "version": version,
         "expires": format_time(expires),
         "keys": dict(sorted(keys.items())),
-        "roles": {
-            "root": {"keyids": sorted({keyid_of(k) for k in root}), "threshold": root_threshold},
-            "release": {
-                "keyids": sorted({keyid_of(k) for k in release}),
-                "threshold": release_threshold,
-            },
-        },
+        "roles": roles,
     }
     if floor_resets:
         document["floor_resets"] = dict(sorted(floor_resets.items()))
+    if agent:  # the optional role (fleet.trust.OPTIONAL_ROLES): without it, no agent release
+        roles["agent"] = {
+            "keyids": sorted({keyid_of(k) for k in agent}),
+            "threshold": agent_threshold,
+        }
     payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     try:
         parse_trust(payload)
@@ -174,8 +184,10 @@ def keygen(
     expires_in: timedelta = DEFAULT_TRUST_LIFETIME,
     passphrase: bytes | None = None,
     now: datetime | None = None,
+    agent_keys: int = 0,
 ) -> KeygenResult:
-    """Create root and release key pairs in ``directory`` and the initial ``trust.json`` (v1).
+    """Create root and release key pairs in ``directory`` and the initial ``trust.json`` (v1);
+    with ``agent_keys``, that many agent keys too (``agent.key``: signs agent releases).
 
     ``trust.json`` is what devices are provisioned with ([updates] trust_file).
     """
@@ -188,17 +200,20 @@ def keygen(
             raise HubError(f"at least one {role} key is needed")
     expires = (now or datetime.now(timezone.utc)) + expires_in
     root_names, release_names = _names("root", root_keys), _names("release", release_keys)
-    for name in (*root_names, *release_names):
+    agent_names = _names("agent", agent_keys) if agent_keys > 0 else []
+    for name in (*root_names, *release_names, *agent_names):
         for suffix in (".key", ".pub"):
             if (directory / f"{name}{suffix}").exists():
                 raise HubError(
                     f"{directory / (name + suffix)} already exists; refusing to overwrite"
                 )
     pairs = [
-        generate_key(directory, n, passphrase=passphrase) for n in (*root_names, *release_names)
+        generate_key(directory, n, passphrase=passphrase)
+        for n in (*root_names, *release_names, *agent_names)
     ]
     private = [load_private_key(p.key_path, passphrase) for p in pairs]
-    root, release = private[:root_keys], private[root_keys:]
+    root, release = private[:root_keys], private[root_keys : root_keys + release_keys]
+    agent = private[root_keys + release_keys :]
     payload = trust_payload(
         version=1,
         expires=expires,
@@ -206,6 +221,7 @@ def keygen(
         release=[k.public_key() for k in release],
         root_threshold=root_threshold,
         release_threshold=release_threshold,
+        agent=[k.public_key() for k in agent],
     )
     envelope = sign_envelope(payload, root)
     _device_check(envelope)
@@ -266,6 +282,7 @@ def rotate(
         root_threshold=root_threshold or current.root.roles["root"].threshold,
         release_threshold=release_threshold or current.root.roles["release"].threshold,
         floor_resets=floor_resets,
+        **_kept_agent_role(current),
     )
     envelope = sign_envelope(payload, [*old, *new_private])
     _device_check(trust_path.read_bytes(), lambda store: store.rotate(envelope, now=moment))
@@ -273,6 +290,18 @@ def rotate(
     write_file_atomic(target.with_name(f"trust.v{version}.json"), envelope)
     write_file_atomic(target, envelope)
     return target
+
+
+def _kept_agent_role(current: TrustStore) -> dict[str, Any]:
+    """The agent role of trust N, carried into N+1 unchanged (a rotation of the root or release
+    keys must not silently stop the fleet from taking agent releases)."""
+    role = current.root.roles.get("agent")
+    if role is None:
+        return {}
+    return {
+        "agent": [current.root.keys[k] for k in sorted(role.keyids)],
+        "agent_threshold": role.threshold,
+    }
 
 
 def trust_chain(trust_path: str | Path, *, after: int = 1) -> bytes:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
-from edgeagent.sections import require, setting
+from edgeagent.sections import computed_setting, require, setting
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,37 @@ class UpdateSettings:
     clock_skew_s: float = setting(
         300.0, "a release issued this far in the device's future is accepted", "s"
     )
+    # --- agent self-updates (selfupdate; docs/fleet/agent-updates.md) ---
+    agent_root: Path | None = setting(
+        None,
+        "A/B install root of agent releases (versions/, current, previous); "
+        "None = agent releases are refused",
+    )
+    agent_config_file: Path = setting(
+        Path("/etc/edgeagent/agent.toml"),
+        "the config the service runs with: a new agent must pass 'config check' on it first",
+    )
+    agent_keep_versions: int = setting(3, "agent versions kept under agent_root (current incl.)")
+    agent_max_boots: int = setting(
+        3, "starts a new agent may take to commit before the boot check rolls it back"
+    )
+    agent_commit_deadline_s: float = setting(
+        600.0, "a new agent not committed this long after the switch is rolled back", "s"
+    )
+    agent_install_timeout_s: float = setting(
+        600.0, "venv + pip install of a wheelhouse, and the new agent's config check", "s"
+    )
+    agent_extra_site_dirs: list[Path] = computed_setting(
+        list,
+        "site directories every agent venv also reads (a .pth), e.g. a distribution's "
+        "dist-packages with vendor bindings such as TensorRT",
+    )
 
     def validate(self) -> None:
+        require(self.agent_keep_versions >= 2, "updates", "agent_keep_versions", "must be >= 2")
+        require(1 <= self.agent_max_boots <= 100, "updates", "agent_max_boots", "must be 1..100")
+        for key in ("agent_commit_deadline_s", "agent_install_timeout_s"):
+            require(getattr(self, key) > 0, "updates", key, "must be positive")
         require(self.max_manifest_bytes > 0, "updates", "max_manifest_bytes", "must be positive")
         require(
             0 <= self.clock_skew_s <= 86400, "updates", "clock_skew_s", "must be 0..86400 seconds"

@@ -51,6 +51,7 @@ from prometheus_client import CollectorRegistry
 from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.engine.canary import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.fleet.agent_manifest import AGENT_SLOT, KIND, claimed_kind
 from edgeagent.fleet.manifest import (
     Artifact,
     DeviceIdentity,
@@ -75,6 +76,8 @@ from edgeagent.models.package import (
     load_package,
 )
 from edgeagent.sections import ConfigError
+from edgeagent.selfupdate.install import InstallSettings
+from edgeagent.selfupdate.service import AgentUpdates, SwitchSettings
 from edgeagent.updates.canary import (
     CanaryRegistry,
     CanaryStage,
@@ -189,6 +192,7 @@ class Updater:
         self._handled: list[str] = self._load_handled()
         self._committed_path = store.root / "committed-envelopes.json"
         self._committed: dict[str, str] = self._load_committed()
+        self.agent: AgentUpdates | None = None  # agent releases ([updates] agent_root set)
 
     # --- entry points --------------------------------------------------------------------
     async def on_message(self, topic: str, payload: bytes) -> None:
@@ -255,6 +259,8 @@ class Updater:
             return self._resent(envelope, key)
         try:
             self._check_size(envelope)
+            if claimed_kind(envelope, self.settings.max_manifest_bytes) == KIND:
+                return await self._agent_release(envelope, topic)  # code: its own role
             manifest = verify_release(
                 envelope,
                 self.trust,
@@ -303,6 +309,29 @@ class Updater:
         if concluding is not None and await_canary:
             await asyncio.shield(concluding)
         return self.reporter.last
+
+    async def _agent_release(self, envelope: bytes, topic: str) -> dict[str, Any]:
+        """An agent release (``selfupdate``): on the agent's slot or this device's topic only."""
+        slot = release_model(topic)
+        if slot is not None and slot != AGENT_SLOT:
+            raise TrustError("wrong_topic", f"an agent release on the slot of {slot} ({topic})")
+        if self.agent is None:
+            raise TrustError("self_update_off", "agent releases need [updates] agent_root")
+        return await self.agent.apply(envelope, self.trust)
+
+    async def serves(self, name: str) -> None:
+        """A new agent's confirmation of one model that served before its switch: it is
+        loaded and passes the update health check (golden inputs)."""
+        try:
+            model = self.registry.get(name)
+        except Exception as exc:
+            raise InstallFailed("model_not_served", f"{name}: {exc}") from exc
+        await health_check(model, self.settings.health_timeout_s, self.settings.golden_top_k)
+
+    def ready_models(self) -> list[str]:
+        """The models serving now (READY), which a new agent must serve too."""
+        index: list[dict[str, str]] = getattr(self.registry, "index", lambda: [])()
+        return sorted({row["name"] for row in index if row.get("state") == "READY"})
 
     def _resent(self, envelope: bytes, key: str) -> dict[str, Any]:
         """Answer a re-send of the envelope committed here: ``same_version``, nothing reinstalled.
@@ -853,6 +882,8 @@ class UpdateService:
             choose_variants=choose_variants,
             limits=limits,
         )
+        if settings.agent_root is not None:
+            self.updater.agent = _agent_updates(settings, self.updater)
         topics = Topics(mqtt.topic_prefix, settings.group, device_id)
         self.link = MqttLink(mqtt, topics, self.updater.on_message)
         self._tasks: list[asyncio.Task] = []
@@ -872,6 +903,8 @@ class UpdateService:
             }
             result = "succeeded" if recovery.outcome == "committed" else "failed"
             self.reporter.outcome(release, result, f"recovered_{recovery.outcome}", recovery.reason)
+        if self.updater.agent is not None:  # report a rollback; confirm a switch on trial
+            self.updater.agent.start()
         self._tasks = [
             spawn(self.link.run(), name="mqtt-link"),
             spawn(self.updater.run(), name="update-worker"),
@@ -896,6 +929,36 @@ class UpdateService:
         # a canary still waiting stays parked, and the next start rolls it back (recover_parked)
         tasks = [*self._tasks, *self.updater.canaries.tasks()]
         await cancel_and_wait(tasks, self.link.settings.connect_timeout_s + 5.0)
+        if self.updater.agent is not None:
+            await self.updater.agent.stop()
 
     def status(self) -> dict[str, Any]:
-        return {**self.updater.status(), "mqtt": self.link.status()}
+        agent = {} if self.updater.agent is None else {"agent": self.updater.agent.status()}
+        return {**self.updater.status(), "mqtt": self.link.status(), **agent}
+
+
+def _agent_updates(settings: UpdateSettings, updater: Updater) -> AgentUpdates:
+    """Self-updates wired to the updater's download, reporter, registry and crash hook."""
+    assert settings.agent_root is not None
+    return AgentUpdates(
+        SwitchSettings(
+            root=settings.agent_root,
+            config_file=settings.agent_config_file,
+            keep_versions=settings.agent_keep_versions,
+            max_boots=settings.agent_max_boots,
+            commit_deadline_s=settings.agent_commit_deadline_s,
+            install=InstallSettings(
+                timeout_s=settings.agent_install_timeout_s,
+                max_unpacked_bytes=settings.max_unpacked_bytes,
+                extra_site_dirs=tuple(settings.agent_extra_site_dirs),
+            ),
+            max_artifact_bytes=settings.max_artifact_bytes,
+            clock_skew_s=settings.clock_skew_s,
+        ),
+        device=updater.device,
+        reporter=updater.reporter,
+        download=updater._download,
+        served_models=updater.ready_models,
+        check_model=updater.serves,
+        checkpoint=checkpoint,
+    )

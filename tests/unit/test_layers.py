@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"config"},
     {"api", "hub", "governor", "packaging"},
     {"updates"},
+    {"selfupdate"},
     {"fleet"},
     {"engine"},
     {"hardware"},

@@ -1,0 +1,303 @@
+"""Agent release manifests: a signed promise of a new agent (code), and whether a device takes it.
+
+An agent release is the agent itself — its wheel and every dependency wheel, one *wheelhouse*
+tarball per platform (``linux_x86_64``, ``linux_aarch64``) for one Python version — so a
+device with no package index can install it (``selfupdate``). It travels the model channel
+(same envelope, same retained release slots) but is signed by the trust file's separate
+``agent`` role: a model release key can ship weights, never code, and a trust file without that
+role takes no agent release at all.
+
+Anti-rollback is the one models use (release format 2): a hub-incremented ``serial`` per agent
+release, so a replay of an older (still unexpired) release is refused, while a deliberate,
+newly signed downgrade is possible. Before any serial was committed here, the running agent's
+version is the floor. Everything is checked *before* a byte is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from edgeagent.fleet.manifest import (
+    _DEPLOYMENT_RE,
+    DEFAULT_CLOCK_SKEW_S,
+    FORMAT,
+    MAX_SERIAL,
+    Artifact,
+    DeviceIdentity,
+    ManifestError,
+    Targets,
+    _artifact,
+    _string,
+    _target_mismatch,
+    _targets,
+)
+from edgeagent.fleet.signing import (
+    Refused,
+    TrustError,
+    decode_envelope,
+    format_time,
+    loads_strict,
+    parse_time,
+)
+from edgeagent.fleet.trust import TrustStore
+from edgeagent.models.names import VERSION_RE, version_tuple
+
+KIND = "agent_release"  # the payload's "type"; model releases are "release"
+AGENT_SLOT = "_agent"  # the retained release slot of agent releases (no model name starts so)
+MAX_PLATFORMS = 16
+_PLATFORM_RE = re.compile(r"\A[a-z0-9]+_[a-z0-9_]{1,30}\Z", re.ASCII)
+_PYTHON_RE = re.compile(r"\A3\.[0-9]{1,3}\Z", re.ASCII)
+_FIELDS = {
+    "type",
+    "format",
+    "serial",
+    "version",
+    "python",
+    "wheelhouses",
+    "targets",
+    "issued_at",
+    "expires",
+    "deployment_id",
+}
+_TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
+
+
+def this_platform() -> str:
+    """The wheelhouse platform this process runs on: ``linux_x86_64``, ``linux_aarch64``."""
+    return f"{sys.platform}_{platform.machine().lower()}"
+
+
+def this_python() -> str:
+    """``MAJOR.MINOR`` of this interpreter: wheels with C extensions are built per version."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    """One platform's tarball of wheels (the agent's and every dependency's)."""
+
+    platform: str
+    artifact: Artifact
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.artifact
+        return {"platform": self.platform, "url": a.url, "size": a.size, "sha256": a.sha256}
+
+
+@dataclass(frozen=True)
+class AgentManifest:
+    version: str
+    serial: int
+    python: str
+    wheelhouses: tuple[Wheelhouse, ...]
+    issued_at: datetime
+    expires: datetime
+    deployment_id: str
+    targets: Targets = field(default_factory=Targets)
+
+    def wheelhouse(self, platform_tag: str) -> Wheelhouse | None:
+        return next((w for w in self.wheelhouses if w.platform == platform_tag), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": KIND,
+            "format": FORMAT,
+            "serial": self.serial,
+            "version": self.version,
+            "python": self.python,
+            "wheelhouses": [w.to_dict() for w in self.wheelhouses],
+            "targets": {name: list(getattr(self.targets, name)) for name in _TARGET_FIELDS},
+            "issued_at": format_time(self.issued_at),
+            "expires": format_time(self.expires),
+            "deployment_id": self.deployment_id,
+        }
+
+    def to_payload(self) -> bytes:
+        """The canonical bytes the hub signs (sorted keys, no spaces)."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    def describe(self) -> dict[str, str]:
+        """The release as the update reports name it (``model`` is ``edgeagent``)."""
+        return {"model": "edgeagent", "version": self.version, "deployment_id": self.deployment_id}
+
+
+def claimed_kind(envelope: bytes, max_bytes: int) -> str | None:
+    """The ``type`` an envelope's payload *claims*, read unverified: only to route it to the
+    verifier of its kind, which then checks it under that kind's own role."""
+    try:
+        document = loads_strict(decode_envelope(envelope, max_bytes=max_bytes).payload, "kind")
+    except TrustError:
+        return None
+    kind = document.get("type") if isinstance(document, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _wheelhouses(value: Any) -> tuple[Wheelhouse, ...]:
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_PLATFORMS:
+        raise ManifestError(f"manifest wheelhouses: must be a list of 1-{MAX_PLATFORMS} entries")
+    found = []
+    for index, item in enumerate(value):
+        where = f"wheelhouses[{index}]"
+        artifact = _artifact(item, where, frozenset({"platform"}))
+        tag = _string(item, "platform", _PLATFORM_RE, "a platform such as linux_aarch64")
+        found.append(Wheelhouse(tag, artifact))
+    if len({w.platform for w in found}) != len(found):
+        raise ManifestError("manifest wheelhouses: a platform is listed twice")
+    return tuple(found)
+
+
+def parse_agent_manifest(payload: bytes) -> AgentManifest:
+    """Validate every field of an agent release payload; call only on signature-checked bytes."""
+    try:
+        document = loads_strict(payload, "agent manifest")
+    except TrustError as exc:
+        raise ManifestError(exc.message) from exc
+    if not isinstance(document, dict):
+        raise ManifestError("agent manifest: must be a JSON object")
+    missing, extra = sorted(_FIELDS - set(document)), sorted(set(document) - _FIELDS)
+    if missing or extra:
+        raise ManifestError(
+            f"agent manifest: missing field(s) {', '.join(missing) or '-'}; "
+            f"unknown field(s) {', '.join(extra) or '-'}"
+        )
+    if document["type"] != KIND or type(document["format"]) is not int:
+        raise ManifestError(f"agent manifest type: must be {KIND!r} of format {FORMAT}")
+    if document["format"] != FORMAT:
+        raise ManifestError(
+            f"agent manifest format: {document['format']} is not {FORMAT}", "unsupported_format"
+        )
+    try:
+        issued_at = parse_time(document["issued_at"], "agent manifest issued_at")
+        expires = parse_time(document["expires"], "agent manifest expires")
+    except TrustError as exc:
+        raise ManifestError(exc.message) from exc
+    if expires <= issued_at:
+        raise ManifestError("agent manifest expires: must be later than issued_at")
+    serial = document["serial"]
+    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
+        raise ManifestError(f"agent manifest serial: {str(serial)[:40]!r} is not 1..2^53-1")
+    return AgentManifest(
+        version=_string(document, "version", VERSION_RE, "MAJOR.MINOR.PATCH"),
+        serial=serial,
+        python=_string(document, "python", _PYTHON_RE, "a Python version such as 3.11"),
+        wheelhouses=_wheelhouses(document["wheelhouses"]),
+        issued_at=issued_at,
+        expires=expires,
+        deployment_id=_string(
+            document, "deployment_id", _DEPLOYMENT_RE, "1-128 letters, digits, '_', '.', ':', '-'"
+        ),
+        targets=_targets(document["targets"]),
+    )
+
+
+class AgentHistory(Protocol):
+    """What the device remembers of agent releases (``selfupdate.state.AgentRecord``)."""
+
+    def serial_floor(self) -> int | None: ...
+
+    def bad_versions(self) -> set[str]: ...
+
+
+def check_agent_release(
+    manifest: AgentManifest,
+    *,
+    now: datetime,
+    device: DeviceIdentity,
+    platform_tag: str,
+    python: str,
+    serial_floor: int | None,
+    bad_versions: Collection[str],
+    max_artifact_bytes: int,
+    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
+) -> Wheelhouse:
+    """Raise ``Refused`` unless this device may install ``manifest``; return its wheelhouse.
+
+    ``device.agent_version`` (the running agent) is the version floor until a serial was
+    committed here; after that the serial is, as for models.
+    """
+    name = f"agent {manifest.version}"
+    if manifest.expires <= now:
+        raise Refused("expired", f"{name}: expired at {format_time(manifest.expires)}")
+    if manifest.issued_at > now + timedelta(seconds=clock_skew_s):
+        raise Refused("not_yet_valid", f"{name}: issued after this device's time (check clock)")
+    mismatch = _target_mismatch(manifest.targets, device)
+    if mismatch:
+        raise Refused("wrong_target", f"{name}: {mismatch}")
+    wheelhouse = manifest.wheelhouse(platform_tag)
+    if wheelhouse is None:
+        offered = ", ".join(w.platform for w in manifest.wheelhouses)
+        raise Refused("wrong_platform", f"{name}: built for {offered}, this is {platform_tag}")
+    if manifest.python != python:
+        raise Refused("wrong_python", f"{name}: built for Python {manifest.python}, not {python}")
+    version, running = version_tuple(manifest.version), version_tuple(device.agent_version)
+    if any(version_tuple(bad) == version for bad in bad_versions):
+        raise Refused("known_bad", f"{name}: rolled back here before (failed its switch)")
+    if serial_floor is not None:
+        if manifest.serial < serial_floor:
+            raise Refused("replay", f"{name}: serial {manifest.serial} is below {serial_floor}")
+        if manifest.serial == serial_floor or version == running:
+            raise Refused("same_version", f"{name}: already installed (serial {serial_floor})")
+    elif version <= running:
+        code = "same_version" if version == running else "rollback"
+        raise Refused(code, f"{name}: not newer than the running agent {device.agent_version}")
+    if wheelhouse.artifact.size > max_artifact_bytes:
+        raise Refused(
+            "too_large",
+            f"{name}: wheelhouse is {wheelhouse.artifact.size} bytes, over the limit of "
+            f"{max_artifact_bytes} ([updates] max_artifact_bytes)",
+        )
+    return wheelhouse
+
+
+def verify_agent_release(
+    envelope: bytes,
+    trust: TrustStore,
+    *,
+    device: DeviceIdentity,
+    history: AgentHistory,
+    max_artifact_bytes: int,
+    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
+    platform_tag: str | None = None,
+    python: str | None = None,
+    now: datetime | None = None,
+) -> tuple[AgentManifest, Wheelhouse]:
+    """Signatures under the ``agent`` role, then parse, then policy; then trust the time.
+
+    Raises a ``TrustError`` (``ReleaseRefused``-like ``AgentRefused`` for an authentic one)
+    and changes nothing when it does.
+    """
+    moment = trust.effective_now(now)
+    manifest = parse_agent_manifest(trust.verify(envelope, "agent"))
+    try:
+        if trust.expires <= moment:
+            raise Refused("expired", f"trust file v{trust.version} expired; rotate it")
+        wheelhouse = check_agent_release(
+            manifest,
+            now=moment,
+            device=device,
+            platform_tag=platform_tag or this_platform(),
+            python=python or this_python(),
+            serial_floor=history.serial_floor(),
+            bad_versions=history.bad_versions(),
+            max_artifact_bytes=max_artifact_bytes,
+            clock_skew_s=clock_skew_s,
+        )
+    except Refused as exc:
+        raise AgentRefused(exc, manifest) from exc
+    trust.record_verified(manifest.issued_at)
+    return manifest, wheelhouse
+
+
+class AgentRefused(Refused):
+    """A ``Refused`` for an authentic agent manifest, carried so it can be reported by name."""
+
+    def __init__(self, refused: Refused, manifest: AgentManifest) -> None:
+        super().__init__(refused.code, refused.message)
+        self.manifest = manifest

@@ -1,0 +1,9 @@
+"""The agent updates itself: A/B versions, a boot-counted, health-checked switch, rollback.
+
+``layout`` (the directories and the ``current`` / ``previous`` links), ``state`` (the pending
+switch, the committed record, the outcome left for the next start), ``boot`` (the check that
+runs before each start, from the known-good version), ``install`` (a wheelhouse into its own
+venv, then the new version's ``config check``) and ``service`` (the running agent's side:
+take a verified release, switch, and — in the new version — confirm and commit). See
+docs/fleet/agent-updates.md. Nothing here imports at package import: ``boot`` must stay cheap.
+"""

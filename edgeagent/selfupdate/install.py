@@ -1,0 +1,166 @@
+"""Install one agent version from its wheelhouse into its own venv, and let it judge the config.
+
+The wheelhouse is a tar of wheel files only (the agent's and its dependencies'); it is read
+member by member — regular files named ``*.whl``, no paths, within a size cap — so nothing else
+ever lands on disk. The venv is created in its final place (venvs are not relocatable: their
+scripts name their interpreter), and a version counts as installed only once
+``installed.json`` is written last, fsynced; ``Layout.prune`` removes anything without it.
+
+pip runs from the *running* agent's interpreter against the new venv (``pip --python``, pip >=
+22.3) with ``--no-index``: the device never asks a package index for anything. Before any link
+moves, the new version's own ``edgeagent config check`` must accept the live config, so a new
+version that cannot read it is refused with the old one untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeagent.fsutil import fsync_tree, write_json_atomic
+from edgeagent.selfupdate.layout import MARKER, Layout
+
+MAX_WHEELS = 512
+_OUTPUT_TAIL = 2000  # characters of a failed command's output kept in the refusal
+
+
+class InstallError(RuntimeError):
+    """The new version could not be installed or refused the config; nothing was switched."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class InstallSettings:
+    timeout_s: float
+    max_unpacked_bytes: int
+    extra_site_dirs: Sequence[Path] = ()
+    python: str = sys.executable  # whose pip installs (and whose base the venv takes)
+
+
+def is_installed(layout: Layout, version: str) -> bool:
+    return (layout.version_dir(version) / MARKER).is_file()
+
+
+def unpack_wheelhouse(archive: Path, into: Path, max_bytes: int) -> list[Path]:
+    """The wheels of ``archive`` in ``into``; anything but flat ``*.whl`` files is refused."""
+    into.mkdir(parents=True, exist_ok=True)
+    wheels: list[Path] = []
+    total = 0
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if member.isdir() and name in ("", "."):
+                    continue
+                if not member.isfile() or "/" in name or not name.endswith(".whl"):
+                    raise InstallError("bad_wheelhouse", f"{member.name[:80]!r}: not a wheel file")
+                total += member.size
+                if total > max_bytes or len(wheels) >= MAX_WHEELS:
+                    raise InstallError(
+                        "bad_wheelhouse",
+                        f"over {max_bytes} bytes or {MAX_WHEELS} wheels ([updates] "
+                        "max_unpacked_bytes)",
+                    )
+                source = tar.extractfile(member)
+                assert source is not None  # a regular file
+                with source, open(into / name, "xb") as target:
+                    shutil.copyfileobj(source, target)
+                wheels.append(into / name)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InstallError("bad_wheelhouse", f"{archive.name}: {exc}") from exc
+    if not wheels:
+        raise InstallError("bad_wheelhouse", f"{archive.name}: holds no wheel")
+    return wheels
+
+
+def _run(
+    command: list[str],
+    timeout_s: float,
+    code: str,
+    what: str,
+    env: dict[str, str] | None = None,
+) -> str:
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise InstallError(code, f"{what}: still running after {timeout_s:.0f} s") from exc
+    except OSError as exc:
+        raise InstallError(code, f"{what}: {exc}") from exc
+    if done.returncode != 0:
+        output = (done.stderr or done.stdout).strip()[-_OUTPUT_TAIL:]
+        raise InstallError(code, f"{what} exited {done.returncode}: {output}")
+    return done.stdout
+
+
+def install_version(
+    layout: Layout, version: str, wheelhouse: Path, settings: InstallSettings
+) -> Path:
+    """Install ``version`` from the ``wheelhouse`` tar under ``layout``; return its venv."""
+    directory = layout.version_dir(version)
+    if version in (layout.current(), layout.previous()):
+        raise InstallError("in_use", f"{directory} is in use (current or previous)")
+    shutil.rmtree(directory, ignore_errors=True)  # an unfinished or pruned-late attempt
+    wheels = unpack_wheelhouse(wheelhouse, directory / "wheels", settings.max_unpacked_bytes)
+    venv = layout.venv(version)
+    _run(
+        [settings.python, "-m", "venv", "--without-pip", str(venv)],
+        settings.timeout_s,
+        "venv_failed",
+        "python -m venv",
+    )
+    if settings.extra_site_dirs:
+        site = _site_packages(venv)
+        lines = "".join(f"{Path(d).resolve()}\n" for d in settings.extra_site_dirs)
+        (site / "edgeagent-extra-sites.pth").write_text(lines, encoding="utf-8")
+    _run(
+        [
+            settings.python,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-index",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--find-links",
+            str(wheels[0].parent),
+            f"edgeagent=={version}",
+        ],
+        settings.timeout_s,
+        "install_failed",
+        "pip install",
+    )
+    shutil.rmtree(directory / "wheels", ignore_errors=True)
+    fsync_tree(directory)
+    write_json_atomic(directory / MARKER, {"version": version})
+    return venv
+
+
+def _site_packages(venv: Path) -> Path:
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise InstallError("venv_failed", f"{venv}: no lib/python3*/site-packages")
+    return found[0]
+
+
+def check_config(layout: Layout, version: str, config_file: Path, timeout_s: float) -> None:
+    """The new version's own ``config check`` on the live config (absent file: defaults)."""
+    command = [str(layout.executable(version)), "config", "check"]
+    if config_file.exists():
+        command.append(str(config_file))
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # not the service
+    _run(
+        command, timeout_s, "config_refused", f"agent {version} config check of {config_file}", env
+    )
