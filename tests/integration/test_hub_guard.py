@@ -74,7 +74,7 @@ async def _signed_in(url: str) -> aiohttp.ClientSession:
 async def _page_csrf(session: aiohttp.ClientSession, deployment: dict[str, Any]) -> str:
     async with session.get(f"/ui/deployments/{deployment['id']}") as response:
         page = await response.text()
-    found = re.search(r'const csrf = "([0-9a-f]{64})"', page)
+    found = re.search(r'"csrf": ?"([0-9a-f]{64})"', page)  # the page script's data
     assert found, page
     return found.group(1)
 
