@@ -43,6 +43,7 @@ from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics, new_registry
+from edgeagent.engine.plan import plan_request
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
 from edgeagent.governor.sensors import power_reader
@@ -154,7 +155,10 @@ class Daemon:
         )
         gauges = ModelGauges(self.engine_metrics)
         self.registry = ModelRegistry(
-            self.accelerators.open,
+            # Each version runs as its execution plan says, measured here at load if "auto".
+            lambda package: self.accelerators.open(
+                package, plan_request(self.config.engine, package)
+            ),
             factory.build,
             settings=config.engine,
             executor=self.executor,

@@ -3,11 +3,13 @@
 One ``Batcher`` per loaded model version owns a bounded, priority-ordered queue and one loop
 task. The loop takes the most urgent request, waits at most ``max_queue_delay`` for more rows of
 the same shape (with ``adaptive``, only after a batch that served several requests, so a lone
-client is never delayed), runs
-the batch on a worker thread (runtimes release the GIL), splits the output
-rows back by each request's offset, and only then forms the next batch — a session is never run
-from two threads at once. Before every batch it reads the governor's ``ServingLimits`` (batch
-cap, concurrency, pacing, shedding, low-power mode), so a throttle takes effect within one batch.
+client is never delayed), runs the batch on a worker thread (runtimes release the GIL) and
+splits the output rows back by each request's offset. With one execution instance
+(``BatchPolicy.instances``) it forms the next batch only then — a session is never run from two
+threads at once; with N instances (an ``InstanceGroup``, one session each) up to N batches run
+at once, so the next batch forms and runs while the previous one finishes and no core idles
+between batches. Before every batch it reads the governor's ``ServingLimits`` (batch cap,
+concurrency, pacing, shedding, low-power mode), so a throttle takes effect within one batch.
 
 Every answer must belong to its own request (MLServer shipped batches answered with another
 request's rows): requests keep their own futures and row offsets, outputs whose first dimension
@@ -86,6 +88,8 @@ class BatchPolicy:
     timeout_s: float  # deadline of a request that sets none
     default_priority: int  # priority of a request that sets none (1 = most urgent)
     adaptive: bool = True  # wait for company only after a batch that served several requests
+    instances: int = 1  # batches run at once (the execution plan's instances)
+    merge_batch_size: int | None = None  # rows merged from several requests; None = max_batch
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ class Batcher:
         self._low_power = False
         self._last_batch_requests = 0
         self._series_by_backend: dict[str, _Series] = {}
+        self._free = asyncio.Semaphore(max(1, policy.instances))  # idle execution instances
+        self._running: set[asyncio.Task] = set()  # batches on worker threads
         self._task = spawn(self._loop(), name=f"batch:{model}")  # a dead loop is logged
 
     @property
@@ -265,31 +271,54 @@ class Batcher:
         self._pending.clear()
 
     async def _loop(self) -> None:
-        while True:
-            self._drop_abandoned()
-            if not self._pending:
-                if self._closing:
-                    return
-                self._arrived.clear()
-                await self._arrived.wait()
-                continue
-            limits = self._limits()
-            self._shed_queued(limits)
-            cap = self._cap(limits)
-            await self._fill(cap)
-            await self._set_power_mode(limits.prefer_low_power)
-            await self._gate.acquire(self._limits)
-            try:
-                batch = self._take(self._cap(self._limits()))
-                if batch:
-                    await self._execute(batch)
-            finally:
-                await self._gate.release()
+        try:
+            while True:
+                self._drop_abandoned()
+                if not self._pending:
+                    if self._closing:
+                        return
+                    self._arrived.clear()
+                    await self._arrived.wait()
+                    continue
+                await self._free.acquire()  # an instance is idle: form its batch now
+                started = False
+                try:
+                    started = await self._start_batch()
+                finally:
+                    if not started:
+                        self._free.release()
+        finally:  # the batches already on worker threads always run to their end
+            await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def _start_batch(self) -> bool:
+        """Form one batch and start it on the idle instance; False when none was formed."""
+        limits = self._limits()
+        self._shed_queued(limits)
+        cap = self._cap(limits)
+        await self._fill(cap)
+        await self._set_power_mode(limits.prefer_low_power)
+        await self._gate.acquire(self._limits)
+        batch = self._take(self._cap(self._limits()))
+        if not batch:
+            await self._gate.release()
+            return False
+        task = spawn(self._run_batch(batch), name=f"batch-run:{self.model}")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+        return True
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        """One batch on one instance; frees the gate and the instance whatever happens."""
+        try:
+            await self._execute(batch)
+        finally:
+            await self._gate.release()
+            self._free.release()
 
     def _cap(self, limits: ServingLimits) -> int:
         if not self.batching:
             return 1
-        cap = self.policy.max_batch_size
+        cap = self.policy.merge_batch_size or self.policy.max_batch_size
         if limits.max_batch_size is not None:
             cap = min(cap, limits.max_batch_size)
         return max(1, cap)

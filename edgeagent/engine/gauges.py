@@ -2,8 +2,10 @@
 
 ``edgeagent_model_loaded`` has one series per serving version and backend, and
 ``edgeagent_queue_depth`` one per model name, summed over its live versions (a canary and its
-stable version queue separately). The labels are remembered at load time, so a version whose
-backend changed by failover still has its series removed when it goes.
+stable version queue separately). ``edgeagent_execution_plan`` has one series per field of a
+version's execution plan (instances, threads, merged batch, the search's rows/s). The labels
+are remembered at load time, so a version whose backend changed by failover still has its
+series removed when it goes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class ModelGauges:
     def __init__(self, metrics: EngineMetrics) -> None:
         self._metrics = metrics
         self._loaded_labels: dict[LoadedModel, tuple[str, ...]] = {}
+        self._plan_labels: dict[LoadedModel, list[tuple[str, ...]]] = {}
         self._live: dict[str, set[LoadedModel]] = {}
 
     def on_load(self, model: LoadedModel) -> None:
@@ -31,6 +34,7 @@ class ModelGauges:
         )
         self._loaded_labels[model] = labels
         self._metrics.loaded.labels(*labels).set(1)
+        self._set_plan(model)
         live = self._live.setdefault(model.name, set())
         live.add(model)
         self._metrics.queue_depth.labels(model.name).set_function(
@@ -41,6 +45,8 @@ class ModelGauges:
         labels = self._loaded_labels.pop(model, None)
         if labels is not None:
             self._metrics.loaded.remove(*labels)
+        for plan_labels in self._plan_labels.pop(model, []):
+            self._metrics.plan.remove(*plan_labels)
         live = self._live.get(model.name)
         if live is None:
             return
@@ -48,3 +54,16 @@ class ModelGauges:
         if not live:
             del self._live[model.name]
             self._metrics.queue_depth.remove(model.name)
+
+    def _set_plan(self, model: LoadedModel) -> None:
+        """One ``edgeagent_execution_plan`` series per field of the version's plan."""
+        plan = model.plan.to_dict()
+        values = {k: plan.get(k) for k in ("instances", "threads", "max_batch_size", "rows_per_s")}
+        labels: list[tuple[str, ...]] = []
+        for field, value in values.items():
+            if value is None:
+                continue
+            series = (model.name, model.version, str(plan["source"]), field)
+            self._metrics.plan.labels(*series).set(float(value))
+            labels.append(series)
+        self._plan_labels[model] = labels

@@ -147,3 +147,11 @@ class EngineMetrics:
             ["model", "version", "runtime", "device", "precision"],
             registry=registry,
         )
+        self.plan = Gauge(
+            "edgeagent_execution_plan",
+            "Each loaded version's execution plan: instances, threads (per instance), "
+            "max_batch_size (rows merged) and rows_per_s (the search's figure for it); "
+            "source = search, cached, fixed or default",
+            ["model", "version", "source", "field"],
+            registry=registry,
+        )

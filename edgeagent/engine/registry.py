@@ -181,6 +181,7 @@ class ModelRegistry:
                     version: {
                         **model.backend,
                         "queued": model.queued,
+                        "plan": model.plan.to_dict(),
                         "session": _session_status(model.session),
                     }
                     for version, model in sorted(entry.loaded.items())

@@ -19,6 +19,7 @@ from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.plan import ServingPlan, serving_plan
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import ModelPackage
@@ -36,8 +37,13 @@ class LoadedModel:
         cache: ResultCache | None,
         stats: ModelStats,
         metrics: EngineMetrics,
+        plan: ServingPlan | None = None,
     ) -> None:
         self.package = package
+        # How this version runs (instances, batch, queue delay) and the figures that chose it.
+        self.plan = plan or ServingPlan(
+            1, batcher.policy.max_batch_size, batcher.policy.max_queue_delay_s
+        )
         self.session = session
         self.stats = stats
         self.cache = cache
@@ -131,10 +137,19 @@ class ModelFactory:
         self._limits = limits_provider
         self._gate = DeviceGate()
 
-    def policy(self, package: ModelPackage) -> BatchPolicy:
-        """[server] keys where set, else the package's [serving] hints."""
+    def plan(self, package: ModelPackage, session: Session) -> ServingPlan:
+        """The session's execution plan under [server] keys where set, else [serving] hints."""
         settings, hints = self._settings, package.serving
         delay_ms = settings.max_queue_delay_ms
+        delay_s = (hints.max_queue_delay_ms if delay_ms is None else delay_ms) / 1e3
+        return serving_plan(session, settings.max_batch_size or hints.max_batch_size, delay_s)
+
+    def policy(self, package: ModelPackage, session: Session | None = None) -> BatchPolicy:
+        """[server] keys where set, else the package's [serving] hints; with ``session``, its
+        execution plan's instances and merged batch (the client's limit stays max_batch_size)."""
+        settings, hints = self._settings, package.serving
+        delay_ms = settings.max_queue_delay_ms
+        plan = self.plan(package, session) if session is not None else None
         return BatchPolicy(
             max_batch_size=settings.max_batch_size or hints.max_batch_size,
             max_queue_delay_s=(hints.max_queue_delay_ms if delay_ms is None else delay_ms) / 1e3,
@@ -142,18 +157,21 @@ class ModelFactory:
             timeout_s=settings.request_timeout_s,
             default_priority=settings.default_priority,
             adaptive=settings.adaptive_batching,
+            instances=plan.instances if plan is not None else 1,
+            merge_batch_size=plan.batch if plan is not None else None,
         )
 
     def build(self, package: ModelPackage, session: Session) -> LoadedModel:
         """Must run on the event loop: the batcher starts its loop task there."""
         stats = ModelStats(self._settings.latency_samples)
+        plan = self.plan(package, session)
         batcher = Batcher(
             package.name,
             package.version,
             session,
             package.inputs,
             package.outputs,
-            self.policy(package),
+            self.policy(package, session),
             executor=self._executor,
             gate=self._gate,
             limits=self._limits,
@@ -164,4 +182,4 @@ class ModelFactory:
         size = self._settings.cache_size
         size = package.serving.cache_size if size is None else size
         cache = ResultCache(size) if size > 0 else None
-        return LoadedModel(package, session, batcher, cache, stats, self._metrics)
+        return LoadedModel(package, session, batcher, cache, stats, self._metrics, plan)

@@ -7,6 +7,7 @@ config files keep working; this class owns them because the engine, not a transp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from edgeagent.sections import require, setting
 
@@ -30,6 +31,24 @@ class EngineSettings:
         True,
         "wait for a batch to fill only after a batch that served several requests (a lone "
         "client is never delayed); false = always wait max_queue_delay_ms, like Triton",
+    )
+    plan: Literal["auto", "fixed"] | None = setting(
+        None,
+        "execution plan: auto = measure instances x threads x batch on the device at load "
+        "(cached with the probe cache), fixed = plan_instances x plan_threads at "
+        "max_batch_size; unset = the package's [serving] plan (default auto)",
+    )
+    plan_instances: int | None = setting(
+        None, "execution instances (sessions) per model version; unset = the plan's choice"
+    )
+    plan_threads: int | None = setting(
+        None, "intra-op threads per instance; unset = the plan's choice"
+    )
+    plan_search_s: float = setting(
+        2.0, "time the plan search measures for one variant (loads come on top)", "s"
+    )
+    plan_disagreement: float = setting(
+        0.1, "plan search: a shape whose rounds differ more than this is measured again", "ratio"
     )
     cache_size: int | None = setting(
         None, "result-cache entries per model (0 disables); unset = the package's"
@@ -73,6 +92,18 @@ class EngineSettings:
             "must not be negative",
         )
         require(self.worker_threads >= 1, "server", "worker_threads", "must be at least 1")
+        for key in ("plan_instances", "plan_threads"):
+            value = getattr(self, key)
+            require(value is None or 1 <= value <= 256, "server", key, "must be 1 to 256")
+        require(
+            0 < self.plan_search_s <= 60, "server", "plan_search_s", "must be in (0, 60] seconds"
+        )
+        require(
+            0 < self.plan_disagreement <= 1,
+            "server",
+            "plan_disagreement",
+            "must be in (0, 1]",
+        )
         require(self.default_priority >= 1, "server", "default_priority", "must be at least 1")
         require(
             1 <= self.canary_min_requests <= 1_000_000,

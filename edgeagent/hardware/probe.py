@@ -9,6 +9,7 @@ runtime version, so a restart does not repeat a slow TensorRT build just to lear
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -134,6 +135,7 @@ class ProbeCache:
         self._lock = threading.Lock()
         self._probes: dict[str, dict[str, Any]] = {}
         self._decisions: dict[str, dict[str, Any]] = {}
+        self._plans: dict[str, dict[str, Any]] = {}  # execution plans (hardware.plan_search)
         self._read()
 
     def _read(self) -> None:
@@ -150,6 +152,8 @@ class ProbeCache:
         probes, decisions = data.get("probes"), data.get("decisions")
         self._probes = probes if isinstance(probes, dict) else {}
         self._decisions = decisions if isinstance(decisions, dict) else {}
+        plans = data.get("plans")  # absent in caches written before plans existed
+        self._plans = plans if isinstance(plans, dict) else {}
 
     def _prune(self, table: dict[str, dict[str, Any]]) -> None:
         """Drop the oldest entries beyond ``max_entries``: old model versions pile up otherwise."""
@@ -162,7 +166,13 @@ class ProbeCache:
     def _write(self) -> None:
         self._prune(self._probes)
         self._prune(self._decisions)
-        payload = {"format": _CACHE_FORMAT, "probes": self._probes, "decisions": self._decisions}
+        self._prune(self._plans)
+        payload = {
+            "format": _CACHE_FORMAT,
+            "probes": self._probes,
+            "decisions": self._decisions,
+            "plans": self._plans,
+        }
         try:  # a read-only state directory costs the cache, never the agent
             write_json_atomic(self.path, payload)
         except OSError as exc:
@@ -221,6 +231,22 @@ class ProbeCache:
             self._decisions[key] = decision
             self._write()
 
+    @staticmethod
+    def plan_key(probe_key: str, hardware: str, request: str) -> str:
+        """A plan is the probe's (model content, candidate, runtime version) on this hardware
+        under these pins: a change of any is a new key, so the plan is measured again."""
+        return f"{probe_key}|{hardware}|{request}"
+
+    def get_plan(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._plans.get(key)
+        return entry if isinstance(entry, dict) else None
+
+    def put_plan(self, key: str, plan: dict[str, Any]) -> None:
+        with self._lock:
+            self._plans[key] = plan
+            self._write()
+
 
 def _age_key(entry: Any) -> float:
     at = entry.get("at") if isinstance(entry, dict) else None
@@ -253,6 +279,13 @@ class Prober:
         # (candidate, error) → the first model it was said for: an accelerator's compiler error
         # is the same for every model, and is logged in full once.
         self._said: dict[tuple[str, str], str] = {}
+
+    def with_threads(self, threads: int) -> Prober:
+        """This prober loading with ``threads`` intra-op threads (one execution instance of a
+        plan), sharing the cache: an instance's failover loads keep the plan's threads."""
+        other = copy.copy(self)
+        other.threads = threads
+        return other
 
     def request(self, package: ModelPackage, candidate: Candidate, variant: Variant) -> LoadRequest:
         return load_request(

@@ -12,17 +12,30 @@ from typing import Any
 from edgeagent.hardware.choose import Choice, Chooser, PowerReader, is_cpu, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
+from edgeagent.hardware.instances import InstanceGroup
+from edgeagent.hardware.plan_search import (
+    MeasuredPlan,
+    PlanRequest,
+    SessionPool,
+    fixed_shape,
+    hardware_key,
+    search,
+)
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
 from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage
 from edgeagent.models.sealed import Unsealer
 from edgeagent.runtimes import (
     RuntimeLoadError,
     RuntimeUnavailable,
+    Session,
+    get_runtime,
     installed_version,
     runtime_status,
 )
+from edgeagent.runtimes.base import default_threads
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +86,7 @@ class Accelerators:
             power_w=power_reader(self.profile) if power_reader is not None else None,
         )
         self._lock = threading.Lock()
-        self._sessions: dict[str, ResilientSession] = {}
+        self._sessions: dict[str, ResilientSession | InstanceGroup] = {}
         self._choices: dict[str, Choice] = {}
 
     @property
@@ -85,11 +98,15 @@ class Accelerators:
         """Probe and choose without wrapping: what ``edgeagent profile`` reports."""
         return self.chooser.choose(self.profile, package, use_cache=use_cache)
 
-    def open(self, package: ModelPackage) -> ResilientSession:
+    def open(
+        self, package: ModelPackage, plan: PlanRequest | None = None
+    ) -> ResilientSession | InstanceGroup:
         """Choose a candidate for ``package`` and return a session that falls back on failure.
 
-        Blocking (it loads and runs models): call it in a worker thread. RuntimeLoadError lists
-        every candidate's reason when none works.
+        With ``plan``, the chosen candidate runs as the execution plan says (``search_plan``):
+        an InstanceGroup of resilient sessions, one per instance. Blocking (it loads and runs
+        models): call it in a worker thread. RuntimeLoadError lists every candidate's reason
+        when none works.
         """
         choice = self.choose(package)
         if choice.session is None or choice.chosen is None:
@@ -97,20 +114,82 @@ class Accelerators:
             raise RuntimeLoadError(
                 f"no candidate of profile {self.profile.name} runs {package.name}: {reasons}"
             )
-        session = ResilientSession(
-            package,
-            choice.fallback_order(),
-            self.prober,
-            self.settings,
-            model_hash=package.content_hash(),
-            initial=(choice.chosen, choice.session),
-            results=choice.results,
-            on_demote=self._on_demote,
-        )
+        session: ResilientSession | InstanceGroup
+        if plan is None:
+            session = self._resilient(package, choice, choice.session, self.prober)
+        else:
+            measured, sessions = self.search_plan(package, choice, plan)
+            prober = self.prober.with_threads(measured.shape.threads)
+            session = InstanceGroup(
+                [self._resilient(package, choice, s, prober) for s in sessions], measured
+            )
         with self._lock:
             self._sessions[f"{package.name}:{package.version}"] = session
             self._choices[f"{package.name}:{package.version}"] = choice
         return session
+
+    def _resilient(
+        self, package: ModelPackage, choice: Choice, session: Session, prober: Prober
+    ) -> ResilientSession:
+        assert choice.chosen is not None
+        return ResilientSession(
+            package,
+            choice.fallback_order(),
+            prober,
+            self.settings,
+            model_hash=package.content_hash(),
+            initial=(choice.chosen, session),
+            results=choice.results,
+            on_demote=self._on_demote,
+        )
+
+    def search_plan(
+        self, package: ModelPackage, choice: Choice, request: PlanRequest, *, use_cache: bool = True
+    ) -> tuple[MeasuredPlan, list[Session]]:
+        """The execution plan of the chosen candidate and the sessions of its instances.
+
+        Configured (``request.auto`` false), cached (the same model content, candidate, runtime
+        version, hardware and pins), or measured now (``plan_search.search``) and cached. The
+        choice's session is one of the pool's and serves when the plan's threads match it.
+        A search that fails (a batch the runtime refuses) serves the configured shape.
+        """
+        chosen = choice.chosen
+        assert chosen is not None and chosen.variant is not None and choice.session is not None
+        variant, candidate = chosen.variant, chosen.candidate
+        cores = self.prober.threads or default_threads()
+        probe_key = ProbeCache.probe_key(
+            package.content_hash(), candidate, installed_version(candidate.runtime)
+        )
+        key = ProbeCache.plan_key(
+            probe_key, hardware_key(self.profile.name, cores), request.fingerprint
+        )
+        runtime = get_runtime(candidate.runtime)
+        pool = SessionPool(
+            lambda t: runtime.load(self.prober.with_threads(t).request(package, candidate, variant))
+        )
+        pool.add(cores, choice.session)
+        fixed = MeasuredPlan(fixed_shape(cores, request), "fixed", cores, at=time.time())
+        plan = None
+        if request.auto and use_cache:
+            cached = self.prober.cache.get_plan(key)
+            plan = MeasuredPlan.from_dict(cached) if cached is not None else None
+        if plan is None and request.auto:
+            try:
+                plan = search(pool, sample_feeds(package), cores, request)
+            except Exception as exc:  # the pool's sessions stay; the configured shape serves
+                log.warning("%s: execution plan search failed (%s); serving %s", package.name,
+                            exc, fixed.shape.label)  # fmt: skip
+            else:
+                if plan.source == "search":
+                    self.prober.cache.put_plan(key, plan.to_dict())
+                    log.info("%s: execution plan %s (%.0f rows/s) in %.0f ms", package.name,
+                             plan.shape.label, plan.rows_per_s or 0, plan.search_ms)  # fmt: skip
+        plan = plan or fixed
+        try:
+            return plan, pool.keep(plan.shape)
+        except Exception:
+            pool.close()
+            raise
 
     def failed_candidates(self, memory_s: float = 0.0) -> set[str]:
         """Candidate keys a release's variant is not worth downloading for

@@ -88,6 +88,11 @@ class ServingHints:
     max_batch_size: int = 8
     max_queue_delay_ms: float = 2.0
     cache_size: int = 0  # result-cache entries; 0 disables the cache
+    # The execution plan (edgeagent.engine.plan): "auto" measures instances × threads × batch
+    # on the device; "fixed" serves instances × threads with max_batch_size as given.
+    plan: str = "auto"
+    instances: int | None = None  # execution instances (sessions); None = the plan's choice
+    threads: int | None = None  # intra-op threads per instance; None = the plan's choice
 
 
 @dataclass(frozen=True)
@@ -507,12 +512,20 @@ def _postprocess(manifest: Path, table: dict) -> Postprocess:
 
 def _serving(manifest: Path, table: dict) -> ServingHints:
     fields = _Fields(manifest, "serving", table)
-    fields.unknown({"max_batch_size", "max_queue_delay_ms", "cache_size"})
+    fields.unknown(
+        {"max_batch_size", "max_queue_delay_ms", "cache_size", "plan", "instances", "threads"}
+    )
     hints = ServingHints(
         max_batch_size=fields.get("max_batch_size", int, 8),
         max_queue_delay_ms=float(fields.get("max_queue_delay_ms", (int, float), 2.0)),
         cache_size=fields.get("cache_size", int, 0),
+        plan=fields.get("plan", str, "auto", choices=("auto", "fixed")),
+        instances=fields.get("instances", int, None),
+        threads=fields.get("threads", int, None),
     )
+    for key in ("instances", "threads"):
+        if getattr(hints, key) is not None and not 1 <= getattr(hints, key) <= 256:
+            fields.fail("must be between 1 and 256", key)
     if hints.max_batch_size < 1:
         fields.fail("must be at least 1", "max_batch_size")
     if hints.max_queue_delay_ms < 0 or hints.cache_size < 0:

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.canary import CanaryPolicy
 from edgeagent.engine.gauges import ModelGauges
+from edgeagent.engine.plan import ServingPlan
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
@@ -131,6 +132,7 @@ def test_gauges_remember_labels_across_a_backend_change() -> None:
     class Model:
         name, version, queued = "m", "1", 0
         backend = {"runtime": "a", "device": "x", "precision": "fp32"}
+        plan = ServingPlan(1, 8, 0.002)
 
     model = Model()
     gauges.on_load(model)  # type: ignore[arg-type]
