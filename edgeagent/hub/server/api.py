@@ -226,7 +226,9 @@ async def create_deployment(request: web.Request) -> web.Response:
     try:
         async with hub.engine.begin() as connection:
             release = await _pick_release(connection, body)
-            deployment_id = await deploydb.create_deployment(connection, release, targets, policy)
+            deployment_id = await deploydb.create_deployment(
+                connection, release, targets, policy, signs=bool(hub.settings.release_keys)
+            )
     except DeploymentError as exc:
         raise BadRequest(exc.status, exc.message) from exc
     hub.wake_controller()
