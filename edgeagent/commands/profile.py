@@ -17,6 +17,8 @@ from typing import Any
 
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
+from edgeagent.engine.plan import plan_request
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.choose import Choice, time_session, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.profile import ProfileError, board_profiles
@@ -97,13 +99,22 @@ def _packages(models_dir: Path) -> list[tuple[Path, ModelPackage | str]]:
     return found
 
 
-def _explain(acc: Accelerators, package: ModelPackage, args: argparse.Namespace) -> dict:
+def _explain(
+    acc: Accelerators, package: ModelPackage, args: argparse.Namespace, engine: EngineSettings
+) -> dict:
     choice = acc.choose(package, use_cache=not args.reprobe)
     _probe_rest(acc, package, choice, use_cache=not args.reprobe)
     latency = None
+    plan = None
     if choice.session is not None:
         latency = round(time_session(choice.session, sample_feeds(package), args.seconds), 3)
-        choice.session.close()
+        # The execution plan the daemon would serve (cached, or measured now as at load).
+        measured, sessions = acc.search_plan(
+            package, choice, plan_request(engine, package), use_cache=not args.reprobe
+        )
+        plan = measured.to_dict()
+        for session in sessions:
+            session.close()
     candidates = []
     for option in choice.options:
         result = choice.results.get(option.key)
@@ -133,6 +144,7 @@ def _explain(acc: Accelerators, package: ModelPackage, args: argparse.Namespace)
         "chosen": choice.chosen.key if choice.chosen else None,
         "reason": choice.reason,
         "median_latency_ms": latency,
+        "plan": plan,
         "candidates": candidates,
     }
 
@@ -209,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(package, str):
             models.append({"model": path.name, "path": str(path), "error": package})
         else:
-            models.append(_explain(acc, package, args))
+            models.append(_explain(acc, package, args, config.engine))
     document = {
         **acc.detection.report(),
         "runtimes": acc.runtimes,
@@ -269,8 +281,19 @@ def render(doc: dict) -> str:
             f"{model['chosen'] or 'NO WORKING CANDIDATE'}{timing}"
         )
         lines.append(f"  why: {model['reason']}")
+        if model.get("plan"):
+            lines.append(f"  plan: {_plan_line(model['plan'])}")
         marks = {"chosen": "*", "kept": "+", "dropped": "-"}
         for cand in model["candidates"]:
             why = f"  {cand['why']}" if cand["why"] else ""
             lines.append(f"  {marks[cand['state']]} {cand['rank']:>2} {cand['candidate']}{why}")
     return "\n".join(lines)
+
+
+def _plan_line(plan: dict) -> str:
+    """``2 instances x 1 thread, batch 4 (search: 845 rows/s; 2x1:b1 568, ...)``."""
+    shape = f"{plan['instances']} instances x {plan['threads']} threads, batch {plan['batch']}"
+    figures = ", ".join(f"{label} {value:g}" for label, value in plan["figures"].items())
+    rate = f": {plan['rows_per_s']:g} rows/s" if plan.get("rows_per_s") else ""
+    took = f" in {plan['search_ms']:.0f} ms" if plan["source"] == "search" else ""
+    return f"{shape} ({plan['source']}{rate}{took}{'; ' + figures if figures else ''})"
