@@ -11,11 +11,13 @@ change lands exactly during a read (a SQLAlchemy cursor event), which no timing 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -67,7 +69,8 @@ async def _deployment(context: HubContext, devices: int, stages: list[float]) ->
 async def hub_fixture(tmp_path: Path) -> AsyncIterator[Hub]:
     engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
     await upgrade(engine)
-    context = HubContext(engine, ServerSettings(), None, Changes(), lambda: None)  # type: ignore[arg-type]
+    ingest = SimpleNamespace(synced=asyncio.Event())  # what the API reads of the ingest
+    context = HubContext(engine, ServerSettings(), ingest, Changes(), lambda: None)  # type: ignore[arg-type]
     runner = web.AppRunner(create_app(context, Tokens({}, open=True)))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -85,13 +88,13 @@ async def _get(url: str) -> tuple[int, str]:
         return response.status, await response.text()
 
 
-def _bump_during_the_first_read_of_deployments(hub: Hub) -> list[int]:
+def _bump_during_the_first_read_of_deployments(hub: Hub, table: str = "deployments") -> list[int]:
     """As if the controller committed a change and bumped the version right after the first
-    statement that reads ``deployments`` ran; returns the versions it bumped past."""
+    statement that reads ``table`` ran; returns the versions it bumped past."""
     bumped: list[int] = []
 
     def after(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if not bumped and "FROM deployments" in statement:
+        if not bumped and f"FROM {table}" in statement:
             bumped.append(hub.context.changes.version)
             hub.context.changes.version += 1  # no waiter to notify: a plain bump
 
@@ -112,6 +115,16 @@ async def test_the_api_answer_carries_the_version_from_before_its_read(hub: Hub)
     assert bumped, "the read did not happen"
     # a client polling after this version is answered at once, with the change
     assert json.loads(text)["version"] == bumped[0] != hub.context.changes.version
+
+
+@pytest.mark.parametrize("path", ["/api/v1/devices", "/api/v1/devices/dev-000"])
+async def test_the_fleet_answers_carry_the_version_from_before_their_read(
+    hub: Hub, path: str
+) -> None:
+    bumped = _bump_during_the_first_read_of_deployments(hub, table="devices")
+    status, text = await _get(f"{hub.url}{path}")
+    assert status == 200, text
+    assert bumped and json.loads(text)["version"] == bumped[0] != hub.context.changes.version
 
 
 async def test_the_page_carries_the_version_from_before_its_read(hub: Hub) -> None:

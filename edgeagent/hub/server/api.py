@@ -94,10 +94,11 @@ async def list_devices(request: web.Request) -> web.Response:
     where = query_filter(request)
     limit, offset = query_page(request)
     await _long_poll(request)
+    version = hub.changes.version  # before the read: a change during it is then not lost
     async with hub.engine.connect() as connection:
         page = await fleetdb.list_devices(connection, where, limit=limit, offset=offset)
     page["synced"] = hub.ingest.synced.is_set()
-    page["version"] = hub.changes.version
+    page["version"] = version
     return web.json_response(page)
 
 
@@ -105,11 +106,12 @@ async def get_device(request: web.Request) -> web.Response:
     """One device; ``?wait=S&after=N`` long-polls for its next change."""
     hub = context_of(request)
     await _long_poll(request)
+    version = hub.changes.version  # before the read (see list_devices)
     async with hub.engine.connect() as connection:
         device = await fleetdb.get_device(connection, request.match_info["device_id"])
     if device is None:
         raise BadRequest(404, f"no device {request.match_info['device_id']!r}")
-    device["version"] = hub.changes.version
+    device["version"] = version
     return web.json_response(device)
 
 

@@ -124,11 +124,12 @@ def _stage_counts(
     stage: dict[str, Any], times: dashboard_data.StageTimes | None, active: bool
 ) -> tuple[int, int]:
     """(waiting, not sent) of one stage: a queued device waits only while the deployment
-    runs; rows of a status not counted in ``stage`` (``not_sent``…) were never sent."""
+    runs; ``not_sent`` rows, and rows of a status this hub does not count (a newer hub's),
+    were never sent."""
     known = sum(stage[s] for s in deploydb.DEVICE_STATUSES)
     unknown = (times.devices if times else known) - known
     waiting = stage["sent"] + (stage["queued"] if active else 0)
-    return waiting, unknown + (0 if active else stage["queued"])
+    return waiting, stage[deploydb.NOT_SENT] + unknown + (0 if active else stage["queued"])
 
 
 def _progress(parts: list[tuple[str, int]], total: int, width: int = 200) -> str:
