@@ -134,7 +134,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument(
             f"--tf-{flag}",
             type=lambda text: tuple(n for n in text.split(",") if n),
-            default=(),
             metavar="NAME[,NAME…]",
             help=f"a TensorFlow graph's {what} nodes (default: discovered from the graph)",
         )
@@ -223,8 +222,8 @@ def run(args: argparse.Namespace) -> int:
         variants=args.variants or (),
         weights=args.weights,
         channels=args.channels,
-        tf_inputs=args.tf_inputs,
-        tf_outputs=args.tf_outputs,
+        tf_inputs=args.tf_inputs or (),
+        tf_outputs=args.tf_outputs or (),
         calibration=args.calibration,
         calibration_method=args.calibration_method,
         reduce_range=args.reduce_range,
