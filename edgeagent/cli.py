@@ -50,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "edgeagent.commands.package",
         "turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
     ),
+    "agent-update": (
+        "edgeagent.commands.selfupdate",
+        "the A/B root of agent self-updates: init, boot check, status",
+    ),
     "hub": (
         "edgeagent.commands.hub",
         "fleet manager: keys, signing, publishing, artifact server, rollouts, fleet status",

@@ -216,7 +216,31 @@ def _sign(commands: argparse._SubParsersAction) -> None:
         "<name>-<version>.release.json, the manifest signed with the release key(s). "
         "--base-url is where 'hub serve' publishes --out.",
     )
-    parser.add_argument("package", type=Path, metavar="PACKAGE_DIR", help="the model package")
+    parser.add_argument(
+        "package",
+        type=Path,
+        metavar="PACKAGE_DIR",
+        help="the model package (with --agent: a directory of wheels, the agent's and its "
+        "dependencies', for --platform)",
+    )
+    agent = parser.add_argument_group("agent releases (signed by the agent key, not a model key)")
+    agent.add_argument(
+        "--agent",
+        action="store_true",
+        help="sign an agent release: PACKAGE_DIR is a wheelhouse (pip wheel . -w DIR)",
+    )
+    agent.add_argument(
+        "--platform",
+        help="PACKAGE_DIR's platform tag, e.g. linux_aarch64 (default: this machine's)",
+    )
+    agent.add_argument(
+        "--wheelhouse",
+        action="append",
+        default=[],
+        metavar="PLATFORM=DIR",
+        help="another platform's wheelhouse in the same release (repeat)",
+    )
+    agent.add_argument("--python", help="the wheels' Python version (default: this one's)")
     parser.add_argument(
         "--key",
         action="append",
@@ -266,6 +290,8 @@ def _sign(commands: argparse._SubParsersAction) -> None:
         from edgeagent.hub.encrypt import load_recipients
         from edgeagent.hub.sign import sign_package
 
+        if args.agent:
+            return _sign_agent(args)
         if args.encrypt != (args.recipients is not None):
             raise HubError("--encrypt and --recipients FILE go together")
         recipients = load_recipients(args.recipients) if args.encrypt else None
@@ -293,6 +319,39 @@ def _sign(commands: argparse._SubParsersAction) -> None:
         return 0
 
     parser.set_defaults(handler=lambda args: _run(args, work))
+
+
+def _sign_agent(args: argparse.Namespace) -> int:
+    """``hub sign --agent``: wheelhouses into a signed agent release (hub.agent_release)."""
+    from edgeagent.fleet.agent_manifest import this_platform
+    from edgeagent.hub.agent_release import sign_agent_release
+
+    if args.encrypt or args.canary is not None:
+        raise HubError("--encrypt and --canary are for model releases, not --agent")
+    wheelhouses = {args.platform or this_platform(): args.package}
+    for entry in args.wheelhouse:
+        tag, sep, directory = entry.partition("=")
+        if not sep or not tag or not directory:
+            raise HubError(f"--wheelhouse {entry!r}: must be PLATFORM=DIR")
+        wheelhouses[tag] = Path(directory)
+    envelope = sign_agent_release(
+        wheelhouses,
+        key_paths=args.keys,
+        base_url=args.base_url,
+        out_dir=args.out,
+        python=args.python,
+        targets=Targets(
+            profiles=tuple(args.profile),
+            device_classes=tuple(args.device_class),
+            device_ids=tuple(args.device_id),
+        ),
+        expires_in=timedelta(days=args.expires_days),
+        deployment_id=args.deployment_id,
+        serials=_serials(args),
+        trust_path=args.trust,
+    )
+    _emit(args, {"release": str(envelope)}, f"agent release {envelope}")
+    return 0
 
 
 def _canary(text: str) -> ReleaseCanary:

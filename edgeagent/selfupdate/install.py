@@ -106,12 +106,16 @@ def _run(
 def install_version(
     layout: Layout, version: str, wheelhouse: Path, settings: InstallSettings
 ) -> Path:
-    """Install ``version`` from the ``wheelhouse`` tar under ``layout``; return its venv."""
+    """Install ``version`` from ``wheelhouse`` (the release's tar, or a directory of wheels
+    for the first install) under ``layout``; return its venv."""
     directory = layout.version_dir(version)
     if version in (layout.current(), layout.previous()):
         raise InstallError("in_use", f"{directory} is in use (current or previous)")
     shutil.rmtree(directory, ignore_errors=True)  # an unfinished or pruned-late attempt
-    wheels = unpack_wheelhouse(wheelhouse, directory / "wheels", settings.max_unpacked_bytes)
+    if wheelhouse.is_dir():
+        wheels = sorted(wheelhouse.glob("*.whl")) or [wheelhouse / "none.whl"]
+    else:
+        wheels = unpack_wheelhouse(wheelhouse, directory / "wheels", settings.max_unpacked_bytes)
     venv = layout.venv(version)
     _run(
         [settings.python, "-m", "venv", "--without-pip", str(venv)],

@@ -1,0 +1,338 @@
+"""The agent updates itself (issue 27), with real wheels, venvs, processes, broker and HTTP.
+
+This repository is built as wheels at several versions once per session (a copy of the tree
+with ``__version__`` and pyproject's version bumped, ``pip wheel --no-deps``; some versions
+broken on purpose). Each version's venv reads the test environment's dependencies through
+``[updates] agent_extra_site_dirs`` — a directory of links to this .venv's site-packages minus
+the editable edgeagent — so the wheelhouses hold only the agent wheel (the device path is the
+same: ``pip install --no-index --find-links``, dependencies found already installed).
+
+A supervisor that behaves like systemd for the A/B drop-in (``tests.support.supervisor``) runs
+``<root>/boot-check`` then ``<root>/current/venv/bin/edgeagent run``; the release reaches the
+running agent over MQTT and its wheelhouse over HTTP, as on a device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from devtools.broker import Broker
+from devtools.tiny import write_tiny_package
+from devtools.waiting import wait_until
+from edgeagent.api.client import AgentClient
+from edgeagent.fleet.agent_manifest import this_platform
+from edgeagent.fleet.topics import DeviceTopics
+from edgeagent.hub.agent_release import sign_agent_release
+from edgeagent.hub.keys import keygen
+from edgeagent.hub.publish import publish
+from edgeagent.hub.serials import ReleaseSerials
+from tests.support.helpers import REPO
+from tests.support.supervisor import Supervisor
+
+PYTHON = Path(sys.executable)
+DEVICE = "dev-ab"
+BASE = "0.1.0"
+
+
+def _break(version: str) -> Callable[[Path], None] | None:
+    """How the tree of ``version`` is broken on purpose (None: a good version)."""
+    patches: dict[str, tuple[str, str, str]] = {
+        # crashes when `edgeagent run` imports the daemon; `config check` still passes
+        "0.3.0": ("edgeagent/daemon.py", "", '\nraise ImportError("0.3.0 broken on purpose")\n'),
+        # blocks its event loop after loading, before it tells the service manager READY
+        "0.4.0": (
+            "edgeagent/daemon.py",
+            "        self.notifier.ready(summary)\n",
+            "        time.sleep(3600)  # hangs before READY on purpose\n",
+        ),
+        # READY, but its confirmation health check fails
+        "0.5.0": (
+            "edgeagent/updates/updater.py",
+            "        try:\n            model = self.registry.get(name)\n",
+            '        raise InstallFailed("health_check_failed", "0.5.0 broken on purpose")\n',
+        ),
+        # cannot read the live config: must be refused before the switch
+        "0.6.0": (
+            "edgeagent/commands/config.py",
+            "def run_check(args: argparse.Namespace) -> int:\n",
+            '    print("0.6.0 cannot read this config", file=sys.stderr)\n    return 2\n',
+        ),
+    }
+    if version not in patches:
+        return None
+    relative, anchor, insert = patches[version]
+
+    def apply(tree: Path) -> None:
+        path = tree / relative
+        text = path.read_text()
+        if not anchor:
+            path.write_text(text + insert)
+            return
+        assert text.count(anchor) == 1, anchor
+        index = text.index(anchor) + (len(anchor) if "def " in anchor else 0)
+        path.write_text(text[:index] + insert + text[index:])
+
+    return apply
+
+
+def _build_wheel(version: str, work: Path) -> Path:
+    """``pip wheel`` of this repository at ``version``, into its own wheel directory."""
+    tree = work / f"src-{version}"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "edgeagent", tree / "edgeagent", ignore=ignore)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, tree / name)
+    for name, pattern in (
+        ("pyproject.toml", r'(?m)^version = "[^"]+"'),
+        ("edgeagent/__init__.py", r'(?m)^__version__ = "[^"]+"'),
+    ):
+        path = tree / name
+        key = "version" if name == "pyproject.toml" else "__version__"
+        text, count = re.subn(pattern, f'{key} = "{version}"', path.read_text(), count=1)
+        assert count == 1, name
+        path.write_text(text)
+    broken = _break(version)
+    if broken is not None:
+        broken(tree)
+    wheels = work / f"wheels-{version}"
+    subprocess.run(
+        [PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", ".", "-w",
+         wheels],
+        cwd=tree, check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    shutil.rmtree(tree)
+    return wheels
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The agent's wheel directory per version, built once per session."""
+    work = tmp_path_factory.mktemp("agent-wheels")
+    return {v: _build_wheel(v, work) for v in (BASE, "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0")}
+
+
+@pytest.fixture(scope="session")
+def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This venv's site-packages as links, minus the editable edgeagent (see module doc)."""
+    site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
+    links = tmp_path_factory.mktemp("deps")
+    for entry in site.iterdir():
+        if entry.name.startswith(("edgeagent", "__editable__", "_virtualenv")) or entry.suffix in (
+            ".pth",
+        ):
+            continue
+        (links / entry.name).symlink_to(entry)
+    return links
+
+
+class Device:
+    """An A/B root, its config, the hub's keys and artifact site, and the supervisor."""
+
+    def __init__(self, tmp: Path, broker: Broker, site_dir: Path, wheels: dict[str, Path]):
+        self.tmp, self.broker, self.wheels = tmp, broker, wheels
+        self.root = tmp / "opt"
+        self.hub = tmp / "hub"
+        keygen(self.hub, agent_keys=1)
+        self.serials = ReleaseSerials(self.hub / "serials.json")
+        self.artifacts = tmp / "artifacts"
+        self.artifacts.mkdir()
+        handler = functools.partial(SimpleHTTPRequestHandler, directory=str(self.artifacts))
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.socket = tmp / "run" / "agent.sock"
+        write_tiny_package(tmp / "models" / "tiny")
+        self.config = tmp / "agent.toml"
+        self.site_dir = site_dir
+        self.supervisor: Supervisor | None = None
+
+    def write_config(self, **agent: object) -> None:
+        settings = self.broker.settings()
+        keys = {
+            "agent_root": str(self.root),
+            "agent_config_file": str(self.config),
+            "agent_extra_site_dirs": [str(self.site_dir)],
+            "agent_max_boots": 2,
+            "agent_commit_deadline_s": 90.0,
+            **agent,
+        }
+        updates = "\n".join(f"{k} = {json.dumps(v)}" for k, v in keys.items())
+        self.config.write_text(
+            f'[agent]\nstate_dir = "{self.tmp / "state"}"\nmodels_dir = "{self.tmp / "models"}"\n'
+            f'device_id = "{DEVICE}"\n'
+            f'[server]\nunix_socket = "{self.socket}"\ntcp_port = 0\n'
+            f'[updates]\nenabled = true\ngroup = "lab"\ntrust_file = "{self.hub / "trust.json"}"\n'
+            f"{updates}\n"
+            f'[mqtt]\nhost = "127.0.0.1"\nport = {settings.port}\nreconnect_min_s = 0.2\n'
+            "reconnect_max_s = 1.0\n"
+        )
+
+    def init(self) -> None:
+        done = subprocess.run(
+            [PYTHON, "-m", "edgeagent.cli", "agent-update", "init", "--root", self.root,
+             "--wheelhouse", self.wheels[BASE], "--extra-site-dir", self.site_dir],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert "ExecStartPre=" in done.stdout
+
+    def run(self, start_timeout_s: float = 30.0, extra_env=None) -> Supervisor:
+        self.supervisor = Supervisor(
+            self.root,
+            ["run", "--config", str(self.config)],
+            log=self.tmp / "supervisor.log",
+            start_timeout_s=start_timeout_s,
+            extra_env=extra_env,
+        ).start()
+        self.wait_serving(BASE)
+        return self.supervisor
+
+    def sign(self, version: str, key: str = "agent") -> bytes:
+        url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        path = sign_agent_release(
+            {this_platform(): self.wheels[version]},
+            key_paths=[self.hub / f"{key}.key"],
+            base_url=url,
+            out_dir=self.artifacts,
+            serials=self.serials,
+        )
+        return path.read_bytes()
+
+    def send(self, envelope: bytes) -> None:
+        topic = DeviceTopics(self.broker.settings().topic_prefix, DEVICE).release
+        asyncio.run(publish(self.broker.settings(), [topic], envelope))
+
+    def status(self) -> dict:
+        return AgentClient(socket_path=self.socket).status()
+
+    def agent_version(self) -> str | None:
+        try:
+            return self.status()["agent"]["version"]
+        except Exception:  # between two starts: nothing listens
+            return None
+
+    def wait_serving(self, version: str, timeout: float = 120.0) -> None:
+        """A READY start of ``version`` answers its API, with no switch left pending."""
+
+        def serving() -> bool:
+            start = self.supervisor.serving() if self.supervisor else None
+            return (
+                start is not None
+                and start.version == version
+                and not (self.root / "pending.json").exists()
+                and self.agent_version() == version
+            )
+
+        try:
+            wait_until(serving, timeout=timeout)
+        except AssertionError as exc:
+            log = (self.tmp / "supervisor.log").read_text()[-6000:]
+            starts = self.supervisor.starts if self.supervisor else []
+            raise AssertionError(f"{version} not serving; starts {starts}\n{log}") from exc
+
+    def outcomes(self) -> list[dict]:
+        return self.status()["updates"].get("history", [])
+
+    def last_agent_outcome(self) -> dict | None:
+        found = [o for o in self.outcomes() if o.get("model") == "edgeagent"]
+        return found[-1] if found else None
+
+    def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+        self.http.shutdown()
+
+
+@pytest.fixture
+def device(tmp_path: Path, broker: Broker, site_dir: Path, wheels) -> Iterator[Device]:
+    instance = Device(tmp_path, broker, site_dir, wheels)
+    instance.write_config()
+    instance.init()
+    yield instance
+    instance.stop()
+
+
+def committed(device: Device) -> dict:
+    return json.loads((device.root / "committed.json").read_text())
+
+
+def test_an_agent_release_switches_versions_commits_and_reports(device: Device):
+    device.run()
+    device.send(device.sign("0.2.0"))
+    device.wait_serving("0.2.0")
+    assert committed(device)["version"] == "0.2.0" and committed(device)["serial"] == 1
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "committed")
+    outcome = device.last_agent_outcome()
+    assert outcome["result"] == "succeeded" and outcome["version"] == "0.2.0"
+    assert Path(device.root / "previous").resolve().name == BASE  # the way back is kept
+    # the state directory is shared, not copied: the model store and trust file are the same
+    assert device.status()["updates"]["trust_version"] == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "code", "max_boots", "start_timeout_s"),
+    [
+        ("0.3.0", "no_commit", 2, 30.0),  # crashes at import: two starts, then rolled back
+        ("0.4.0", "no_commit", 1, 10.0),  # hangs before READY: killed at the start timeout
+        ("0.5.0", "health_check_failed", 2, 30.0),  # READY, fails its own health check
+    ],
+)
+def test_a_broken_agent_rolls_back_by_itself(device, version, code, max_boots, start_timeout_s):
+    device.write_config(agent_max_boots=max_boots)
+    supervisor = device.run(start_timeout_s=start_timeout_s)
+    device.send(device.sign(version))
+    wait_until(lambda: any(s.version == version for s in supervisor.starts), timeout=120)
+    device.wait_serving(BASE, timeout=120)
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == version)
+    outcome = device.last_agent_outcome()
+    assert outcome["result"] == "failed" and outcome["code"] == code, outcome
+    assert committed(device)["bad"] == [version]
+    tried = [s for s in supervisor.starts if s.version == version]
+    assert len(tried) == (max_boots if code == "no_commit" else 1)
+    assert not any(s.ready for s in tried) or code == "health_check_failed"
+    # sent again (a retained copy on every reconnect) it is refused, as an event only
+    device.send(device.sign(version))
+    log = device.tmp / "supervisor.log"
+    wait_until(lambda: f"edgeagent {version} refused: known_bad" in log.read_text())
+    assert device.supervisor.serving() is supervisor.starts[-1]  # nothing restarted
+
+
+def test_a_version_that_cannot_read_the_config_is_refused_before_the_switch(device: Device):
+    supervisor = device.run()
+    device.send(device.sign("0.6.0"))
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "config_refused")
+    assert "cannot read this config" in device.last_agent_outcome()["message"]
+    assert device.agent_version() == BASE and len(supervisor.starts) == 1
+    assert not (device.root / "versions" / "0.6.0").exists()
+
+
+@pytest.mark.parametrize(
+    ("step", "start", "final"),
+    [
+        ("agent_prepared", 1, BASE),  # installed, nothing recorded: the old one stays
+        ("agent_pending", 1, "0.2.0"),  # recorded, links not moved: rolled forward
+        ("agent_switched_previous", 1, "0.2.0"),  # half the links moved
+        ("agent_confirming", 2, "0.2.0"),  # the new one died before its check: tries again
+        ("agent_committing", 2, "0.2.0"),  # committed record, pending left: tidied
+    ],
+)
+def test_sigkill_at_each_step_of_the_switch_recovers(device: Device, step, start, final):
+    device.run(extra_env={start: {"EDGEAGENT_UPDATE_KILL_AT": step}})
+    device.send(device.sign("0.2.0"))
+    wait_until(lambda: len(device.supervisor.starts) > start, timeout=120)
+    assert device.supervisor.starts[start - 1].returncode == -9  # it did die there
+    device.wait_serving(final)
+    record = json.loads((device.root / "committed.json").read_text()) if final != BASE else {}
+    assert record.get("version") == (None if final == BASE else final)
+    assert Path(device.root / "current").resolve().name == final
