@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.canary import CanaryPolicy
 from edgeagent.engine.gauges import ModelGauges
-from edgeagent.engine.plan import ServingPlan
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
+from edgeagent.engine.plan import ServingPlan
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import LoadedModel, ModelFactory
 from edgeagent.engine.settings import EngineSettings
