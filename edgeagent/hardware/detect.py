@@ -154,11 +154,40 @@ def _tegra_release(root: Path, notes: list[str]) -> str:
     return f"R{match.group(1)}.{match.group(2).rstrip('.')}"
 
 
-def read_facts(root: Path | str = "/") -> BoardFacts:
-    """Gather the board evidence below ``root``; never raises for a bad or missing file."""
+def _emulated(
+    arch: str | None, flags: frozenset[str], machine: str | None, notes: list[str]
+) -> tuple[str | None, frozenset[str]]:
+    """The interpreter's architecture over a cpuinfo that describes another one.
+
+    qemu user emulation (an arm64 container on an x86_64 host through binfmt_misc) shows the
+    host kernel's /proc/cpuinfo to the emulated process: x86 flags for an aarch64 interpreter.
+    The wheels and runtime kernels that run are the interpreter's, so its machine wins and the
+    foreign flags are dropped (they describe a CPU this process does not execute on).
+    """
+    if machine is None or arch is None:
+        return arch, flags
+    running = _MACHINES.get(machine.lower(), machine.lower())
+    if running == arch:
+        return arch, flags
+    notes.append(
+        f"proc/cpuinfo describes {arch} but this interpreter runs on {running} (emulated, e.g. "
+        f"qemu-user): architecture {running}, CPU flags unknown"
+    )
+    return running, frozenset()
+
+
+def read_facts(root: Path | str = "/", machine: str | None = None) -> BoardFacts:
+    """Gather the board evidence below ``root``; never raises for a bad or missing file.
+
+    ``machine`` is the architecture of the process that will run the models; on the live tree
+    (``/``) it defaults to this interpreter's, and a cpuinfo of another architecture is taken
+    for emulation (``_emulated``). A fake tree is read as it is unless a test passes one.
+    """
     root = Path(root)
     notes: list[str] = []
-    arch, flags = _cpuinfo(root, notes)
+    if machine is None and root.resolve() == Path("/"):
+        machine = platform.machine()
+    arch, flags = _emulated(*_cpuinfo(root, notes), machine, notes)
     if arch is None:
         machine = platform.machine().lower()
         arch = _MACHINES.get(machine, machine)
