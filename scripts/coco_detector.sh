@@ -42,7 +42,7 @@ say() { echo "coco_detector: $*" >&2; }
 "$AGENT_PY" scripts/fetch_models.py --out "$SOURCES"
 
 # 2. Same sources, same scripts: the package already there is this one.
-key=$(cat "$SOURCES"/coco_ssd_tfjs/model.json scripts/coco_ssd_graph.py "$0" \
+key=$(cat "$SOURCES"/coco_ssd_tfjs/model.json "$SOURCES"/photos/* scripts/coco_ssd_graph.py "$0" \
   scripts/labels/coco90.txt | sha256sum | cut -d' ' -f1)
 if [[ -f "$OUT/model.toml" && "$(cat "$OUT/.build-key" 2>/dev/null)" == "$key" ]]; then
   say "$OUT is up to date"

@@ -166,6 +166,12 @@ PHOTOS = {
             "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179",
         ),
         (
+            "motorcycle_right.png",
+            "scikit-image==0.26.0",
+            "skimage/data/motorcycle_right.png",
+            "5fc913ae870e42a4b662314bc904d1786bcad8e2f0b9b67dba5a229406357797",
+        ),
+        (
             "rocket.jpg",
             "scikit-image==0.26.0",
             "skimage/data/rocket.jpg",
