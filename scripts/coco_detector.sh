@@ -39,7 +39,7 @@ done
 say() { echo "coco_detector: $*" >&2; }
 
 # 1. The TF.js model and the photos that calibrate and validate it, pinned by SHA-256.
-"$AGENT_PY" scripts/fetch_models.py --out "$SOURCES"
+"$AGENT_PY" scripts/fetch_models.py --out "$SOURCES" --only coco_ssd_tfjs/ --only photos/
 
 # 2. Same sources, same scripts: the package already there is this one.
 key=$(cat "$SOURCES"/coco_ssd_tfjs/model.json "$SOURCES"/photos/* scripts/coco_ssd_graph.py "$0" \
@@ -65,7 +65,12 @@ fi
 if [[ ! -x "$TF_PY" ]]; then
   say "no TensorFlow converter at $TF_PY: making .venv-tf (tensorflow-cpu + tf2onnx, ~1.7 GB)"
   "${PYTHON:-python3}" -m venv .venv-tf
-  .venv-tf/bin/python -m pip install --disable-pip-version-check -q -r scripts/requirements-tf.txt
+  requirements=scripts/requirements-tf.txt
+  if [[ "$(uname -m)" == aarch64 ]]; then  # tensorflow-cpu has no arm64 wheel; tensorflow has
+    requirements="$(mktemp)"
+    sed 's/^tensorflow-cpu==/tensorflow==/' scripts/requirements-tf.txt >"$requirements"
+  fi
+  .venv-tf/bin/python -m pip install --disable-pip-version-check -q -r "$requirements"
   TF_PY=.venv-tf/bin/python
 fi
 

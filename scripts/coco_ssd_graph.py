@@ -11,10 +11,10 @@ frozen graph is rebuilt exactly: parse the JSON, put each constant's bytes back.
 That graph ends before NMS (TF.js's JavaScript does it): decoded boxes ``[1, 1917, 1, 4]``
 (ymin, xmin, ymax, xmax in 0..1) and sigmoid scores ``[1, 1917, 90]`` (background dropped, column
 i is COCO id i + 1). TF.js's own post-processing is appended in TF ops, image by image (each
-box's best class, one NMS at IoU 0.5, at most 100 boxes padded as the OD API pads them, scores
-down to 0.01), and
-the outputs are named as the OD API's post-processed graphs name them, so ``edgeagent package``
-reads it as any OD API detector (``[detection] style = "postprocessed"``): no edit, no new head.
+box's best class, greedy NMS at IoU 0.5, at most 100 boxes padded as the OD API pads them,
+scores down to 0.01), and the outputs are named as the OD API's post-processed graphs name
+them, so ``edgeagent package`` reads it as any OD API detector (``[detection] style =
+"postprocessed"``): no edit, no new head.
 
     .venv-tf/bin/python scripts/coco_ssd_graph.py MODEL_DIR OUT.pb
 """

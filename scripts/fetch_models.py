@@ -192,11 +192,13 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def fetch(out: Path) -> int:
+def fetch(out: Path, only: tuple[str, ...] = ()) -> int:
+    """Fetch what is missing in ``out``; ``only``: just the names starting with one of these."""
     out.mkdir(parents=True, exist_ok=True)
-    missing = {n: m for n, m in MODELS.items() if not _present(out / n, m.sha256)}
+    wanted = {n: m for n, m in MODELS.items() if not only or n.startswith(only)}
+    missing = {n: m for n, m in wanted.items() if not _present(out / n, m.sha256)}
     if not missing:
-        print(f"third-party models: all {len(MODELS)} present in {out}", file=sys.stderr)
+        print(f"third-party models: all {len(wanted)} present in {out}", file=sys.stderr)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         archives: dict[str, Path] = {}
@@ -277,7 +279,15 @@ def _present(path: Path, expected: str) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("third-party-models"))
-    return fetch(parser.parse_args().out)
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="fetch only the files whose name starts with PREFIX (e.g. photos/); repeatable",
+    )
+    args = parser.parse_args()
+    return fetch(args.out, tuple(args.only))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ from tests.support.helpers import REPO
 class Agent:
     """``edgeagent run`` in a process; its log lines are read as they come (the sync point)."""
 
-    def __init__(self, tmp_path: Path, config: Path) -> None:
+    def __init__(self, tmp_path: Path, config: Path, port: int = 0) -> None:
+        """``port``: the TCP listener's (0: none, the socket only), for clients that need one."""
         env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(tmp_path / "state")}
         env.pop("JOURNAL_STREAM", None)
         self.socket = tmp_path / "agent.sock"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config),
-             "--socket", str(self.socket), "--port", "0"],
+             "--socket", str(self.socket), "--port", str(port)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
         )  # fmt: skip
         assert self.process.stdout is not None
