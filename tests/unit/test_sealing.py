@@ -157,6 +157,11 @@ def test_a_recipients_file_with_a_bad_key_names_the_device(tmp_path: Path) -> No
         load_recipients(path)
 
 
+# extractall's filter= came with Python 3.11.4 (and 3.10.12); Debian bookworm and Raspberry Pi
+# OS bookworm ship 3.11.2, where it is a TypeError. These archives are the test's own.
+SAFE_EXTRACT: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+
+
 def _sealed_zoo(tmp_path: Path, device: X25519PrivateKey, device_id: str = "dev-1") -> Path:
     """The digits zoo package as a device installs it sealed: shared files plain, each
     variant's files under sealed/, its key wrapped for ``device``."""
@@ -164,7 +169,7 @@ def _sealed_zoo(tmp_path: Path, device: X25519PrivateKey, device_id: str = "dev-
     root = tmp_path / "installed"
     for data in archives.data().values():
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-            archive.extractall(root, filter="data")
+            archive.extractall(root, **SAFE_EXTRACT)
     for key, encryption in archives.encryption.items():
         (sealed_dir(root, key) / WRAPPED_KEY).write_bytes(encryption.recipients[device_id])
     return root
