@@ -79,11 +79,14 @@ def compare_run(
         else:
             diffs.append(f"{task} {name}: {error}")
 
+    images = scenes = 0  # compared: both machines answered
     for name, answer in ref["classify"].items():
         theirs = other["classify"].get(name, {})
         if "error" in answer or "error" in theirs:
             failed("classify", name, answer.get("error") or theirs.get("error"))
-        elif answer["labels"][0] != theirs["labels"][0]:
+            continue
+        images += 1
+        if answer["labels"][0] != theirs["labels"][0]:
             diffs.append(
                 f"classify {name}: top-1 {answer['labels'][0]} ({answer['scores'][0]:.3f}) vs "
                 f"{theirs['labels'][0]} ({theirs['scores'][0]:.3f})"
@@ -94,6 +97,7 @@ def compare_run(
         if "error" in answer or "error" in theirs:
             failed("detect", name, answer.get("error") or theirs.get("error"))
             continue
+        scenes += 1
         a, b = answer["detections"], theirs["detections"]
         floor = threshold + margin
         only_ref, w1 = unmatched(a, b, min_iou, floor)
@@ -106,7 +110,7 @@ def compare_run(
         for (known_run, model), (_, why) in KNOWN.items()
         if known_run == run and not any(line.startswith(model) for line in explained)
     ]
-    return [diffs, sorted(explained), fixed, len(ref["classify"]), len(ref["detect"]), worst]
+    return [diffs, sorted(explained), fixed, images, scenes, worst]
 
 
 def main() -> int:
@@ -138,7 +142,9 @@ def main() -> int:
             run, a, b, args.iou, args.score_margin, args.threshold
         )
         status = "DIFFERENT" if diffs else "same, but KNOWN failures" if explained else "same"
-        print(f"{run}: {status} ({images} images top-1, {scenes} scenes, worst IoU {worst:.3f})")
+        print(
+            f"{run}: {status} ({images} images same top-1, {scenes} scenes, worst IoU {worst:.3f})"
+        )
         for line in diffs:
             print(f"    {line}")
         for line in explained:
