@@ -314,7 +314,8 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
             browser.find_element("id", "create").click()  # no group, no devices: refused
             assert _await_text(browser, "#message", refusal["error"]) == refusal["error"]
             assert browser.find_element("id", "message").get_attribute("class") == "bad"
-            _fill(browser, {"group": "lab", "threshold": "50"})
+            # the abort rule waits for all 3 answers: the failing device may well answer first
+            _fill(browser, {"group": "lab", "threshold": "50", "min": "3"})
             browser.find_element("id", "create").click()
             return _deployment_id(browser)
 
@@ -322,6 +323,7 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
         done = await api.until(first, "succeeded", "aborted")
         assert done["state"] == "succeeded" and done["totals"]["failed"] == 1, done
         assert done["abort_threshold_pct"] == 50 and done["stages_pct"] == [100]
+        assert done["min_executed"] == 3
 
         def failures_then_retry() -> str:
             _await_text(browser, "#state", "succeeded")  # the page followed on its own
@@ -344,15 +346,23 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
         assert again["release_id"] == done["release_id"] and again["stages_pct"] == [100]
         assert [len(d.received) for d in lab] == [2, 1, 1]
 
-        def roll_back() -> str:
+        def roll_back(refused: str = "") -> str:
             from selenium.webdriver.support.ui import Select
 
             browser.get(f"{url}/ui/deployments/{retry}")
 
             Select(browser.find_element("id", "rollback-version")).select_by_visible_text("1.5.0")
             browser.find_element("id", "rollback").click()
+            if refused:  # the API's refusal, shown on the page; the deployment stays as it was
+                return _await_text(browser, "#message", refused)
             _deployment_id(browser, leaving=retry)
             return _text_of(browser, "#rollback-of")
 
+        # Without --release-key the server cannot re-sign 1.5.0 above the serials it sent...
+        assert "needs --release-key" in await asyncio.to_thread(roll_back, "needs --release-key")
+        assert (await api.call("GET", f"/api/v1/deployments/{retry}"))["state"] == "succeeded"
+        # ...until 1.5.0 is uploaded signed again with a serial above them (hub sign)
+        resigned = make_release("1.5.0", serial=9_000_000)
+        await api.call("POST", "/api/v1/releases", expect=201, data=resigned)
         assert retry in await asyncio.to_thread(roll_back)
         assert (await api.call("GET", f"/api/v1/deployments/{retry}"))["state"] == "rolled_back"

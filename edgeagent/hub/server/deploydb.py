@@ -157,6 +157,22 @@ async def sent_serial(
     return None if value is None else int(value)
 
 
+async def _sent_with(connection: AsyncConnection, release: dict[str, Any], serial: int) -> bool:
+    """Whether ``serial`` went out in this release's own uploaded envelope."""
+    dd = deployment_devices
+    query = (
+        sa.select(dd.c.device_id)
+        .join(deployments, deployments.c.id == dd.c.deployment_id)
+        .where(
+            deployments.c.model == release["model"],
+            dd.c.serial == serial,
+            dd.c.envelope_sha256 == hashlib.sha256(release["envelope"]).hexdigest(),
+        )
+        .limit(1)
+    )
+    return await connection.scalar(query) is not None
+
+
 async def check_serial(
     connection: AsyncConnection,
     release: dict[str, Any],
@@ -166,12 +182,16 @@ async def check_serial(
     rollback: bool = False,
 ) -> None:
     """The server serial check before send, for a server that relays uploads unchanged: 409
-    unless the release's serial is above every serial already sent for its model."""
+    unless the release's serial is above every serial already sent for its model, or it is
+    the very envelope that carried the highest one (a retry: devices that failed it never
+    raised their floor and take it again; those that committed it answer ``same_version``)."""
     serial = release_manifest(release["envelope"]).serial
     floor = await sent_serial(
         connection, release["model"], other_than=other_than, relayed_only=relayed_only
     )
     if floor is None or serial > floor:
+        return
+    if serial == floor and await _sent_with(connection, release, serial):
         return
     what = f"{release['model']} {release['version']} carries serial {serial}"
     fix = (
