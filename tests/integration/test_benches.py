@@ -39,6 +39,7 @@ COVERED = {
     "bench_serving.py",
     "bench_soak.py",
     "bench_update.py",
+    "bench_plan.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -253,3 +254,18 @@ def test_update_reports_publish_to_serving_and_canary(tiny_zoo: Path) -> None:
         "ratio_to_baseline",
         "median_canary_publish_to_verdict_s",
     )
+
+
+@pytest.mark.slow
+def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_plan.py"), "--package", str(tiny_package),
+         "--precision", "fp32", "--cores", "2", "--seconds", "0.1", "--rounds", "2",
+         "--search-s", "0.5", "--json", str(out)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert_figures(report, "pick_over_best")
+    assert "search:" in done.stdout and "| threads x instances" in done.stdout
