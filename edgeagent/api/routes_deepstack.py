@@ -191,9 +191,7 @@ async def _detect(request: web.Request, model: str | None) -> web.Response:
         given = score_field(raw.decode("ascii", "replace") if raw else None, "min_confidence")
         min_score = DEFAULT_MIN_CONFIDENCE if given is None else given
         answer = await request.app[DATAPLANE].detect(model, None, form["image"], min_score)
-    except DeepStackError as exc:
-        return _error(exc.status, exc.message)
-    except ServingError as exc:
+    except (DeepStackError, ServingError) as exc:
         return _error(exc.status, exc.message)
     predictions = _predictions(answer, settings.deepstack_max_predictions)
     elapsed = time.perf_counter() - started
@@ -233,9 +231,7 @@ async def deepstack_custom_list(request: web.Request) -> web.Response:
         async with received_body(request) as body:
             form = parse_fields(body, request.headers.get("Content-Type"))
         check_token(request, form, settings)
-    except DeepStackError as exc:
-        return _error(exc.status, exc.message)
-    except ServingError as exc:
+    except (DeepStackError, ServingError) as exc:
         return _error(exc.status, exc.message)
     models = served_detectors(request.app[DATAPLANE])
     return web.json_response(

@@ -28,7 +28,6 @@ from edgeagent.fleet.manifest import (
     _DEPLOYMENT_RE,
     DEFAULT_CLOCK_SKEW_S,
     FORMAT,
-    MAX_SERIAL,
     Artifact,
     DeviceIdentity,
     ManifestError,
@@ -37,6 +36,7 @@ from edgeagent.fleet.manifest import (
     _string,
     _target_mismatch,
     _targets,
+    _validity_and_serial,
 )
 from edgeagent.fleet.signing import (
     Refused,
@@ -44,7 +44,6 @@ from edgeagent.fleet.signing import (
     decode_envelope,
     format_time,
     loads_strict,
-    parse_time,
 )
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.models.names import VERSION_RE, version_tuple
@@ -173,16 +172,7 @@ def parse_agent_manifest(payload: bytes) -> AgentManifest:
         raise ManifestError(
             f"agent manifest format: {document['format']} is not {FORMAT}", "unsupported_format"
         )
-    try:
-        issued_at = parse_time(document["issued_at"], "agent manifest issued_at")
-        expires = parse_time(document["expires"], "agent manifest expires")
-    except TrustError as exc:
-        raise ManifestError(exc.message) from exc
-    if expires <= issued_at:
-        raise ManifestError("agent manifest expires: must be later than issued_at")
-    serial = document["serial"]
-    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
-        raise ManifestError(f"agent manifest serial: {str(serial)[:40]!r} is not 1..2^53-1")
+    issued_at, expires, serial = _validity_and_serial(document, "agent manifest")
     return AgentManifest(
         version=_string(document, "version", VERSION_RE, "MAJOR.MINOR.PATCH"),
         serial=serial,

@@ -252,6 +252,22 @@ def _targets(value: Any) -> Targets:
     return Targets(**lists)
 
 
+def _validity_and_serial(document: dict[str, Any], what: str) -> tuple[datetime, datetime, int]:
+    """A signed document's ``issued_at``, ``expires`` (later) and ``serial`` (1..2^53-1): the
+    fields model and agent release manifests share, read by the same rules."""
+    try:
+        issued_at = parse_time(document["issued_at"], f"{what} issued_at")
+        expires = parse_time(document["expires"], f"{what} expires")
+    except VerificationError as exc:
+        raise ManifestError(exc.message) from exc
+    if expires <= issued_at:
+        raise ManifestError(f"{what} expires: must be later than issued_at")
+    serial = document["serial"]
+    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
+        raise ManifestError(f"{what} serial: {str(serial)[:40]!r} is not an integer 1..2^53-1")
+    return issued_at, expires, serial
+
+
 def parse_manifest(payload: bytes) -> ReleaseManifest:
     """Validate every field of a release payload; call only on signature-checked bytes."""
     try:
@@ -276,16 +292,7 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
         )
     if document["type"] != "release":
         raise ManifestError(f"manifest type: must be 'release', got {document['type']!r}")
-    try:
-        issued_at = parse_time(document["issued_at"], "manifest issued_at")
-        expires = parse_time(document["expires"], "manifest expires")
-    except VerificationError as exc:
-        raise ManifestError(exc.message) from exc
-    if expires <= issued_at:
-        raise ManifestError("manifest expires: must be later than issued_at")
-    serial = document["serial"]
-    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
-        raise ManifestError(f"manifest serial: {str(serial)[:40]!r} is not an integer 1..2^53-1")
+    issued_at, expires, serial = _validity_and_serial(document, "manifest")
     return ReleaseManifest(
         serial=serial,
         model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),

@@ -11,6 +11,7 @@ cat at 0.2 that only a ``min_confidence`` below the package's threshold (0.3) le
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -18,20 +19,14 @@ import requests
 from deepstack.core import DeepstackException, DeepstackObject
 from deepstack_sdk import Detection, ServerConfig
 
-from tests.support.helpers import write_tiny_package
 from tests.support.http_agent import TOKEN, AgentServer
-from tests.support.toy_detector import image_bytes, write_toy_detector
+from tests.support.toy_detector import detector_agent, image_bytes
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("deepstack")
-    packages = [write_toy_detector(root / "toy"), write_tiny_package(root / "tiny")]
-    server = AgentServer(root, packages, deepstack_model="toy").start()
-    try:
+    with detector_agent(tmp_path_factory.mktemp("deepstack")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _home_assistant(agent: AgentServer, **options) -> DeepstackObject:
@@ -117,28 +112,16 @@ def test_a_host_the_listener_does_not_know_is_refused_in_deepstacks_shape(
     assert response.json()["success"] is False and "allowed_hosts" in response.json()["error"]
 
 
-def test_predictions_are_capped_for_frigates_fixed_array(tmp_path) -> None:
-    root = tmp_path / "models"
-    server = AgentServer(
-        tmp_path,
-        [write_toy_detector(root / "toy")],
-        deepstack_model="toy",
-        deepstack_max_predictions=1,
-    ).start()
-    try:
+def test_predictions_are_capped_for_frigates_fixed_array(tmp_path: Path) -> None:
+    with detector_agent(tmp_path, deepstack_max_predictions=1) as server:
         answer = _form(server, "/v1/vision/detection", api_key=TOKEN, min_confidence="0.1").json()
-    finally:
-        server.stop()
     assert [p["label"] for p in answer["predictions"]] == ["cat"]  # the best one only
 
 
-def test_without_a_deepstack_model_the_endpoint_is_not_activated(tmp_path) -> None:
-    server = AgentServer(tmp_path, [write_toy_detector(tmp_path / "models" / "toy")]).start()
-    try:
+def test_without_a_deepstack_model_the_endpoint_is_not_activated(tmp_path: Path) -> None:
+    with detector_agent(tmp_path, deepstack_model="") as server:
         response = _form(server, "/v1/vision/detection", api_key=TOKEN)
         custom = _form(server, "/v1/vision/custom/toy", api_key=TOKEN)  # still served by name
-    finally:
-        server.stop()
     assert response.status_code == 403
     assert response.json()["error"].startswith("Detection endpoint not activated")
     assert custom.status_code == 200 and custom.json()["count"] == 2

@@ -13,20 +13,14 @@ import numpy as np
 import pytest
 import requests
 
-from tests.support.helpers import write_tiny_package
 from tests.support.http_agent import TOKEN, AgentServer
-from tests.support.toy_detector import CAT, DOG, image_bytes, write_toy_detector
+from tests.support.toy_detector import CAT, DOG, detector_agent, image_bytes
 
 
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    root = tmp_path_factory.mktemp("detect")
-    packages = [write_toy_detector(root / "toy"), write_tiny_package(root / "tiny")]
-    server = AgentServer(root, packages, deepstack_model="toy").start()
-    try:
+    with detector_agent(tmp_path_factory.mktemp("detect")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def tcp(agent: AgentServer, method: str, path: str, **options) -> requests.Response:

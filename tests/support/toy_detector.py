@@ -4,13 +4,18 @@ API returns can be checked to the pixel through the letterbox mapping, threshold
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from devtools.package import write_model_toml
 from edgeagent.models.package import file_sha256
+from tests.support.helpers import write_tiny_package
+from tests.support.http_agent import AgentServer
 
 # cx, cy, w, h in the 64×64 input; then the scores of "cat" and "dog".
 ROWS = np.array(
@@ -81,3 +86,15 @@ def image_bytes(kind: str = "PNG", size: tuple[int, int] = (128, 64)) -> bytes:
     buffer = io.BytesIO()
     Image.new("RGB", size, (30, 90, 150)).save(buffer, format=kind)
     return buffer.getvalue()
+
+
+@contextmanager
+def detector_agent(root: Path, **settings: Any) -> Iterator[AgentServer]:
+    """An agent serving the toy detector (DeepStack's model unless ``settings`` say otherwise)
+    and the tiny classifier, stopped on exit."""
+    packages = [write_toy_detector(root / "toy"), write_tiny_package(root / "tiny")]
+    server = AgentServer(root, packages, **{"deepstack_model": "toy", **settings}).start()
+    try:
+        yield server
+    finally:
+        server.stop()
