@@ -147,6 +147,15 @@ def _serials_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _targets(args: argparse.Namespace) -> Targets:
+    """The devices a signed release is for, from --profile/--device-class/--device-id."""
+    return Targets(
+        profiles=tuple(args.profile),
+        device_classes=tuple(args.device_class),
+        device_ids=tuple(args.device_id),
+    )
+
+
 def _serials(args: argparse.Namespace):
     from edgeagent.hub.serials import ReleaseSerials
 
@@ -301,11 +310,7 @@ def _sign(commands: argparse._SubParsersAction) -> None:
             key_paths=args.keys,
             base_url=args.base_url,
             out_dir=args.out,
-            targets=Targets(
-                profiles=tuple(args.profile),
-                device_classes=tuple(args.device_class),
-                device_ids=tuple(args.device_id),
-            ),
+            targets=_targets(args),
             expires_in=timedelta(days=args.expires_days),
             deployment_id=args.deployment_id,
             min_agent_version=args.min_agent_version,
@@ -340,11 +345,7 @@ def _sign_agent(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         out_dir=args.out,
         python=args.python,
-        targets=Targets(
-            profiles=tuple(args.profile),
-            device_classes=tuple(args.device_class),
-            device_ids=tuple(args.device_id),
-        ),
+        targets=_targets(args),
         expires_in=timedelta(days=args.expires_days),
         deployment_id=args.deployment_id,
         serials=_serials(args),

@@ -261,14 +261,7 @@ class Updater:
             self._check_size(envelope)
             if claimed_kind(envelope, self.settings.max_manifest_bytes) == KIND:
                 return await self._agent_release(envelope, topic)  # code: its own role
-            manifest = verify_release(
-                envelope,
-                self.trust,
-                device=self.device,
-                history=self,
-                max_artifact_bytes=self.settings.max_artifact_bytes,
-                clock_skew_s=self.settings.clock_skew_s,
-            )
+            manifest = self._verify(envelope)
         except TrustError as exc:
             return self._refused(self._describe(envelope, exc), exc)
         slot = release_model(topic)
@@ -333,6 +326,17 @@ class Updater:
         index: list[dict[str, str]] = getattr(self.registry, "index", lambda: [])()
         return sorted({row["name"] for row in index if row.get("state") == "READY"})
 
+    def _verify(self, envelope: bytes) -> ReleaseManifest:
+        """``verify_release`` against this device's trust, identity, history and limits."""
+        return verify_release(
+            envelope,
+            self.trust,
+            device=self.device,
+            history=self,
+            max_artifact_bytes=self.settings.max_artifact_bytes,
+            clock_skew_s=self.settings.clock_skew_s,
+        )
+
     def _resent(self, envelope: bytes, key: str) -> dict[str, Any]:
         """Answer a re-send of the envelope committed here: ``same_version``, nothing reinstalled.
 
@@ -344,14 +348,7 @@ class Updater:
         manifest; bytes no longer trusted (a rotated-away key) get that refusal instead.
         """
         try:
-            manifest = verify_release(
-                envelope,
-                self.trust,
-                device=self.device,
-                history=self,
-                max_artifact_bytes=self.settings.max_artifact_bytes,
-                clock_skew_s=self.settings.clock_skew_s,
-            )
+            manifest = self._verify(envelope)
         except ReleaseRefused as exc:  # its own serial is the floor: the expected answer
             manifest = exc.manifest
         except TrustError as exc:
