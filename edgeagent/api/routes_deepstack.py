@@ -132,10 +132,18 @@ def served_detectors(dataplane: DataPlane) -> list[str]:
     return sorted(set(found))
 
 
+def _loading(dataplane: DataPlane, name: str) -> bool:
+    """A model of that name is known but not ready (loading, swapping): the dataplane's own
+    answer (503, retry) is right for it, not "not activated" or "not served"."""
+    ready = {e["name"] for e in dataplane.repository_index(ready_only=True)}
+    return name not in ready and any(e["name"] == name for e in dataplane.repository_index())
+
+
 def _detector(request: web.Request, name: str) -> str:
-    """``name`` if it is a served detector, else DeepStack's refusal."""
-    detectors = served_detectors(request.app[DATAPLANE])
-    if name in detectors:
+    """``name`` if it is a served detector (or one still loading), else DeepStack's refusal."""
+    dataplane = request.app[DATAPLANE]
+    detectors = served_detectors(dataplane)
+    if name in detectors or _loading(dataplane, name):
         return name
     served = ", ".join(detectors) or "none"
     raise DeepStackError(404, f"custom model {name!r} is not served (detectors: {served})")
@@ -177,7 +185,8 @@ async def _detect(request: web.Request, model: str | None) -> web.Response:
                     "served detector",
                 )
             model = settings.deepstack_model
-            if model not in served_detectors(request.app[DATAPLANE]):
+            dataplane = request.app[DATAPLANE]
+            if model not in served_detectors(dataplane) and not _loading(dataplane, model):
                 raise DeepStackError(
                     403,
                     f"Detection endpoint not activated: [server] deepstack_model {model!r} is "

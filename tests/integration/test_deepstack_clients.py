@@ -19,7 +19,7 @@ import requests
 from deepstack.core import DeepstackException, DeepstackObject
 from deepstack_sdk import Detection, ServerConfig
 
-from tests.support.http_agent import TOKEN, AgentServer
+from tests.support.http_agent import ADMIN_TOKEN, TOKEN, AgentServer
 from tests.support.toy_detector import detector_agent, image_bytes
 
 
@@ -125,3 +125,19 @@ def test_without_a_deepstack_model_the_endpoint_is_not_activated(tmp_path: Path)
     assert response.status_code == 403
     assert response.json()["error"].startswith("Detection endpoint not activated")
     assert custom.status_code == 200 and custom.json()["count"] == 2
+
+
+def test_a_detector_that_is_not_ready_is_a_retry_not_a_missing_endpoint(tmp_path: Path) -> None:
+    """While the configured detector is unloaded (or loading), Frigate must see 503 (the
+    dataplane's answer, a retry), not 403 'not activated' or 404 'not served'."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with detector_agent(tmp_path) as server:
+        unload = requests.post(server.url + "/v2/repository/models/toy/unload", headers=admin)
+        assert unload.status_code == 200, unload.text
+        for path in ("/v1/vision/detection", "/v1/vision/custom/toy"):
+            response = _form(server, path, api_key=TOKEN)
+            assert response.status_code == 503, (path, response.text)
+            assert response.json()["success"] is False
+        load = requests.post(server.url + "/v2/repository/models/toy/load", headers=admin)
+        assert load.status_code == 200, load.text
+        assert _form(server, "/v1/vision/detection", api_key=TOKEN).json()["count"] == 2
