@@ -3,7 +3,10 @@
 A ``FakeDevice`` speaks the real wire protocol — its state report and outcome events are
 built by the agent's own ``UpdateReporter``, on the topics of ``fleet.topics.Topics`` — but
 "installs" a release by deciding its answer (``answer``), optionally waiting for ``hold``
-first, so a test can stop the world in the middle of a stage.
+first, so a test can stop the world in the middle of a stage. An agent release is answered as
+a real device answers one: ``succeeded``/``committed`` (what the new agent reports after its
+restart) or ``failed``/``health_check_failed`` (what the old one reports once its boot check
+rolled the switch back); ``platform`` / ``python`` report another board's.
 """
 
 from __future__ import annotations
@@ -28,13 +31,15 @@ from paho.mqtt.properties import Properties
 
 from devtools.background import WatchedTasks
 from edgeagent.aio import cancel_and_wait
-from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact, parse_manifest
+from edgeagent.fleet.agent_manifest import AgentManifest
+from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact
 from edgeagent.fleet.mqtt import client_options
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import decode_envelope, sign_envelope
+from edgeagent.fleet.signing import sign_envelope
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.server.service import serve
 from edgeagent.hub.server.settings import ServerSettings
+from edgeagent.hub.verify import AnyRelease, model_of, read_manifest
 from edgeagent.updates.report import UpdateReporter
 
 SIGNING_KEY = Ed25519PrivateKey.generate()
@@ -90,6 +95,8 @@ class FakeDevice:
         answer: str = "succeeded",
         hold: asyncio.Event | None = None,
         lose_events: bool = False,
+        platform: str | None = None,
+        python: str | None = None,
     ) -> None:
         self.settings = settings
         self.topics = Topics(settings.topic_prefix, group, device_id)
@@ -98,7 +105,7 @@ class FakeDevice:
         self.answer = answer  # succeeded | failed | silent
         self.hold = hold
         self.lose_events = lose_events  # as if the broker dropped them: only the state tells
-        self.received: list[ReleaseManifest] = []
+        self.received: list[AnyRelease] = []
         self.envelopes: list[bytes] = []  # the bytes of each, as the broker delivered them
         self.got_release = asyncio.Event()
         self.answered = asyncio.Event()  # its outcome event was acknowledged by the broker
@@ -130,6 +137,10 @@ class FakeDevice:
                 },
             },
         )
+        if platform is not None:  # another board's ("": an agent too old to report one)
+            self.reporter.platform = platform
+        if python is not None:
+            self.reporter.python = python
         self._outbox: list[tuple[str, dict[str, Any]]] = []
         self.reporter.connect(
             lambda state: self._outbox.append((self.topics.state, state)),
@@ -173,22 +184,27 @@ class FakeDevice:
         assert self._client is not None
         async for message in self._client.messages:
             envelope = bytes(message.payload)  # type: ignore[arg-type]
-            manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+            manifest = read_manifest(envelope, max_bytes=65536)
             self.envelopes.append(envelope)
             self.received.append(manifest)
             self.got_release.set()
             if self.hold is not None:
                 await self.hold.wait()
             release = {
-                "model": manifest.model,
+                "model": model_of(manifest),
                 "version": manifest.version,
                 "deployment_id": manifest.deployment_id,
             }
             if self.answer == "silent":
                 continue
-            if self.answer == "succeeded":
+            agent = isinstance(manifest, AgentManifest)
+            if self.answer == "succeeded" and agent:
+                self.reporter.outcome(release, "succeeded", "committed", "READY, healthy")
+            elif self.answer == "succeeded":
                 self.version = manifest.version
                 self.reporter.outcome(release, "succeeded", "installed", "ok")
+            elif agent:
+                self.reporter.outcome(release, "failed", "health_check_failed", "rolled back")
             else:
                 self.reporter.outcome(release, "failed", "health_check", "golden mismatch")
             await self._flush()

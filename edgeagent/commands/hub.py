@@ -696,7 +696,12 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         "--min-executed devices finished and --abort-threshold percent of them failed. "
         "Exit status 1 when the rollout was aborted.",
     )
-    parser.add_argument("release", type=Path, metavar="RELEASE", help="a *.release.json")
+    parser.add_argument(
+        "release",
+        type=Path,
+        metavar="RELEASE",
+        help="a *.release.json (with --server also a *.agent-release.json: the server relays it)",
+    )
     parser.add_argument("--group", required=True, help="device group to roll out to")
     parser.add_argument("--device", action="append", help="roll out to these devices only")
     _policy_arguments(parser)

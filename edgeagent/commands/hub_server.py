@@ -228,13 +228,14 @@ async def _status_work(args: argparse.Namespace, emit: Emit) -> int:
 
 
 async def _rollout_work(args: argparse.Namespace, emit: Emit) -> int:
-    from edgeagent.hub.publish import read_release
+    from edgeagent.hub.server.client import read_upload
+    from edgeagent.hub.server.deploydb import left_out_text
 
     try:
         stages = [float(p) for p in args.stages.split(",")]
     except ValueError as exc:
         raise HubError(f"--stages {args.stages!r}: expected e.g. 5,25,100") from exc
-    envelope, _manifest = read_release(args.release, args.trust)
+    envelope = read_upload(args.release, args.trust)  # a model's or the agent's
     plan = {
         "stages_pct": stages,
         "abort_threshold_pct": args.abort_threshold,
@@ -261,6 +262,11 @@ async def _rollout_work(args: argparse.Namespace, emit: Emit) -> int:
         deployment = await client.deploy(
             envelope, group=args.group, devices=args.device or [], plan=plan
         )
+        left_out = deployment.get("left_out")
+        if left_out and not args.json:  # an agent release: devices it has no wheelhouse for
+            print(
+                f"{left_out['devices']} device(s) left out: {left_out_text(left_out)}", flush=True
+            )
         deployment = await client.follow(deployment, say)
     verdict = deployment["state"] + (f": {deployment['reason']}" if deployment["reason"] else "")
     emit(args, deployment, f"rollout {deployment['id']} {verdict}")

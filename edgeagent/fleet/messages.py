@@ -174,6 +174,10 @@ class StateReport:
     )
     group: str = field(default="", metadata=doc("the device group it belongs to"))
     agent_version: str = field(default="", metadata=doc("the agent's version"))
+    platform: str = field(
+        default="", metadata=doc("the agent's platform: linux_x86_64, linux_aarch64, ...")
+    )
+    python: str = field(default="", metadata=doc("the agent's Python version, e.g. 3.11"))
     online: bool = field(default=True, metadata=doc("always true here; availability says offline"))
     updated_at: float | None = field(
         default=None, metadata=doc("when the report was built (device clock)")

@@ -30,6 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from edgeagent import __version__
+from edgeagent.fleet.agent_manifest import this_platform, this_python
 from edgeagent.fleet.messages import (
     RESULTS,
     Backend,
@@ -127,6 +128,8 @@ class UpdateReporter:
         self.device_id = device_id
         self.max_state_bytes = max_state_bytes  # the JSON state report never exceeds this
         self.group = group
+        # what agent releases it can install (the hub server targets them by these)
+        self.platform, self.python = this_platform(), this_python()
         self.sources = dict(sources or {})
         self.publish_state: Publish = lambda state: None
         self.publish_event: Publish = lambda event: None
@@ -250,6 +253,8 @@ class UpdateReporter:
             device_id=self.device_id,
             group=self.group,
             agent_version=__version__,
+            platform=self.platform,
+            python=self.python,
             updated_at=time.time(),
             updates=Updates(self._current, self._last, self._history),
             errors=errors,
@@ -320,6 +325,8 @@ def bounded(report: StateReport, limit: int) -> dict[str, Any]:
                 device_id=report.device_id,
                 group=report.group,
                 agent_version=report.agent_version,
+                platform=report.platform,
+                python=report.python,
                 updated_at=report.updated_at,
                 errors={"report": f"over max_state_bytes = {limit}: only the identity sent"},
             )

@@ -2,21 +2,44 @@
 
 With ``--server URL`` (or ``$EDGEAGENT_HUB_SERVER``) those commands read the fleet from the
 server's database — complete, with a count, however large the fleet — and hand rollouts to the
-server's durable controller instead of running them in the foreground.
+server's durable controller instead of running them in the foreground, of model and agent
+releases alike (``read_upload``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from edgeagent.fleet.signing import TrustError
+from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.server.deploydb import FINAL
+from edgeagent.hub.verify import authentic, check_for_fleet, read_manifest
 
 PAGE = 1000
+
+
+def read_upload(path: Path, trust: Path | None = None) -> bytes:
+    """The envelope of a release of either kind (``*.release.json``, ``*.agent-release.json``)
+    to upload; with ``trust``, refused here unless devices trusting that file would take it
+    (the server checks it again against its own ``--trust`` and serial floor)."""
+    try:
+        envelope = path.read_bytes()
+    except OSError as exc:
+        raise HubError(f"{path}: cannot read the release ({exc.strerror})") from exc
+    try:
+        if trust is None:
+            read_manifest(envelope)
+        else:
+            check_for_fleet(authentic(envelope, TrustStore.load(trust)), serial_floor=None)
+    except TrustError as exc:
+        raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
+    return envelope
 
 
 class HubApiClient:

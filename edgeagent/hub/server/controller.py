@@ -18,7 +18,9 @@ there as ``wrong_target``, and with a serial of its own from the database's coun
 (``deploydb.next_serial``), taken in the transaction that records it: above everything the
 server sent before, so devices accept a rollback to an old release too. Without a key the
 uploaded envelope goes out unchanged, after the server serial check (``deploydb.check_serial``;
-a deployment that fails it is aborted before it sends anything more).
+a deployment that fails it is aborted before it sends anything more). An agent release is code,
+which the server never signs: it always goes out as uploaded, after the same check, even from a
+server with release keys (``_signer``).
 
 Never twice: a batch published but not yet marked sent (the marking failed) is marked on the
 next pass, not published again. Only a crash between publishing and marking re-sends — the
@@ -56,6 +58,7 @@ from edgeagent.hub.server import deploydb
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.deploydb import DeploymentError
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+from edgeagent.hub.verify import AnyRelease
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +130,7 @@ class RolloutController:
             await self._mark_unmarked(deployment_id)
         async with self.engine.connect() as connection:
             rows = await connection.execute(
-                sa.select(deployments, releases.c.envelope)
+                sa.select(deployments, releases.c.envelope, releases.c.kind)
                 .join(releases, releases.c.id == deployments.c.release_id)
                 .where(deployments.c.state.in_(("scheduled", "running")))
                 .order_by(deployments.c.created_at)
@@ -260,7 +263,8 @@ class RolloutController:
     ) -> Batch | None:
         """The recorded envelope again, for ``devices`` (queued) of it; None if this server
         cannot make those bytes any more (restarted with other keys, or without)."""
-        if self.sign is None:
+        sign = self._signer(deployment)
+        if sign is None:
             envelope = deployment["envelope"]
         else:
             rows = await connection.execute(
@@ -269,8 +273,7 @@ class RolloutController:
                 .order_by(dd.c.device_id)
             )
             whole_batch = [row[0] for row in rows]
-            manifest = dataclasses.replace(self._manifest(deployment), serial=serial)
-            envelope = self.sign(stage_manifest(manifest, whole_batch))
+            envelope = self._signed(sign, deployment, serial, whole_batch)
         if hashlib.sha256(envelope).hexdigest() != sha256:
             log.warning(
                 "deployment %s: the envelope recorded for %d device(s) cannot be made again "
@@ -285,8 +288,9 @@ class RolloutController:
         self, connection: AsyncConnection, deployment: dict[str, Any], devices: list[str]
     ) -> Batch | str:
         """Make the envelope for ``devices`` (locked) and record it on their rows."""
-        manifest = self._manifest(deployment)
-        if self.sign is None:
+        sign = self._signer(deployment)
+        if sign is None:
+            manifest = self._manifest(deployment)
             release = {**deployment, "version": manifest.version}
             try:
                 await deploydb.check_serial(connection, release, other_than=deployment["id"])
@@ -295,8 +299,7 @@ class RolloutController:
             envelope, serial = deployment["envelope"], manifest.serial
         else:
             serial = await deploydb.next_serial(connection, deployment["model"])
-            manifest = dataclasses.replace(manifest, serial=serial)
-            envelope = self.sign(stage_manifest(manifest, devices))
+            envelope = self._signed(sign, deployment, serial, devices)
         sha256 = hashlib.sha256(envelope).hexdigest()
         await connection.execute(
             dd.update()
@@ -305,7 +308,20 @@ class RolloutController:
         )
         return Batch(envelope, sha256, serial, devices)
 
-    def _manifest(self, deployment: dict[str, Any]) -> ReleaseManifest:
+    def _signer(self, deployment: dict[str, Any]) -> Sign | None:
+        """The hub's release key(s) for a model release; None (relay the upload) without them
+        and for an agent release, whatever keys the server holds: it never signs code."""
+        return self.sign if deployment["kind"] == "model" else None
+
+    def _signed(
+        self, sign: Sign, deployment: dict[str, Any], serial: int, devices: list[str]
+    ) -> bytes:
+        """The model release signed with ``serial`` for exactly ``devices`` (one batch)."""
+        manifest = self._manifest(deployment)
+        assert isinstance(manifest, ReleaseManifest), "the server signs model releases only"
+        return sign(stage_manifest(dataclasses.replace(manifest, serial=serial), devices))
+
+    def _manifest(self, deployment: dict[str, Any]) -> AnyRelease:
         """The uploaded manifest, with the deployment's own dates if it re-issues it."""
         manifest = deploydb.release_manifest(deployment["envelope"])
         if deployment.get("issued_at") is None or deployment.get("expires") is None:

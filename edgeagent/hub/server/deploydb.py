@@ -15,6 +15,12 @@ re-issued: a fresh serial and lifetime, which devices accept. Without a key the 
 relay uploads, so it refuses a deployment whose serial is not above one it already sent
 (``check_serial``): devices would refuse it as a replay.
 
+Agent releases (``kind`` "agent", model ``edgeagent``) are code: the server never signs one, so
+it relays the upload, after ``check_serial``, whatever keys it holds; it sends one only to the
+targeted devices whose reported platform and Python it has a wheelhouse for (the rest are
+``left_out``, counted by why), and never rolls one back: a device whose new agent fails rolls
+back by itself, and a downgrade is a newly signed release of the older version.
+
 Locks: every writer of ``deployment_devices`` rows — the controller, the ingest, people's
 actions — takes them in one order, by (deployment, device id) (``lock_devices``), so on
 PostgreSQL two transactions never each hold a row the other waits for (a deadlock).
@@ -25,6 +31,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +40,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from edgeagent.fleet.manifest import MAX_SERIAL, ReleaseManifest, parse_manifest
-from edgeagent.fleet.signing import decode_envelope
+from edgeagent.fleet.agent_manifest import AgentManifest
+from edgeagent.fleet.manifest import MAX_SERIAL
 from edgeagent.hub.policy import FINISHED, RolloutPolicy
 from edgeagent.hub.server.schema import (
     deployment_devices,
@@ -42,12 +50,14 @@ from edgeagent.hub.server.schema import (
     model_serials,
     releases,
 )
+from edgeagent.hub.verify import AnyRelease, kind_of, model_of, read_manifest
 
 ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
 STATES = ACTIVE + FINAL
 NOT_SENT = "not_sent"  # a device the deployment ended (aborted, rolled back) before sending to
 DEVICE_STATUSES = ("queued", "sent", *FINISHED, NOT_SENT)
+MAX_LEFT_OUT_REASONS = 10  # distinct reasons an agent deployment names; the rest are "other"
 MOVES = {  # action → (states it may start from, state it leads to)
     "pause": (("scheduled", "running"), "paused"),
     "resume": (("paused",), "running"),
@@ -75,32 +85,40 @@ class TargetSpec:
 
 
 async def add_release(
-    connection: AsyncConnection, envelope: bytes, manifest: ReleaseManifest
+    connection: AsyncConnection, envelope: bytes, manifest: AnyRelease
 ) -> tuple[dict[str, Any], bool]:
-    """Store a verified release once (same bytes → same row); returns (row, created)."""
+    """Store a verified release (a model's or the agent's) once (same bytes → same row);
+    returns (row, created)."""
     digest = hashlib.sha256(envelope).hexdigest()
     found = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
     if found is not None:
         return found, False
+    covers = (  # what an agent release can be installed on (GET releases shows it)
+        {"platforms": [w.platform for w in manifest.wheelhouses], "python": manifest.python}
+        if isinstance(manifest, AgentManifest)
+        else {}
+    )
     await connection.execute(
         releases.insert().values(
-            model=manifest.model,
+            kind=kind_of(manifest),
+            model=model_of(manifest),
             version=manifest.version,
             release_tag=manifest.deployment_id,
             sha256=digest,
             envelope=envelope,
+            **covers,
             created_at=time.time(),
         )
     )
-    await note_serial(connection, manifest.model, manifest.serial)
+    await note_serial(connection, model_of(manifest), manifest.serial)
     created = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
     assert created is not None
     return created, True
 
 
-def release_manifest(envelope: bytes) -> ReleaseManifest:
+def release_manifest(envelope: bytes) -> AnyRelease:
     """The manifest of a stored envelope (checked when it was uploaded)."""
-    return parse_manifest(decode_envelope(envelope, max_bytes=len(envelope)).payload)
+    return read_manifest(envelope, max_bytes=len(envelope))
 
 
 def _insert_serial(connection: AsyncConnection, model: str, serial: int) -> Any:
@@ -194,13 +212,18 @@ async def check_serial(
     if serial == floor and await _sent_with(connection, release, serial):
         return
     what = f"{release['model']} {release['version']} carries serial {serial}"
-    fix = (
-        "a rollback needs --release-key (the server re-signs the old release with a fresh "
-        "serial), or upload that version signed again with a new serial (hub sign)"
-        if rollback
-        else "sign it again with a new serial (hub sign) and upload it, or run the server "
-        "with --release-key to sign what it sends with fresh serials"
-    )
+    if release.get("kind") == "agent":  # never signed by the server, whatever its keys
+        fix = "sign it again with a new serial (hub sign --agent) and upload it"
+    elif rollback:
+        fix = (
+            "a rollback needs --release-key (the server re-signs the old release with a fresh "
+            "serial), or upload that version signed again with a new serial (hub sign)"
+        )
+    else:
+        fix = (
+            "sign it again with a new serial (hub sign) and upload it, or run the server "
+            "with --release-key to sign what it sends with fresh serials"
+        )
     raise DeploymentError(
         409,
         f"{what}, not above serial {floor} this server already sent for {release['model']}: "
@@ -261,22 +284,57 @@ async def list_releases(connection: AsyncConnection, model: str = "") -> list[di
     return [release_view(dict(r._mapping)) for r in await connection.execute(query)]
 
 
-async def _resolve_targets(connection: AsyncConnection, targets: TargetSpec) -> list[str]:
-    query = sa.select(devices.c.device_id)
+async def _resolve_targets(
+    connection: AsyncConnection, targets: TargetSpec
+) -> list[tuple[str, str, str]]:
+    """The targeted devices by id, each with its reported (platform, Python)."""
+    query = sa.select(devices.c.device_id, devices.c.platform, devices.c.python)
     if targets.device_ids:
         query = query.where(devices.c.device_id.in_(targets.device_ids))
     if targets.group:
         query = query.where(devices.c.group_name == targets.group)
     if targets.profile:
         query = query.where(devices.c.profile == targets.profile)
-    found = sorted(row[0] for row in await connection.execute(query))
-    unknown = sorted(set(targets.device_ids) - set(found))
+    found = sorted((row[0], row[1], row[2]) for row in await connection.execute(query))
+    unknown = sorted(set(targets.device_ids) - {device_id for device_id, _, _ in found})
     if unknown:
         shown = ", ".join(unknown[:10])
         raise DeploymentError(
             422, f"{len(unknown)} device(s) unknown to the hub or outside the filter: {shown}"
         )
     return found
+
+
+def agent_devices(
+    release: dict[str, Any], found: Sequence[tuple[str, str, str]]
+) -> tuple[list[str], dict[str, Any]]:
+    """The devices of ``found`` (id, platform, Python) an agent release has a wheelhouse for,
+    and the others counted by why: ``{"devices": n, "reasons": {why: count}}``.
+
+    A device that reports no platform (an agent from before self-updates) is left out too:
+    it could not install the release. At most ``MAX_LEFT_OUT_REASONS`` reasons are named
+    (platforms are what devices report), the rest are counted as "other"."""
+    platforms, python = set(release["platforms"] or ()), release["python"]
+    kept: list[str] = []
+    why: Counter[str] = Counter()
+    for device_id, platform, device_python in found:
+        if not platform or not device_python:
+            why["reports no platform or Python (an agent without self-updates)"] += 1
+        elif platform not in platforms:
+            why[f"platform {platform}: no wheelhouse in this release"] += 1
+        elif device_python != python:
+            why[f"Python {device_python}: the release's wheels are for Python {python}"] += 1
+        else:
+            kept.append(device_id)
+    named = dict(why.most_common(MAX_LEFT_OUT_REASONS))
+    other = sum(why.values()) - sum(named.values())
+    reasons = {**named, **({"other platforms or Pythons": other} if other else {})}
+    return kept, {"devices": sum(why.values()), "reasons": reasons}
+
+
+def left_out_text(left_out: dict[str, Any]) -> str:
+    """``agent_devices``' count of left-out devices, for people."""
+    return "; ".join(f"{count} {why}" for why, count in left_out["reasons"].items())
 
 
 async def create_deployment(
@@ -297,7 +355,9 @@ async def create_deployment(
     the upload, whose serial must be above every serial already sent (``check_serial``);
     None (a caller that does not know): only the uploads it relayed before count. A rollback
     the server signs is re-issued: its envelopes get today's date and the release's lifetime
-    (an old release may have expired) besides their fresh serials.
+    (an old release may have expired) besides their fresh serials. An agent release is always
+    relayed (``signs`` is not asked), to the targeted devices it has a wheelhouse for
+    (``agent_devices``; the row's ``left_out`` counts the others).
     """
     if not targets.group and not targets.device_ids:
         raise DeploymentError(422, "say who gets it: 'group' and/or 'devices'")
@@ -313,10 +373,20 @@ async def create_deployment(
             f"deployment {busy['id']} of {release['model']} is still active: finish, "
             "abort or roll it back first",
         )
-    device_list = await _resolve_targets(connection, targets)
-    if not device_list:
+    found = await _resolve_targets(connection, targets)
+    if not found:
         raise DeploymentError(422, "no device known to the hub matches these targets")
-    if signs is not True:
+    device_list, left_out = [device_id for device_id, _, _ in found], None
+    agent = release["kind"] == "agent"
+    if agent:
+        device_list, left_out = agent_devices(release, found)
+        if not device_list:
+            raise DeploymentError(
+                422,
+                f"none of the {len(found)} targeted device(s) can install it: "
+                + left_out_text(left_out),
+            )
+    if agent or signs is not True:
         await check_serial(
             connection, release, relayed_only=signs is None, rollback=rollback_of is not None
         )
@@ -344,6 +414,7 @@ async def create_deployment(
             stage_count=len(sizes),
             rollback_of=rollback_of,
             **dates,
+            left_out=left_out,
             created_at=now,
             updated_at=now,
         )
@@ -475,6 +546,15 @@ async def rollback(
     old = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
     if old is None:
         raise DeploymentError(404, f"no deployment {deployment_id!r}")
+    deployed = await get_release(connection, old["release_id"])
+    if deployed is not None and deployed["kind"] == "agent":
+        raise DeploymentError(
+            422,
+            f"deployment {deployment_id} is of an agent release, which the hub does not roll "
+            "back: a device whose new agent fails its switch rolls back by itself (its boot "
+            "check), and a downgrade of the agent is a new agent release of the older version "
+            "(hub sign --agent gives it a new serial): upload that and deploy it",
+        )
     release = await find_release(connection, old["model"], version)
     if release is None:
         raise DeploymentError(404, f"no release of {old['model']} {version} on the hub")

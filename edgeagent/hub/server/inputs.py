@@ -514,5 +514,6 @@ def rollback(settings: ServerSettings) -> Schema:
 ACTION_BODY = obj({"reason": text(None, "why (shown with the deployment)")})
 ENVELOPE = {
     "type": "object",
-    "description": "a *.release.json exactly as `hub sign` wrote it; checked as a device would",
+    "description": "a *.release.json (or *.agent-release.json) exactly as `hub sign` wrote it; "
+    "checked as a device would",
 }

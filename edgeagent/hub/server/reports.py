@@ -137,6 +137,8 @@ def state_columns(report: StateReport) -> StateColumns:
         "profile": _text(profile.profile, 128),
         "board": _text(profile.board.model or profile.board.arch, 256),
         "agent_version": _text(report.agent_version, 64),
+        "platform": _text(report.platform, 64),
+        "python": _text(report.python, 16),
         "models": versions,
         "backends": backends,
         "governor_state": _text(governor.state, 32),

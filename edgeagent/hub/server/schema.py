@@ -19,6 +19,9 @@ devices = sa.Table(
     sa.Column("profile", sa.String(128), nullable=False, server_default=""),
     sa.Column("board", sa.String(256), nullable=False, server_default=""),
     sa.Column("agent_version", sa.String(64), nullable=False, server_default=""),
+    # what agent releases it can install: its wheelhouse platform and Python ("": not reported)
+    sa.Column("platform", sa.String(64), nullable=False, server_default=""),
+    sa.Column("python", sa.String(16), nullable=False, server_default=""),
     sa.Column("availability", sa.String(16), nullable=False, server_default="unknown"),
     sa.Column("models", sa.JSON, nullable=False),  # name → active version
     sa.Column("backends", sa.JSON, nullable=False),  # name → {runtime, device, precision}
@@ -55,11 +58,15 @@ releases = sa.Table(
     "releases",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False, server_default="model"),  # or "agent"
+    sa.Column("model", sa.String(128), nullable=False),  # "edgeagent" for agent releases
     sa.Column("version", sa.String(64), nullable=False),
     sa.Column("release_tag", sa.String(128), nullable=False),  # the manifest's deployment_id
     sa.Column("sha256", sa.String(64), nullable=False, unique=True),  # of the envelope
     sa.Column("envelope", sa.LargeBinary, nullable=False),  # exactly as `hub sign` wrote it
+    # an agent release's wheelhouse platforms and Python (None and "" for a model's)
+    sa.Column("platforms", sa.JSON, nullable=True),
+    sa.Column("python", sa.String(16), nullable=False, server_default=""),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Index("ix_releases_model_version", "model", "version"),
 )
@@ -86,6 +93,9 @@ deployments = sa.Table(
     # for an old release); None: the uploaded manifest's own
     sa.Column("issued_at", sa.Float, nullable=True),
     sa.Column("expires", sa.Float, nullable=True),
+    # an agent release's: the targeted devices it was not for, counted by why (their platform
+    # or Python has no wheelhouse in it); None for a model's
+    sa.Column("left_out", sa.JSON, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Index("ix_deployments_state", "state"),

@@ -9,6 +9,10 @@ the very same bytes again are the same row, not a replay). The trust file is rea
 upload, so a rotation (``hub rotate``) counts from the next upload without a restart. Without
 ``--trust`` (allowed only without a release key) the server signs nothing: it relays the
 uploaded envelope, which devices verify themselves, and judges only its form, dates and serial.
+
+Agent releases (code) are checked the same way under the trust file's ``agent`` role
+(``hub.verify.authentic``), with their own serial floor (the model name ``edgeagent``, which
+no model release may therefore use); the server never signs one, with or without a key.
 """
 
 from __future__ import annotations
@@ -21,12 +25,18 @@ import sqlalchemy as sa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
-from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
-from edgeagent.fleet.signing import TrustError, decode_envelope, keyid_of
+from edgeagent.fleet.signing import TrustError, keyid_of
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.server.schema import releases
-from edgeagent.hub.verify import authentic_release, check_for_fleet
+from edgeagent.hub.verify import (
+    AGENT_MODEL,
+    AnyRelease,
+    authentic,
+    check_for_fleet,
+    kind_of,
+    model_of,
+    read_manifest,
+)
 
 
 class UploadRefused(Exception):
@@ -59,38 +69,41 @@ def open_trust(trust_file: Path | None, keys: Sequence[Ed25519PrivateKey] = ()) 
 
 async def check_upload(
     connection: AsyncConnection, envelope: bytes, trust_file: Path | None
-) -> ReleaseManifest:
-    """The manifest of an upload that devices trusting ``trust_file`` would install over every
-    release of its model on this server; ``UploadRefused`` otherwise (nothing is written)."""
+) -> AnyRelease:
+    """The manifest (a model's or the agent's) of an upload that devices trusting
+    ``trust_file`` would install over every release of its model on this server;
+    ``UploadRefused`` otherwise (nothing is written)."""
     try:
         if trust_file is None:
-            manifest = parse_manifest(
-                decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
-            )
+            manifest = read_manifest(envelope)
         else:
-            manifest = authentic_release(envelope, TrustStore.load(trust_file))
+            manifest = authentic(envelope, TrustStore.load(trust_file))
     except TrustError as exc:
         raise UploadRefused(exc.code, f"devices would refuse this release: {exc}") from exc
-    floor = await serial_floor(connection, manifest.model, hashlib.sha256(envelope).hexdigest())
+    model = model_of(manifest)
+    if kind_of(manifest) == "model" and model == AGENT_MODEL:
+        raise UploadRefused(
+            "reserved_name",
+            f"the model name {AGENT_MODEL!r} is reserved for agent releases (hub sign --agent)",
+        )
+    floor = await serial_floor(connection, model, hashlib.sha256(envelope).hexdigest())
     try:
         check_for_fleet(manifest, serial_floor=floor)
     except TrustError as exc:
-        held = "" if floor is None else f" (this hub holds {manifest.model} serial {floor})"
+        held = "" if floor is None else f" (this hub holds {model} serial {floor})"
         raise UploadRefused(exc.code, f"devices would refuse this release: {exc}{held}") from exc
     return manifest
 
 
 async def serial_floor(connection: AsyncConnection, model: str, except_sha256: str) -> int | None:
-    """The highest serial among the stored releases of ``model`` other than the envelope with
-    ``except_sha256`` (None when there is none). Every envelope the server sends carries the
-    serial of a stored release, so this is also the highest it has sent."""
+    """The highest serial among the stored releases of ``model`` (``edgeagent``: the agent's)
+    other than the envelope with ``except_sha256`` (None when there is none). Every envelope
+    the server sends carries the serial of a stored release, so this is also the highest it
+    has sent."""
     rows = await connection.execute(
         sa.select(releases.c.envelope).where(
             releases.c.model == model, releases.c.sha256 != except_sha256
         )
     )
-    serials = [
-        parse_manifest(decode_envelope(row[0], max_bytes=len(row[0])).payload).serial
-        for row in rows
-    ]
+    serials = [read_manifest(row[0], max_bytes=len(row[0])).serial for row in rows]
     return max(serials, default=None)
