@@ -120,6 +120,9 @@ class Daemon:
             config.engine.worker_threads, thread_name_prefix="edgeagent-infer"
         )
         config.agent.state_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything reads the state: move its format forwards (snapshotted for a rollback
+        # while a switch to this version is on trial), or refuse a format newer than this code.
+        self._prepare_state(config)
         # The key sealed releases are wrapped for: created at first start, reported for the hub.
         try:
             self.device_key = open_device_key(config.agent.state_dir)
@@ -210,6 +213,22 @@ class Daemon:
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
+
+    @staticmethod
+    def _prepare_state(config: Config) -> None:
+        """The state directory in this version's format (selfupdate.stateformat)."""
+        from edgeagent.selfupdate.stateformat import StateFormatError, prepare_state
+
+        state_dir, root = config.agent.state_dir, config.updates.agent_root
+        try:
+            if root is None:
+                log.info("%s", prepare_state(state_dir, None))
+            else:  # with the switch's crash-test hook (EDGEAGENT_UPDATE_KILL_AT)
+                from edgeagent.updates.updater import checkpoint
+
+                log.info("%s", prepare_state(state_dir, root, checkpoint=checkpoint))
+        except StateFormatError as exc:
+            raise StartupError(str(exc)) from exc
 
     @property
     def listening(self) -> list[str]:

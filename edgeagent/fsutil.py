@@ -24,18 +24,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """Make a file's data durable (before a rename publishes it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(root: Path) -> None:
     """fsync every file and directory below ``root`` (bottom-up), so a rename publishes data."""
     for directory, _dirs, files in os.walk(root, topdown=False):
         for name in files:
             path = os.path.join(directory, name)
-            if os.path.islink(path):
-                continue
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if not os.path.islink(path):
+                fsync_file(Path(path))
         fsync_dir(Path(directory))
 
 

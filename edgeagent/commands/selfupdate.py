@@ -1,9 +1,11 @@
-"""``edgeagent agent-update init|boot-check|status``: the A/B root of agent self-updates.
+"""``edgeagent agent-update init|boot-check|check-state|status``: agent self-updates.
 
 ``init`` makes a root from a directory of wheels (the first version: later ones arrive as
 signed agent releases) and prints the systemd drop-in that runs the agent from it;
-``boot-check`` is what ``<root>/boot-check`` runs before each start; ``status`` shows the
-versions, links, committed serial and any switch on trial.
+``boot-check`` is what ``<root>/boot-check`` runs before each start; ``check-state`` says what
+this version would do with a state directory (the running agent runs a new version's before a
+switch); ``status`` shows the versions, links, committed serial, any switch on trial and the
+state snapshot kept for its rollback.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ DEFAULT_ROOT = Path("/opt/edgeagent")
 
 
 def dropin(root: Path) -> str:
-    """The unit drop-in of an A/B install (``systemctl edit edgeagent``)."""
+    """The unit drop-in of an A/B install (``systemctl edit edgeagent``).
+
+    ``RestartPreventExitStatus=`` (emptied): a version on trial that exits 2 at start (a config
+    or state it refuses) must still be restarted, or the boot check never runs to roll it back.
+    """
     return (
         "[Service]\n"
         f"ExecStartPre=\nExecStartPre={root}/boot-check\n"
         f"ExecStart=\nExecStart={root}/current/venv/bin/edgeagent run\n"
         "Restart=always\n"
+        "RestartPreventExitStatus=\n"
         f"ReadWritePaths={root}\n"
     )
 
@@ -63,6 +70,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     boot.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="the A/B root")
     boot.set_defaults(handler=lambda args: _boot(args.root))
+    check = actions.add_parser(
+        "check-state",
+        formatter_class=DefaultsFormatter,
+        help="can this version read the state directory? (exit 0 yes, perhaps migrating; 2 no)",
+    )
+    check.add_argument(
+        "--config", type=Path, metavar="FILE", help="agent.toml naming [agent] state_dir"
+    )
+    check.add_argument(
+        "--state-dir", type=Path, metavar="DIR", help="the state directory (instead of --config)"
+    )
+    check.set_defaults(handler=run_check_state)
     status = actions.add_parser(
         "status",
         formatter_class=DefaultsFormatter,
@@ -107,13 +126,31 @@ def run_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_check_state(args: argparse.Namespace) -> int:
+    from edgeagent.config import load_config
+    from edgeagent.sections import ConfigError
+    from edgeagent.selfupdate.stateformat import StateFormatError, plan
+
+    try:
+        state_dir = args.state_dir or load_config(args.config).agent.state_dir
+        todo = plan(state_dir)
+        todo.check_restorable()
+    except (ConfigError, StateFormatError) as exc:
+        print(f"edgeagent agent-update check-state: {exc}", file=sys.stderr)
+        return 2
+    print(todo.describe())
+    return 0
+
+
 def run_status(args: argparse.Namespace) -> int:
+    from edgeagent.selfupdate import snapshot
     from edgeagent.selfupdate.layout import Layout
     from edgeagent.selfupdate.state import StateError, SwitchState
 
     layout, state = Layout(args.root), SwitchState(args.root)
     try:
         pending, record = state.pending(), state.record()
+        saved = snapshot.load(args.root)
     except StateError as exc:
         print(f"edgeagent agent-update status: {exc}", file=sys.stderr)
         return 2
@@ -125,6 +162,7 @@ def run_status(args: argparse.Namespace) -> int:
         "committed": {"version": record.version, "serial": record.serial},
         "bad": record.bad,
         "pending": None if pending is None else pending.__dict__ | {"models": list(pending.models)},
+        "state_snapshot": None if saved is None else saved.__dict__,
     }
     if args.json:
         print(json.dumps(document, indent=2))
@@ -132,4 +170,6 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"current {document['current']}  previous {document['previous']}")
         print(f"installed {', '.join(layout.installed()) or '-'}; bad {record.bad or '-'}")
         print(f"committed serial {record.serial}; pending: {pending or '-'}")
+        if saved is not None:
+            print(f"state snapshot for {saved.to_version}: format {saved.format}, {saved.saved}")
     return 0

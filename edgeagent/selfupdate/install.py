@@ -8,8 +8,9 @@ scripts name their interpreter), and a version counts as installed only once
 
 pip runs from the *running* agent's interpreter against the new venv (``pip --python``, pip >=
 22.3) with ``--no-index``: the device never asks a package index for anything. Before any link
-moves, the new version's own ``edgeagent config check`` must accept the live config, so a new
-version that cannot read it is refused with the old one untouched.
+moves, the new version's own ``edgeagent config check`` must accept the live config and its
+``edgeagent agent-update check-state`` the state directory that config names, so a new version
+that cannot read either is refused with the old one untouched.
 """
 
 from __future__ import annotations
@@ -159,12 +160,23 @@ def _site_packages(venv: Path) -> Path:
     return found[0]
 
 
+def _judge(
+    layout: Layout, version: str, args: list[str], code: str, what: str, timeout_s: float
+) -> None:
+    """Run one of the new version's own checks; non-zero exit → InstallError ``code``."""
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # not the service
+    _run([str(layout.executable(version)), *args], timeout_s, code, f"agent {version} {what}", env)
+
+
 def check_config(layout: Layout, version: str, config_file: Path, timeout_s: float) -> None:
     """The new version's own ``config check`` on the live config (absent file: defaults)."""
-    command = [str(layout.executable(version)), "config", "check"]
-    if config_file.exists():
-        command.append(str(config_file))
-    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # not the service
-    _run(
-        command, timeout_s, "config_refused", f"agent {version} config check of {config_file}", env
-    )
+    args = ["config", "check", *([str(config_file)] if config_file.exists() else [])]
+    _judge(layout, version, args, "config_refused", f"config check of {config_file}", timeout_s)
+
+
+def check_state(layout: Layout, version: str, config_file: Path, timeout_s: float) -> None:
+    """The new version's own ``agent-update check-state`` on the state directory the live
+    config names: a state format newer than it reads is refused (``state_refused``)."""
+    args = ["agent-update", "check-state"]
+    args += ["--config", str(config_file)] if config_file.exists() else []
+    _judge(layout, version, args, "state_refused", "check-state", timeout_s)

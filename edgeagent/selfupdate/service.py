@@ -2,7 +2,8 @@
 
 In the **old** version (``apply``, from the update worker): verify the envelope under the
 ``agent`` role, download the wheelhouse, install it into its own venv, let the new version's
-``config check`` judge the live config (refused → nothing switched), record the pending switch,
+``config check`` judge the live config and its ``agent-update check-state`` the state directory
+(refused → nothing switched), record the pending switch,
 flip ``current``, and stop so the service manager restarts into the new version (systemd
 ``Restart=always``; the boot check counts that start first).
 
@@ -10,14 +11,17 @@ In the **new** version (``start``, with the update service): when a switch to th
 is pending, a task confirms it — it runs after the daemon told systemd READY (the daemon's start
 sends READY synchronously right after its services start, and the task first runs at the next
 turn of the event loop), health-checks every model that served before the switch, within the
-switch deadline — then commits: the serial becomes the floor, the pending record goes, old
-versions are pruned, and the outcome is reported. A failure writes the verdict and stops the
+switch deadline — then commits: the serial becomes the floor, the state snapshot its migration
+left (``stateformat``) and the pending record go, old versions are pruned, and the outcome is
+reported. A failure writes the verdict and stops the
 agent: the boot check, from the old code, rolls back. ``start`` also reports an outcome the boot
 check left behind (a rollback), so the hub hears of every switch.
 
 ``checkpoint(name)`` is the crash-test hook of the model updater (``EDGEAGENT_UPDATE_KILL_AT``):
 ``agent_downloaded``, ``agent_prepared``, ``agent_pending``, ``agent_switched_previous``,
-``agent_switched``, ``agent_confirming``, ``agent_committing``, ``agent_committed``.
+``agent_switched``, ``agent_confirming``, ``agent_committing``, ``agent_committed`` (and, at
+the new version's start, ``stateformat``'s ``agent_snapshotted``, ``agent_migrated``; in the
+boot check's rollback, ``agent_restored``, ``agent_rolled_back``).
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ from edgeagent.fleet.agent_manifest import AgentRefused, verify_agent_release
 from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ManifestError
 from edgeagent.fleet.signing import TrustError, VerificationError
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.selfupdate import snapshot
 from edgeagent.selfupdate.install import (
     InstallError,
     InstallSettings,
     check_config,
+    check_state,
     install_version,
 )
 from edgeagent.selfupdate.layout import Layout
@@ -184,9 +190,8 @@ class AgentUpdates:
 
     def _prepare(self, version: str, archive: Path) -> None:
         install_version(self.layout, version, archive, self.settings.install)
-        check_config(
-            self.layout, version, self.settings.config_file, self.settings.install.timeout_s
-        )
+        for check in (check_config, check_state):
+            check(self.layout, version, self.settings.config_file, self.settings.install.timeout_s)
 
     def _refuse(self, release: dict[str, str], code: str, message: str) -> dict[str, Any]:
         return self.reporter.outcome(release, "refused", code, message)
@@ -213,19 +218,21 @@ class AgentUpdates:
         except Exception as exc:
             self._fail(pending, getattr(exc, "code", "health_check_failed"), str(exc))
             return
+        message = (
+            f"agent {pending.from_version} -> {pending.to_version} (serial {pending.serial}): "
+            f"READY, {len(pending.models)} model(s) healthy"
+        )
         self.state.commit(pending.to_version, pending.serial)
         self.checkpoint("agent_committing")
+        # left first: a crash before the report below still reports it at the next start
+        self.state.leave_outcome(pending.release, "succeeded", "committed", message)
+        snapshot.discard(self.layout.root)  # no way back to the old format from here on
         self.state.clear_pending()
         self.checkpoint("agent_committed")
         pruned = self.layout.prune(self.settings.keep_versions)
-        self.reporter.outcome(
-            pending.release,
-            "succeeded",
-            "committed",
-            f"agent {pending.from_version} -> {pending.to_version} (serial {pending.serial}): "
-            f"READY, {len(pending.models)} model(s) healthy"
-            + (f"; pruned {', '.join(pruned)}" if pruned else ""),
-        )
+        if self.state.take_outcome() is not None:
+            pruning = f"; pruned {', '.join(pruned)}" if pruned else ""
+            self.reporter.outcome(pending.release, "succeeded", "committed", message + pruning)
 
     async def _check(self, pending: PendingSwitch) -> None:
         for name in pending.models:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -32,12 +34,15 @@ from devtools.broker import Broker
 from devtools.tiny import write_tiny_package
 from devtools.waiting import wait_until
 from edgeagent.api.client import AgentClient
+from edgeagent.commands.selfupdate import dropin
 from edgeagent.fleet.agent_manifest import this_platform
 from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.agent_release import sign_agent_release
 from edgeagent.hub.keys import keygen
 from edgeagent.hub.publish import publish
 from edgeagent.hub.serials import ReleaseSerials
+from edgeagent.selfupdate.layout import MARKER, Layout
+from edgeagent.selfupdate.state import PendingSwitch, SwitchState
 from tests.support.helpers import REPO
 from tests.support.supervisor import Supervisor
 
@@ -46,45 +51,75 @@ DEVICE = "dev-ab"
 BASE = "0.1.0"
 
 
-def _break(version: str) -> Callable[[Path], None] | None:
-    """How the tree of ``version`` is broken on purpose (None: a good version)."""
-    patches: dict[str, tuple[str, str, str]] = {
-        # crashes when `edgeagent run` imports the daemon; `config check` still passes
-        "0.3.0": ("edgeagent/daemon.py", "", '\nraise ImportError("0.3.0 broken on purpose")\n'),
-        # blocks its event loop after loading, before it tells the service manager READY
-        "0.4.0": (
+Patch = tuple[str, str, str]  # file, text found there once ("": the end), text put instead
+
+_HEALTH_CHECK = "        try:\n            model = self.registry.get(name)\n"
+_FAILS_HEALTH_CHECK: Patch = (
+    "edgeagent/updates/updater.py",
+    _HEALTH_CHECK,
+    '        raise InstallFailed("health_check_failed", "broken on purpose")\n' + _HEALTH_CHECK,
+)
+# state format 2, as a developer would add it: one migration, and the code that reads it
+_FORMAT_2: list[Patch] = [
+    (
+        "edgeagent/selfupdate/migrations.py",
+        "",
+        """
+
+def _keys_in_a_directory(state_dir: Path) -> None:
+    keys = state_dir / "keys"
+    keys.mkdir(mode=0o700, exist_ok=True)
+    for name in ("device-key.pem", "device-key.pub"):
+        if (state_dir / name).exists():
+            (state_dir / name).replace(keys / name)
+
+
+MIGRATIONS = (
+    *MIGRATIONS,
+    Migration(
+        2, "the device key pair moves into keys/", ("device-key.pem", "device-key.pub", "keys"),
+        _keys_in_a_directory,
+    ),
+)
+""",
+    ),
+    ("edgeagent/models/device_key.py", '= "device-key.pem"', '= "keys/device-key.pem"'),
+]
+_PATCHES: dict[str, list[Patch]] = {
+    # crashes when `edgeagent run` imports the daemon; `config check` still passes
+    "0.3.0": [("edgeagent/daemon.py", "", '\nraise ImportError("0.3.0 broken on purpose")\n')],
+    # blocks its event loop after loading, before it tells the service manager READY
+    "0.4.0": [
+        (
             "edgeagent/daemon.py",
             "        self.notifier.ready(summary)\n",
-            "        time.sleep(3600)  # hangs before READY on purpose\n",
-        ),
-        # READY, but its confirmation health check fails
-        "0.5.0": (
-            "edgeagent/updates/updater.py",
-            "        try:\n            model = self.registry.get(name)\n",
-            '        raise InstallFailed("health_check_failed", "0.5.0 broken on purpose")\n',
-        ),
-        # cannot read the live config: must be refused before the switch
-        "0.6.0": (
+            "        time.sleep(3600)  # hangs before READY on purpose\n"
+            "        self.notifier.ready(summary)\n",
+        )
+    ],
+    # READY, but its confirmation health check fails
+    "0.5.0": [_FAILS_HEALTH_CHECK],
+    # cannot read the live config: must be refused before the switch
+    "0.6.0": [
+        (
             "edgeagent/commands/config.py",
             "def run_check(args: argparse.Namespace) -> int:\n",
+            "def run_check(args: argparse.Namespace) -> int:\n"
             '    print("0.6.0 cannot read this config", file=sys.stderr)\n    return 2\n',
-        ),
-    }
-    if version not in patches:
-        return None
-    relative, anchor, insert = patches[version]
+        )
+    ],
+    "0.7.0": _FORMAT_2,  # migrates the state to format 2, and serves on it
+    "0.8.0": [*_FORMAT_2, _FAILS_HEALTH_CHECK],  # migrates, then fails its health check
+}
 
-    def apply(tree: Path) -> None:
+
+def _break(tree: Path, version: str) -> None:
+    """Make the tree of ``version`` what ``_PATCHES`` says (nothing: a good version)."""
+    for relative, old, new in _PATCHES.get(version, []):
         path = tree / relative
         text = path.read_text()
-        if not anchor:
-            path.write_text(text + insert)
-            return
-        assert text.count(anchor) == 1, anchor
-        index = text.index(anchor) + (len(anchor) if "def " in anchor else 0)
-        path.write_text(text[:index] + insert + text[index:])
-
-    return apply
+        assert not old or text.count(old) == 1, (relative, old)
+        path.write_text(text.replace(old, new) if old else text + new)
 
 
 def _build_wheel(version: str, work: Path) -> Path:
@@ -103,9 +138,7 @@ def _build_wheel(version: str, work: Path) -> Path:
         text, count = re.subn(pattern, f'{key} = "{version}"', path.read_text(), count=1)
         assert count == 1, name
         path.write_text(text)
-    broken = _break(version)
-    if broken is not None:
-        broken(tree)
+    _break(tree, version)
     wheels = work / f"wheels-{version}"
     subprocess.run(
         [PYTHON, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", ".", "-w",
@@ -120,7 +153,8 @@ def _build_wheel(version: str, work: Path) -> Path:
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The agent's wheel directory per version, built once per session."""
     work = tmp_path_factory.mktemp("agent-wheels")
-    return {v: _build_wheel(v, work) for v in (BASE, "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0")}
+    versions = (BASE, "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0")
+    return {v: _build_wheel(v, work) for v in versions}
 
 
 @pytest.fixture(scope="session")
@@ -336,3 +370,163 @@ def test_sigkill_at_each_step_of_the_switch_recovers(device: Device, step, start
     record = json.loads((device.root / "committed.json").read_text()) if final != BASE else {}
     assert record.get("version") == (None if final == BASE else final)
     assert Path(device.root / "current").resolve().name == final
+
+
+def _declared(state: Path) -> dict:
+    return json.loads((state / "state-format.json").read_text())
+
+
+def test_a_state_format_change_migrates_forwards_and_a_rollback_restores_it(device: Device):
+    """0.8.0 migrates the state to format 2, then fails its check: 0.1.0 serves again on the
+    state it knows; 0.7.0 migrates and commits; then 0.2.0, which reads format 1 only, is
+    refused before the switch."""
+    supervisor = device.run()
+    state, snapshot = device.tmp / "state", device.root / "state-snapshot"
+    key = device.status()["device_key"]["public_key"]
+    assert _declared(state) == {"format": 1, "written_by": BASE}
+    device.send(device.sign("0.8.0"))
+    wait_until(lambda: any(s.version == "0.8.0" for s in supervisor.starts), timeout=120)
+    device.wait_serving(BASE)
+    assert "migrated to format 2" in (device.tmp / "supervisor.log").read_text()
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == "0.8.0")
+    outcome = device.last_agent_outcome()
+    assert outcome["code"] == "health_check_failed", outcome
+    assert "state restored to format 1" in outcome["message"]
+    assert _declared(state) == {"format": 1, "written_by": BASE} and not snapshot.exists()
+    assert (state / "device-key.pem").is_file() and not (state / "keys").exists()
+    assert device.status()["device_key"]["public_key"] == key  # its key, not a new one
+
+    device.send(device.sign("0.7.0"))
+    device.wait_serving("0.7.0")
+    assert _declared(state) == {"format": 2, "written_by": "0.7.0"} and not snapshot.exists()
+    assert (state / "keys" / "device-key.pem").is_file() and not (state / "device-key.pem").exists()
+    assert device.status()["device_key"]["public_key"] == key
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "committed")
+
+    starts = len(supervisor.starts)
+    device.send(device.sign("0.2.0"))  # a newer serial, but an older state format
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "state_refused")
+    assert "reads formats up to 1" in device.last_agent_outcome()["message"]
+    assert len(supervisor.starts) == starts and device.agent_version() == "0.7.0"
+    assert not (device.root / "versions" / "0.2.0").exists()
+
+
+# --- the shipped unit under a real systemd ---------------------------------------------------
+
+_SYSTEMD = next((p for p in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if
+                 Path(p).exists()), None)  # fmt: skip
+# The [Service] keys of systemd/edgeagent.service that decide starts and restarts; the rest is
+# hardening and device access, which a user manager cannot apply.
+_START_KEYS = ("Type", "NotifyAccess", "ExecStartPre", "ExecStart", "Restart", "RestartSec",
+               "RestartPreventExitStatus", "TimeoutStartSec", "KillMode",
+               "TimeoutStopSec")  # fmt: skip
+
+
+def _start_logic(unit: str) -> str:
+    lines = [line for line in unit.splitlines() if line.split("=", 1)[0] in _START_KEYS]
+    return "[Service]\n" + "\n".join(lines) + "\n"
+
+
+class UserSystemd:
+    """``systemd --user`` in a private mount namespace: it starts only where
+    /run/systemd/system exists (a container's init makes none), so a tmpfs over /run in that
+    namespace holds one; its runtime and unit directories are under ``tmp``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.env = {
+            **os.environ,
+            "XDG_RUNTIME_DIR": str(tmp / "xdg-run"),
+            "XDG_CONFIG_HOME": str(tmp / "xdg-config"),
+            "HOME": str(tmp),
+        }
+        (tmp / "xdg-run").mkdir(mode=0o700)
+        self.units = tmp / "xdg-config" / "systemd" / "user"
+        self.units.mkdir(parents=True)
+        script = f"mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/system && exec {_SYSTEMD}"
+        self.process = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script + " --user"],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        # (is-system-running answers "offline" in a container: it cannot stat /proc/1/root)
+        wait_until(lambda: self.process.poll() is not None or self.manager("SystemState")
+                   in ("running", "degraded"), timeout=30)  # fmt: skip
+        if self.process.poll() is not None:
+            pytest.skip(f"systemd --user exited {self.process.returncode} in a mount namespace")
+
+    def manager(self, prop: str) -> str:
+        return self.ctl("show", "-p", prop, "--value").stdout.strip()
+
+    def ctl(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["systemctl", "--user", *args], env=self.env, capture_output=True,
+                              text=True, timeout=30, check=False)  # fmt: skip
+
+    def show(self, unit: str, prop: str) -> str:
+        return self.ctl("show", unit, "-p", prop, "--value").stdout.strip()
+
+    def close(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture
+def user_systemd(tmp_path: Path) -> Iterator[UserSystemd]:
+    if _SYSTEMD is None or shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs systemd, unshare and root (a private mount namespace)")
+    manager = UserSystemd(tmp_path)
+    yield manager
+    manager.close()
+
+
+def _fake_version(layout: Layout, version: str, agent: str) -> None:
+    """A version directory whose ``python`` is this interpreter (its boot check is this
+    checkout's) and whose ``edgeagent`` is ``agent``: the unit's logic is under test here, not
+    the agent (the tests above run real versions)."""
+    bin_dir = layout.venv(version) / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, text in (("python", f'#!/bin/sh\nexec {PYTHON} "$@"\n'), ("edgeagent", agent)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (layout.version_dir(version) / MARKER).write_text("{}")
+
+
+_SERVES = f"""#!{PYTHON}
+import os, signal, socket
+address = os.environ["NOTIFY_SOCKET"]
+socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(
+    b"READY=1", "\\0" + address[1:] if address.startswith("@") else address)
+signal.pause()
+"""
+
+
+def test_the_shipped_unit_under_systemd_rolls_back_a_version_that_exits_at_start(
+    tmp_path: Path, user_systemd: UserSystemd
+):
+    """Real systemd runs the shipped unit's start logic with the A/B drop-in: a new version
+    that exits 2 at start (what a config or state refusal exits with) is restarted, counted by
+    the ExecStartPre boot check and rolled back; the old version becomes active."""
+    layout, state = Layout(tmp_path / "opt"), SwitchState(tmp_path / "opt")
+    _fake_version(layout, BASE, _SERVES)
+    _fake_version(layout, "0.2.0", "#!/bin/sh\necho 'cannot start' >&2\nexit 2\n")
+    layout.adopt(BASE)
+    state.write_pending(PendingSwitch(BASE, "0.2.0", 1, "d", time.time() + 600, 2))
+    layout.switch("0.2.0")
+    unit = (REPO / "systemd" / "edgeagent.service").read_text()
+    (user_systemd.units / "edgeagent.service").write_text(_start_logic(unit))
+    dropins = user_systemd.units / "edgeagent.service.d"
+    dropins.mkdir()
+    (dropins / "10-ab.conf").write_text(dropin(layout.root))
+    (dropins / "20-test.conf").write_text("[Service]\nRestartSec=100ms\n")  # not 5 s a restart
+    assert user_systemd.ctl("daemon-reload").returncode == 0
+    user_systemd.ctl("start", "--no-block", "edgeagent.service")
+    settled = ("active", "failed", "inactive")  # inactive: stopped for good, no restart queued
+    wait_until(lambda: user_systemd.show("edgeagent.service", "ActiveState") in settled and
+               user_systemd.show("edgeagent.service", "Job") == "", 60)  # fmt: skip
+    status = user_systemd.ctl("status", "--no-pager", "edgeagent.service").stdout
+    assert user_systemd.show("edgeagent.service", "ActiveState") == "active", status
+    assert layout.current() == BASE and state.pending() is None
+    assert state.record().bad == ["0.2.0"] and state.take_outcome()["code"] == "no_commit"
+    assert user_systemd.show("edgeagent.service", "NRestarts") == "2"  # two tries, then back
+    assert user_systemd.show("edgeagent.service", "SubState") == "running"

@@ -1,7 +1,8 @@
 """A service manager for tests that behaves like systemd for the agent's unit (A/B drop-in).
 
 ``Type=notify`` (READY over ``$NOTIFY_SOCKET``), ``ExecStartPre=<root>/boot-check``,
-``ExecStart=<root>/current/venv/bin/edgeagent run``, ``Restart=always``, ``TimeoutStartSec``
+``ExecStart=<root>/current/venv/bin/edgeagent run``, ``Restart=always`` whatever the exit
+status (the drop-in empties ``RestartPreventExitStatus``), ``TimeoutStartSec``
 (a start that sends no READY in time is killed, as systemd does), and ``systemctl stop``.
 Every start is recorded (version, pid, READY or not, exit status) so tests can wait on what a
 real device would go through; ``extra_env`` adds variables to chosen starts only (crash hooks).
