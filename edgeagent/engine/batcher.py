@@ -46,6 +46,7 @@ from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
+from edgeagent.hardware.instances import Placement
 from edgeagent.models.package import TensorSpec
 from edgeagent.runtimes.base import Backend, ManagedSession, Session
 
@@ -297,22 +298,26 @@ class Batcher:
         cap = self._cap(limits)
         await self._fill(cap)
         await self._set_power_mode(limits.prefer_low_power)
-        await self._gate.acquire(self._limits)
+        rows = min(cap, self._ready_rows(self._pending[0].signature)) if self._pending else 1
+        queued = sum(r.rows for r in self._pending)  # the instance and its device, then its turn
+        placement = await self._gate.admit(self.session, self._limits, rows, queued - rows)
         batch = self._take(self._cap(self._limits()))
         if not batch:
-            await self._gate.release()
+            placement.cancel()
+            await self._gate.release(placement.device)
             return False
-        task = spawn(self._run_batch(batch), name=f"batch-run:{self.model}")
+        task = spawn(self._run_batch(batch, placement), name=f"batch-run:{self.model}")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return True
 
-    async def _run_batch(self, batch: list[_Request]) -> None:
+    async def _run_batch(self, batch: list[_Request], placement: Placement) -> None:
         """One batch on one instance; frees the gate and the instance whatever happens."""
         try:
-            await self._execute(batch)
+            await self._execute(batch, placement)
         finally:
-            await self._gate.release()
+            placement.cancel()  # a no-op once the batch ran
+            await self._gate.release(placement.device)
             self._free.release()
 
     def _cap(self, limits: ServingLimits) -> int:
@@ -391,9 +396,9 @@ class Batcher:
         except Exception:
             log.exception("model %s: switching to power mode %s failed", self.model, mode)
 
-    def _series(self) -> _Series:
+    def _series(self, session: Session) -> _Series:
         """The labelled metrics of the backend that runs now (it changes on failover)."""
-        backend = ":".join(backend_of(self.session))
+        backend = ":".join(backend_of(session))
         series = self._series_by_backend.get(backend)
         if series is None:
             series = self._series_by_backend[backend] = _Series.of(
@@ -401,15 +406,15 @@ class Batcher:
             )
         return series
 
-    async def _execute(self, batch: list[_Request]) -> None:
+    async def _execute(self, batch: list[_Request], placement: Placement) -> None:
         loop = asyncio.get_running_loop()
         start = time.monotonic()
-        series = self._series()
+        series = self._series(placement.session)
         for request in batch:
             series.queue_wait.observe(start - request.enqueued)
         try:
             answers, (input_ns, infer_ns, output_ns) = await loop.run_in_executor(
-                self._executor, self._compute, batch
+                self._executor, self._compute, batch, placement
             )
         except Exception as exc:
             log.warning("model %s: batch of %d failed: %s", self.model, len(batch), exc)
@@ -440,12 +445,14 @@ class Batcher:
                 service_ns=input_ns + infer_ns + output_ns,
             )
 
-    def _compute(self, batch: list[_Request]) -> tuple[list[Answer], tuple[int, int, int]]:
-        """Worker thread: concatenate, run, split by row offsets."""
+    def _compute(
+        self, batch: list[_Request], placement: Placement
+    ) -> tuple[list[Answer], tuple[int, int, int]]:
+        """Worker thread: concatenate, run on the placed instance, split by row offsets."""
         t0 = time.perf_counter_ns()
         feeds = concat_feeds(self.inputs, [r.feeds for r in batch])
         t1 = time.perf_counter_ns()
-        outputs = self.session.run(feeds)
+        outputs = placement.run(feeds)
         t2 = time.perf_counter_ns()
         answers = split_outputs(outputs, [r.rows for r in batch])
         t3 = time.perf_counter_ns()

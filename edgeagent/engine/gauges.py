@@ -3,15 +3,20 @@
 ``edgeagent_model_loaded`` has one series per serving version and backend, and
 ``edgeagent_queue_depth`` one per model name, summed over its live versions (a canary and its
 stable version queue separately). ``edgeagent_execution_plan`` has one series per field of a
-version's execution plan (instances, threads, merged batch, the search's rows/s). The labels
+version's execution plan (instances, threads, merged batch, the search's rows/s), and
+``edgeagent_execution_instance`` one per instance and figure (its device, measured service
+time, batches, share, in flight), read when scraped. The labels
 are remembered at load time, so a version whose backend changed by failover still has its
 series removed when it goes.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.serving import LoadedModel
+from edgeagent.hardware.instances import InstanceGroup
 
 
 class ModelGauges:
@@ -21,6 +26,7 @@ class ModelGauges:
         self._metrics = metrics
         self._loaded_labels: dict[LoadedModel, tuple[str, ...]] = {}
         self._plan_labels: dict[LoadedModel, list[tuple[str, ...]]] = {}
+        self._instance_labels: dict[LoadedModel, list[tuple[str, ...]]] = {}
         self._live: dict[str, set[LoadedModel]] = {}
 
     def on_load(self, model: LoadedModel) -> None:
@@ -35,6 +41,7 @@ class ModelGauges:
         self._loaded_labels[model] = labels
         self._metrics.loaded.labels(*labels).set(1)
         self._set_plan(model)
+        self._set_instances(model)
         live = self._live.setdefault(model.name, set())
         live.add(model)
         self._metrics.queue_depth.labels(model.name).set_function(
@@ -47,6 +54,8 @@ class ModelGauges:
             self._metrics.loaded.remove(*labels)
         for plan_labels in self._plan_labels.pop(model, []):
             self._metrics.plan.remove(*plan_labels)
+        for instance_labels in self._instance_labels.pop(model, []):
+            self._metrics.instance.remove(*instance_labels)
         live = self._live.get(model.name)
         if live is None:
             return
@@ -67,3 +76,17 @@ class ModelGauges:
             self._metrics.plan.labels(*series).set(float(value))
             labels.append(series)
         self._plan_labels[model] = labels
+
+    def _set_instances(self, model: LoadedModel) -> None:
+        """One ``edgeagent_execution_instance`` series per instance and figure of a group."""
+        group = model.session
+        if not isinstance(group, InstanceGroup):
+            return
+        labels: list[tuple[str, ...]] = []
+        for index, instance in enumerate(group.scheduler.instances):
+            for field in group.scheduler.FIELDS:
+                series = (model.name, model.version, str(index), instance.device, field)
+                figure = partial(group.scheduler.figure, index, field)
+                self._metrics.instance.labels(*series).set_function(figure)
+                labels.append(series)
+        self._instance_labels[model] = labels

@@ -155,3 +155,10 @@ class EngineMetrics:
             ["model", "version", "source", "field"],
             registry=registry,
         )
+        self.instance = Gauge(
+            "edgeagent_execution_instance",
+            "Each execution instance of a loaded version, by device: service_seconds (EWMA of "
+            "its most frequent batch size), batches, share (of the version's batches), in_flight",
+            ["model", "version", "instance", "device", "field"],
+            registry=registry,
+        )

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgeagent.hardware.choose import Choice, Chooser, PowerReader, is_cpu, why_not
+from edgeagent.hardware.choose import Choice, Chooser, Option, PowerReader, is_cpu, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
-from edgeagent.hardware.instances import InstanceGroup
+from edgeagent.hardware.instances import InstanceGroup, Lane
 from edgeagent.hardware.plan_search import (
     MeasuredPlan,
     PlanRequest,
@@ -21,9 +21,10 @@ from edgeagent.hardware.plan_search import (
     hardware_key,
     search,
 )
-from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober
+from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober, ProbeResult
 from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.hardware.spread import device_key, lane_order, pick_devices, wanted_devices
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage
 from edgeagent.models.sealed import Unsealer
@@ -104,18 +105,20 @@ class Accelerators:
         """Choose a candidate for ``package`` and return a session that falls back on failure.
 
         With ``plan``, the chosen candidate runs as the execution plan says (``search_plan``):
-        an InstanceGroup of resilient sessions, one per instance. Blocking (it loads and runs
-        models): call it in a worker thread. RuntimeLoadError lists every candidate's reason
-        when none works.
+        an InstanceGroup of resilient sessions, one per instance. With a ``spread`` over
+        several devices (model.toml ``[serving] spread``, else ``[hardware] spread``), every
+        device's best working candidate runs as a lane of that group under its own plan
+        (``spread``). Blocking (it loads and runs models): call it in a worker thread.
+        RuntimeLoadError lists every candidate's reason when none works.
         """
         choice = self.choose(package)
         if choice.session is None or choice.chosen is None:
-            reasons = "; ".join(f"{o.key}: {why_not(choice, o)}" for o in choice.options)
-            raise RuntimeLoadError(
-                f"no candidate of profile {self.profile.name} runs {package.name}: {reasons}"
-            )
+            raise RuntimeLoadError(self._none_works(package, choice))
+        spread = package.serving.spread or self.settings.spread
         session: ResilientSession | InstanceGroup
-        if plan is None:
+        if wanted_devices(spread) != (1, None):
+            session = self._spread(package, choice, plan or PlanRequest(auto=False), spread)
+        elif plan is None:
             session = self._resilient(package, choice, choice.session, self.prober)
         else:
             measured, sessions = self.search_plan(package, choice, plan)
@@ -128,17 +131,73 @@ class Accelerators:
             self._choices[f"{package.name}:{package.version}"] = choice
         return session
 
+    def _none_works(self, package: ModelPackage, choice: Choice) -> str:
+        reasons = "; ".join(f"{o.key}: {why_not(choice, o)}" for o in choice.options)
+        return f"no candidate of profile {self.profile.name} runs {package.name}: {reasons}"
+
+    def _spread(
+        self,
+        package: ModelPackage,
+        choice: Choice,
+        request: PlanRequest,
+        spread: int | Sequence[str],
+    ) -> InstanceGroup:
+        """One lane per device (``spread.pick_devices``), each its own plan and instances,
+        each instance a resilient session failing over within its device first."""
+        model_hash = package.content_hash()
+
+        def load(option: Option) -> tuple[Session | None, ProbeResult]:
+            assert option.variant is not None
+            return self.prober.load(
+                package, option.candidate, option.variant, model_hash=model_hash
+            )
+
+        picked = pick_devices(choice, spread, load)
+        if not picked:
+            raise RuntimeLoadError(
+                f"no device of spread {spread!r} runs {package.name} (devices of profile "
+                f"{self.profile.name}: {', '.join(self._devices()) or 'none'}): "
+                + self._none_works(package, choice)
+            )
+        group = {device_key(option.candidate) for option, _ in picked}
+        order = choice.fallback_order()
+        lanes = []
+        for option, first in picked:
+            measured, sessions = self.plan_of(package, option, first, request)
+            prober = self.prober.with_threads(measured.shape.threads)
+            fallback = lane_order(order, option, group)
+            resilient = [
+                self._resilient(package, choice, s, prober, option, fallback) for s in sessions
+            ]
+            lanes.append(Lane(device_key(option.candidate), measured, resilient))
+        log.info("%s spread over %s", package.name, ", ".join(
+            f"{lane.device} ({lane.plan.shape.label})" for lane in lanes))  # fmt: skip
+        return InstanceGroup(lanes[0].sessions, lanes[0].plan, lanes[1:])
+
+    def _devices(self) -> list[str]:
+        """The profile's devices, by key, in ranking order: what a spread list may name."""
+        return list(dict.fromkeys(device_key(c) for c in self.profile.candidates))
+
     def _resilient(
-        self, package: ModelPackage, choice: Choice, session: Session, prober: Prober
+        self,
+        package: ModelPackage,
+        choice: Choice,
+        session: Session,
+        prober: Prober,
+        option: Option | None = None,
+        order: Sequence[Option] | None = None,
     ) -> ResilientSession:
-        assert choice.chosen is not None
+        """A resilient session starting on ``session`` (the choice's pick unless ``option``),
+        failing over along ``order`` (the choice's fallback order unless given)."""
+        option = option or choice.chosen
+        assert option is not None
         return ResilientSession(
             package,
-            choice.fallback_order(),
+            order or choice.fallback_order(),
             prober,
             self.settings,
             model_hash=package.content_hash(),
-            initial=(choice.chosen, session),
+            initial=(option, session),
             results=choice.results,
             on_demote=self._on_demote,
         )
@@ -146,15 +205,28 @@ class Accelerators:
     def search_plan(
         self, package: ModelPackage, choice: Choice, request: PlanRequest, *, use_cache: bool = True
     ) -> tuple[MeasuredPlan, list[Session]]:
-        """The execution plan of the chosen candidate and the sessions of its instances.
+        """The execution plan of the chosen candidate and the sessions of its instances."""
+        assert choice.chosen is not None and choice.session is not None
+        return self.plan_of(package, choice.chosen, choice.session, request, use_cache=use_cache)
+
+    def plan_of(
+        self,
+        package: ModelPackage,
+        chosen: Option,
+        session: Session,
+        request: PlanRequest,
+        *,
+        use_cache: bool = True,
+    ) -> tuple[MeasuredPlan, list[Session]]:
+        """The execution plan of one candidate (``chosen``, proven by ``session``) and the
+        sessions of its instances.
 
         Configured (``request.auto`` false), cached (the same model content, candidate, runtime
-        version, hardware and pins), or measured now (``plan_search.search``) and cached. The
-        choice's session is one of the pool's and serves when the plan's threads match it.
-        A search that fails (a batch the runtime refuses) serves the configured shape.
+        version, hardware and pins), or measured now (``plan_search.search``) and cached.
+        ``session`` is one of the pool's and serves when the plan's threads match it. A search
+        that fails (a batch the runtime refuses) serves the configured shape.
         """
-        chosen = choice.chosen
-        assert chosen is not None and chosen.variant is not None and choice.session is not None
+        assert chosen.variant is not None
         variant, candidate = chosen.variant, chosen.candidate
         cores = self.prober.threads or default_threads()
         probe_key = ProbeCache.probe_key(
@@ -167,7 +239,7 @@ class Accelerators:
         pool = SessionPool(
             lambda t: runtime.load(self.prober.with_threads(t).request(package, candidate, variant))
         )
-        pool.add(cores, choice.session)
+        pool.add(cores, session)
         fixed = MeasuredPlan(fixed_shape(cores, request), "fixed", cores, at=time.time())
         plan = None
         if request.auto and use_cache:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from edgeagent.models.package import spread_problem
 from edgeagent.sections import require, setting
 
 
@@ -41,6 +42,11 @@ class HardwareSettings:
         30.0, "first re-probe of a demoted candidate after this long", "s"
     )
     reprobe_backoff_max_s: float = setting(3600.0, "back-off doubles up to this", "s")
+    spread: int | list[str] = setting(
+        1,
+        "devices serving each model at once: up to N (the best working candidate of each), or "
+        'the devices named (["NPU", "CPU"]); 1 = one device; model.toml [serving] spread wins',
+    )
 
     def validate(self) -> None:
         require(self.threads >= 0, "hardware", "threads", "must be 0 (automatic) or more")
@@ -57,6 +63,7 @@ class HardwareSettings:
         require(self.probe_cache_entries >= 1, "hardware", "probe_cache_entries", "must be >= 1")
         require(self.failure_threshold >= 1, "hardware", "failure_threshold", "must be >= 1")
         require(self.reprobe_backoff_s > 0, "hardware", "reprobe_backoff_s", "must be positive")
+        require(not spread_problem(self.spread), "hardware", "spread", spread_problem(self.spread))
         require(
             self.reprobe_backoff_max_s >= self.reprobe_backoff_s,
             "hardware",

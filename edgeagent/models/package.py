@@ -8,7 +8,7 @@ error message is all an operator gets.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,6 +93,27 @@ class ServingHints:
     plan: str = "auto"
     instances: int | None = None  # execution instances (sessions); None = the plan's choice
     threads: int | None = None  # intra-op threads per instance; None = the plan's choice
+    # Devices serving the model at once (hardware.spread): up to N, or those named; None =
+    # [hardware] spread.
+    spread: int | tuple[str, ...] | None = None
+
+
+MAX_SPREAD = 16  # devices one model may be spread over
+
+
+def spread_problem(value: int | Sequence[str]) -> str:
+    """Why a ``spread`` value (a device count, or device names) is unusable; "" when fine."""
+    if isinstance(value, bool):
+        return "must be a number of devices or a list of device names, not true/false"
+    if isinstance(value, int):
+        return "" if 1 <= value <= MAX_SPREAD else f"must be between 1 and {MAX_SPREAD} devices"
+    if not value or len(value) > MAX_SPREAD:
+        return f"must name between 1 and {MAX_SPREAD} devices"
+    if not all(isinstance(name, str) and name.strip() for name in value):
+        return "device names must be non-empty strings (CPU, GPU0, NPU …)"
+    if len(set(value)) != len(value):
+        return "names a device twice"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -513,8 +534,19 @@ def _postprocess(manifest: Path, table: dict) -> Postprocess:
 def _serving(manifest: Path, table: dict) -> ServingHints:
     fields = _Fields(manifest, "serving", table)
     fields.unknown(
-        {"max_batch_size", "max_queue_delay_ms", "cache_size", "plan", "instances", "threads"}
+        {
+            "max_batch_size",
+            "max_queue_delay_ms",
+            "cache_size",
+            "plan",
+            "instances",
+            "threads",
+            "spread",
+        }
     )
+    spread = fields.get("spread", (int, list), None)
+    if spread is not None and spread_problem(spread):
+        fields.fail(spread_problem(spread), "spread")
     hints = ServingHints(
         max_batch_size=fields.get("max_batch_size", int, 8),
         max_queue_delay_ms=float(fields.get("max_queue_delay_ms", (int, float), 2.0)),
@@ -522,6 +554,7 @@ def _serving(manifest: Path, table: dict) -> ServingHints:
         plan=fields.get("plan", str, "auto", choices=("auto", "fixed")),
         instances=fields.get("instances", int, None),
         threads=fields.get("threads", int, None),
+        spread=tuple(spread) if isinstance(spread, list) else spread,
     )
     for key in ("instances", "threads"):
         if getattr(hints, key) is not None and not 1 <= getattr(hints, key) <= 256:

@@ -337,7 +337,7 @@ async def test_batcher_counts_each_batch_for_the_governor(package, executor):
 
 async def test_a_batch_loop_that_dies_is_logged_with_its_traceback(package, executor, caplog):
     class BrokenGate(DeviceGate):
-        async def acquire(self, limits) -> None:
+        async def acquire(self, limits, device: str = "") -> None:
             raise RuntimeError("the device gate broke")
 
     batcher = make_batcher(package, executor, gate=BrokenGate(), timeout_s=0.5)
