@@ -40,6 +40,7 @@ COVERED = {
     "bench_soak.py",
     "bench_update.py",
     "bench_plan.py",
+    "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
 }
 
 needs_broker = pytest.mark.skipif(
