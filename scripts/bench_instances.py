@@ -8,9 +8,11 @@
 (b) Two CPU instances of a real model (``--package``, zoo/mobilenet_v2 by default), one
     intra-op thread each, each pinned to its own core (``os.sched_setaffinity`` on the worker
     thread that runs it: a one-thread onnxruntime session computes on its caller's thread),
-    against one such instance on one core.
+    against one such instance on one core — served (the batcher merging up to ``--batch`` rows)
+    and in process (each instance run back to back by its own thread with ``--batch`` rows: what
+    the cores alone give, without the event loop, the clients and the hand-offs).
 
-Every set-up runs closed loop at ``--concurrency`` clients, batch 1, in alternating rounds (the
+Every set-up runs closed loop at ``--concurrency`` clients in alternating rounds (the
 order reverses each round, so drift favours none); the report gives each set-up's median
 rows/s, the median of the per-round ratios, the batches each instance took and the load average
 (other work on a shared machine shows there, not in the ratios' medians).
@@ -85,10 +87,27 @@ class Pinned(Session):
         self.session.close()
 
 
-def group(sessions: list[Session]) -> InstanceGroup:
+def group(sessions: list[Session], plan: MeasuredPlan = PLAN) -> InstanceGroup:
     """One lane (one instance) per session, each its own device."""
-    lanes = [Lane(str(s.device), PLAN, [s]) for s in sessions[1:]]
-    return InstanceGroup([sessions[0]], PLAN, lanes)
+    lanes = [Lane(str(s.device), plan, [s]) for s in sessions[1:]]
+    return InstanceGroup([sessions[0]], plan, lanes)
+
+
+def in_process(sessions: list[Session], feeds: Mapping[str, np.ndarray], seconds: float) -> float:
+    """Rows/s of every session run back to back by a thread of its own (no serving path)."""
+    rows = next(iter(feeds.values())).shape[0]
+    counts = [0] * len(sessions)
+    stop = time.perf_counter() + seconds
+
+    def loop(index: int) -> None:
+        while time.perf_counter() < stop:
+            sessions[index].run(feeds)
+            counts[index] += rows
+
+    began = time.perf_counter()
+    with ThreadPoolExecutor(len(sessions)) as pool:
+        list(pool.map(loop, range(len(sessions))))
+    return sum(counts) / (time.perf_counter() - began)
 
 
 async def closed_loop(
@@ -97,7 +116,7 @@ async def closed_loop(
     """Rows/s of ``concurrency`` clients through the batcher; batches per instance. The model
     (and its sessions) close at the end."""
     factory = ModelFactory(
-        EngineSettings(max_batch_size=1, max_queue=concurrency * 2),
+        EngineSettings(max_batch_size=sessions.plan.shape.batch, max_queue=concurrency * 2),
         executor=pool,
         metrics=EngineMetrics(CollectorRegistry()),
         load=LoadCounter(),
@@ -194,16 +213,42 @@ def pinned_cpu(args: argparse.Namespace) -> dict:
         request = load_request(package, variant, device="CPUExecutionProvider", threads=1)
         return Pinned(runtime.load(request), core)
 
-    return compare(
+    plan = MeasuredPlan(PlanShape(1, 1, args.batch), "fixed", 1)
+    report = compare(
         package,
         {
-            f"one instance on core {cores[0]}": lambda: group([on(cores[0])]),
+            f"one instance on core {cores[0]}": lambda: group([on(cores[0])], plan),
             f"two instances on cores {cores[0]},{cores[1]}": lambda: group(
-                [on(cores[0]), on(cores[1])]
+                [on(cores[0]), on(cores[1])], plan
             ),
         },
         args,
     )
+    report["in_process"] = in_process_pair(package, [on(c) for c in cores[:2]], args)
+    return report
+
+
+def in_process_pair(package: ModelPackage, pinned: list[Session], args: argparse.Namespace) -> dict:
+    """One pinned instance against two, in process, alternating rounds; rows/s and ratios."""
+    feeds = {k: np.concatenate([v] * args.batch) for k, v in sample_feeds(package).items()}
+    one: list[float] = []
+    two: list[float] = []
+    try:
+        for round_ in range(args.rounds):
+            order = (1, 2) if round_ % 2 == 0 else (2, 1)
+            for count in order:
+                (one if count == 1 else two).append(
+                    in_process(pinned[:count], feeds, args.duration)
+                )
+    finally:
+        for session in pinned:
+            session.close()
+    ratios = [b / a for a, b in zip(one, two, strict=True)]
+    return {
+        "one_rows_per_s": round(statistics.median(one), 1),
+        "two_rows_per_s": round(statistics.median(two), 1),
+        "over_one": round(statistics.median(ratios), 3),
+    }
 
 
 def main() -> int:
@@ -213,6 +258,9 @@ def main() -> int:
     parser.add_argument("--fast-ms", type=float, default=10.0)
     parser.add_argument("--slow-ms", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--batch", type=int, default=1, help="rows a CPU instance runs at once (the plan's batch)"
+    )
     parser.add_argument("--duration", type=float, default=2.0, help="seconds a round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", choices=("simulated", "cpu"), default=None)
