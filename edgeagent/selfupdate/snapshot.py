@@ -18,13 +18,12 @@ checks read this layout: like the switch records, it only ever gains keys.
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
 from edgeagent.fsutil import fsync_dir, fsync_file, fsync_tree, write_json_atomic
-from edgeagent.selfupdate.state import PendingSwitch, StateError
+from edgeagent.selfupdate.state import PendingSwitch, StateError, read_record
 
 SNAPSHOT_DIR = "state-snapshot"
 _RECORD = "snapshot.json"
@@ -106,12 +105,9 @@ def take(
 def load(root: Path) -> Snapshot | None:
     """The snapshot under ``root``, or None; StateError when its record cannot be read."""
     path = root / SNAPSHOT_DIR / _RECORD
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data = read_record(path)
+    if data is None:
         return None
-    except (OSError, ValueError) as exc:
-        raise StateError(f"{path}: unreadable ({exc})") from exc
     try:
         known = Snapshot.__dataclass_fields__
         fields = {k: v for k, v in data.items() if k in known}

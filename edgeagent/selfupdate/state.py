@@ -30,7 +30,9 @@ class StateError(RuntimeError):
     """A record under the root that cannot be read (the message names the file)."""
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when it is absent, StateError naming it when it
+    cannot be read or is not an object."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -101,7 +103,7 @@ class SwitchState:
 
     # --- pending ---------------------------------------------------------------------
     def pending(self) -> PendingSwitch | None:
-        data = _read(self.pending_path)
+        data = read_record(self.pending_path)
         if data is None:
             return None
         try:
@@ -119,7 +121,7 @@ class SwitchState:
 
     # --- committed record ------------------------------------------------------------
     def record(self) -> AgentRecord:
-        data = _read(self.record_path) or {}
+        data = read_record(self.record_path) or {}
         bad = data.get("bad", [])
         serial = data.get("serial")
         if not isinstance(bad, list) or not (serial is None or isinstance(serial, int)):
@@ -145,7 +147,7 @@ class SwitchState:
 
     def take_outcome(self) -> dict[str, Any] | None:
         """The outcome left behind, removed as it is taken (reported once)."""
-        data = _read(self.outcome_path)
+        data = read_record(self.outcome_path)
         if data is not None:
             os.unlink(self.outcome_path)
         return data
