@@ -45,7 +45,7 @@ class EngineSettings:
         None, "intra-op threads per instance; unset = the plan's choice"
     )
     plan_search_s: float = setting(
-        2.0, "time the plan search measures for one variant (loads come on top)", "s"
+        2.0, "time the plan search takes for one variant, its loads included", "s"
     )
     plan_disagreement: float = setting(
         0.1, "plan search: a shape whose rounds differ more than this is measured again", "ratio"

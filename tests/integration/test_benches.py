@@ -262,11 +262,11 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
     out = tmp_path / "plan.json"
     done = subprocess.run(
         [sys.executable, str(SCRIPTS / "bench_plan.py"), "--package", str(tiny_package),
-         "--precision", "fp32", "--cores", "2", "--seconds", "0.1", "--rounds", "2",
-         "--search-s", "0.5", "--json", str(out)],
+         "--precision", "fp32", "--cores", "2", "--window", "0.05", "--rounds", "2",
+         "--searches", "1", "--search-s", "0.5", "--json", str(out)],
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
-    assert_figures(report, "pick_over_best")
-    assert "search:" in done.stdout and "| threads x instances" in done.stdout
+    assert_figures(report["searches"][0], "pick_over_best", "seconds")
+    assert "search 1:" in done.stdout and "| threads x instances" in done.stdout

@@ -4,12 +4,15 @@ measured again, and plans cached with the probe cache (re-measured when a key pa
 from __future__ import annotations
 
 import json
+import math
+import random
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.plan_search import (
@@ -94,10 +97,133 @@ def test_search_picks_the_fastest_shape_and_keeps_its_sessions() -> None:
     assert [s.threads for s in kept] == [1, 1] and len(opened) == 3  # 2 of 1 thread, 1 of 2
 
 
-def test_rounds_that_disagree_are_measured_again() -> None:
-    pool = SessionPool(lambda threads: Costed(threads, slow_first=12 if threads == 2 else 0))
-    plan = search(pool, FEEDS, 2, PlanRequest(search_s=1.5, disagreement=0.1))
-    assert plan.rounds["2x1:b1"] > 2, plan.rounds  # its first round ran slow: not trusted
+# The simulated board of the searches below: rows/s of every shape of 2 cores on a steady
+# machine (labels: threads x instances). 1x2:b4 is the best, 5 % above 1x2:b1 (the margin the
+# goal allows).
+TRUE_RATES = {"2x1:b1": 560, "2x1:b4": 690, "2x1:b8": 720, "1x2:b1": 760, "1x2:b4": 800}
+TRUE_RATES["1x2:b8"] = 700
+LOAD_S = 0.15  # what opening one session costs on the simulated board
+
+
+class SimSession(Costed):
+    """A session of the simulated board: its runs advance the board's clock, not the wall."""
+
+    def __init__(self, board: SimBoard, threads: int) -> None:
+        super().__init__(threads)
+        self.board = board
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        rows = len(feeds["input"])
+        instances = 2 // self.threads
+        self.board.now += rows * instances / TRUE_RATES[f"{self.threads}x{instances}:b{rows}"]
+        return {"y": feeds["input"]}
+
+
+class SimBoard:
+    """A drifting board on a simulated clock: loads and windows advance it, and each window
+    measures the shape's true rate times the board's speed at that moment."""
+
+    def __init__(self, speed=lambda t: 1.0, burst: str = "") -> None:
+        self.now = 0.0
+        self.speed = speed
+        self.burst = burst  # this shape's first window runs 2x fast (other work paused)
+        self.loads = 0
+        self.windows: list[float] = []
+
+    def open(self, threads: int) -> SimSession:
+        self.loads += 1
+        self.now += LOAD_S
+        return SimSession(self, threads)
+
+    def measure(self, sessions, feeds, seconds: float) -> float:
+        rows = len(feeds["input"])
+        label = f"{sessions[0].threads}x{len(sessions)}:b{rows}"
+        rate = TRUE_RATES[label] * self.speed(self.now + seconds / 2)
+        if label == self.burst:
+            rate, self.burst = 2 * rate, ""
+        self.now += seconds
+        self.windows.append(seconds)
+        return rate
+
+    def search(self, **request) -> MeasuredPlan:
+        return search(
+            SessionPool(self.open),
+            FEEDS,
+            2,
+            PlanRequest(**request),
+            measure=self.measure,
+            timer=lambda: self.now,
+        )
+
+
+def swinging(t: float) -> float:
+    """Other work coming and going: the board's speed swings 2.5x with a 0.7 s period."""
+    return 0.4 + 0.6 * (0.5 + 0.5 * math.sin(2 * math.pi * t / 0.7))
+
+
+def slowing(t: float) -> float:
+    """Other work piling up: the board slows to a third within the search."""
+    return 1 / (1 + 2 * t)
+
+
+@pytest.mark.parametrize("speed", [lambda t: 1.0, slowing, swinging])
+def test_the_pick_is_the_best_shape_on_a_drifting_board(speed) -> None:
+    """Steady, slowing to a third and swinging 2.5x: short paired windows still find the
+    shape 5 % above the next; where the drift is steady across a window and its neighbours,
+    every figure relative to another is the true ratio within 2 % (the speed of the moment
+    scales them all alike)."""
+    plan = SimBoard(speed).search()
+    assert plan.shape == PlanShape(2, 1, 4), plan.figures
+    if speed is swinging:  # neighbours 50 ms apart differ > AGREE here: the faster one counts
+        return
+    scale = plan.figures["1x2:b1"] / TRUE_RATES["1x2:b1"]
+    for label, rate in TRUE_RATES.items():
+        assert plan.figures[label] / scale == pytest.approx(rate, rel=0.02), plan.figures
+
+
+def bursts(seed: int, slot_s: float = 0.04):
+    """Other work in bursts: each 40 ms slot, at random a third of them, runs at 0.4x."""
+    busy: dict[int, bool] = {}
+
+    def speed(t: float) -> float:
+        slot = int(t / slot_s)
+        busy.setdefault(slot, random.Random(seed * 100_003 + slot).random() < 1 / 3)
+        return 0.4 if busy[slot] else 1.0
+
+    return speed
+
+
+def test_bursts_of_other_work_leave_the_pick_within_5_percent_of_the_best() -> None:
+    """A burst that hits a shape's window but not the reference's beside it, or the other way
+    round, is one ratio the median drops (the mean of two neighbours, not the faster one, let
+    a third of these searches pick a shape 10-30 % below the best)."""
+    picks = [SimBoard(bursts(seed)).search().shape.label for seed in range(12)]
+    assert all(TRUE_RATES[label] >= 0.95 * max(TRUE_RATES.values()) for label in picks), picks
+
+
+def test_a_rival_whose_rounds_disagree_is_measured_again_not_trusted() -> None:
+    """1x2:b8's first window ran 2x fast (a burst of other work stopped): that one round says
+    it beats the leader, the others say it does not, so it runs again until they agree."""
+    plan = SimBoard(burst="1x2:b8").search()
+    assert plan.shape == PlanShape(2, 1, 4), plan.figures
+    assert plan.rounds["1x2:b8"] > 3, plan.rounds
+    assert plan.rounds["2x1:b1"] == 3, plan.rounds  # settled in the first rounds: not again
+
+
+def test_the_budget_covers_loads_and_windows() -> None:
+    """Everything from the first load to the last window fits in search_s (simulated time);
+    a budget the loads alone exceed still measures every shape twice, and no more."""
+    board = SimBoard()
+    plan = board.search(search_s=2.0)
+    assert board.loads == 3  # one session of 2 threads, two of 1
+    assert board.now <= 2.0 and plan.search_ms <= 2000
+    assert sum(plan.rounds.values()) == len(board.windows)
+    short = SimBoard()
+    plan = short.search(search_s=0.3)
+    rivals = {
+        label: n for label, n in plan.rounds.items() if label != "1x2:b1"
+    }  # not the yardstick
+    assert set(rivals.values()) == {2}, plan.rounds
 
 
 def test_measured_plan_round_trips_and_refuses_garbage() -> None:
