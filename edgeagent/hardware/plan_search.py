@@ -46,7 +46,7 @@ SEARCH_BATCHES = (1, 4, 8)  # batch sizes tried (up to the model's max_batch_siz
 # a worker thread, the batcher's bookkeeping: at c=16 batch 4 served 1.2-1.3x batch 1 where in
 # process they were 5 % apart). The batcher merges only what is already waiting, so a lone
 # request is not delayed by a larger batch.
-TIE = 0.03
+TIE = 0.02
 FIRST_ROUNDS = 3  # rounds of every shape before the leader is chosen (2 when the budget is short)
 PLANNED_ROUNDS = 6  # the budget is split into windows as if every shape ran this many rounds
 MAX_ROUNDS = 12  # rounds of one shape at most, disagreement or not
