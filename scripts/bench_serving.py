@@ -58,6 +58,7 @@ from devtools.ports import free_port  # noqa: E402
 from devtools.waiting import until  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
+from edgeagent.hardware.plan_search import closed_loop  # noqa: E402
 from edgeagent.models.device_key import open_device_key  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
@@ -104,6 +105,36 @@ def raw_measure(session, feeds, rows: int) -> Measure:
         return latencies, elapsed, 0, rows
 
     return measure
+
+
+def plan_measure(sessions, feeds, rows: int) -> Measure:
+    """The daemon's execution plan in process: its instances closed loop, each its own
+    session and thread (``plan_search.closed_loop``), merging ``rows`` rows; one latency per
+    run (the mean), so the row's throughput is the loop's."""
+
+    async def measure(seconds: float):
+        rate = closed_loop(sessions, feeds, seconds)
+        runs = max(1, round(rate * seconds / rows))
+        return [len(sessions) * rows / rate] * runs if rate else [], seconds, 0, rows
+
+    return measure
+
+
+def plan_cell(package, frame: np.ndarray, plan: dict, precision: str, process) -> Cell | None:
+    """The served plan (``/v1/status``) measured in process: what served throughput is a
+    fraction of; None for a version served without a measured plan."""
+    if plan.get("threads") is None:
+        return None
+    instances, batch = int(plan["instances"]), int(plan["max_batch_size"])
+    sessions = [
+        open_variant(package, runtime="onnxruntime", precision=precision, threads=plan["threads"])
+        for _ in range(instances)
+    ]
+    feeds = {package.inputs[0].name: np.repeat(frame, batch, axis=0)}
+    label = f"{plan['threads']}x{instances}:b{batch}"
+    return Cell(
+        "raw", f"raw plan {label} (img/s)", "", 1, plan_measure(sessions, feeds, batch), process
+    )
 
 
 # Where a server listens for HTTP: its Unix socket, or a TCP port on 127.0.0.1.
@@ -788,6 +819,15 @@ def add_ratios(rows: list[dict]) -> None:
             row["x_mlserver"] = row["throughput"] / mlserver["throughput"]
 
 
+def served_over_plan(rows: list[dict], served: dict | None) -> float:
+    """v2 binary c=16 over the daemon's plan run in process, the median of the two cells'
+    throughputs (each measured after the same raw rounds)."""
+    plan = next((r for r in rows if r["mode"].startswith("raw plan")), None)
+    if served is None or plan is None or not plan["throughput"]:
+        return float("nan")
+    return served["throughput"] / plan["throughput"]
+
+
 def _ratio(row: dict, key: str) -> str:
     return f"{row[key]:.2f}" if key in row else ""
 
@@ -826,6 +866,7 @@ def markdown(report: dict) -> str:
         f"p50 overhead at c=1, v2 binary vs raw: {report['overhead_c1_ms']:.2f} ms "
         f"(target ≤ {TARGET_OVERHEAD_MS})",
         f"v2 binary c=16 throughput / raw batch-1: {report['c16_ratio']:.2f} (target ≥ 1)",
+        f"v2 binary c=16 throughput / the served plan in process: {report['c16_over_plan']:.2f}",
     ]
     if report["floor_p50_ms"] == report["floor_p50_ms"]:  # measured (not NaN)
         lines.append(
@@ -880,6 +921,9 @@ async def run(args: argparse.Namespace) -> dict:
                     agent,
                 )
             ]
+            served_plan = plan_cell(package, frame, backend.get("plan", {}), args.precision, agent)
+            if served_plan is not None:
+                cells.append(served_plan)
             if args.peers:
                 model_file = pinned / package.variant("onnxruntime", args.precision).files[0]
                 peers = await start_peers(args, model_file, package, Path(tmp), frame)
@@ -965,6 +1009,8 @@ async def run(args: argparse.Namespace) -> dict:
         "overhead_c1_ms": binary[1]["overhead_p50_ms"] if 1 in binary else float("nan"),
         "floor_p50_ms": next((r["p50_ms"] for r in rows if r["mode"] == FLOOR), float("nan")),
         "c16_ratio": binary[16]["ratio"] if 16 in binary else float("nan"),
+        "plan": backend.get("plan"),
+        "c16_over_plan": served_over_plan(rows, binary.get(16)),
         "runtimes_mapped": runtimes,
         "notes": peers.notes or [],
         "exit_code": process.returncode,

@@ -127,6 +127,8 @@ def test_serving_reports_every_path(tiny_package: Path) -> None:
             row = rows[(f"edgeagent {mode} (unix)", concurrency)]
             assert row["errors"] == 0, row
             assert_figures(row, "throughput", "p50_ms", "ratio")
+    plan = next(row for row in report["rows"] if row["mode"].startswith("raw plan"))
+    assert_figures(plan, "throughput")  # the served plan, run in process beside the daemon
 
 
 @pytest.mark.slow
