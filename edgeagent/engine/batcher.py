@@ -8,8 +8,12 @@ splits the output rows back by each request's offset. With one execution instanc
 (``BatchPolicy.instances``) it forms the next batch only then — a session is never run from two
 threads at once; with N instances (an ``InstanceGroup``, one session each) up to N batches run
 at once, so the next batch forms and runs while the previous one finishes and no core idles
-between batches. Before every batch it reads the governor's ``ServingLimits`` (batch cap,
-concurrency, pacing, shedding, low-power mode), so a throttle takes effect within one batch.
+between batches; unthrottled, one more batch per instance is formed ahead and waits on its
+instance (``BatchPolicy.ahead``), which then starts it the moment it finishes instead of idling
+until the loop, busy with other requests' HTTP, forms one (at c=16, batch 1: +14 % served);
+a more urgent request arriving later waits for at most that one batch. Before every batch it
+reads the governor's ``ServingLimits`` (batch cap, concurrency, pacing, shedding, low-power
+mode), so a throttle takes effect within one batch; paced or capped, nothing is formed ahead.
 
 Every answer must belong to its own request (MLServer shipped batches answered with another
 request's rows): requests keep their own futures and row offsets, outputs whose first dimension
@@ -90,6 +94,7 @@ class BatchPolicy:
     default_priority: int  # priority of a request that sets none (1 = most urgent)
     adaptive: bool = True  # wait for company only after a batch that served several requests
     instances: int = 1  # batches run at once (the execution plan's instances)
+    ahead: int = 0  # batches formed per instance while it runs one (instances that queue them)
     merge_batch_size: int | None = None  # rows merged from several requests; None = max_batch
 
 
@@ -170,7 +175,12 @@ class Batcher:
         self._low_power = False
         self._last_batch_requests = 0
         self._series_by_backend: dict[str, _Series] = {}
-        self._free = asyncio.Semaphore(max(1, policy.instances))  # idle execution instances
+        # Batches formed and not yet finished: one per instance, and ``ahead`` more per
+        # instance waiting on it, so an instance that finishes starts its next batch at once
+        # instead of idling until the loop has formed one (between HTTP work for 16 clients).
+        self._free = asyncio.Semaphore(max(1, policy.instances) * (1 + max(0, policy.ahead)))
+        self._executing = 0
+        self._finished = asyncio.Event()
         self._running: set[asyncio.Task] = set()  # batches on worker threads
         self._task = spawn(self._loop(), name=f"batch:{model}")  # a dead loop is logged
 
@@ -281,7 +291,8 @@ class Batcher:
                     self._arrived.clear()
                     await self._arrived.wait()
                     continue
-                await self._free.acquire()  # an instance is idle: form its batch now
+                await self._free.acquire()  # an instance is idle (or will be): form its batch
+                await self._until_an_instance_is_idle()
                 started = False
                 try:
                     started = await self._start_batch()
@@ -307,9 +318,18 @@ class Batcher:
             await self._gate.release(placement.device)
             return False
         task = spawn(self._run_batch(batch, placement), name=f"batch-run:{self.model}")
+        self._executing += 1
         self._running.add(task)
         task.add_done_callback(self._running.discard)
         return True
+
+    async def _until_an_instance_is_idle(self) -> None:
+        """While the governor paces batches or caps their concurrency, form a batch only for
+        an idle instance: one formed ahead would start when its instance frees, not when the
+        gate admitted it, so two could start closer together than the pacing allows."""
+        while self._executing >= max(1, self.policy.instances) and _throttles(self._limits()):
+            self._finished.clear()
+            await self._finished.wait()
 
     async def _run_batch(self, batch: list[_Request], placement: Placement) -> None:
         """One batch on one instance; frees the gate and the instance whatever happens."""
@@ -318,6 +338,8 @@ class Batcher:
         finally:
             placement.cancel()  # a no-op once the batch ran
             await self._gate.release(placement.device)
+            self._executing -= 1
+            self._finished.set()
             self._free.release()
 
     def _cap(self, limits: ServingLimits) -> int:
@@ -457,6 +479,11 @@ class Batcher:
         answers = split_outputs(outputs, [r.rows for r in batch])
         t3 = time.perf_counter_ns()
         return answers, (t1 - t0, t2 - t1, t3 - t2)
+
+
+def _throttles(limits: ServingLimits) -> bool:
+    """Whether the governor paces batches or caps how many run at once."""
+    return limits.min_batch_interval_s > 0 or limits.max_concurrency is not None
 
 
 def _shed(limits: ServingLimits, priority: int) -> bool:

@@ -158,6 +158,7 @@ class ModelFactory:
             default_priority=settings.default_priority,
             adaptive=settings.adaptive_batching,
             instances=plan.instances if plan is not None else 1,
+            ahead=_ahead(plan, settings.worker_threads),
             merge_batch_size=plan.batch if plan is not None else None,
         )
 
@@ -183,3 +184,12 @@ class ModelFactory:
         size = package.serving.cache_size if size is None else size
         cache = ResultCache(size) if size > 0 else None
         return LoadedModel(package, session, batcher, cache, stats, self._metrics, plan)
+
+
+def _ahead(plan: ServingPlan | None, worker_threads: int) -> int:
+    """Batches formed ahead per instance: one for an instance group (it queues them on its
+    instances), when the shared worker threads can hold a waiting batch per instance beside
+    the running ones; a formed batch waits on a worker thread, which other models then lack."""
+    if plan is None or plan.measured is None:
+        return 0
+    return 1 if worker_threads >= 2 * plan.instances else 0

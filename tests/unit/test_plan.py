@@ -19,6 +19,7 @@ from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.engine.errors import DeadlineExceeded
 from edgeagent.engine.gauges import ModelGauges
+from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.plan import plan_request
@@ -137,7 +138,10 @@ async def test_n_instances_run_n_batches_at_once(tmp_path: Path, executor, insta
 
 
 async def test_instances_keep_deadlines_and_drain_on_close(tmp_path: Path, executor) -> None:
-    """A request that waits past its deadline fails alone; close answers what was queued."""
+    """A request that waits past its deadline fails alone; close answers what was queued.
+
+    While both instances run, one batch per instance is formed ahead and waits on it (the
+    expired request's among them: it still runs, its answer dropped); the rest stay queued."""
     package = load_package(write_tiny_package(tmp_path / "pkg"))
     intervals: list[tuple[str, float, float]] = []
     hold = threading.Event()
@@ -149,14 +153,60 @@ async def test_instances_keep_deadlines_and_drain_on_close(tmp_path: Path, execu
     with pytest.raises(DeadlineExceeded):
         await model.infer(feeds, timeout_s=0.01)
     queued = [asyncio.ensure_future(model.infer(feeds)) for _ in range(4)]
-    await until(lambda: model.queued >= 4, what="4 requests queued")  # + the expired one
+    await until(lambda: model.queued == 3, what="1 formed ahead, 3 requests queued")
     closing = asyncio.ensure_future(model.close(10))
     await until(lambda: model._batcher.closing, what="closing")
     hold.set()
     await closing  # drained: every queued request answered, none failed
-    assert len(intervals) == 6
+    assert len(intervals) == 7
+    assert all(s.max_inside == 1 for s in sessions.sessions)  # a batch ahead waits its turn
     for future in [*busy, *queued]:
         assert future.result()["logits"].shape == (1, 4)
+
+
+@pytest.mark.parametrize(
+    ("limits", "formed_ahead"),
+    [
+        (ServingLimits(), 2),
+        (ServingLimits(min_batch_interval_s=1e-3), 0),
+        (ServingLimits(max_concurrency=8), 0),
+    ],
+)
+async def test_batches_are_formed_ahead_only_while_the_governor_lets_them_run(
+    tmp_path: Path, executor, limits: ServingLimits, formed_ahead: int
+) -> None:
+    """Unthrottled, each busy instance gets its next batch at once (no idle gap while the
+    loop forms one); paced or capped, a batch is formed only for an idle instance, so it
+    starts when the gate admitted it."""
+    package = load_package(write_tiny_package(tmp_path / "pkg"))
+    hold = threading.Event()
+    sessions = group(2, [], hold=hold)
+    asked = []  # every read of the limits: the loop's decisions
+
+    def provider() -> ServingLimits:
+        asked.append(1)
+        return limits
+
+    made = ModelFactory(
+        EngineSettings(),
+        executor=executor,
+        metrics=EngineMetrics(CollectorRegistry()),
+        load=LoadCounter(),
+        limits_provider=provider,
+    )
+    model = made.build(package, sessions)
+    feeds = {"input": np.zeros((1, 3, 8, 8), np.float32)}
+    running = [asyncio.ensure_future(model.infer(feeds)) for _ in range(2)]
+    await until(lambda: all(s.inside == 1 for s in sessions.sessions), what="both instances busy")
+    before = len(asked)
+    waiting = [asyncio.ensure_future(model.infer(feeds)) for _ in range(4)]
+    # The loop woke for them and decided (it reads the limits for each decision).
+    await until(lambda: len(asked) > before + 4, what="the loop's decisions")
+    await until(lambda: model.queued == 4 - formed_ahead, what=f"{formed_ahead} formed ahead")
+    assert model.queued == 4 - formed_ahead
+    hold.set()
+    await asyncio.gather(*running, *waiting)
+    await model.close(5)
 
 
 async def test_the_plan_shows_in_status_and_metrics(tmp_path: Path, executor) -> None:
