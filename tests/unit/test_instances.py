@@ -11,9 +11,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import threading
-import time
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,6 +30,7 @@ from edgeagent.hardware.schedule import Instance, Scheduler, ServiceTime
 from edgeagent.hardware.spread import device_key
 from edgeagent.models.package import load_package
 from edgeagent.runtimes.base import InferenceError, Session, TensorInfo
+from tests.support.fixed_time import FixedTimeSession
 from tests.support.helpers import write_tiny_package
 
 
@@ -185,40 +183,7 @@ def test_a_device_is_the_hardware_not_the_runtime(candidate: Candidate, key: str
 # -- the group through the real batcher ---------------------------------------------------
 
 
-class Timed(Session):
-    """A fake device: every batch takes ``service_s`` and answers with its input's first value."""
-
-    runtime, precision = "fake", "fp32"
-
-    def __init__(self, device: str, service_s: float) -> None:
-        self.device = device
-        self.service_s = service_s
-        self.batches = 0
-        self.inside = 0
-        self.max_inside = 0
-        self._lock = threading.Lock()
-
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return [TensorInfo("input", "float32", (-1, 3, 8, 8))]
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return [TensorInfo("logits", "float32", (-1, 4))]
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with self._lock:
-            self.inside += 1
-            self.max_inside = max(self.max_inside, self.inside)
-        time.sleep(self.service_s)  # the simulated device computing
-        with self._lock:
-            self.inside -= 1
-            self.batches += 1
-        rows = len(feeds["input"])
-        return {"logits": np.full((rows, 4), float(feeds["input"][0, 0, 0, 0]), np.float32)}
-
-
-class Gone(Timed):
+class Gone(FixedTimeSession):
     """A resilient session whose device is gone: no candidate, every run fails."""
 
     def __init__(self) -> None:
@@ -262,7 +227,7 @@ def build(tmp_path: Path, executor, group: InstanceGroup, metrics: EngineMetrics
 
 
 async def test_the_batcher_runs_every_instance_and_favours_the_fast_one(tmp_path, executor):
-    fast, slow = Timed("FAST", 0.01), Timed("SLOW", 0.03)
+    fast, slow = FixedTimeSession("FAST", 0.01), FixedTimeSession("SLOW", 0.03)
     group = two_devices(fast, slow)
     model = build(tmp_path, executor, group)
     assert model.plan.instances == 2  # the batcher's concurrency: every lane's instances
@@ -284,7 +249,7 @@ async def test_the_batcher_runs_every_instance_and_favours_the_fast_one(tmp_path
 
 
 async def test_a_batch_on_a_lost_device_is_answered_by_another(tmp_path, executor):
-    fast = Timed("FAST", 0.0)
+    fast = FixedTimeSession("FAST", 0.0)
     group = InstanceGroup([Gone()], plan(), [Lane("FAST", plan(), [fast])])
     model = build(tmp_path, executor, group)
     x = np.full((1, 3, 8, 8), 7, np.float32)
@@ -295,14 +260,14 @@ async def test_a_batch_on_a_lost_device_is_answered_by_another(tmp_path, executo
 
 
 async def test_a_fault_of_the_batch_itself_is_not_retried_elsewhere(tmp_path, executor):
-    class Faulty(Timed):
+    class Faulty(FixedTimeSession):
         candidate = Candidate("fake", "FAULTY", "fp32")  # its device still works
 
         def run(self, feeds):
             self.batches += 1
             raise InferenceError("bad input for this model")
 
-    faulty, other = Faulty("FAULTY", 0.0), Timed("OTHER", 0.0)
+    faulty, other = Faulty("FAULTY", 0.0), FixedTimeSession("OTHER", 0.0)
     group = InstanceGroup([faulty], plan(), [Lane("OTHER", plan(), [other])])
     with pytest.raises(InferenceError, match="bad input"):
         group.run({"input": np.zeros((1, 3, 8, 8), np.float32)})
@@ -310,7 +275,7 @@ async def test_a_fault_of_the_batch_itself_is_not_retried_elsewhere(tmp_path, ex
 
 
 async def test_status_and_metrics_show_each_instance(tmp_path, executor):
-    fast, slow = Timed("FAST", 0.0), Timed("SLOW", 0.0)
+    fast, slow = FixedTimeSession("FAST", 0.0), FixedTimeSession("SLOW", 0.0)
     group = two_devices(fast, slow)
     prom = CollectorRegistry()
     metrics = EngineMetrics(prom)

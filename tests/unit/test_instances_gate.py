@@ -9,7 +9,7 @@ from edgeagent.engine.gate import DeviceGate
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.hardware.instances import InstanceGroup, Lane
 from edgeagent.hardware.plan_search import MeasuredPlan, PlanShape
-from tests.unit.test_instances import Timed
+from tests.support.fixed_time import FixedTimeSession
 
 CAPPED = ServingLimits(max_concurrency=1, min_batch_interval_s=60.0, reason="hot: test")
 
@@ -41,7 +41,7 @@ async def test_pacing_holds_only_the_device_that_ran() -> None:
 
 
 async def test_admit_places_a_batch_beside_a_paced_device() -> None:
-    fast, slow = Timed("FAST", 0.0), Timed("SLOW", 0.0)
+    fast, slow = FixedTimeSession("FAST", 0.0), FixedTimeSession("SLOW", 0.0)
     plan = MeasuredPlan(PlanShape(1, 1, 1), "fixed", 1)
     group = InstanceGroup([fast], plan, [Lane("SLOW", plan, [slow])])
     group.scheduler.instances[0].times.observe(1, 0.001)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,53 +26,11 @@ from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.plan_search import MeasuredPlan, PlanShape
 from edgeagent.models.package import PackageError, load_package
-from edgeagent.runtimes.base import Session, TensorInfo
 from edgeagent.sections import ConfigError
+from tests.support.fixed_time import FixedTimeSession
 from tests.support.helpers import write_tiny_package
 
 SERVICE_S = 0.05  # the simulated accelerator's fixed service time per batch
-
-
-class FixedTime(Session):
-    """A simulated accelerator: every batch takes SERVICE_S; records when each ran."""
-
-    runtime, device, precision = "fake", "SIM", "fp32"
-
-    def __init__(
-        self,
-        name: str,
-        intervals: list[tuple[str, float, float]],
-        hold: threading.Event | None = None,
-    ) -> None:
-        self.name = name
-        self.hold = hold  # when given, a batch runs until it is set instead of SERVICE_S
-        self.intervals = intervals
-        self.inside = 0  # threads inside run() now: an instance is never entered twice
-        self.max_inside = 0
-        self._lock = threading.Lock()
-
-    @property
-    def inputs(self) -> list[TensorInfo]:
-        return [TensorInfo("input", "float32", (-1, 3, 8, 8))]
-
-    @property
-    def outputs(self) -> list[TensorInfo]:
-        return [TensorInfo("logits", "float32", (-1, 4))]
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        with self._lock:
-            self.inside += 1
-            self.max_inside = max(self.max_inside, self.inside)
-        began = time.perf_counter()
-        if self.hold is None:
-            time.sleep(SERVICE_S)  # the simulated device computing
-        else:
-            assert self.hold.wait(10), "the test never released the device"
-        rows = len(feeds["input"])
-        with self._lock:
-            self.inside -= 1
-            self.intervals.append((self.name, began, time.perf_counter()))
-        return {"logits": np.full((rows, 4), float(feeds["input"][0, 0, 0, 0]), np.float32)}
 
 
 def most_at_once(intervals: list[tuple[str, float, float]]) -> int:
@@ -101,7 +57,13 @@ def serving(root: Path, **values) -> None:
 
 def group(count: int, intervals: list, batch: int = 1, hold=None) -> InstanceGroup:
     plan = MeasuredPlan(PlanShape(count, 1, batch), "search", count, {"1x2:b1": 40.0})
-    return InstanceGroup([FixedTime(f"i{i}", intervals, hold) for i in range(count)], plan)
+    return InstanceGroup(
+        [
+            FixedTimeSession(service_s=SERVICE_S, name=f"i{i}", hold=hold, intervals=intervals)
+            for i in range(count)
+        ],
+        plan,
+    )
 
 
 def factory(metrics: EngineMetrics, executor, **settings) -> ModelFactory:
@@ -231,9 +193,11 @@ async def test_the_plan_shows_in_status_and_metrics(tmp_path: Path, executor) ->
 def test_a_session_without_plan_serves_as_before(tmp_path: Path, executor) -> None:
     package = load_package(write_tiny_package(tmp_path / "pkg"))
     made = factory(EngineMetrics(CollectorRegistry()), executor)
-    policy = made.policy(package, FixedTime("one", []))
+    policy = made.policy(package, FixedTimeSession(service_s=SERVICE_S))
     assert policy.instances == 1 and policy.merge_batch_size == 4
-    assert made.plan(package, FixedTime("one", [])).to_dict()["source"] == "default"
+    assert (
+        made.plan(package, FixedTimeSession(service_s=SERVICE_S)).to_dict()["source"] == "default"
+    )
 
 
 def test_plan_request_from_config_and_model_toml(tmp_path: Path) -> None:
