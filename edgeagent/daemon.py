@@ -221,12 +221,12 @@ class Daemon:
 
         state_dir, root = config.agent.state_dir, config.updates.agent_root
         try:
-            if root is None:
-                log.info("%s", prepare_state(state_dir, None))
+            if root is None:  # each step that rewrites files logs itself
+                log.debug("%s", prepare_state(state_dir, None))
             else:  # with the switch's crash-test hook (EDGEAGENT_UPDATE_KILL_AT)
                 from edgeagent.updates.updater import checkpoint
 
-                log.info("%s", prepare_state(state_dir, root, checkpoint=checkpoint))
+                log.debug("%s", prepare_state(state_dir, root, checkpoint=checkpoint))
         except StateFormatError as exc:
             raise StartupError(str(exc)) from exc
 

@@ -128,7 +128,10 @@ def migrate(plan: Plan) -> None:
         step.apply(plan.state_dir)
         document = {"format": step.format, "written_by": plan.version}
         write_json_atomic(plan.state_dir / FORMAT_FILE, document)
-        log.warning("state %s migrated to format %d: %s", plan.state_dir, step.format, step.summary)
+        # A step that rewrites nothing (format 1 adds the file) happens at every first start.
+        level = logging.INFO if step.touches else logging.DEBUG
+        log.log(level, "state %s migrated to format %d: %s", plan.state_dir, step.format,
+                step.summary)  # fmt: skip
 
 
 def _on_trial(root: Path, version: str) -> tuple[SwitchState, PendingSwitch] | None:

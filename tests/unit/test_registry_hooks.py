@@ -133,6 +133,7 @@ def test_gauges_remember_labels_across_a_backend_change() -> None:
         name, version, queued = "m", "1", 0
         backend = {"runtime": "a", "device": "x", "precision": "fp32"}
         plan = ServingPlan(1, 8, 0.002)
+        session = None  # not an instance group: no per-instance series
 
     model = Model()
     gauges.on_load(model)  # type: ignore[arg-type]
