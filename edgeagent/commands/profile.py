@@ -109,11 +109,11 @@ def _explain(
     if choice.session is not None:
         latency = round(time_session(choice.session, sample_feeds(package), args.seconds), 3)
         # The execution plan the daemon would serve (cached, or measured now as at load).
-        measured, sessions = acc.search_plan(
+        planned = acc.search_plan(
             package, choice, plan_request(engine, package), use_cache=not args.reprobe
         )
-        plan = measured.to_dict()
-        for session in sessions:
+        plan = planned.plan.to_dict()
+        for session in planned.sessions:
             session.close()
     candidates = []
     for option in choice.options:

@@ -39,6 +39,7 @@ def plan_request(settings: EngineSettings, package: ModelPackage) -> PlanRequest
         max_batch=max_batch,
         search_s=settings.plan_search_s,
         disagreement=settings.plan_disagreement,
+        lone=settings.plan_lone_session,
     )
 
 

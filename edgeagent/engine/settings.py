@@ -47,6 +47,12 @@ class EngineSettings:
     plan_search_s: float = setting(
         2.0, "time the plan search takes for one variant, its loads included", "s"
     )
+    plan_lone_session: bool = setting(
+        True,
+        "when the plan runs instances of fewer threads than the cores, keep one session of all "
+        "the cores for a request that arrives while every instance is idle (c=1 latency), at "
+        "the memory of one more session",
+    )
     plan_disagreement: float = setting(
         0.1, "plan search: a shape whose rounds differ more than this is measured again", "ratio"
     )

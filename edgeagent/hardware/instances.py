@@ -100,6 +100,7 @@ class InstanceGroup(Session):
         plan: MeasuredPlan,
         spread: Sequence[Lane] = (),
         clock: Callable[[], float] = time.monotonic,
+        lone: Session | None = None,
     ) -> None:
         if not sessions:
             raise ValueError("an instance group needs at least one session")
@@ -107,6 +108,7 @@ class InstanceGroup(Session):
         self.lanes = [first, *spread]
         self.plan = plan  # the first (best-ranked) lane's: what the batcher merges batches to
         self.sessions = [s for lane in self.lanes for s in lane.sessions]
+        self.lone = lone  # all the cores, for a request alone on an idle device (schedule)
         self.scheduler = Scheduler(
             [
                 Instance(s, lane.device, ServiceTime(plan_prior(lane.plan)))
@@ -114,6 +116,7 @@ class InstanceGroup(Session):
                 for s in lane.sessions
             ],
             clock,
+            lone=None if lone is None else Instance(lone, first.device),
         )
         self._clock = clock
 
@@ -190,7 +193,7 @@ class InstanceGroup(Session):
         return first.candidate if isinstance(first, ManagedSession) else None
 
     def set_power_mode(self, mode: str) -> None:
-        for session in self.sessions:
+        for session in self._every_session():
             if isinstance(session, ManagedSession):
                 session.set_power_mode(mode)
 
@@ -211,6 +214,14 @@ class InstanceGroup(Session):
             if extra:  # another lane's own candidates
                 status["candidates"] = [*status.get("candidates", []), *extra]
         status["instances"] = shown
+        lone = self.scheduler.lone
+        if lone is not None:
+            status["lone"] = {
+                "device": lone.device,
+                "available": lone.available,
+                "ewma_ms": lone.times.measured_ms(),
+                "batches": lone.batches,
+            }
         if len(self.lanes) > 1:
             status["spread"] = [
                 {"device": lane.device, "instances": len(lane.sessions), **lane.plan.to_dict()}
@@ -218,12 +229,15 @@ class InstanceGroup(Session):
             ]
         return status
 
+    def _every_session(self) -> list[Session]:
+        return [*self.sessions, *([self.lone] if self.lone is not None else [])]
+
     @property
     def closed(self) -> bool:
-        return all(getattr(s, "closed", False) for s in self.sessions)
+        return all(getattr(s, "closed", False) for s in self._every_session())
 
     def close(self) -> None:
-        for session in self.sessions:
+        for session in self._every_session():
             session.close()
 
 

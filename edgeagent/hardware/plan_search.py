@@ -85,6 +85,7 @@ class PlanRequest:
     max_batch: int = 8
     search_s: float = 2.0
     disagreement: float = 0.1
+    lone: bool = True  # keep a session of all the cores for a lone request (InstanceGroup)
 
     @property
     def fingerprint(self) -> str:
@@ -229,11 +230,18 @@ class SessionPool:
             have.append(self._open(threads))
         return have[:count]
 
-    def keep(self, shape: PlanShape) -> list[Session]:
-        """The chosen shape's sessions (opened if missing); every other session is closed."""
+    def keep(
+        self, shape: PlanShape, lone_threads: int | None = None
+    ) -> tuple[list[Session], Session | None]:
+        """The chosen shape's sessions (opened if missing) and, with ``lone_threads`` other than
+        the shape's threads, one session of that many threads too (the lone request's); every
+        other session is closed."""
         kept = self.get(shape.threads, shape.instances)
-        self.close(keep=kept)
-        return kept
+        lone = None
+        if lone_threads is not None and lone_threads != shape.threads:
+            lone = self.get(lone_threads, 1)[0]
+        self.close(keep=[*kept, *([lone] if lone is not None else [])])
+        return kept, lone
 
     def close(self, keep: list[Session] | None = None) -> None:
         for sessions in self._by_threads.values():

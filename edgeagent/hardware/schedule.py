@@ -14,6 +14,11 @@ instance holds a slot an idle instance could have used. When requests wait behin
 (``waiting`` rows), a busy instance is charged for them too — it would serve them after this
 one — which keeps every instance busy under load without ever sending a lone batch to a much
 slower device.
+
+A *lone* instance (optional) is a session of all the cores beside instances of fewer threads
+each: a batch of one row that arrives while every instance of its device is idle runs there,
+so a lone client is served by every core (the plan's single-threaded instances win under
+load, and double a lone request's latency); any other batch never goes to it.
 """
 
 from __future__ import annotations
@@ -111,13 +116,25 @@ class Scheduler:
     """Earliest expected completion over a fixed set of instances (see the module docstring)."""
 
     def __init__(
-        self, instances: Sequence[Instance], clock: Callable[[], float] = time.monotonic
+        self,
+        instances: Sequence[Instance],
+        clock: Callable[[], float] = time.monotonic,
+        lone: Instance | None = None,
     ) -> None:
         if not instances:
             raise ValueError("a scheduler needs at least one instance")
         self.instances = list(instances)
+        self.lone = lone
         self._clock = clock
         self._lock = threading.Lock()
+
+    def _alone(self, rows: int, waiting: int, exclude: Sequence[Instance]) -> bool:
+        """Whether this batch is a lone request on an idle device (module docstring)."""
+        lone = self.lone
+        if lone is None or rows != 1 or waiting > 0 or lone in exclude or lone.tickets:
+            return False
+        idle = all(not i.tickets for i in self.instances if i.device == lone.device)
+        return idle and lone.available
 
     def reserve(
         self,
@@ -130,6 +147,11 @@ class Scheduler:
         the batch, ``delay(device)`` is how long the device's gate would hold it back."""
         rows = max(1, rows)
         with self._lock:
+            if self.lone is not None and self._alone(rows, waiting, exclude):
+                estimate = self.lone.times.estimate(rows)
+                ticket = Ticket(self.lone, rows, 0.0 if estimate is None else estimate)
+                self.lone.tickets.append(ticket)
+                return ticket
             now = self._clock()
             usable = [i for i in self.instances if i.available and i not in exclude]
             usable = usable or [i for i in self.instances if i not in exclude] or self.instances

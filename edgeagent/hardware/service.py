@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from edgeagent.hardware.choose import Choice, Chooser, Option, PowerReader, is_cpu, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
@@ -41,6 +41,14 @@ from edgeagent.runtimes.base import default_threads
 log = logging.getLogger(__name__)
 
 DEVICE_FAILURES = {"load", "run", "timeout"}  # ProbeResult.stage of the device's own failures
+
+
+class PlanSessions(NamedTuple):
+    """A variant's execution plan, the sessions of its instances, and the lone request's."""
+
+    plan: MeasuredPlan
+    sessions: list[Session]
+    lone: Session | None = None
 
 
 class Accelerators:
@@ -121,10 +129,17 @@ class Accelerators:
         elif plan is None:
             session = self._resilient(package, choice, choice.session, self.prober)
         else:
-            measured, sessions = self.search_plan(package, choice, plan)
-            prober = self.prober.with_threads(measured.shape.threads)
+            # A pinned thread count is the operator's: no session of more threads beside it.
+            lone = plan.lone and plan.auto and plan.threads is None
+            planned = self.search_plan(package, choice, plan, lone=lone)
+            prober = self.prober.with_threads(planned.plan.shape.threads)
+            alone = None
+            if planned.lone is not None:  # the lone request's session: all the cores
+                alone = self._resilient(package, choice, planned.lone, self.prober)
             session = InstanceGroup(
-                [self._resilient(package, choice, s, prober) for s in sessions], measured
+                [self._resilient(package, choice, s, prober) for s in planned.sessions],
+                planned.plan,
+                lone=alone,
             )
         with self._lock:
             self._sessions[f"{package.name}:{package.version}"] = session
@@ -163,13 +178,14 @@ class Accelerators:
         order = choice.fallback_order()
         lanes = []
         for option, first in picked:
-            measured, sessions = self.plan_of(package, option, first, request)
-            prober = self.prober.with_threads(measured.shape.threads)
+            planned = self.plan_of(package, option, first, request)
+            prober = self.prober.with_threads(planned.plan.shape.threads)
             fallback = lane_order(order, option, group)
             resilient = [
-                self._resilient(package, choice, s, prober, option, fallback) for s in sessions
+                self._resilient(package, choice, s, prober, option, fallback)
+                for s in planned.sessions
             ]
-            lanes.append(Lane(device_key(option.candidate), measured, resilient))
+            lanes.append(Lane(device_key(option.candidate), planned.plan, resilient))
         log.info("%s spread over %s", package.name, ", ".join(
             f"{lane.device} ({lane.plan.shape.label})" for lane in lanes))  # fmt: skip
         return InstanceGroup(lanes[0].sessions, lanes[0].plan, lanes[1:])
@@ -203,11 +219,19 @@ class Accelerators:
         )
 
     def search_plan(
-        self, package: ModelPackage, choice: Choice, request: PlanRequest, *, use_cache: bool = True
-    ) -> tuple[MeasuredPlan, list[Session]]:
+        self,
+        package: ModelPackage,
+        choice: Choice,
+        request: PlanRequest,
+        *,
+        use_cache: bool = True,
+        lone: bool = False,
+    ) -> PlanSessions:
         """The execution plan of the chosen candidate and the sessions of its instances."""
         assert choice.chosen is not None and choice.session is not None
-        return self.plan_of(package, choice.chosen, choice.session, request, use_cache=use_cache)
+        return self.plan_of(
+            package, choice.chosen, choice.session, request, use_cache=use_cache, lone=lone
+        )
 
     def plan_of(
         self,
@@ -217,9 +241,11 @@ class Accelerators:
         request: PlanRequest,
         *,
         use_cache: bool = True,
-    ) -> tuple[MeasuredPlan, list[Session]]:
+        lone: bool = False,
+    ) -> PlanSessions:
         """The execution plan of one candidate (``chosen``, proven by ``session``) and the
-        sessions of its instances.
+        sessions of its instances; with ``lone``, also a session of all the cores when the
+        plan's instances have fewer threads (a request alone runs there: c=1 latency).
 
         Configured (``request.auto`` false), cached (the same model content, candidate, runtime
         version, hardware and pins), or measured now (``plan_search.search``) and cached.
@@ -258,10 +284,11 @@ class Accelerators:
                              plan.shape.label, plan.rows_per_s or 0, plan.search_ms)  # fmt: skip
         plan = plan or fixed
         try:
-            return plan, pool.keep(plan.shape)
+            sessions, alone = pool.keep(plan.shape, cores if lone else None)
         except Exception:
             pool.close()
             raise
+        return PlanSessions(plan, sessions, alone)
 
     def failed_candidates(self, memory_s: float = 0.0) -> set[str]:
         """Candidate keys a release's variant is not worth downloading for

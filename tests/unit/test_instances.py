@@ -101,6 +101,40 @@ def test_a_faster_device_takes_batches_in_proportion() -> None:
     assert one / two == pytest.approx((1 / 0.01 + 1 / 0.02) / (1 / 0.01), abs=0.05)
 
 
+def test_a_request_alone_on_an_idle_device_runs_on_the_session_of_all_the_cores() -> None:
+    """The plan's 1-thread instances serve load; a lone request gets every core instead."""
+    one, two = Instance(Still(), "CPU"), Instance(Still(), "CPU")
+    wide = Instance(Still(), "CPU")
+    scheduler = Scheduler([one, two], lone=wide)
+    alone = scheduler.reserve(1)
+    assert alone.instance is wide
+    beside = scheduler.reserve(1)  # the lone session is busy: the next goes to an instance
+    assert beside.instance in (one, two)
+    scheduler.finish(alone, 0.002)
+    assert scheduler.reserve(1).instance in (one, two)  # an instance still runs a batch
+    scheduler.finish(beside, 0.004)
+    assert scheduler.reserve(1, waiting=3).instance in (one, two)  # company is waiting
+    assert scheduler.reserve(4).instance in (one, two)  # more than one row
+    assert wide.batches == 1 and wide.times.estimate(1) == 0.002
+    assert [i.batches for i in (one, two)].count(1) == 1
+
+
+def test_a_lone_session_without_its_device_is_passed_over() -> None:
+    class Gone(Still):
+        candidate = None
+
+        def status(self) -> dict:
+            return {"active": None, "candidates": []}
+
+        def set_power_mode(self, mode: str) -> None:
+            pass
+
+    only = Instance(Still(), "CPU")
+    scheduler = Scheduler([only], lone=Instance(Gone(), "CPU"))
+    assert scheduler.reserve(1).instance is only
+    assert scheduler.reserve(1, exclude=[scheduler.lone]).instance is only
+
+
 def test_a_much_slower_device_takes_a_lone_batch_only_when_it_finishes_sooner() -> None:
     now = [0.0]
     fast, slow = Instance(Still(), "FAST"), Instance(Still(), "SLOW")

@@ -93,8 +93,10 @@ def test_search_picks_the_fastest_shape_and_keeps_its_sessions() -> None:
     assert plan.source == "search"
     assert set(plan.figures) == {s.label for s in shapes(2, PlanRequest())}
     assert all(count >= 2 for count in plan.rounds.values())
-    kept = pool.keep(plan.shape)
+    kept, lone = pool.keep(plan.shape, lone_threads=2)
     assert [s.threads for s in kept] == [1, 1] and len(opened) == 3  # 2 of 1 thread, 1 of 2
+    assert lone is not None and lone.threads == 2  # the search's own, kept for lone requests
+    assert pool.keep(plan.shape, lone_threads=1)[1] is None  # the plan's threads already
 
 
 # The simulated board of the searches below: rows/s of every shape of 2 cores on a steady
