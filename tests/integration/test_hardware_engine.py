@@ -11,13 +11,10 @@ import pytest
 
 from devtools.waiting import until
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.hardware.service import Accelerators
-from edgeagent.hardware.settings import HardwareSettings
 from tests.support.hardware import (
-    FIXTURES,
+    board_accelerators,
     install_flaky,
     write_multi_package,
-    write_profile,
 )
 from tests.support.helpers import serving_registry
 
@@ -32,16 +29,7 @@ def executor():
 
 
 def _setup(tmp_path: Path, executor, candidates: list[str], limits=lambda: UNTHROTTLED):
-    write_profile(tmp_path / "profiles", "test", candidates)
-    accelerators = Accelerators(
-        HardwareSettings(
-            root=FIXTURES / "generic-x86_64",
-            profiles_dir=tmp_path / "profiles",
-            profile="test",
-            reprobe_backoff_s=60.0,
-        ),
-        tmp_path / "state",
-    )
+    accelerators = board_accelerators(tmp_path, candidates, reprobe_backoff_s=60.0)
     registry = serving_registry(accelerators.open, executor=executor, limits=limits)
     registry.add(
         write_multi_package(

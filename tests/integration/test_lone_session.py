@@ -11,24 +11,15 @@ import pytest
 
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.plan_search import PlanRequest
-from edgeagent.hardware.service import Accelerators
-from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
-from tests.support.hardware import FIXTURES, write_profile
+from tests.support.hardware import board_accelerators
 from tests.support.helpers import write_tiny_package
 
 
 @pytest.fixture
 def opened(tmp_path: Path):
-    write_profile(tmp_path / "profiles", "test", ["onnxruntime:CPUExecutionProvider:fp32"])
-    accelerators = Accelerators(
-        HardwareSettings(
-            root=FIXTURES / "generic-x86_64",
-            profiles_dir=tmp_path / "profiles",
-            profile="test",
-            threads=2,
-        ),
-        tmp_path / "state",
+    accelerators = board_accelerators(
+        tmp_path, ["onnxruntime:CPUExecutionProvider:fp32"], threads=2
     )
     package = load_package(write_tiny_package(tmp_path / "tiny"))
     groups: list[InstanceGroup] = []

@@ -18,11 +18,10 @@ from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.service import Accelerators
-from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.runtimes import RuntimeLoadError
 from edgeagent.sections import ConfigError
-from tests.support.hardware import FIXTURES, write_profile
+from tests.support.hardware import FIXTURES, board_accelerators, write_profile
 from tests.support.helpers import serving_registry, write_tiny_package
 from tests.support.simulated_runtime import install_simulated
 
@@ -36,16 +35,7 @@ def executor():
 
 
 def accelerators(tmp_path: Path, **settings) -> Accelerators:
-    write_profile(tmp_path / "profiles", "test", SIMS)
-    return Accelerators(
-        HardwareSettings(
-            root=FIXTURES / "generic-x86_64",
-            profiles_dir=tmp_path / "profiles",
-            profile="test",
-            **settings,
-        ),
-        tmp_path / "state",
-    )
+    return board_accelerators(tmp_path, SIMS, **settings)
 
 
 def serving(root: Path, **values) -> Path:

@@ -17,6 +17,8 @@ import pytest
 from devtools.package import read_model_toml, write_model_toml
 from devtools.tiny import tiny_manifest
 from edgeagent import runtimes
+from edgeagent.hardware.service import Accelerators
+from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.manifest_writer import VariantFiles, write_manifest
 from edgeagent.runtimes.onnx import OnnxRuntime, OnnxSession
 from tests.support.helpers import write_tiny_package
@@ -41,6 +43,24 @@ def write_profile(directory: Path, name: str, candidates: list[str], **top: obje
     path = directory / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def board_accelerators(
+    tmp_path: Path, candidates: list[str], *, on_demote=None, **settings: object
+) -> Accelerators:
+    """The hardware façade on a generic x86 board whose one profile, "test", lists
+    ``candidates``; ``settings`` are further HardwareSettings, the state under ``tmp_path``."""
+    write_profile(tmp_path / "profiles", "test", candidates)
+    return Accelerators(
+        HardwareSettings(
+            root=FIXTURES / "generic-x86_64",
+            profiles_dir=tmp_path / "profiles",
+            profile="test",
+            **settings,
+        ),
+        tmp_path / "state",
+        on_demote=on_demote,
+    )
 
 
 def write_multi_package(root: Path, variants: list[tuple[str, str]]) -> Path:

@@ -15,14 +15,11 @@ from edgeagent import __version__
 from edgeagent.api.http import HttpMetrics
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.governor.metrics import GovernorMetrics
-from edgeagent.hardware.service import Accelerators
-from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.models.package import load_package
 from tests.support.hardware import (
-    FIXTURES,
+    board_accelerators,
     install_flaky,
     write_multi_package,
-    write_profile,
 )
 
 ORT = "onnxruntime:CPUExecutionProvider:fp32"
@@ -81,15 +78,10 @@ def test_a_demotion_is_counted_per_model_and_candidate(
     flaky.good_calls = 2  # the probe run + one request, then the "device" is gone
     registry = new_registry()
     metrics = EngineMetrics(registry)
-    write_profile(tmp_path / "profiles", "test", [ORT, OV])
-    acc = Accelerators(
-        HardwareSettings(
-            root=FIXTURES / "generic-x86_64",
-            profiles_dir=tmp_path / "profiles",
-            profile="test",
-            reprobe_backoff_s=60.0,
-        ),
-        tmp_path / "state",
+    acc = board_accelerators(
+        tmp_path,
+        [ORT, OV],
+        reprobe_backoff_s=60.0,
         on_demote=lambda model, key: metrics.demotions.labels(model, key).inc(),
     )
     package = load_package(
