@@ -35,7 +35,7 @@ from edgeagent.fleet.signing import TrustError, decode_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
-from edgeagent.hub.verify import authentic_release, check_for_fleet
+from edgeagent.hub.verify import AnyRelease, authentic, check_for_fleet, read_manifest
 
 MAX_REPORT_BYTES = 256 * 1024  # a device's state report or event is a few KiB
 
@@ -50,24 +50,36 @@ def hub_client(settings: MqttSettings, role: str) -> aiomqtt.Client:
     )
 
 
-def read_release(
+def read_any_release(
     path: Path, trust: Path | None = None, *, now: datetime | None = None
-) -> tuple[bytes, ReleaseManifest]:
-    """Load a ``*.release.json`` envelope and its manifest; with ``trust``, refuse it unless a
-    device trusting that file would accept it (signatures, format, both expiries, issue time)."""
+) -> tuple[bytes, AnyRelease]:
+    """Load a release envelope of either kind (``*.release.json``, ``*.agent-release.json``)
+    and its manifest; with ``trust``, refuse it unless a device trusting that file would accept
+    it (signatures under its kind's role, format, both expiries, issue time)."""
     try:
         envelope = path.read_bytes()
     except OSError as exc:
         raise HubError(f"{path}: cannot read the release ({exc.strerror})") from exc
     try:
         if trust is None:
-            return envelope, parse_manifest(
-                decode_envelope(envelope, max_bytes=MAX_ENVELOPE_BYTES).payload
-            )
-        manifest = authentic_release(envelope, TrustStore.load(trust), now=now)
+            return envelope, read_manifest(envelope)
+        manifest = authentic(envelope, TrustStore.load(trust), now=now)
         check_for_fleet(manifest, serial_floor=None, now=now)
     except TrustError as exc:
         raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
+    return envelope, manifest
+
+
+def read_release(
+    path: Path, trust: Path | None = None, *, now: datetime | None = None
+) -> tuple[bytes, ReleaseManifest]:
+    """A model release (``read_any_release``); an agent release is refused here: it goes
+    through the hub server (``hub rollout --server``), which never re-signs code."""
+    envelope, manifest = read_any_release(path, trust, now=now)
+    if not isinstance(manifest, ReleaseManifest):
+        raise HubError(
+            f"{path}: an agent release, not a model's: deploy it with hub rollout --server"
+        )
     return envelope, manifest
 
 

@@ -18,7 +18,8 @@ from devtools.hub_fleet import Api, fleet, hub_server, make_release
 from edgeagent.fleet.agent_manifest import AgentManifest, Wheelhouse, this_platform, this_python
 from edgeagent.fleet.manifest import Artifact
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
-from edgeagent.hub.keys import keygen, load_private_key
+from edgeagent.hub.keys import HubError, keygen, load_private_key
+from edgeagent.hub.publish import read_release
 from edgeagent.hub.server.client import HubApiClient, read_upload
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
@@ -230,3 +231,14 @@ async def test_agent_uploads_are_judged_under_the_agent_role_and_floor(
             f"2 platform {this_platform()}: no wheelhouse in this release"
         )
         assert (await api.call("GET", "/api/v1/deployments"))["deployments"] == []
+
+
+def test_the_cli_rollout_that_re_signs_each_stage_refuses_an_agent_release(tmp_path: Path) -> None:
+    """``hub rollout`` without ``--server`` signs every stage with the release key: code is
+    never re-signed, so it names the way that relays the agent release as it was signed."""
+    keys = _keys(tmp_path)
+    path = tmp_path / "edgeagent-0.3.0.agent-release.json"
+    path.write_bytes(_agent_release(keys, "0.3.0", 3))
+    assert read_upload(path, keys / "trust.json") == path.read_bytes()  # either kind uploads
+    with pytest.raises(HubError, match="an agent release, not a model's: .*--server"):
+        read_release(path, keys / "trust.json")

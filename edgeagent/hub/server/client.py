@@ -15,11 +15,9 @@ from typing import Any
 
 import aiohttp
 
-from edgeagent.fleet.signing import TrustError
-from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
+from edgeagent.hub.publish import read_any_release
 from edgeagent.hub.server.deploydb import FINAL
-from edgeagent.hub.verify import authentic, check_for_fleet, read_manifest
 
 PAGE = 1000
 
@@ -28,18 +26,7 @@ def read_upload(path: Path, trust: Path | None = None) -> bytes:
     """The envelope of a release of either kind (``*.release.json``, ``*.agent-release.json``)
     to upload; with ``trust``, refused here unless devices trusting that file would take it
     (the server checks it again against its own ``--trust`` and serial floor)."""
-    try:
-        envelope = path.read_bytes()
-    except OSError as exc:
-        raise HubError(f"{path}: cannot read the release ({exc.strerror})") from exc
-    try:
-        if trust is None:
-            read_manifest(envelope)
-        else:
-            check_for_fleet(authentic(envelope, TrustStore.load(trust)), serial_floor=None)
-    except TrustError as exc:
-        raise HubError(f"{path}: devices would refuse this release: {exc}") from exc
-    return envelope
+    return read_any_release(path, trust)[0]
 
 
 class HubApiClient:
