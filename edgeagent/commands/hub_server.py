@@ -119,6 +119,8 @@ def _server(
         ("--ingest-queue", "ingest_queue", int, "reports waiting for the database"),
         ("--ingest-batch", "ingest_batch", int, "reports stored per transaction"),
         ("--send-batch", "send_batch", int, "releases sent between two commits"),
+        ("--max-stages", "max_stages", int, "stages of one deployment"),
+        ("--max-device-ids", "max_device_ids", int, "devices a deployment may list by id"),
     ):
         default = getattr(defaults, attr)
         limits.add_argument(flag, dest=attr, type=kind, default=default, help=what)
@@ -149,6 +151,8 @@ def _server(
             ingest_queue=args.ingest_queue,
             ingest_batch=args.ingest_batch,
             send_batch=args.send_batch,
+            max_stages=args.max_stages,
+            max_device_ids=args.max_device_ids,
             release_keys=tuple(args.release_key),
             trust_file=args.trust,
             state_dir=args.state_dir or defaults.state_dir,

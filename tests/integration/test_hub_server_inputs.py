@@ -239,6 +239,14 @@ def test_the_document_is_built_from_the_schemas_the_server_checks_with() -> None
     assert fields["properties"]["stage_timeout_s"]["maximum"] == 9.0
     assert fields == inputs.new_deployment(ServerSettings(max_wait_s=9.0))
     assert fields["additionalProperties"] is False
+    # the deployment's size limits are the server's --max-stages and --max-device-ids
+    small = inputs.new_deployment(ServerSettings(max_stages=3, max_device_ids=2))["properties"]
+    assert (small["stages_pct"]["maxItems"], small["devices"]["maxItems"]) == (3, 2)
+    for bad, flag in ((0, "--max-stages must be 1..100"), (101, "--max-stages must be 1..100")):
+        with pytest.raises(ValueError, match=flag):
+            ServerSettings(max_stages=bad).validate()
+    with pytest.raises(ValueError, match="--max-device-ids must be positive"):
+        ServerSettings(max_device_ids=0).validate()
 
     # a keyword the checker does not enforce cannot be written into the document
     loose = inputs.Param("email", "query", {"type": "string", "format": "email"})

@@ -29,7 +29,7 @@ from aiohttp import web
 
 from edgeagent.fleet.signing import VerificationError, loads_strict
 from edgeagent.hub.policy import StagedPolicy
-from edgeagent.hub.policy.staged import MAX_MIN_EXECUTED, MAX_STAGES
+from edgeagent.hub.policy.staged import MAX_MIN_EXECUTED
 from edgeagent.hub.server import deploydb
 from edgeagent.hub.server.schema import deployments, devices, releases
 from edgeagent.hub.server.settings import ServerSettings
@@ -417,7 +417,6 @@ def _length(column: sa.Column[Any]) -> int:
     return length
 
 
-MAX_DEVICE_IDS = 10_000  # one deployment's explicit device list (a group names more)
 _ID = _length(devices.c.device_id)
 _GROUP = _length(devices.c.group_name)
 _PROFILE = _length(devices.c.profile)
@@ -463,8 +462,8 @@ def _policy_fields(settings: ServerSettings) -> dict[str, Schema]:
     return {
         "stages_pct": array(
             number(0, 100, above=True),
-            MAX_STAGES,
-            "cumulative percentages, increasing, the last 100",
+            settings.max_stages,
+            "cumulative percentages, increasing, the last 100 (at most --max-stages)",
             min_items=1,
         ),
         "abort_threshold_pct": number(
@@ -493,7 +492,9 @@ def new_deployment(settings: ServerSettings) -> Schema:
             "model": text(_MODEL, min_length=1),
             "version": text(_VERSION, min_length=1),
             "group": text(_GROUP, "devices of this group"),
-            "devices": array(text(_ID, min_length=1), MAX_DEVICE_IDS, "these devices"),
+            "devices": array(
+                text(_ID, min_length=1), settings.max_device_ids, "these devices (--max-device-ids)"
+            ),
             "profile": text(_PROFILE, "only devices of this hardware profile"),
             **_policy_fields(settings),
         },

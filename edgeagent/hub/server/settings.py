@@ -7,6 +7,7 @@ from pathlib import Path
 
 from edgeagent.fleet.manifest import MAX_TARGETS
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.hub.policy.staged import MAX_STAGES
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
 
@@ -50,6 +51,8 @@ class ServerSettings:
     ingest_queue: int = 10_000  # reports waiting for the database before the broker is paused
     ingest_batch: int = 500  # reports stored per transaction
     send_batch: int = 100  # releases published between two commits (re-sent after a crash)
+    max_stages: int = MAX_STAGES  # stages of one deployment (each is a row in every answer)
+    max_device_ids: int = 10_000  # one deployment's explicit device list (a group names more)
     release_keys: tuple[Path, ...] = ()  # sign each stage batch's envelope with these
     trust_file: Path | None = None  # uploads are verified against it; required with release_keys
     state_dir: Path = field(default_factory=lambda: default_state_dir() / "hub")  # admin.token
@@ -69,6 +72,11 @@ class ServerSettings:
             (self.ingest_queue > 0, "--ingest-queue must be positive"),
             (self.ingest_batch > 0, "--ingest-batch must be positive"),
             (self.send_batch > 0, "--send-batch must be positive"),
+            (
+                0 < self.max_stages <= MAX_STAGES,
+                f"--max-stages must be 1..{MAX_STAGES} (more is a typo, not a rollout)",
+            ),
+            (self.max_device_ids > 0, "--max-device-ids must be positive"),
             (
                 not self.release_keys or self.send_batch <= MAX_TARGETS,
                 f"--send-batch must be at most {MAX_TARGETS} with --release-key (one signed "
