@@ -58,7 +58,7 @@ from devtools.ports import free_port  # noqa: E402
 from devtools.waiting import until  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
-from edgeagent.hardware.plan_search import closed_loop  # noqa: E402
+from edgeagent.hardware.plan_search import PlanShape, closed_loop  # noqa: E402
 from edgeagent.models.device_key import open_device_key  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
@@ -131,7 +131,7 @@ def plan_cell(package, frame: np.ndarray, plan: dict, precision: str, process) -
         for _ in range(instances)
     ]
     feeds = {package.inputs[0].name: np.repeat(frame, batch, axis=0)}
-    label = f"{plan['threads']}x{instances}:b{batch}"
+    label = PlanShape(instances, int(plan["threads"]), batch).label
     return Cell(
         "raw", f"raw plan {label} (img/s)", "", 1, plan_measure(sessions, feeds, batch), process
     )

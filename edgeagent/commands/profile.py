@@ -109,8 +109,13 @@ def _explain(
     if choice.session is not None:
         latency = round(time_session(choice.session, sample_feeds(package), args.seconds), 3)
         # The execution plan the daemon would serve (cached, or measured now as at load).
-        planned = acc.search_plan(
-            package, choice, plan_request(engine, package), use_cache=not args.reprobe
+        assert choice.chosen is not None
+        planned = acc.plan_of(
+            package,
+            choice.chosen,
+            choice.session,
+            plan_request(engine, package),
+            use_cache=not args.reprobe,
         )
         plan = planned.plan.to_dict()
         for session in planned.sessions:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeagent.hardware.plan_search import MeasuredPlan
+from edgeagent.hardware.plan_search import SEARCH_BATCHES, MeasuredPlan, PlanShape
 from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.schedule import Instance, Scheduler, ServiceTime, Ticket
 from edgeagent.hardware.spread import device_key
@@ -47,11 +47,11 @@ def plan_prior(plan: MeasuredPlan) -> dict[int, float]:
     """Seconds per batch of one instance, by batch size, from the plan search's figures (rows/s
     of all the plan's instances together): where an instance's EWMA starts."""
     shape = plan.shape
-    prefix = f"{shape.threads}x{shape.instances}:b"  # PlanShape.label of this split
     prior = {}
-    for label, figure in plan.figures.items():
-        if label.startswith(prefix) and label[len(prefix) :].isdigit() and figure > 0:
-            rows = int(label[len(prefix) :])
+    # A search measures batch sizes up to the largest of SEARCH_BATCHES (plan_search.shapes).
+    for rows in {*range(1, max(SEARCH_BATCHES) + 1), shape.batch}:
+        figure = plan.figures.get(PlanShape(shape.instances, shape.threads, rows).label, 0.0)
+        if figure > 0:
             prior[rows] = rows * shape.instances / figure
     return prior
 

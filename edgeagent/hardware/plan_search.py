@@ -88,6 +88,12 @@ class PlanRequest:
     lone: bool = True  # keep a session of all the cores for a lone request (InstanceGroup)
 
     @property
+    def keeps_lone_session(self) -> bool:
+        """Whether a session of all the cores may serve beside the plan's instances: not
+        beside a thread count the operator pinned."""
+        return self.lone and self.auto and self.threads is None
+
+    @property
     def fingerprint(self) -> str:
         """What a cached plan was searched under: a changed pin must search again."""
         return f"i{self.instances or '*'}t{self.threads or '*'}b{self.max_batch}"

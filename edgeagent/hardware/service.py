@@ -112,7 +112,7 @@ class Accelerators:
     ) -> ResilientSession | InstanceGroup:
         """Choose a candidate for ``package`` and return a session that falls back on failure.
 
-        With ``plan``, the chosen candidate runs as the execution plan says (``search_plan``):
+        With ``plan``, the chosen candidate runs as the execution plan says (``plan_of``):
         an InstanceGroup of resilient sessions, one per instance. With a ``spread`` over
         several devices (model.toml ``[serving] spread``, else ``[hardware] spread``), every
         device's best working candidate runs as a lane of that group under its own plan
@@ -129,9 +129,9 @@ class Accelerators:
         elif plan is None:
             session = self._resilient(package, choice, choice.session, self.prober)
         else:
-            # A pinned thread count is the operator's: no session of more threads beside it.
-            lone = plan.lone and plan.auto and plan.threads is None
-            planned = self.search_plan(package, choice, plan, lone=lone)
+            planned = self.plan_of(
+                package, choice.chosen, choice.session, plan, lone=plan.keeps_lone_session
+            )
             prober = self.prober.with_threads(planned.plan.shape.threads)
             alone = None
             if planned.lone is not None:  # the lone request's session: all the cores
@@ -216,21 +216,6 @@ class Accelerators:
             initial=(option, session),
             results=choice.results,
             on_demote=self._on_demote,
-        )
-
-    def search_plan(
-        self,
-        package: ModelPackage,
-        choice: Choice,
-        request: PlanRequest,
-        *,
-        use_cache: bool = True,
-        lone: bool = False,
-    ) -> PlanSessions:
-        """The execution plan of the chosen candidate and the sessions of its instances."""
-        assert choice.chosen is not None and choice.session is not None
-        return self.plan_of(
-            package, choice.chosen, choice.session, request, use_cache=use_cache, lone=lone
         )
 
     def plan_of(

@@ -52,9 +52,9 @@ def pick_devices(
 
     The chooser's pick keeps its session; the other devices' candidates are loaded (probed)
     with ``load`` (their results join the choice's) only until each wanted device has one
-    that works. With a list, only the
-    devices named take part, and the chooser's pick serves only if its device is one of them
-    (its session is closed otherwise). Empty when no wanted device works.
+    that works. With a list, only the devices named take part, and the chooser's pick serves
+    only if its device is one of them (its session is closed otherwise). Empty when no wanted
+    device works.
     """
     count, allowed = wanted_devices(spread)
     picked: list[tuple[Option, Session]] = []

@@ -23,7 +23,7 @@ from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.serving import ModelFactory
 from edgeagent.engine.settings import EngineSettings
-from edgeagent.hardware.instances import InstanceGroup, Lane
+from edgeagent.hardware.instances import InstanceGroup, Lane, plan_prior
 from edgeagent.hardware.plan_search import MeasuredPlan, PlanShape
 from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.schedule import Instance, Scheduler, ServiceTime
@@ -334,3 +334,10 @@ async def test_status_and_metrics_show_each_instance(tmp_path, executor):
         is None
     )
     await model.close(5)
+
+
+def test_an_instance_starts_from_its_split_s_figures_in_the_plan_search() -> None:
+    """Seconds per batch of one instance: rows × instances ÷ the split's rows/s, by batch."""
+    figures = {"1x2:b1": 400.0, "1x2:b4": 800.0, "2x1:b1": 300.0, "1x2:b8": 0.0}
+    plan = MeasuredPlan(PlanShape(2, 1, 4), "search", 2, figures)
+    assert plan_prior(plan) == {1: 2 / 400.0, 4: 8 / 800.0}
