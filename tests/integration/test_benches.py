@@ -271,4 +271,4 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
     assert_figures(report["searches"][0], "pick_over_best", "seconds")
-    assert "search 1:" in done.stdout and "| threads x instances" in done.stdout
+    assert "search 1:" in done.stdout and "| instances x threads" in done.stdout
