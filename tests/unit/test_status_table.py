@@ -64,3 +64,14 @@ def test_a_narrow_terminal_cuts_the_widest_cells_with_an_ellipsis() -> None:
 
 def test_a_table_that_fits_is_left_as_it_is() -> None:
     assert fit_table([("A", "BB"), ("ccc", "d")], 80) == ["A    BB", "ccc  d"]
+
+
+def test_a_version_whose_plan_is_searched_says_what_it_serves_on_meanwhile() -> None:
+    versions = {"1": {"plan": {"instances": 1, "threads": 2, "max_batch_size": 8}}}
+    tiny = {**STATUS["models"]["tiny"], "versions": versions}  # type: ignore[dict-item]
+    searched = {**STATUS, "models": {"tiny": tiny}}
+    versions["1"]["plan"]["source"] = "search"
+    assert "pending" not in summary(searched, {}, "agent.sock", 120)
+    versions["1"]["plan"]["source"] = "pending"
+    text = " ".join(summary(searched, {}, "agent.sock", 120).split())
+    assert "tiny 1: execution plan pending: serving 1x2:b8 (1 instance x 2 threads" in text
