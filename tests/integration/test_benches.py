@@ -249,6 +249,8 @@ def test_update_reports_publish_to_serving_and_canary(tiny_zoo: Path) -> None:
     )
     assert report["failed_requests"] == 0, report["requests"]
     assert [r["canary"] for r in report["rounds"]] == [False, True]
+    first = report["first_release"]  # the device's first: it fetched only what it serves
+    assert first["variants"] == [first["serves"]] and first["bytes_ratio_to_served"] > 0
     assert_figures(
         report,
         "bytes_per_device",
