@@ -394,9 +394,28 @@ async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300
         return False
 
     try:
-        await until(ready, timeout, poll_s=0.2)
+        await until(ready, timeout, poll_s=0.02)  # fine enough to time start → ready
     except AssertionError:
         raise SystemExit("the daemon did not become ready") from None
+    return status
+
+
+async def wait_plan(sock: Path, model: str, timeout: float = 120) -> dict:
+    """The daemon's /v1/status once ``model``'s execution plan is no longer pending (the
+    search after serving has swapped its plan in): what the measured rows must run on."""
+    status: dict = {}
+
+    async def settled() -> bool:
+        async with http_client(sock) as client, client.get("/v1/status") as answer:
+            status.clear()
+            status.update(await answer.json())
+        versions = status["models"][model]["versions"]
+        return all(v.get("plan", {}).get("source") != "pending" for v in versions.values())
+
+    try:
+        await until(settled, timeout, poll_s=0.02)
+    except AssertionError:
+        raise SystemExit("the daemon's execution plan search did not end") from None
     return status
 
 
@@ -414,7 +433,7 @@ async def wait_http(endpoint: Endpoint, path: str, process: subprocess.Popen, wh
             return False
 
     try:
-        await until(answers, 120, poll_s=0.2)
+        await until(answers, 120, poll_s=0.02)
     except AssertionError:
         raise SystemExit(f"{what} did not become ready") from None
 
@@ -617,6 +636,7 @@ class Peers:
     naive: subprocess.Popen | None = None
     naive_sock: Path | None = None
     naive_port: int = 0
+    naive_ready_s: float = float("nan")  # start → ready (model loaded, listening)
     mlserver: subprocess.Popen | None = None
     mlserver_port: int = 0
     notes: list[str] | None = None
@@ -644,8 +664,10 @@ async def _start_peers(peers: Peers, args, model_file: Path, package, work: Path
     command = [sys.executable, str(Path(bench_peers.__file__)), "naive", "--model", str(model_file)]
     command += ["--name", name, "--threads", str(args.threads), "--socket", str(peers.naive_sock)]
     command += ["--port", str(peers.naive_port)]
+    started = time.perf_counter()
     peers.naive = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     await wait_http(peers.naive_sock, "/v2/health/ready", peers.naive, "the naive server")
+    peers.naive_ready_s = time.perf_counter() - started
     if args.skip_mlserver:
         peers.notes.append("MLServer skipped (--skip-mlserver)")
         return
@@ -875,6 +897,12 @@ def markdown(report: dict) -> str:
         )
     for server, peak in report.get("peak_rss_mb", {}).items():
         lines.append(f"Peak RSS under load, {server}: {peak:.0f} MB")
+    naive = report["naive_ready_s"]
+    lines.append(
+        f"Start → ready on a fresh state: edgeagent {report['ready_s']:.2f} s (its execution "
+        f"plan measured at {report['plan_settled_s']:.2f} s)"
+        + (f", the naive server {naive:.2f} s" if naive == naive else "")
+    )
     lines += report.get("notes", [])
     return "\n".join(lines)
 
@@ -890,10 +918,15 @@ async def run(args: argparse.Namespace) -> dict:
         pinned = pinned_package(
             Path(args.model), args.precision, Path(tmp) / "pinned" / package.name
         )
+        started = time.perf_counter()
         daemon = start_daemon(pinned, Path(tmp), args.threads, peers=args.peers)
         process = daemon.process
         try:
-            status = await wait_ready(daemon.sock, process)
+            await wait_ready(daemon.sock, process)
+            ready_s = time.perf_counter() - started  # a fresh state: no plan cached
+            status = await wait_plan(daemon.sock, package.name)
+            plan_s = time.perf_counter() - started
+            progress(f"daemon ready in {ready_s:.2f} s, its plan measured at {plan_s:.2f} s")
             versions = status["models"][package.name]["versions"]
             backend = next(iter(versions.values()))
             await asyncio.sleep(1.0)
@@ -1003,6 +1036,9 @@ async def run(args: argparse.Namespace) -> dict:
         "raw": raw,
         "raw_latencies": all_raw,
         "rows": rows,
+        "ready_s": ready_s,
+        "plan_settled_s": plan_s,
+        "naive_ready_s": peers.naive_ready_s,
         "rss_idle_mb": rss_idle / 2**20,
         "rss_loaded_mb": samplers["edgeagent"].peak / 2**20,
         "peak_rss_mb": {k: v.peak / 2**20 for k, v in samplers.items()} if args.peers else {},

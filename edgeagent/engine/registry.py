@@ -442,6 +442,7 @@ class ModelRegistry:
         time. The swap is ``activate``'s: the pending version finishes what it queued, then
         closes. Nothing is swapped when the version stopped serving meanwhile (replaced,
         unloaded, a rolled-back canary) or the search failed (the safe plan serves on).
+        The pages the pending session and the search freed go back to the system.
         """
         assert self._plan is not None
         loop = asyncio.get_running_loop()
@@ -465,7 +466,12 @@ class ModelRegistry:
             entry.loaded[model.version] = searched
             if entry.active is model:
                 entry.active = searched
-            self._retire(entry, model, searched, "replaced by its measured execution plan")
+            model.successor = searched
+            log.info("model %s: version %s serves on its measured execution plan",
+                     entry.name, model.version)  # fmt: skip
+        await self._close(model)
+        # The pending session and the search's scratch are freed: hand the pages back.
+        await loop.run_in_executor(self._executor, release_free_memory)
 
     # ---- internals -------------------------------------------------------------------------
 

@@ -129,7 +129,8 @@ class Accelerators:
         spread = package.serving.spread or self.settings.spread
         session: ResilientSession | InstanceGroup
         if wanted_devices(spread) != (1, None):
-            session = self._spread(package, choice, plan or PlanRequest(auto=False), spread)
+            request = plan or PlanRequest(auto=False)
+            session = self._spread(package, choice, request, spread, search=search)
         elif plan is None:
             session = self._resilient(package, choice, choice.session, self.prober)
         else:
@@ -165,9 +166,12 @@ class Accelerators:
         choice: Choice,
         request: PlanRequest,
         spread: int | Sequence[str],
+        *,
+        search: bool = True,
     ) -> InstanceGroup:
         """One lane per device (``spread.pick_devices``), each its own plan and instances,
-        each instance a resilient session failing over within its device first."""
+        each instance a resilient session failing over within its device first; without
+        ``search``, a lane whose plan is not cached serves pending on its first session."""
         model_hash = package.content_hash()
 
         def load(option: Option) -> tuple[Session | None, ProbeResult]:
@@ -187,7 +191,7 @@ class Accelerators:
         order = choice.fallback_order()
         lanes = []
         for option, first in picked:
-            planned = self.plan_of(package, option, first, request)
+            planned = self.plan_of(package, option, first, request, search=search)
             prober = self.prober.with_threads(planned.plan.shape.threads)
             fallback = lane_order(order, option, group)
             resilient = [
