@@ -72,7 +72,9 @@ class EngineSettings:
         1.5, "a canary whose p99 latency / the stable version's p99 is above this is rolled back"
     )
     latency_samples: int = setting(
-        2048, "answered-request latencies kept per model version (a ring) for a canary's p99"
+        2048,
+        "answered-request latencies kept per model version (rings) for a canary's p99 and the "
+        "state report's p50/p95",
     )
 
     def validate(self) -> None:
