@@ -121,6 +121,7 @@ def _server(
         ("--send-batch", "send_batch", int, "releases sent between two commits"),
         ("--max-stages", "max_stages", int, "stages of one deployment"),
         ("--max-device-ids", "max_device_ids", int, "devices a deployment may list by id"),
+        ("--chart-points", "chart_points", int, "state reports a device page's charts draw"),
     ):
         default = getattr(defaults, attr)
         limits.add_argument(flag, dest=attr, type=kind, default=default, help=what)
@@ -153,6 +154,7 @@ def _server(
             send_batch=args.send_batch,
             max_stages=args.max_stages,
             max_device_ids=args.max_device_ids,
+            chart_points=args.chart_points,
             release_keys=tuple(args.release_key),
             trust_file=args.trust,
             state_dir=args.state_dir or defaults.state_dir,

@@ -12,10 +12,13 @@ change lands exactly during a read (a SQLAlchemy cursor event), which no timing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +37,7 @@ from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import Tokens
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.database import open_engine, upgrade
+from edgeagent.hub.server.ingest import Incoming, Ingest, SyncMarker
 from edgeagent.hub.server.schema import deployment_devices, deployments
 from edgeagent.hub.server.settings import ServerSettings
 
@@ -203,3 +207,85 @@ async def test_device_ids_cannot_end_the_page_script(hub: Hub) -> None:
     assert status == 200
     assert hostile not in text and text.count("<script") == 1
     assert hostile in _page_data(text)["retry"]["devices"]
+
+
+# ---- a device's charts, from state reports stored by the hub's own ingest ------------------
+
+
+async def _ingest_reports(context: HubContext, reports: list[dict[str, Any]]) -> None:
+    """Store each report as the ingest loop does, one at a time (each is its own history
+    row, at its own hub time), waiting on the ingest's sync marker rather than a clock."""
+    ingest = Ingest(context.engine, "edgeagent", max_report_bytes=65536)
+    task = asyncio.create_task(ingest.run())
+    try:
+        for number, report in enumerate(reports):
+            ingest.synced.clear()
+            ingest.expect_sync(f"sync-{number}")
+            payload = json.dumps(report).encode()
+            await ingest.submit(Incoming("edgeagent/device/dev-000/state", payload, False))
+            await ingest.submit(SyncMarker(f"sync-{number}"))
+            await ingest.synced.wait()
+        assert ingest.stats["skipped"] == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _state(at: float, requests: int, errors: int, p95: float, celsius: float) -> dict[str, Any]:
+    traffic = {"requests": requests, "errors": errors, "p50_ms": p95 / 3, "p95_ms": p95}
+    return {
+        "group": "lab",
+        "updated_at": at,
+        "models": {"det": {"active_version": "1", "versions": {"1": {}}, "traffic": traffic}},
+        "governor": {"state": "normal", "temperatures": [{"sensor": "cpu", "celsius": celsius}]},
+    }
+
+
+async def test_the_device_page_charts_throughput_errors_and_latency(hub: Hub) -> None:
+    # 60 s apart on the device's clock: 120, then 600 requests (10/s), 6 of them failed (1 %)
+    await _ingest_reports(
+        hub.context,
+        [
+            _state(1000.0, 5000, 7, 30.0, 50.0),  # older than --chart-points keeps
+            _state(1060.0, 5120, 7, 30.0, 51.0),
+            _state(1120.0, 5720, 13, 45.0, 55.0),
+        ],
+    )
+    hub.context.settings = replace(hub.context.settings, chart_points=2)
+    status, text = await _get(f"{hub.url}/ui/devices/dev-000")
+    assert status == 200, text
+    assert "From the newest 2 state reports" in text
+    for chart in ("temperature", "throughput", "errors", "latency"):
+        assert f"<svg id='{chart}' class='chart'" in text, chart
+    throughput = text.split("<svg id='throughput'", 1)[1].split("</svg>", 1)[0]
+    # two points: the older one's rate is taken from the report before it (read, not drawn)
+    assert throughput.count("<polyline") == 1 and "points='0.0," in throughput
+    assert "11 req/s" in throughput  # the axis: 10/s and a tenth
+    temperature = text.split("<svg id='temperature'", 1)[1].split("</svg>", 1)[0]
+    assert "50 °C" in temperature and "49 °C" not in temperature  # 51 and 55 °C, not 50
+    models = text.split("id='models'", 1)[1].split("</table>", 1)[0]
+    assert "<td>10 /s</td><td>1 %</td><td>15 ms / 45 ms</td>" in models
+
+
+async def test_a_device_without_traffic_says_so_instead_of_charting(hub: Hub) -> None:
+    status, text = await _get(f"{hub.url}/ui/devices/dev-001")
+    assert status == 200, text
+    for chart in ("temperature", "throughput", "errors", "latency"):
+        assert f"id='{chart}-empty'" in text and f"<svg id='{chart}'" not in text
+
+
+@pytest.mark.parametrize("points", ["1", "100001"])
+def test_chart_points_is_a_flag_checked_at_start(tmp_path: Path, points: str) -> None:
+    started = subprocess.run(
+        [
+            *(sys.executable, "-m", "edgeagent.cli", "hub", "server", "--chart-points", points),
+            *("--db", f"sqlite:///{tmp_path / 'hub.db'}", "--state-dir", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 2, started.stdout + started.stderr
+    assert "--chart-points must be 2..100000" in started.stderr
+    assert not (tmp_path / "hub.db").exists()
