@@ -379,9 +379,11 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
     """Signed in with an admin token, so each action needs the page's CSRF token: create a
     deployment from the form (a refusal shows the API's error), watch it end with one failure,
     filter the failures, retry them (a new deployment of the same release to that device
-    only), and roll the retry back (the button calls the API and opens what it answered)."""
-    admin = "a" * 24
-    tokens = write_tokens(tmp_path / "tokens", admin=admin)
+    only), and roll the retry back (the button calls the API and opens what it answered).
+    Signed in again with a read token, the pages show none of these, and the server refuses
+    the rollback the page's script would send."""
+    admin, reader = "a" * 24, "r" * 24
+    tokens = write_tokens(tmp_path / "tokens", admin=admin, read=reader)
     settings = broker.settings()
     async with (
         fleet(settings, 3, group="lab", failing=1) as lab,
@@ -458,3 +460,32 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
         await api.call("POST", "/api/v1/releases", expect=201, data=resigned)
         assert retry in await asyncio.to_thread(roll_back)
         assert (await api.call("GET", f"/api/v1/deployments/{retry}"))["state"] == "rolled_back"
+
+        def read_only() -> int:
+            """Signed in with the read token: no button on a page where an admin has Roll back
+            and Retry; the same request from the page's own script is refused all the same."""
+            browser.delete_all_cookies()
+            browser.get(f"{url}/login")
+            browser.find_element("name", "token").send_keys(reader)
+            browser.find_element("css selector", "form button").click()
+            _await_text(browser, "#counts", "3 devices")
+            browser.get(f"{url}/ui/deployments/{first}")
+            assert "admin token" in _text_of(browser, "#read-only")
+            assert not browser.find_elements("css selector", "#actions button, #rollback, #retry")
+            browser.get(f"{url}/ui/deployments")
+            assert not browser.find_elements("id", "create")
+            browser.get(f"{url}/ui/deployments/{first}")
+            return browser.execute_async_script(ROLL_BACK_FROM_THE_PAGE, "1.5.0")
+
+        assert await asyncio.to_thread(read_only) == 403
+        assert (await api.call("GET", f"/api/v1/deployments/{first}"))["state"] == "succeeded"
+
+
+# what the Roll back button's handler sends, from the page itself with its CSRF token
+ROLL_BACK_FROM_THE_PAGE = """
+const [version, done] = arguments;
+fetch(`/api/v1/deployments/${encodeURIComponent(page.id)}/rollback`, {
+  method: 'POST', body: JSON.stringify({version}),
+  headers: {'X-CSRF-Token': page.csrf, 'Content-Type': 'application/json'},
+}).then((r) => done(r.status), () => done(-1));
+"""

@@ -275,6 +275,85 @@ async def test_a_device_without_traffic_says_so_instead_of_charting(hub: Hub) ->
         assert f"id='{chart}-empty'" in text and f"<svg id='{chart}'" not in text
 
 
+# ---- what a read-only session sees, and what the server lets it do -------------------------
+
+READ, ADMIN = "r" * 24, "a" * 24
+
+
+@pytest.fixture(name="signed")
+async def signed_fixture(hub: Hub) -> AsyncIterator[str]:
+    """The same hub's data behind a second app that takes a read and an admin token."""
+    tokens = Tokens({READ: "read", ADMIN: "admin"})
+    runner = web.AppRunner(create_app(hub.context, tokens))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def _session(url: str, token: str) -> aiohttp.ClientSession:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    async with session.post(f"{url}/login", data={"token": token}) as response:
+        assert response.status == 200, await response.text()
+    return session
+
+
+WRITES = ("id='create-form'", "id='create'", "data-action=", "id='rollback'", "id='retry'")
+
+
+async def _page(session: aiohttp.ClientSession, url: str) -> str:
+    async with session.get(url) as response:
+        assert response.status == 200
+        return await response.text()
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, csrf: str, body: Any = None
+) -> tuple[int, dict[str, Any]]:
+    async with session.post(url, json=body, headers={"X-CSRF-Token": csrf}) as response:
+        return response.status, await response.json()
+
+
+async def test_a_read_only_session_sees_no_actions_and_is_refused_them(
+    hub: Hub, signed: str
+) -> None:
+    envelope = make_release("1.5.0")  # another stored version: what "Roll back" offers
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=len(envelope)).payload)
+    async with hub.context.engine.begin() as connection:
+        await deploydb.add_release(connection, envelope, manifest)
+    path = f"/ui/deployments/{hub.deployment_id}"
+    api = f"{signed}/api/v1/deployments/{hub.deployment_id}"
+    reader, admin = await _session(signed, READ), await _session(signed, ADMIN)
+    async with reader, admin:
+        shown = await _page(admin, f"{signed}{path}")  # control: an admin has every button
+        assert all(w in shown for w in ("data-action='abort'", "id='rollback'")), shown
+        listing = await _page(admin, f"{signed}/ui/deployments")
+        assert all(w in listing for w in WRITES[:2])
+        for page in (f"{signed}{path}", f"{signed}/ui/deployments"):
+            text = await _page(reader, page)
+            assert "id='read-only'" in text and not [w for w in WRITES if w in text], page
+        # even with the page's CSRF token (its data carries one whatever the scope) the
+        # server refuses a read session's actions, on the scope
+        csrf = _page_data(await _page(reader, f"{signed}{path}"))["csrf"]
+        assert csrf
+        for action, body in (("rollback", {"version": "1.5.0"}), ("abort", None)):
+            status, answer = await _post(reader, f"{api}/{action}", csrf, body)
+            assert (status, answer["error"]) == (403, "this needs a token with admin scope")
+        status, answer = await _post(
+            reader, f"{signed}/api/v1/deployments", csrf, {"release_id": 1, "group": "lab"}
+        )
+        assert status == 403, answer
+        async with reader.get(api) as response:
+            assert (await response.json())["state"] == "scheduled"  # nothing happened
+        status, answer = await _post(
+            admin, f"{api}/abort", _page_data(shown)["csrf"]
+        )  # control: the same request with an admin session
+        assert (status, answer["state"]) == (200, "aborted"), answer
+
+
 @pytest.mark.parametrize("points", ["1", "100001"])
 def test_chart_points_is_a_flag_checked_at_start(tmp_path: Path, points: str) -> None:
     started = subprocess.run(
