@@ -13,10 +13,12 @@ import io
 import re
 import shlex
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from edgeagent.cli import build_parser
+from edgeagent.commands.config import check
 from tests.support.helpers import REPO
 
 FENCE = re.compile(r"^```(?:sh|bash|shell|console)[ \t]*\n(.*?)^```", re.M | re.S)
@@ -97,3 +99,15 @@ def test_a_command_missing_a_required_option_is_caught() -> None:
     text = "```sh\nsudo edgeagent package model.onnx --name m  # no --out\n```\n"
     ((argv),) = [c[1:] for line in shell_lines(text) for c in simple_commands(line)]
     assert "--out" in (parse_error(argv) or "")
+
+
+def test_the_quick_start_device_config_passes_config_check(tmp_path: Path) -> None:
+    """The device's ``agent.toml`` of the fleet quick start, as ``config check`` sees it."""
+    text = (REPO / "docs/fleet/quick-start.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"^```toml\n(.*?)^```", text, re.M | re.S)
+    assert "[updates]" in block and "enabled = true" in block
+    config = tmp_path / "agent.toml"
+    config.write_text(block, encoding="utf-8")
+    assert check(config) == []
+    config.write_text(block.replace("[mqtt]", "[mqtt]\nhots = 1"), encoding="utf-8")
+    assert check(config)  # the check can fail: a misspelt key is a problem
