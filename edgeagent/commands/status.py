@@ -103,7 +103,7 @@ def _updates(updates: Mapping[str, Any] | None) -> str:
     current, last = updates.get("current"), updates.get("last")
     mqtt = updates.get("mqtt") or {}
     link = f"broker {mqtt.get('broker', '?')} {'connected' if mqtt.get('connected') else 'down'}"
-    if current:
+    if current and current.get("state", "idle") != "idle":  # idle: nothing is being installed
         return f"{link}; installing {json.dumps(current, default=str)}"
     if last:
         return f"{link}; last {json.dumps(last, default=str)}"
