@@ -288,11 +288,22 @@ def test_the_image_builds_and_serves_a_package(tmp_path: Path) -> None:
     if engine is None:
         pytest.skip("no working docker or podman here")
     tag = f"edgeagent-test:{uuid.uuid4().hex[:8]}"
+    podman = Path(engine).name == "podman"
+    # podman's default OCI format has no HEALTHCHECK and drops it; docs/install/container.md
+    form = ["--format", "docker"] if podman else []
     subprocess.run(
-        [engine, "build", "--build-arg", "EXTRAS=", "-t", tag, str(REPO)], check=True, timeout=900
-    )
+        [engine, "build", *form, "--build-arg", "EXTRAS=", "-t", tag, str(REPO)],
+        check=True, timeout=900,
+    )  # fmt: skip
+    field = "{{json .HealthCheck}}" if podman else "{{json .Config.Healthcheck}}"
+    kept = subprocess.run(
+        [engine, "image", "inspect", "--format", field, tag], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert IMAGE_AGENT in kept.stdout, kept.stdout + kept.stderr
     write_tiny_package(tmp_path / "models" / "tiny")
     (tmp_path / "models").chmod(0o755)
+    (tmp_path / "run").mkdir(mode=0o755)  # podman makes no missing bind source: the README's step
     name = tag.replace(":", "-")
     try:
         # As the README runs it: the socket directory bind-mounted from a root-owned 0755 one.
