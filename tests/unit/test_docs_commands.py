@@ -54,14 +54,15 @@ def simple_commands(line: str) -> Iterator[list[str]]:
             command.append(token)
 
 
-def documented_commands() -> list[tuple[str, list[str]]]:
+def documented_commands(program: re.Pattern[str] = PROGRAM) -> list[tuple[str, list[str]]]:
+    """(page, arguments) of every command of ``program`` in the pages' shell blocks."""
     found = []
     for page in PAGES:
         for line in shell_lines(page.read_text(encoding="utf-8")):
             if "…" in line:
                 continue
             for command in simple_commands(line):
-                if PROGRAM.fullmatch(command[0]):
+                if program.fullmatch(command[0]):
                     found.append((str(page.relative_to(REPO)), command[1:]))
     return found
 
@@ -111,3 +112,18 @@ def test_the_quick_start_device_config_passes_config_check(tmp_path: Path) -> No
     assert check(config) == []
     config.write_text(block.replace("[mqtt]", "[mqtt]\nhots = 1"), encoding="utf-8")
     assert check(config)  # the check can fail: a misspelt key is a problem
+
+
+def test_every_documented_body_to_the_hub_api_says_it_is_json() -> None:
+    """The hub server answers 415 to a body without ``Content-Type: application/json``, and
+    curl sends ``application/x-www-form-urlencoded`` unless told."""
+    bodies = ("-d", "--data", "--data-binary", "--data-raw")
+    calls = [
+        (page, argv)
+        for page, argv in documented_commands(re.compile("curl"))
+        if any("/api/v1/" in a for a in argv) and any(a in bodies for a in argv)
+    ]
+    assert calls, "no documented curl sends a body to the hub API"
+    for page, argv in calls:
+        headers = [argv[i + 1].lower() for i, a in enumerate(argv[:-1]) if a in ("-H", "--header")]
+        assert "content-type: application/json" in headers, f"{page}: curl {shlex.join(argv)}"
