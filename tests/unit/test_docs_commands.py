@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeagent.api.settings import ServerSettings
 from edgeagent.cli import build_parser
 from edgeagent.commands.config import check
 from tests.support.helpers import REPO
@@ -127,3 +128,12 @@ def test_every_documented_body_to_the_hub_api_says_it_is_json() -> None:
     for page, argv in calls:
         headers = [argv[i + 1].lower() for i, a in enumerate(argv[:-1]) if a in ("-H", "--header")]
         assert "content-type: application/json" in headers, f"{page}: curl {shlex.join(argv)}"
+
+
+def test_the_camera_integrations_point_at_the_agents_default_port() -> None:
+    """Frigate, Home Assistant and CodeProject.AI clients copied from the DeepStack page reach
+    the agent only on the port it listens on by default."""
+    text = (REPO / "docs/api/deepstack.md").read_text(encoding="utf-8")
+    ports = re.findall(r"(?:https?://[\w.-]+:|\bport: )(\d+)", text)
+    assert len(ports) >= 3, ports
+    assert set(ports) == {str(ServerSettings().tcp_port)}
