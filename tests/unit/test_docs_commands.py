@@ -137,3 +137,15 @@ def test_the_camera_integrations_point_at_the_agents_default_port() -> None:
     ports = re.findall(r"(?:https?://[\w.-]+:|\bport: )(\d+)", text)
     assert len(ports) >= 3, ports
     assert set(ports) == {str(ServerSettings().tcp_port)}
+
+
+def test_the_troubleshooting_page_quotes_the_units_restart_policy() -> None:
+    unit = (REPO / "systemd/edgeagent.service").read_text(encoding="utf-8")
+    page = (REPO / "docs/operations/troubleshooting.md").read_text(encoding="utf-8")
+    values = {}
+    for key in ("Restart", "RestartSec", "RestartPreventExitStatus"):
+        (values[key],) = re.findall(rf"^{key}=(\S+)$", unit, re.M)
+        quoted = re.findall(rf"`{key}=([^`]+)`", page)
+        assert set(quoted) <= {values[key]}, f"{key}: the unit has {values[key]}, page {quoted}"
+    assert f"`Restart={values['Restart']}`" in page
+    assert f"{values['RestartSec']} s after it exits" in page  # RestartSec, in words
