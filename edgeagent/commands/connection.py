@@ -56,11 +56,22 @@ def client_from_args(args: argparse.Namespace) -> AgentClient:
         token = args.token or (server.admin_token or server.token if server else "")
         return AgentClient(url=args.url, token=token or None, timeout=args.timeout)
     assert server is not None
+    return AgentClient(socket_path=socket_of(args.config, server), timeout=args.timeout)
+
+
+def socket_of(config: Path | None, server: ServerSettings | None = None) -> Path:
+    """The Unix socket a command asks when no --socket or --url is given, checked.
+
+    The config's ``[server] unix_socket`` (its default follows $RUNTIME_DIRECTORY, then
+    $XDG_RUNTIME_DIR, then /tmp), or the system service's when only that one exists.
+    """
+    if server is None:
+        server = load_config(config).server
     socket_path = _existing_socket(server.unix_socket)
     if socket_path is None:
         raise ConfigError("[server] unix_socket is not set: give --socket or --url")
     check_socket(socket_path)
-    return AgentClient(socket_path=socket_path, timeout=args.timeout)
+    return socket_path
 
 
 def check_socket(path: Path) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeagent.commands.extras import missing_extra
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.hub.keys import HubError
 
@@ -129,15 +130,20 @@ def _server(
     broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
-        from edgeagent.hub.server.service import serve
         from edgeagent.hub.server.settings import default_database_url
+
+        database_url = args.db or default_database_url(args.state_dir)
+        missing = missing_extra("hub", *_database_modules(database_url))
+        if missing is not None:  # before anything is opened: a pip command, not a traceback
+            raise HubError(missing)
+        from edgeagent.hub.server.service import serve
 
         try:  # a service logs what it does (the sync count, every stage); the CLI's default
             logging.getLogger().setLevel(args.log_level.upper())  # is warnings only
         except ValueError as exc:
             raise HubError(f"--log-level: {exc}") from exc
         settings = ServerSettings(
-            database_url=args.db or default_database_url(args.state_dir),
+            database_url=database_url,
             host=args.host,
             port=args.port,
             mqtt=mqtt_settings(args),
@@ -180,6 +186,12 @@ def _server(
         return 0
 
     parser.set_defaults(handler=lambda args: run(args, work))
+
+
+def _database_modules(database_url: str) -> tuple[str, ...]:
+    """The ``[hub]`` extra's modules a server on ``database_url`` imports: its driver only."""
+    driver = "asyncpg" if database_url.startswith("postgresql") else "aiosqlite"
+    return ("sqlalchemy", "alembic", driver)
 
 
 def _client_mode(

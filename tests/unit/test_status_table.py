@@ -64,3 +64,15 @@ def test_a_narrow_terminal_cuts_the_widest_cells_with_an_ellipsis() -> None:
 
 def test_a_table_that_fits_is_left_as_it_is() -> None:
     assert fit_table([("A", "BB"), ("ccc", "d")], 80) == ["A    BB", "ccc  d"]
+
+
+def test_an_idle_updater_is_not_said_to_be_installing() -> None:
+    idle = {"state": "idle", "model": "", "version": "", "deployment_id": ""}
+    mqtt = {"broker": "hub:1883", "connected": True}
+    last = {"model": "m", "version": "2", "result": "succeeded"}
+    text = summary({**STATUS, "updates": {"current": idle, "last": last, "mqtt": mqtt}}, {}, "s")
+    (line,) = [line for line in text.splitlines() if line.startswith("updates")]
+    assert "installing" not in line and "last" in line and '"version": "2"' in line
+    busy = {**idle, "state": "downloading", "model": "m", "version": "3"}
+    text = summary({**STATUS, "updates": {"current": busy, "mqtt": mqtt}}, {}, "s")
+    assert '; installing {"state": "downloading"' in text
