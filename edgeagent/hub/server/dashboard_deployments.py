@@ -133,11 +133,12 @@ def _stage_counts(
 ) -> tuple[int, int]:
     """(waiting, not sent) of one stage: a queued device waits only while the deployment
     runs; ``not_sent`` rows, and rows of a status this hub does not count (a newer hub's),
-    were never sent."""
+    were never sent; ``cancelled`` ones were, but refused it, so neither installed it."""
     known = sum(stage[s] for s in deploydb.DEVICE_STATUSES)
     unknown = (times.devices if times else known) - known
     waiting = stage["sent"] + (stage["queued"] if active else 0)
-    return waiting, stage[deploydb.NOT_SENT] + unknown + (0 if active else stage["queued"])
+    never = stage[deploydb.NOT_SENT] + stage[deploydb.CANCELLED]  # neither installed it
+    return waiting, never + unknown + (0 if active else stage["queued"])
 
 
 def _progress(parts: list[tuple[str, int]], total: int, width: int = 200) -> str:
