@@ -288,12 +288,12 @@ async def hub_server(database_url: str, mqtt: MqttSettings, **overrides: Any) ->
 
 @contextlib.asynccontextmanager
 async def signing_hub(
-    database: Path, mqtt: MqttSettings, release_key: Path, trust_file: Path
+    database_url: str, mqtt: MqttSettings, release_key: Path, trust_file: Path
 ) -> AsyncIterator[Api]:
-    """``hub_server`` with a release key (it signs what it sends) on an SQLite file; yields its
-    API once the server has read the broker's retained reports."""
+    """``hub_server`` with a release key (it signs what it sends); yields its API once the
+    server has read the broker's retained reports."""
     async with hub_server(
-        f"sqlite:///{database}", mqtt, release_keys=(release_key,), trust_file=trust_file
+        database_url, mqtt, release_keys=(release_key,), trust_file=trust_file
     ) as url:
         api = Api(url)
         await api.synced()

@@ -30,6 +30,7 @@ from edgeagent.hub.publish import ReleaseSlot, _retained, clear_release_of, hub_
 from tests.integration.test_hub_server_rollback import _profile
 from tests.integration.test_hub_server_rollback import site as site
 from tests.integration.test_hub_server_signing import _trust_with_uploader
+from tests.support.postgres import database_url_fixture, postgres_fixture  # noqa: F401
 
 pytestmark = [pytest.mark.broker, pytest.mark.timeout(180)]
 
@@ -55,7 +56,7 @@ async def _fill_slot(settings: MqttSettings, envelope: bytes, model: str = MODEL
 
 
 async def test_a_device_offline_during_the_abort_does_not_install_the_release(
-    broker: Broker, tmp_path: Path, site: ReleaseSite
+    broker: Broker, tmp_path: Path, site: ReleaseSite, database_url: str
 ) -> None:
     settings = broker.settings()
     profile = _profile()
@@ -70,9 +71,7 @@ async def test_a_device_offline_during_the_abort_does_not_install_the_release(
     returned: SimDevice | None = None
     try:
         await asyncio.gather(*(sim.service.link.connected.wait() for sim in (online, offline)))
-        async with signing_hub(
-            tmp_path / "hub.db", settings, site.release_key, site.trust_file
-        ) as api:
+        async with signing_hub(database_url, settings, site.release_key, site.trust_file) as api:
             for version in ("1.0.0", "2.0.0"):
                 await api.call("POST", "/api/v1/releases", expect=201, data=site.sign(version))
             first = await api.call(
@@ -134,7 +133,7 @@ async def test_a_device_offline_during_the_abort_does_not_install_the_release(
 
 
 async def test_an_abort_by_the_policy_cancels_and_clears_the_retained_slot(
-    broker: Broker, tmp_path: Path
+    broker: Broker, tmp_path: Path, database_url: str
 ) -> None:
     """A silent device times out and aborts the deployment; the group's slot held the same
     release (``hub publish``): it is empty afterwards, and the silent device was sent a
@@ -146,9 +145,7 @@ async def test_an_abort_by_the_policy_cancels_and_clears_the_retained_slot(
     await _fill_slot(settings, envelope)
     async with (
         fleet(settings, 1, answer="silent", name="quiet") as (quiet,),
-        signing_hub(
-            tmp_path / "hub.db", settings, keys / "release.key", keys / "fleet-trust.json"
-        ) as api,
+        signing_hub(database_url, settings, keys / "release.key", keys / "fleet-trust.json") as api,
     ):
         created = await api.deploy("2.0.0", stages_pct=[100], stage_timeout_s=1)
         path = f"/api/v1/deployments/{created['id']}"

@@ -155,7 +155,7 @@ async def test_real_update_clients_install_a_rollback_the_server_re_signed(
     try:
         await asyncio.gather(*(d.service.link.connected.wait() for d in devices))
         async with signing_hub(
-            tmp_path / "hub.db", settings, site.release_key, site.trust_file
+            f"sqlite:///{tmp_path / 'hub.db'}", settings, site.release_key, site.trust_file
         ) as api:
             assert await wait_for_fleet(api, 2, 30, group="lab") == 2
             for version, envelope in envelopes.items():
