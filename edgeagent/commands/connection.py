@@ -23,8 +23,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get("EDGEAGENT_TOKEN"),
-        help="bearer token for a TCP listener (default: $EDGEAGENT_TOKEN, else [server] "
-        "admin_token or token when the config is readable); the Unix socket needs none",
+        help="bearer token for a TCP listener (default: $EDGEAGENT_TOKEN, else [server] token "
+        "when the config is readable; never the admin token, which only load/unload needs); "
+        "the Unix socket needs none",
     )
     parser.add_argument(
         "--config", type=Path, help="agent config to find the socket in (default: system file)"
@@ -47,13 +48,20 @@ def _existing_socket(configured: Path | None) -> Path | None:
 
 
 def client_from_args(args: argparse.Namespace) -> AgentClient:
-    """The client the connection arguments describe; ConfigError when the config is bad."""
+    """The client the connection arguments describe; ConfigError when the config is bad.
+
+    Over TCP the config's token is the user token, never ``admin_token``: nothing proves that
+    what listens on a TCP port is the agent (with the agent stopped, any local user may bind
+    it), and every command here (status, metrics, health, infer) needs only the user scope, so
+    a squatter gets the least a token can do. The Unix socket is checked (``check_socket``)
+    and needs no token at all.
+    """
     if args.socket is not None:  # needs no token, so no config: its token file may be root's
         check_socket(args.socket)
         return AgentClient(socket_path=args.socket, timeout=args.timeout)
     server = _readable_server_settings(args.config) if args.url else load_config(args.config).server
     if args.url:
-        token = args.token or (server.admin_token or server.token if server else "")
+        token = args.token or (server.token if server else "")
         return AgentClient(url=args.url, token=token or None, timeout=args.timeout)
     assert server is not None
     socket_path = _existing_socket(server.unix_socket)
