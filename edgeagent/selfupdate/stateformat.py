@@ -34,7 +34,7 @@ from edgeagent.fsutil import NotARegularFile, read_regular_file, write_json_atom
 from edgeagent.selfupdate import snapshot
 from edgeagent.selfupdate.layout import Layout
 from edgeagent.selfupdate.migrations import MIGRATIONS, Migration
-from edgeagent.selfupdate.state import PendingSwitch, SwitchState
+from edgeagent.selfupdate.state import PendingSwitch, StateError, SwitchState
 
 FORMAT_FILE = "state-format.json"
 FORMAT_FILE_MAX_BYTES = 64 * 1024  # the file is ~50 bytes; anything near this is not ours
@@ -202,7 +202,10 @@ def _prepare_on_trial(
         migrate(todo)
         return todo.describe()
     if saved is None:
-        snapshot.take(root, pending, state_dir, todo.found.format, todo.touches)
+        try:
+            snapshot.take(root, pending, state_dir, todo.found.format, todo.touches)
+        except StateError as exc:  # e.g. a linked directory: refused, so the switch rolls back
+            raise StateFormatError(str(exc)) from exc
         checkpoint("agent_snapshotted")
     migrate(todo)
     checkpoint("agent_migrated")
