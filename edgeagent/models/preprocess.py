@@ -57,8 +57,8 @@ def open_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
         raise ImageError("not a JPEG or PNG image") from exc
     except Image.DecompressionBombError as exc:  # dimensions far beyond max_pixels
         raise ImageError(f"image refused: {exc}") from exc
-    except (OSError, SyntaxError) as exc:  # a header cut short or broken ("Truncated File Read")
-        raise ImageError(f"corrupt image: {exc}") from exc
+    except (OSError, SyntaxError, ValueError) as exc:  # a header cut short or broken
+        raise ImageError(f"corrupt image: {exc}") from exc  # ("Truncated IHDR chunk" …)
     if image.format not in ACCEPTED_FORMATS:
         raise ImageError(f"{image.format} images are not accepted (JPEG or PNG only)")
     width, height = image.size
@@ -71,7 +71,7 @@ def load_pixels(image: Image.Image) -> Image.Image:
     """Decode an opened image's pixels; a body cut short or corrupt is an ImageError."""
     try:
         image.load()
-    except (OSError, SyntaxError) as exc:
+    except (OSError, SyntaxError, ValueError) as exc:
         raise ImageError(f"corrupt {image.format} image: {exc}") from exc
     return image
 
