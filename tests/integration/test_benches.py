@@ -25,9 +25,9 @@ from devtools.broker import mosquitto_binary
 from tests.support.helpers import REPO, write_tiny_package
 
 SCRIPTS = REPO / "scripts"
-MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"  # scripts/bench_peers.py installs it
+MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"  # devtools/serving_peers.py installs it
 
-# bench_peers.py is the peers' server, which bench_serving.py --peers starts and measures.
+# bench_peers.py is the naive peer server, which bench_serving.py --peers starts and measures.
 COVERED = {
     "bench_ab.py",
     "bench_busy.py",

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devtools.agent_process import Agent, spawn_agent
 from edgeagent.commands.status import latency_by_version
-from tests.support.agent_process import Agent
 from tests.support.helpers import REPO, write_tiny_package
 
 
@@ -97,9 +97,9 @@ def _agent_in(tmp_path: Path, env: dict[str, str]) -> subprocess.Popen:
     write_tiny_package(tmp_path / "models" / "tiny")
     config = tmp_path / "agent.toml"
     config.write_text(f'[agent]\nmodels_dir = "{tmp_path / "models"}"\n')
-    process = subprocess.Popen(
-        [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+    process = spawn_agent(
+        ["--config", str(config), "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )  # fmt: skip
     assert process.stdout is not None
     first = process.stdout.readline()
