@@ -6,8 +6,10 @@
 #
 #   docker build -t edgeagent .                                   # extras: litert,openvino
 #   docker build -t edgeagent --build-arg EXTRAS=litert .         # a Raspberry Pi / RK3588
+#   sudo install -d /run/edgeagent     # podman, unlike docker, makes no missing bind source
 #   docker run -d --name edgeagent -v "$PWD/zoo:/models:ro" -v edgeagent-state:/var/lib/edgeagent \
 #     -v /run/edgeagent:/run/edgeagent -p 127.0.0.1:8080:8080 edgeagent
+#   podman build --format docker -t edgeagent .   # OCI images (podman's default) drop HEALTHCHECK
 #
 # Accelerators are passed in, never baked in (README "Container"): --device /dev/dri and
 # --group-add "$(getent group render | cut -d: -f3)" (Intel iGPU, Mali), --device /dev/accel
@@ -27,9 +29,17 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 FROM ${PYTHON_IMAGE}
 ARG EXTRAS=litert,openvino
 ARG ONNXRUNTIME=""
-# The same system user the board gets from systemd/edgeagent.sysusers.
-RUN useradd --system --user-group --home-dir /var/lib/edgeagent --no-create-home \
-      --comment "edgeagent inference agent" edgeagent \
+# The agent's uid and gid, which the host sees on a bind-mounted /run/edgeagent: whoever has
+# that gid on the host may use the socket. 61000 is above what useradd and groupadd hand out
+# on a host (system ids below 1000, people up to 60000 on Debian, Ubuntu, Fedora) and below
+# systemd's dynamic users (61184-65519). Check it with `getent group 61000` on the host; change
+# it here or at run time (EDGEAGENT_UID / EDGEAGENT_GID, the entrypoint).
+ARG EDGEAGENT_UID=61000
+ARG EDGEAGENT_GID=61000
+# The same system user the board gets from systemd/edgeagent.sysusers, at fixed ids.
+RUN groupadd --system --gid "$EDGEAGENT_GID" edgeagent \
+ && useradd --system --uid "$EDGEAGENT_UID" --gid edgeagent --home-dir /var/lib/edgeagent \
+      --no-create-home --comment "edgeagent inference agent" edgeagent \
  && install -d -o edgeagent -g edgeagent -m 0750 /var/lib/edgeagent /run/edgeagent /models
 COPY --from=build /dist /dist
 COPY scripts/install-device.sh /usr/local/sbin/install-device.sh

@@ -31,7 +31,8 @@ from paho.mqtt.properties import Properties
 
 from devtools.background import WatchedTasks
 from edgeagent.aio import cancel_and_wait
-from edgeagent.fleet.agent_manifest import AgentManifest
+from edgeagent.fleet import cancel
+from edgeagent.fleet.agent_manifest import AgentManifest, claimed_kind
 from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact
 from edgeagent.fleet.mqtt import client_options
 from edgeagent.fleet.settings import MqttSettings
@@ -107,6 +108,8 @@ class FakeDevice:
         self.lose_events = lose_events  # as if the broker dropped them: only the state tells
         self.received: list[AnyRelease] = []
         self.envelopes: list[bytes] = []  # the bytes of each, as the broker delivered them
+        self.cancellations: list[bytes] = []  # the hub's, which this fake only records
+        self.got_cancellation = asyncio.Event()
         self.got_release = asyncio.Event()
         self.answered = asyncio.Event()  # its outcome event was acknowledged by the broker
         self.reporter = UpdateReporter(
@@ -184,6 +187,10 @@ class FakeDevice:
         assert self._client is not None
         async for message in self._client.messages:
             envelope = bytes(message.payload)  # type: ignore[arg-type]
+            if claimed_kind(envelope, 65536) == cancel.KIND:
+                self.cancellations.append(envelope)
+                self.got_cancellation.set()
+                continue
             manifest = read_manifest(envelope, max_bytes=65536)
             self.envelopes.append(envelope)
             self.received.append(manifest)
@@ -277,6 +284,20 @@ async def hub_server(database_url: str, mqtt: MqttSettings, **overrides: Any) ->
         finally:
             stop.set()
             await asyncio.wait([task])
+
+
+@contextlib.asynccontextmanager
+async def signing_hub(
+    database_url: str, mqtt: MqttSettings, release_key: Path, trust_file: Path
+) -> AsyncIterator[Api]:
+    """``hub_server`` with a release key (it signs what it sends); yields its API once the
+    server has read the broker's retained reports."""
+    async with hub_server(
+        database_url, mqtt, release_keys=(release_key,), trust_file=trust_file
+    ) as url:
+        api = Api(url)
+        await api.synced()
+        yield api
 
 
 class HubProcess:

@@ -7,13 +7,14 @@ and raise ``KeyError`` when a field they are asked to change does not exist.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from edgeagent._toml import tomllib
 from edgeagent.models.manifest_writer import write_table
-from edgeagent.models.package import file_sha256
+from edgeagent.models.package import file_sha256, load_package
 
 # A field path: "serving.max_batch_size", or a tuple where a key holds dots or an index is needed:
 # ("variant", 0, "sha256", "tiny.fp32.onnx").
@@ -92,3 +93,26 @@ def rehash_files(package_dir: Path) -> None:
     if not changes:
         raise KeyError(f"{package_dir / 'model.toml'} records no sha256 to update")
     set_fields(package_dir, changes)
+
+
+def pinned_package(
+    package_dir: Path, precision: str, target: Path, runtime: str = "onnxruntime"
+) -> Path:
+    """A copy of the package that offers only its ``runtime`` ``precision`` variant.
+
+    The daemon picks the device's best candidate (LiteRT or OpenVINO may rank first); the
+    comparison is one variant against itself, so the served package has nothing else to pick.
+    model.toml keeps every table except the other [[variant]] blocks; files are copied (a
+    package refuses symlinks that point outside it).
+    """
+    package = load_package(package_dir)
+    chosen = package.variant(runtime, precision)
+    if chosen is None:
+        raise SystemExit(f"{package_dir} has no {runtime} {precision} variant")
+    others = {f for v in package.variants if v is not chosen for f in v.files}
+    target.mkdir(parents=True)
+    for path in package.root.iterdir():
+        if path.is_file() and path not in others:
+            shutil.copyfile(path, target / path.name)
+    keep_variants(target, lambda v: v["runtime"] == runtime and v["precision"] == precision)
+    return target

@@ -8,6 +8,7 @@ the temporary file is removed and the target keeps its old content.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -125,3 +126,40 @@ def read_secret_file(path: Path) -> bytes:
             f"run chmod 600 {path}"
         )
     return data
+
+
+class NotARegularFile(OSError):
+    """A path that ``read_regular_file`` refuses: a link, a FIFO, a device, or too large."""
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; NotARegularFile else.
+
+    For records the agent wrote itself (always by rename, so always a plain file): a link put in
+    their place is refused rather than followed (``O_NOFOLLOW``: a link to ``/dev/zero`` would
+    be read for ever), a FIFO is refused rather than waited on (``O_NONBLOCK``, then ``fstat``:
+    a reader would block until someone writes, stalling the daemon's start), and a file larger
+    than any record is refused before it is read. A missing file is FileNotFoundError.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile(f"{path} is a symbolic link, not a regular file") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFile(f"{path} is not a regular file (mode {info.st_mode:o})")
+        if info.st_size > limit:
+            raise NotARegularFile(f"{path} holds {info.st_size} bytes, more than {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:  # it grew after fstat
+        raise NotARegularFile(f"{path} holds more than {limit} bytes")
+    return b"".join(chunks)

@@ -57,9 +57,13 @@ def did_you_mean(
     return " (did you mean " + ", ".join(f"{show(m)} for {show(n)}" for n, m in pairs) + "?)"
 
 
-def setting(default: Any, description: str, unit: str = "") -> Any:
-    """A settings field with its default, a one-line description and its unit ("" = none)."""
-    return dataclasses.field(default=default, metadata={"description": description, "unit": unit})
+def setting(default: Any, description: str, unit: str = "", *, secret: bool = False) -> Any:
+    """A settings field with its default, a one-line description and its unit ("" = none).
+
+    ``secret``: the value is a credential, which ``edgeagent config show`` never prints.
+    """
+    metadata = {"description": description, "unit": unit, "secret": secret}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def computed_setting(factory: Callable[[], Any], description: str, unit: str = "") -> Any:
@@ -215,6 +219,7 @@ class KeyDoc:
     computed: bool  # the default depends on the machine (directories, host name)
     unit: str
     description: str
+    secret: bool = False  # a credential: shown as set or unset, never its value
 
 
 def describe_section(cls: type) -> list[KeyDoc]:
@@ -239,6 +244,7 @@ def describe_section(cls: type) -> list[KeyDoc]:
                 computed=computed and factory not in (list, dict),
                 unit=f.metadata["unit"],
                 description=f.metadata["description"],
+                secret=f.metadata.get("secret", False),
             )
         )
     return docs

@@ -26,6 +26,8 @@ import bench_serving
 import numpy as np
 import psutil
 
+from devtools.bench_daemon import start_daemon, wait_ready
+from devtools.package import pinned_package
 from edgeagent.models.package import load_package
 
 
@@ -39,14 +41,12 @@ async def run(args: argparse.Namespace) -> dict:
         daemons = {}
         for name, lines in (("A", args.a), ("B", args.b)):
             work = Path(tmp) / name
-            pinned = bench_serving.pinned_package(
-                args.model, args.precision, work / "pinned" / package.name
-            )
-            daemons[name] = bench_serving.start_daemon(pinned, work, args.threads, server=lines)
+            pinned = pinned_package(args.model, args.precision, work / "pinned" / package.name)
+            daemons[name] = start_daemon(pinned, work, args.threads, server=lines)
         try:
             measures = {}
             for name, daemon in daemons.items():
-                await bench_serving.wait_ready(daemon.sock, daemon.process)
+                await wait_ready(daemon.sock, daemon.process)
                 measures[name] = bench_serving.served_measure(
                     daemon.sock, url, body, headers, args.concurrency
                 )

@@ -26,6 +26,8 @@ import bench_serving
 import numpy as np
 import psutil
 
+from devtools.bench_daemon import start_daemon, wait_ready
+from devtools.package import pinned_package
 from edgeagent.models.package import load_package
 
 
@@ -47,12 +49,10 @@ async def run(args: argparse.Namespace) -> dict:
     frame = np.random.default_rng(1).standard_normal(shape).astype(spec.dtype)
     cores = psutil.cpu_count()
     with tempfile.TemporaryDirectory(prefix="bench-busy-") as tmp:
-        pinned = bench_serving.pinned_package(
-            args.model, args.precision, Path(tmp) / "pinned" / package.name
-        )
-        daemon = bench_serving.start_daemon(pinned, Path(tmp), args.threads)
+        pinned = pinned_package(args.model, args.precision, Path(tmp) / "pinned" / package.name)
+        daemon = start_daemon(pinned, Path(tmp), args.threads)
         try:
-            await bench_serving.wait_ready(daemon.sock, daemon.process)
+            await wait_ready(daemon.sock, daemon.process)
             url, body, headers = bench_serving.requests_for(package, frame)[args.mode]
             measure = bench_serving.served_measure(
                 daemon.sock, url, body, headers, args.concurrency

@@ -43,17 +43,12 @@ from PIL import Image
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench_serving import (  # noqa: E402
-    http_client,
-    pinned_package,
-    raw_round,
-    served_measure,
-    start_daemon,
-    stop_tree,
-    wait_ready,
-)
+from bench_serving import raw_round, served_measure  # noqa: E402
 
+from devtools.bench_daemon import start_daemon, stop_tree, wait_ready  # noqa: E402
 from devtools.detection_scenes import HeldOut, load_heldout  # noqa: E402
+from devtools.http_endpoint import http_client  # noqa: E402
+from devtools.package import pinned_package  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.models.detection_head import DECODE_FLOOR  # noqa: E402
 from edgeagent.models.detector import decode_row  # noqa: E402

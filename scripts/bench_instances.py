@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One model on two devices against one (issue 28), through the real batcher and InstanceGroup.
 
-(a) Simulated accelerators of known service time (``tests/support/simulated_runtime.py``: the
+(a) Simulated accelerators of known service time (``devtools/simulated_runtime.py``: the
     model's real outputs, then the rest of the device's time slept off the GIL): one device of
     ``--fast-ms`` against two equal ones, and against one fast + one ``--slow-ms`` device. The
     goal is ≥ 1.8× for two equal devices; for unequal ones the ideal is (1/a + 1/b) / (1/a).
@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from prometheus_client import CollectorRegistry  # noqa: E402
 
+from devtools.simulated_runtime import SimulatedRuntime  # noqa: E402
 from devtools.tiny import write_tiny_package  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.engine.load import LoadCounter  # noqa: E402
@@ -53,7 +54,6 @@ from edgeagent.models.golden import sample_feeds  # noqa: E402
 from edgeagent.models.package import ModelPackage, load_package  # noqa: E402
 from edgeagent.models.session import load_request  # noqa: E402
 from edgeagent.runtimes import Session, TensorInfo, get_runtime  # noqa: E402
-from tests.support.simulated_runtime import SimulatedRuntime  # noqa: E402
 
 PLAN = MeasuredPlan(PlanShape(1, 1, 1), "fixed", 1)
 

@@ -27,44 +27,42 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import io
 import json
 import os
-import secrets
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import shared_memory
 from pathlib import Path
 
-import aiohttp
 import numpy as np
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import bench_peers  # noqa: E402
 
-from devtools.package import keep_variants  # noqa: E402
-from devtools.ports import free_port  # noqa: E402
-from devtools.waiting import until  # noqa: E402
+from devtools.bench_daemon import (  # noqa: E402
+    Daemon,
+    start_daemon,
+    stop_tree,
+    wait_plan,
+    wait_ready,
+)
+from devtools.http_endpoint import Endpoint, http_client  # noqa: E402
+from devtools.package import pinned_package  # noqa: E402
+from devtools.serving_peers import Peers, probe_binary, start_peers  # noqa: E402
+from devtools.serving_report import markdown, plot  # noqa: E402
+from devtools.shm_client import ShmRegions  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 from edgeagent.hardware.plan_search import PlanShape, closed_loop  # noqa: E402
-from edgeagent.models.device_key import open_device_key  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.session import open_variant  # noqa: E402
-
-TARGET_IDLE_RSS_MB = 100  # issue 15
-TARGET_OVERHEAD_MS = 0.3  # issue 15: the naive server's overhead
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -135,10 +133,6 @@ def plan_cell(package, frame: np.ndarray, plan: dict, precision: str, process) -
     return Cell(
         "raw", f"raw plan {label} (img/s)", "", 1, plan_measure(sessions, feeds, batch), process
     )
-
-
-# Where a server listens for HTTP: its Unix socket, or a TCP port on 127.0.0.1.
-Endpoint = Path | int
 
 
 def served_measure(
@@ -289,15 +283,6 @@ def requests_for(package, frame: np.ndarray) -> dict[str, tuple[str, bytes, dict
     return bodies
 
 
-def http_client(endpoint: Endpoint, limit: int = 100) -> aiohttp.ClientSession:
-    """A client session on the endpoint; request URLs are paths (``/v2/...``)."""
-    if isinstance(endpoint, Path):
-        connector: aiohttp.BaseConnector = aiohttp.UnixConnector(path=str(endpoint), limit=limit)
-        return aiohttp.ClientSession("http://agent", connector=connector)
-    connector = aiohttp.TCPConnector(limit=limit)
-    return aiohttp.ClientSession(f"http://127.0.0.1:{endpoint}", connector=connector)
-
-
 async def drive(
     endpoint: Endpoint,
     url: str,
@@ -371,162 +356,6 @@ class PeakRss:
             raise RuntimeError(f"the peak RSS sampler died: {self._error!r}") from self._error
 
 
-async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300) -> dict:
-    """The daemon's /v1/status once it is ready; SystemExit when it exits or a model fails."""
-    status: dict = {}
-
-    async def ready() -> bool:
-        if process.poll() is not None:
-            raise SystemExit(f"the daemon exited with {process.returncode}")
-        try:
-            async with http_client(sock) as client:
-                async with client.get("/v2/health/ready") as response:
-                    if response.status == 200:
-                        async with client.get("/v1/status") as answer:
-                            status.update(await answer.json())
-                        return True
-                async with client.post("/v2/repository/index") as index:
-                    failed = [m for m in await index.json() if m["state"] == "UNAVAILABLE"]
-                if failed:  # it listens only after loading: this model will not come
-                    raise SystemExit(f"the daemon could not load a model: {failed}")
-        except (aiohttp.ClientError, OSError):
-            pass
-        return False
-
-    try:
-        await until(ready, timeout, poll_s=0.02)  # fine enough to time start → ready
-    except AssertionError:
-        raise SystemExit("the daemon did not become ready") from None
-    return status
-
-
-async def wait_plan(sock: Path, model: str, timeout: float = 120) -> dict:
-    """The daemon's /v1/status once ``model``'s execution plan is no longer pending (the
-    search after serving has swapped its plan in): what the measured rows must run on."""
-    status: dict = {}
-
-    async def settled() -> bool:
-        async with http_client(sock) as client, client.get("/v1/status") as answer:
-            status.clear()
-            status.update(await answer.json())
-        versions = status["models"][model]["versions"]
-        return all(v.get("plan", {}).get("source") != "pending" for v in versions.values())
-
-    try:
-        await until(settled, timeout, poll_s=0.02)
-    except AssertionError:
-        raise SystemExit("the daemon's execution plan search did not end") from None
-    return status
-
-
-async def wait_http(endpoint: Endpoint, path: str, process: subprocess.Popen, what: str) -> None:
-    """Poll ``path`` until it answers 200 (peers start in seconds; MLServer in ~10)."""
-
-    async def answers() -> bool:
-        if process.poll() is not None:
-            stderr = process.stderr.read() if process.stderr else ""
-            raise SystemExit(f"{what} exited with {process.returncode}: {stderr[-2000:]}")
-        try:
-            async with http_client(endpoint) as client, client.get(path) as response:
-                return response.status == 200
-        except (aiohttp.ClientError, OSError):
-            return False
-
-    try:
-        await until(answers, 120, poll_s=0.02)
-    except AssertionError:
-        raise SystemExit(f"{what} did not become ready") from None
-
-
-def stop_tree(process: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL for the process and its children (MLServer's workers) if it hangs."""
-    try:
-        children = psutil.Process(process.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    process.terminate()
-    try:
-        process.wait(30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    for child in children:  # orphaned workers of a server that died or hung
-        with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
-
-
-def pinned_package(
-    package_dir: Path, precision: str, target: Path, runtime: str = "onnxruntime"
-) -> Path:
-    """A copy of the package that offers only its ``runtime`` ``precision`` variant.
-
-    The daemon picks the device's best candidate (LiteRT or OpenVINO may rank first); the
-    comparison is one variant against itself, so the served package has nothing else to pick.
-    model.toml keeps every table except the other [[variant]] blocks; files are copied (a
-    package refuses symlinks that point outside it).
-    """
-    package = load_package(package_dir)
-    chosen = package.variant(runtime, precision)
-    if chosen is None:
-        raise SystemExit(f"{package_dir} has no {runtime} {precision} variant")
-    others = {f for v in package.variants if v is not chosen for f in v.files}
-    target.mkdir(parents=True)
-    for path in package.root.iterdir():
-        if path.is_file() and path not in others:
-            shutil.copyfile(path, target / path.name)
-    keep_variants(target, lambda v: v["runtime"] == runtime and v["precision"] == precision)
-    return target
-
-
-@dataclass
-class Daemon:
-    """The edgeagent daemon under test and where it listens."""
-
-    process: subprocess.Popen
-    sock: Path
-    tcp_port: int  # 0: no TCP listener
-    grpc_port: int  # 0: no gRPC
-    grpc_sock: Path
-    token: str  # [server] token: what TCP requests (HTTP and gRPC) must carry
-
-
-def start_daemon(
-    package_dir: Path, work: Path, threads: int, peers: bool = False, server: str = ""
-) -> Daemon:
-    """``edgeagent run`` on just this package; ``threads`` = [hardware] threads (0: all cores).
-
-    With ``peers`` it also listens on TCP and serves gRPC (TCP and its own Unix socket);
-    ``server`` holds extra lines of its [server] table.
-    """
-    tcp_port = free_port() if peers else 0
-    grpc_port = free_port() if peers else 0
-    grpc_sock = work / "grpc.sock"
-    config = work / "agent.toml"
-    token = secrets.token_hex(16)
-    text = f"[hardware]\nthreads = {threads}\n[server]\ntoken = '{token}'\n"
-    if server:
-        text += f"{server}\n"
-    if peers:
-        text += f"[grpc]\nenabled = true\nport = {grpc_port}\nunix_socket = '{grpc_sock}'\n"
-    config.write_text(text)
-    models = work / "models"
-    models.mkdir()
-    (models / package_dir.name).symlink_to(package_dir.resolve())
-    sock = work / "agent.sock"
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "XDG_STATE_HOME": str(work / "state")}
-    # A provisioned device: its key pair exists. Only the first start creates it, and that
-    # start alone loads the crypto library (7 MB) that an agent without sealed models needs not.
-    open_device_key(work / "state" / "edgeagent")
-    command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
-    command += ["--models-dir", str(models)]
-    command += ["--socket", str(sock), "--port", str(tcp_port)]
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=work
-    )
-    return Daemon(process, sock, tcp_port, grpc_port, grpc_sock, token)
-
-
 def mapped_runtimes(pid: int) -> list[str]:
     """Inference runtimes whose libraries the daemon has mapped (they dominate its RSS)."""
     names = ("onnxruntime", "openvino", "ai_edge_litert", "tflite_runtime")
@@ -567,147 +396,6 @@ def grpc_request(package, frame: np.ndarray) -> bytes:
     request.inputs.add(name=spec.name, datatype="FP32", shape=frame.shape)
     request.raw_input_contents.append(frame.tobytes())
     return request.SerializeToString()
-
-
-class ShmRegions:
-    """One input region holding the frame and one output region per client worker."""
-
-    def __init__(self, package, frame: np.ndarray, workers: int) -> None:
-        self.package = package
-        self.input = shared_memory.SharedMemory(create=True, size=frame.nbytes)
-        np.ndarray(frame.shape, frame.dtype, buffer=self.input.buf)[...] = frame
-        self.shape = list(frame.shape)
-        self.output_bytes = 4 * int(np.prod([1, *package.outputs[0].shape[1:]]))
-        self.outputs = [
-            shared_memory.SharedMemory(create=True, size=self.output_bytes) for _ in range(workers)
-        ]
-
-    async def register(self, sock: Path) -> list[bytes]:
-        """Register every region with the daemon; the infer body of each worker."""
-        regions = [("bench-in", self.input)] + [
-            (f"bench-out-{i}", region) for i, region in enumerate(self.outputs)
-        ]
-        async with http_client(sock) as client:
-            for name, region in regions:
-                body = {"key": "/" + region.name, "offset": 0, "byte_size": region.size}
-                url = f"/v2/systemsharedmemory/region/{name}/register"
-                async with client.post(url, json=body) as response:
-                    if response.status != 200:
-                        raise SystemExit(f"{url}: {response.status} {await response.text()}")
-        spec = self.package.inputs[0]
-        return [
-            json.dumps(
-                {
-                    "inputs": [
-                        {
-                            "name": spec.name,
-                            "shape": self.shape,
-                            "datatype": "FP32",
-                            "parameters": {
-                                "shared_memory_region": "bench-in",
-                                "shared_memory_byte_size": self.input.size,
-                            },
-                        }
-                    ],
-                    "outputs": [
-                        {
-                            "name": self.package.outputs[0].name,
-                            "parameters": {
-                                "shared_memory_region": f"bench-out-{i}",
-                                "shared_memory_byte_size": self.output_bytes,
-                            },
-                        }
-                    ],
-                }
-            ).encode()
-            for i in range(len(self.outputs))
-        ]
-
-    def close(self) -> None:
-        for region in [self.input, *self.outputs]:
-            region.close()
-            region.unlink()
-
-
-@dataclass
-class Peers:
-    """The peer servers of one --peers run (each None when it could not start) and why not."""
-
-    naive: subprocess.Popen | None = None
-    naive_sock: Path | None = None
-    naive_port: int = 0
-    naive_ready_s: float = float("nan")  # start → ready (model loaded, listening)
-    mlserver: subprocess.Popen | None = None
-    mlserver_port: int = 0
-    notes: list[str] | None = None
-
-    def processes(self) -> list[subprocess.Popen]:
-        return [p for p in (self.naive, self.mlserver) if p is not None]
-
-
-async def start_peers(args, model_file: Path, package, work: Path, frame: np.ndarray) -> Peers:
-    """Start the naive server and MLServer; a peer that fails to start stops the others."""
-    peers = Peers(notes=[])
-    try:
-        await _start_peers(peers, args, model_file, package, work, frame)
-    except BaseException:
-        for each in peers.processes():
-            stop_tree(each)
-        raise
-    return peers
-
-
-async def _start_peers(peers: Peers, args, model_file: Path, package, work: Path, frame) -> None:
-    name = package.name
-    peers.naive_sock = work / "naive.sock"
-    peers.naive_port = free_port()
-    command = [sys.executable, str(Path(bench_peers.__file__)), "naive", "--model", str(model_file)]
-    command += ["--name", name, "--threads", str(args.threads), "--socket", str(peers.naive_sock)]
-    command += ["--port", str(peers.naive_port)]
-    started = time.perf_counter()
-    peers.naive = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    await wait_http(peers.naive_sock, "/v2/health/ready", peers.naive, "the naive server")
-    peers.naive_ready_s = time.perf_counter() - started
-    if args.skip_mlserver:
-        peers.notes.append("MLServer skipped (--skip-mlserver)")
-        return
-    binary = bench_peers.mlserver_venv(progress)
-    if isinstance(binary, str):
-        peers.notes.append(binary)
-        progress(binary)
-        return
-    peers.mlserver_port = free_port()
-    peers.mlserver = bench_peers.start_mlserver(
-        binary, work, model_file, name, args.threads, peers.mlserver_port, free_port()
-    )
-    try:
-        await wait_http(peers.mlserver_port, f"/v2/models/{name}/ready", peers.mlserver, "MLServer")
-    except SystemExit as exc:  # the other servers are still worth measuring
-        peers.notes.append(f"MLServer left out: {str(exc)[-300:]}")
-        progress(peers.notes[-1])
-        stop_tree(peers.mlserver)
-        peers.mlserver = None
-
-
-async def probe_binary(port: int, name: str, feeds: dict[str, np.ndarray]) -> str:
-    """Whether MLServer answers the binary tensor extension; never benchmarked, since 1.7.1
-    answers nothing to it and, from then on, nothing to JSON requests either."""
-    body, length = encode_request(feeds, binary=True)
-    headers = {HEADER_LENGTH: str(length)}
-    try:
-        async with (
-            http_client(port) as client,
-            client.post(
-                f"/v2/models/{name}/infer",
-                data=body,
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=10),
-            ) as response,
-        ):
-            answer = f"HTTP {response.status}: {(await response.text())[:200]}"
-    except (TimeoutError, aiohttp.ClientError) as exc:
-        answer = f"no answer ({type(exc).__name__})"
-    return f"MLServer, one v2 binary request (not benchmarked): {answer}"
 
 
 def peer_cells(args, package, frame, daemon: Daemon, peers: Peers, shm_bodies) -> list[Cell]:
@@ -850,63 +538,6 @@ def served_over_plan(rows: list[dict], served: dict | None) -> float:
     return served["throughput"] / plan["throughput"]
 
 
-def _ratio(row: dict, key: str) -> str:
-    return f"{row[key]:.2f}" if key in row else ""
-
-
-def markdown(report: dict) -> str:
-    raw = report["raw"]
-    peers = bool(report.get("peers"))
-    extra_head = " × naive | × MLServer |" if peers else ""
-    extra_rule = "---:|---:|" if peers else ""
-    lines = [
-        f"Model {report['model']} ({report['backend']}), {report['cpus']} CPUs, "
-        f"intra-op threads {report['threads'] or 'all cores'}, "
-        f"{report['duration_s']:g} s per cell in {report['rounds']} rounds of every cell, each "
-        "after a raw batch-1 round; req/s, p50 and ratios are medians of the rounds",
-        "",
-        "| path | concurrency | req/s | p50 ms | p99 ms | errors | raw req/s (same rounds) "
-        "| × raw | p50 − raw p50 ms | server CPU ms/req | client CPU ms/req |" + extra_head,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + extra_rule,
-        f"| raw batch-1 (all rounds) | 1 | {raw['throughput']:.1f} | {raw['p50_ms']:.2f} | "
-        f"{raw['p99_ms']:.2f} | 0 | | | | | |" + (" | |" if peers else ""),
-    ]
-    for row in report["rows"]:
-        ratios = f" {_ratio(row, 'x_naive')} | {_ratio(row, 'x_mlserver')} |" if peers else ""
-        lines.append(
-            f"| {row['mode'] if not peers else row['name']} | {row['concurrency']} | "
-            f"{row['throughput']:.1f} | "
-            f"{row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['errors']} | "
-            f"{row['raw_throughput']:.1f} | {row['ratio']:.2f} | {row['overhead_p50_ms']:+.2f} | "
-            f"{row['daemon_cpu_ms']:.2f} | {row['client_cpu_ms']:.2f} |" + ratios
-        )
-    lines += [
-        "",
-        f"Daemon RSS idle (model loaded): {report['rss_idle_mb']:.0f} MB "
-        f"(target ≤ {TARGET_IDLE_RSS_MB}); peak under load: {report['rss_loaded_mb']:.0f} MB; "
-        f"runtimes mapped: {', '.join(report['runtimes_mapped'])}",
-        f"p50 overhead at c=1, v2 binary vs raw: {report['overhead_c1_ms']:.2f} ms "
-        f"(target ≤ {TARGET_OVERHEAD_MS})",
-        f"v2 binary c=16 throughput / raw batch-1: {report['c16_ratio']:.2f} (target ≥ 1)",
-        f"v2 binary c=16 throughput / the served plan in process: {report['c16_over_plan']:.2f}",
-    ]
-    if report["floor_p50_ms"] == report["floor_p50_ms"]:  # measured (not NaN)
-        lines.append(
-            f"HTTP floor at c=1 (the naive server answering without its model): p50 "
-            f"{report['floor_p50_ms']:.2f} ms, the least any served p50 adds to raw here"
-        )
-    for server, peak in report.get("peak_rss_mb", {}).items():
-        lines.append(f"Peak RSS under load, {server}: {peak:.0f} MB")
-    naive = report["naive_ready_s"]
-    lines.append(
-        f"Start → ready on a fresh state: edgeagent {report['ready_s']:.2f} s (its execution "
-        f"plan measured at {report['plan_settled_s']:.2f} s)"
-        + (f", the naive server {naive:.2f} s" if naive == naive else "")
-    )
-    lines += report.get("notes", [])
-    return "\n".join(lines)
-
-
 async def run(args: argparse.Namespace) -> dict:
     package = load_package(args.model)
     spec = package.inputs[0]
@@ -959,7 +590,7 @@ async def run(args: argparse.Namespace) -> dict:
                 cells.append(served_plan)
             if args.peers:
                 model_file = pinned / package.variant("onnxruntime", args.precision).files[0]
-                peers = await start_peers(args, model_file, package, Path(tmp), frame)
+                peers = await start_peers(args, model_file, package, Path(tmp), frame, progress)
                 regions = ShmRegions(package, frame, max(args.concurrency))
                 shm_bodies = await regions.register(daemon.sock)
                 cells += peer_cells(args, package, frame, daemon, peers, shm_bodies)
@@ -1053,27 +684,6 @@ async def run(args: argparse.Namespace) -> dict:
     }
 
 
-def plot(report: dict, path: Path) -> None:
-    """Box plots of the latencies of every cell (log scale), raw batch-1 first."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    labels = ["raw batch-1"] + [f"{r['name']}\nc={r['concurrency']}" for r in rows]
-    data = [report["raw_latencies"]] + [r["_latencies"] for r in rows]
-    figure, axes = plt.subplots(figsize=(max(8, len(labels) * 0.9), 5))
-    axes.boxplot([[v * 1e3 for v in d] or [float("nan")] for d in data], showfliers=False)
-    axes.set_xticks(range(1, len(labels) + 1), labels, fontsize=7, rotation=90)
-    axes.set_yscale("log")
-    axes.set_ylabel("latency per request (ms, log scale)")
-    axes.set_title(f"{report['model']} on {report['backend']}: raw in-process vs served")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    progress(f"plot written to {path}")
-
-
 def one_path_options(description: str, seconds: float, rounds: int) -> argparse.ArgumentParser:
     """The options of the benchmarks that drive one path of one daemon (bench_busy, bench_ab)."""
     parser = argparse.ArgumentParser(description=description)
@@ -1144,6 +754,7 @@ def main() -> int:
     report = asyncio.run(run(args))
     if args.plot:
         plot(report, args.plot)
+        progress(f"plot written to {args.plot}")
     for row in report["rows"]:
         del row["_latencies"]
     del report["raw_latencies"]

@@ -33,7 +33,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from devtools.daemon_process import running_daemon  # noqa: E402
+from devtools.agent_process import running_daemon  # noqa: E402
 from edgeagent.api.v2 import HEADER_LENGTH, encode_request  # noqa: E402
 
 MAX_BODY = 1024 * 1024

@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -53,6 +52,7 @@ import aiomqtt
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.agent_process import spawn_agent  # noqa: E402
 from devtools.background import WatchedTasks  # noqa: E402
 from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the tests use too
 from devtools.package import set_fields  # noqa: E402
@@ -205,10 +205,9 @@ async def run(args: argparse.Namespace) -> dict:
         f'[updates]\nenabled = true\ngroup = "bench"\ntrust_file = "{keys / "trust.json"}"\n'
         f"free_space_margin_bytes = 0\n[mqtt]\nport = {broker.port}\n"
     )
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)],
+    agent = spawn_agent(
+        ["--config", str(config)],
         cwd=work,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.PIPE,
         stderr=open(work / "agent.log", "wb"),  # noqa: SIM115 - closed with the process
     )

@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from devtools.agent_process import running_daemon  # noqa: E402
 from devtools.api_fuzz import FuzzReport, fuzz_operation, operations  # noqa: E402
-from devtools.daemon_process import running_daemon  # noqa: E402
 
 
 def main() -> int:

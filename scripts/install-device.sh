@@ -23,8 +23,12 @@
 #      groups that exist here (render, video, …) and IPAddressAllow= for the broker and hub
 #      (--allow-ip, plus [mqtt] host resolved now); then daemon-reload and `enable --now`
 #      (skipped with --root or --no-start).
-# Exit status: 0 installed; 2 bad arguments or config; 1 a step failed.
+# Every file and directory it writes or gives a mode to must not be a symbolic link (with --root,
+# nor any directory on the way below DIR): a planted link is refused before anything is changed,
+# never followed out of the root. Modes are its own (umask 022), whatever the caller's umask.
+# Exit status: 0 installed; 2 bad arguments or config; 1 a step failed or a link was refused.
 set -euo pipefail
+umask 022  # directories 0755 and files 0644 unless set otherwise below, under any caller's umask
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SOURCE="$(dirname "$HERE")"
@@ -75,6 +79,28 @@ DROPIN="$UNIT_DIR/edgeagent.service.d/10-install.conf"
 SYSUSERS="$ROOT/usr/lib/sysusers.d/edgeagent.conf"
 AGENT="$PREFIX/bin/edgeagent"
 
+# Refuse a path the script is about to write, chmod or chown when it is a symbolic link, or
+# (with --root) when a directory on its way below the root is one: following it would change a
+# file outside the root (a planted etc/edgeagent/agent.toml -> /etc/shadow, say).
+refuse_links() {
+  local path="$1" here rest part
+  if [[ -n "$ROOT" && "$path" == "$ROOT"/* ]]; then
+    here="$ROOT"
+    rest="${path#"$ROOT"/}"
+    while [[ -n "$rest" ]]; do
+      part="${rest%%/*}"
+      if [[ "$rest" == */* ]]; then rest="${rest#*/}"; else rest=""; fi
+      [[ -n "$part" ]] || continue
+      here="$here/$part"
+      if [[ -L "$here" ]]; then
+        die "$here is a symbolic link (to $(readlink "$here")): refusing to follow it out of $ROOT; remove it and rerun"
+      fi
+    done
+  elif [[ -L "$path" ]]; then
+    die "$path is a symbolic link (to $(readlink "$path")): refusing to follow it; put the file itself there and rerun"
+  fi
+}
+
 # Run a command, or only show it with --dry-run.
 step() {
   echo "+ $*"
@@ -89,7 +115,8 @@ write_file() {
   if ((DRY_RUN)); then
     sed 's/^/    /' <<<"$content"
   else
-    mkdir -p "$(dirname "$path")"
+    mkdir -p -m 0755 "$(dirname "$path")"
+    refuse_links "$path"
     printf '%s\n' "$content" >"$path"
     chmod "$mode" "$path"
   fi
@@ -144,6 +171,12 @@ pip_install() {
 with_extras() {  # SPEC[EXTRAS]: pip takes extras after a wheel path or a source directory
   if [[ -n "$1" ]]; then echo "$SOURCE[$1]"; else echo "$SOURCE"; fi
 }
+
+# Every path below is checked before the first change, so a refused link changes nothing.
+for path in "$PREFIX/bin" "$PREFIX/README.md" "$CONFIG" "$SYSUSERS" \
+    "$UNIT_DIR/edgeagent.service" "$DROPIN"; do
+  refuse_links "$path"
+done
 
 # ---- 1. venv --------------------------------------------------------------------------------
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
@@ -211,6 +244,7 @@ if ! ((DRY_RUN)) || [[ -x "$AGENT" && -e "$CONFIG" ]]; then
   echo "+ $AGENT config check $CONFIG"
   "$AGENT" config check "$CONFIG" || die "$CONFIG is not valid: fix the lines above, then rerun" 2
   while read -r token_file; do
+    refuse_links "$ROOT$token_file"
     if [[ -e "$ROOT$token_file" ]]; then secure_file "$ROOT$token_file"; fi
   done < <("$PREFIX/bin/python" -c '
 import sys

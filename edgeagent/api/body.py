@@ -3,7 +3,7 @@
 Three limits apply to every body: its size (``[server] max_body_bytes``, 413), its pace (after
 ``body_timeout_s`` it must keep arriving at ``body_min_bytes_per_s``, else 408 and the connection
 is closed: a client trickling a body cannot hold a connection and its buffer for ever), and the
-listener's decoding budget (``edgeagent.api.budget``), reserved before the first byte is read.
+listener's decoding budget (``edgeagent.engine.budget``), reserved before the first byte is read.
 """
 
 from __future__ import annotations

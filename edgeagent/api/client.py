@@ -121,7 +121,10 @@ class AgentClient:
 
     def _json(self, method: str, path: str, body: bytes | None = None) -> Any:
         _, data = self.request(method, path, body, {"Accept": "application/json"})
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except ValueError:  # whatever answered is not the agent, or not the agent's API
+            raise AgentError(200, f"not a JSON document: {data[:80]!r}") from None
 
     # ---- the API the CLI uses ----------------------------------------------------------------
 

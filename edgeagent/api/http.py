@@ -22,7 +22,6 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from edgeagent.api.auth import auth_middleware
 from edgeagent.api.body import BodyTooSlow
 from edgeagent.api.browser import agent_guard
-from edgeagent.api.budget import ByteBudget
 from edgeagent.api.json_helper import JsonHelper
 from edgeagent.api.keys import (
     BUDGETS,
@@ -42,6 +41,7 @@ from edgeagent.api.routes_v2 import v2_routes
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm import SharedMemoryRegistry
 from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError
 from edgeagent.httpguard import security_headers
@@ -170,7 +170,7 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[STATUS] = status
-    app[BUDGETS] = {kind: ByteBudget(settings.max_decoding_bytes) for kind in ("unix", "tcp")}
+    app[BUDGETS] = {kind: Budget(settings.max_decoding_bytes) for kind in ("unix", "tcp")}
     if shared_memory is None:
         shared_memory = SharedMemoryRegistry(SharedMemorySettings())
         app.on_cleanup.append(lambda _: _close_regions(shared_memory))

@@ -9,10 +9,10 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from edgeagent.api.budget import ByteBudget
 from edgeagent.api.json_helper import JsonHelper
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
 
 DATAPLANE = web.AppKey("dataplane", DataPlane)
@@ -20,7 +20,7 @@ SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", CollectorRegistry)
 STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")
 # One decoding budget per kind of listener, so TCP clients cannot starve the local socket.
-BUDGETS: web.AppKey[dict[str, ByteBudget]] = web.AppKey("budgets")
+BUDGETS: web.AppKey[dict[str, Budget]] = web.AppKey("budgets")
 SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)
 # The one thread that decodes large JSON bodies off the event loop: those the JSON helper
 # does not take, and heavy helper replies (see ``json_decoder``).

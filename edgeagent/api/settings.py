@@ -47,9 +47,13 @@ class ServerSettings:
         "token: every TCP request needs Authorization: Bearer <token>, loopback included; "
         '"none": inference and reads over loopback TCP are open (load/unload never are)',
     )
-    token: str = setting("", "bearer token for TCP requests; unset = TCP refuses everyone")
+    token: str = setting(
+        "", "bearer token for TCP requests; unset = TCP refuses everyone", secret=True
+    )
     admin_token: str = setting(
-        "", "bearer token for repository load/unload over TCP; unset = Unix socket only"
+        "",
+        "bearer token for repository load/unload over TCP; unset = Unix socket only",
+        secret=True,
     )
     token_file: Path | None = computed_setting(
         partial(credential, TOKEN_CREDENTIAL),

@@ -146,6 +146,19 @@ def _toml_value(value: Any, unit: str) -> str:
     return json.dumps(str(value))
 
 
+REDACTED = "redacted"
+
+
+def _redacted(doc: KeyDoc, value: Any) -> bool:
+    """True for a credential that is set: ``config show`` prints that it is, never what it is.
+
+    Token files exist to keep the tokens out of what operators copy and paste (a config
+    shown in a ticket, a terminal shared on a call); printing what was read from them would
+    undo that.
+    """
+    return doc.secret and bool(value)
+
+
 def _comment(doc: KeyDoc) -> str:
     return f"[{doc.unit}] {doc.description}" if doc.unit else doc.description
 
@@ -160,6 +173,8 @@ def render_toml(values: dict[str, dict[str, Any]]) -> str:
             value = values[section][doc.key]
             if value is None:
                 lines.append(f"# {doc.key} =  (unset)")
+            elif _redacted(doc, value):  # a comment: copied back, it sets nothing
+                lines.append(f"# {doc.key} =  (set; {REDACTED})")
             else:
                 lines.append(f"{doc.key} = {_toml_value(value, doc.unit)}")
         lines.append("")
@@ -189,6 +204,11 @@ def render_markdown() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _shown(doc: KeyDoc, value: Any) -> Any:
+    """The value as ``--json`` prints it: a set credential is the string ``<redacted>``."""
+    return f"<{REDACTED}>" if _redacted(doc, value) else value
+
+
 def _values(config: Config) -> dict[str, dict[str, Any]]:
     """Section → key → value, [server] merged from its listener and engine halves."""
     merged: dict[str, dict[str, Any]] = {}
@@ -215,7 +235,7 @@ def run_show(args: argparse.Namespace) -> int:
             section: [
                 {
                     "key": doc.key,
-                    "value": values[section][doc.key],
+                    "value": _shown(doc, values[section][doc.key]),
                     "default": doc.default,
                     "type": doc.kind,
                     "unit": doc.unit,

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import pwd
 import stat
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from edgeagent.api.client import AgentClient
 from edgeagent.api.settings import ServerSettings
+from edgeagent.commands.peer import listener_uids
 from edgeagent.config import load_config
+from edgeagent.netaddr import is_loopback
 from edgeagent.sections import ConfigError
 
 
@@ -23,8 +28,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get("EDGEAGENT_TOKEN"),
-        help="bearer token for a TCP listener (default: $EDGEAGENT_TOKEN, else [server] "
-        "admin_token or token when the config is readable); the Unix socket needs none",
+        help="bearer token for a TCP listener (default: $EDGEAGENT_TOKEN, else [server] token "
+        "when the config is readable; never the admin token, which only load/unload needs); "
+        "the Unix socket needs none",
     )
     parser.add_argument(
         "--config", type=Path, help="agent config to find the socket in (default: system file)"
@@ -47,20 +53,75 @@ def _existing_socket(configured: Path | None) -> Path | None:
 
 
 def client_from_args(args: argparse.Namespace) -> AgentClient:
-    """The client the connection arguments describe; ConfigError when the config is bad."""
+    """The client the connection arguments describe; ConfigError when the config is bad.
+
+    Over TCP the config's token is the user token, never ``admin_token``: every command here
+    (status, metrics, health, infer) needs only the user scope. On a loopback address it goes
+    only to a listener owned by root, this user or the agent's user (``check_tcp_peer``); on
+    another address nothing proves who listens, and the user token is the least a token can
+    give away. The Unix socket is checked (``check_socket``) and needs no token at all.
+    """
     if args.socket is not None:  # needs no token, so no config: its token file may be root's
         check_socket(args.socket)
         return AgentClient(socket_path=args.socket, timeout=args.timeout)
     server = _readable_server_settings(args.config) if args.url else load_config(args.config).server
     if args.url:
-        token = args.token or (server.admin_token or server.token if server else "")
+        token = args.token  # --token or $EDGEAGENT_TOKEN: the operator chose it and the peer
+        if not token and server is not None and server.token:
+            check_tcp_peer(args.url)
+            token = server.token
         return AgentClient(url=args.url, token=token or None, timeout=args.timeout)
     assert server is not None
+    return AgentClient(socket_path=socket_of(args.config, server), timeout=args.timeout)
+
+
+def socket_of(config: Path | None, server: ServerSettings | None = None) -> Path:
+    """The Unix socket a command asks when no --socket or --url is given, checked.
+
+    The config's ``[server] unix_socket`` (its default follows $RUNTIME_DIRECTORY, then
+    $XDG_RUNTIME_DIR, then /tmp), or the system service's when only that one exists.
+    """
+    if server is None:
+        server = load_config(config).server
     socket_path = _existing_socket(server.unix_socket)
     if socket_path is None:
         raise ConfigError("[server] unix_socket is not set: give --socket or --url")
     check_socket(socket_path)
-    return AgentClient(socket_path=socket_path, timeout=args.timeout)
+    return socket_path
+
+
+AGENT_USER = "edgeagent"  # the system service's user (systemd/edgeagent.sysusers)
+
+
+def check_tcp_peer(url: str) -> None:
+    """Refuse to send the config's token to a loopback port that another user holds.
+
+    With the agent stopped or restarting, any local user may bind its port and collect the
+    token of the next ``edgeagent status --url``. The kernel names each listening socket's
+    owner (``edgeagent.commands.peer``): root (a container's port forwarder too), this user
+    and the agent's user are trusted; anyone else is refused with ConfigError. Non-loopback
+    addresses and systems without the kernel's tables cannot be checked, and pass.
+    """
+    parsed = urlsplit(url)
+    try:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return  # the client names a malformed URL itself
+    if not is_loopback(parsed.hostname or ""):
+        return
+    owners = listener_uids(port)
+    if owners is None:
+        return
+    trusted = _trusted_uids()
+    with contextlib.suppress(KeyError):  # no such user: a development install
+        trusted.add(pwd.getpwnam(AGENT_USER).pw_uid)
+    strangers = sorted(owners - trusted)
+    if strangers:
+        raise ConfigError(
+            f"{url}: port {port} is held by uid {', '.join(map(str, strangers))}, not by root, "
+            f"you or the user {AGENT_USER}: refusing to send it [server] token (is the agent "
+            "running? if this is it, give --token)"
+        )
 
 
 def check_socket(path: Path) -> None:

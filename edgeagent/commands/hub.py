@@ -728,10 +728,12 @@ def _rollout(commands: argparse._SubParsersAction) -> None:
         policy = rollout_policy(args)
         _envelope, manifest = read_release(args.release, args.trust)
         say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
+        signer = ManifestSigner(args.keys)
         report = await rollout(
             mqtt_settings(args),
             manifest,
-            sign=ManifestSigner(args.keys),
+            sign=signer,
+            cancel=signer.cancellation,
             group=args.group,
             policy=policy,
             devices=args.device,

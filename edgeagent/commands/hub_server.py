@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeagent.commands.extras import missing_extra
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.hub.keys import HubError
 
@@ -121,6 +122,7 @@ def _server(
         ("--send-batch", "send_batch", int, "releases sent between two commits"),
         ("--max-stages", "max_stages", int, "stages of one deployment"),
         ("--max-device-ids", "max_device_ids", int, "devices a deployment may list by id"),
+        ("--chart-points", "chart_points", int, "state reports a device page's charts draw"),
     ):
         default = getattr(defaults, attr)
         limits.add_argument(flag, dest=attr, type=kind, default=default, help=what)
@@ -128,15 +130,20 @@ def _server(
     broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
-        from edgeagent.hub.server.service import serve
         from edgeagent.hub.server.settings import default_database_url
+
+        database_url = args.db or default_database_url(args.state_dir)
+        missing = missing_extra("hub", *_database_modules(database_url))
+        if missing is not None:  # before anything is opened: a pip command, not a traceback
+            raise HubError(missing)
+        from edgeagent.hub.server.service import serve
 
         try:  # a service logs what it does (the sync count, every stage); the CLI's default
             logging.getLogger().setLevel(args.log_level.upper())  # is warnings only
         except ValueError as exc:
             raise HubError(f"--log-level: {exc}") from exc
         settings = ServerSettings(
-            database_url=args.db or default_database_url(args.state_dir),
+            database_url=database_url,
             host=args.host,
             port=args.port,
             mqtt=mqtt_settings(args),
@@ -153,6 +160,7 @@ def _server(
             send_batch=args.send_batch,
             max_stages=args.max_stages,
             max_device_ids=args.max_device_ids,
+            chart_points=args.chart_points,
             release_keys=tuple(args.release_key),
             trust_file=args.trust,
             state_dir=args.state_dir or defaults.state_dir,
@@ -178,6 +186,12 @@ def _server(
         return 0
 
     parser.set_defaults(handler=lambda args: run(args, work))
+
+
+def _database_modules(database_url: str) -> tuple[str, ...]:
+    """The ``[hub]`` extra's modules a server on ``database_url`` imports: its driver only."""
+    driver = "asyncpg" if database_url.startswith("postgresql") else "aiosqlite"
+    return ("sqlalchemy", "alembic", driver)
 
 
 def _client_mode(

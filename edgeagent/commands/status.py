@@ -23,7 +23,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgeagent.api.client import AgentError, AgentUnreachable
-from edgeagent.commands.connection import add_connection_arguments, client_from_args
+from edgeagent.commands.connection import add_connection_arguments, client_from_args, socket_of
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.hardware.plan_shape import PENDING, PlanShape
 from edgeagent.sections import ConfigError
@@ -50,6 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_connection_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the whole status document")
+    parser.add_argument(
+        "--socket-path",
+        action="store_true",
+        help="print only the Unix socket the agent is asked on (for curl --unix-socket), "
+        "without asking it; exit 1 when nothing is there",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -98,7 +104,7 @@ def _updates(updates: Mapping[str, Any] | None) -> str:
     current, last = updates.get("current"), updates.get("last")
     mqtt = updates.get("mqtt") or {}
     link = f"broker {mqtt.get('broker', '?')} {'connected' if mqtt.get('connected') else 'down'}"
-    if current:
+    if current and current.get("state", "idle") != "idle":  # idle: nothing is being installed
         return f"{link}; installing {json.dumps(current, default=str)}"
     if last:
         return f"{link}; last {json.dumps(last, default=str)}"
@@ -194,7 +200,28 @@ def summary(
     return "\n".join(lines)
 
 
+def _print_socket_path(args: argparse.Namespace) -> int:
+    """The socket path alone on stdout, so a shell can use it whatever its environment."""
+    if args.url:
+        print("edgeagent status: --socket-path and --url exclude each other", file=sys.stderr)
+        return 2
+    try:
+        path = args.socket if args.socket is not None else socket_of(args.config)
+    except ConfigError as exc:
+        print(f"edgeagent status: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    if not path.is_socket():
+        print(f"edgeagent status: no agent socket at {path}: is the agent running, "
+              "and as this user? (the system service's is /run/edgeagent/agent.sock)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.socket_path:
+        return _print_socket_path(args)
     try:
         client = client_from_args(args)
     except (ConfigError, ValueError) as exc:

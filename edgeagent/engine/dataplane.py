@@ -12,22 +12,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from edgeagent import __version__
+from edgeagent.engine.budget import Budget
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datatype_of
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
+from edgeagent.heap import release_free_memory
 from edgeagent.models.detector import decode_row, detections_json
-from edgeagent.models.package import ModelPackage, TensorSpec
-from edgeagent.models.preprocess import prepare_image, preprocess_image, top_k
+from edgeagent.models.package import ModelPackage, Preprocess, TensorSpec
+from edgeagent.models.preprocess import image_tensor, open_image, prepare_opened, top_k
 from edgeagent.runtimes.facts import v2_platform
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+T = TypeVar("T")
 
 EXTENSIONS = [
     "binary_tensor_data",
@@ -105,6 +113,29 @@ def tensor_metadata(spec: TensorSpec, datatype: str) -> dict[str, Any]:
     return {"name": spec.name, "datatype": datatype, "shape": list(spec.shape)}
 
 
+# Images at least this large hand their freed pages back to the system after decoding.
+TRIM_PIXELS = 4_000_000
+
+
+def _decode(
+    prepare: Callable[[Image.Image, Preprocess], T], image: Image.Image, spec: Preprocess
+) -> T:
+    """``prepare(image, spec)``, then the decoded pixels freed, in the calling (worker) thread.
+
+    glibc keeps what a thread frees in that thread's arena: after a 40 Mpx image, ~150 MB stay
+    resident in each arena a decode ran in (the daemon has two), so the pixel budget alone
+    would bound what is decoded at once but not the peak it leaves. A large image's pages are
+    handed back at once (``malloc_trim``, a few ms beside a decode of a few hundred).
+    """
+    pixels = image.width * image.height
+    try:
+        return prepare(image, spec)
+    finally:
+        image.close()
+        if pixels >= TRIM_PIXELS:
+            release_free_memory()
+
+
 def _not_a_classifier(package: ModelPackage) -> str:
     """Why /classify refuses a model of another task, and the route that serves it.
 
@@ -129,8 +160,11 @@ class DataPlane:
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
-        # A decoded image may take ~120 MB (40 Mpx RGB): decode no more at once than there are
-        # inference threads, so a burst of large uploads cannot exhaust a small board's memory.
+        # A 40 Mpx image takes ~120 MB decoded and as much again resized: each image reserves
+        # its pixels before decoding, so a burst of large uploads (small files: a flat PNG of
+        # 40 Mpx is 115 kB) cannot exhaust a small board's memory; and no more decode at once
+        # than there are inference threads, so decoding cannot starve inference of CPU.
+        self._pixels = Budget(settings.max_decoding_pixels, "max_decoding_pixels", "pixels")
         self._decode_slots = asyncio.Semaphore(settings.worker_threads)
 
     # -- health and metadata ------------------------------------------------------------------
@@ -229,11 +263,7 @@ class DataPlane:
     async def classify(
         self, name: str, version: str | None, image: bytes, k: str | None
     ) -> dict[str, Any]:
-        """One image through the model: decode, preprocess, infer, labelled top-k.
-
-        Decoding and resizing run in a worker thread: a large JPEG takes milliseconds of CPU
-        that would otherwise stall every other request on the loop.
-        """
+        """One image through the model: decode, preprocess (``_decoded``), infer, top-k."""
         model = self.model(name, version)
         package = model.package
         if package.task != "classification":
@@ -246,11 +276,7 @@ class DataPlane:
         output = package.outputs[0]
         k_value = parse_top_k(k, package.postprocess.top_k, output.shape[-1])
         started = time.perf_counter()
-        try:
-            async with self._decode_slots:
-                tensor = await asyncio.to_thread(preprocess_image, image, package.preprocess)
-        except ValueError as exc:
-            raise InvalidInput(f"request body: {exc}") from None
+        tensor = await self._decoded(image, image_tensor, package.preprocess)
         answer = await model.infer({package.inputs[0].name: tensor})
         predictions = top_k(
             answer[output.name][0], package.labels, k_value, package.postprocess.softmax
@@ -288,11 +314,7 @@ class DataPlane:
         if min_score is not None and not 0 <= min_score <= 1:
             raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
         started = time.perf_counter()
-        try:
-            async with self._decode_slots:
-                tensor, geometry = await asyncio.to_thread(prepare_image, image, package.preprocess)
-        except ValueError as exc:
-            raise InvalidInput(f"request body: {exc}") from None
+        tensor, geometry = await self._decoded(image, prepare_opened, package.preprocess)
         answer = await model.infer({package.inputs[0].name: tensor})
         outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
         found = decode_row(package, outputs, geometry, min_score)
@@ -309,6 +331,35 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round((time.perf_counter() - started) * 1000.0, 3),
         }
+
+    async def _decoded(
+        self, data: bytes, prepare: Callable[[Image.Image, Preprocess], T], spec: Preprocess
+    ) -> T:
+        """``prepare`` of the image in ``data``, decoded within the pixel budget.
+
+        The header is read first (no pixel decoded); the image's width × height is reserved
+        from ``[server] max_decoding_pixels`` for as long as its pixels exist, waiting in
+        arrival order up to the request time-out, then 503 (``Busy``). Decoding and resizing
+        run in a worker thread: a large JPEG takes milliseconds of CPU that would otherwise
+        stall every other request on the loop.
+        """
+        try:
+            opened = await asyncio.to_thread(open_image, data, self.settings.max_image_pixels)
+            async with (
+                self._pixels.hold(opened.width * opened.height, self.settings.request_timeout_s),
+                self._decode_slots,
+            ):
+                work = asyncio.ensure_future(asyncio.to_thread(_decode, prepare, opened, spec))
+                try:
+                    return await asyncio.shield(work)
+                finally:
+                    # A cancelled request's thread still holds the pixels: keep the reservation
+                    # until it ends.
+                    if not work.done():
+                        await asyncio.wait({work})
+                        work.exception()  # retrieved: nobody waits for it any more
+        except ValueError as exc:
+            raise InvalidInput(f"request body: {exc}") from None
 
     # -- repository and statistics ------------------------------------------------------------
 

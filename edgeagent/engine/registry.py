@@ -193,6 +193,7 @@ class ModelRegistry:
                         "queued": model.queued,
                         "plan": model.plan.to_dict(),
                         "session": _session_status(model.session),
+                        "traffic": model.stats.traffic(),
                     }
                     for version, model in sorted(entry.loaded.items())
                 },

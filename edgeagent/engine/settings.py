@@ -63,6 +63,19 @@ class EngineSettings:
         None, "result-cache entries per model (0 disables); unset = the package's"
     )
     worker_threads: int = setting(4, "inference threads shared by all models (one batch per model)")
+    max_image_pixels: int = setting(
+        40_000_000,  # models.preprocess.MAX_IMAGE_PIXELS, what local `infer` and packaging use
+        "largest image /classify, /detect and DeepStack decode (width x height, read from its "
+        "header before decoding); 400 above",
+        "pixels",
+    )
+    max_decoding_pixels: int = setting(
+        40_000_000,
+        "image pixels decoded at once across all requests (each image reserves its width x "
+        "height first; ~3-8 bytes of memory a pixel while decoded and resized); an image that "
+        "cannot get its share within request_timeout_s gets 503",
+        "pixels",
+    )
     default_priority: int = setting(2, "priority of requests that give none (1 = most urgent)")
     warmup: bool = setting(True, "run one inference before a model (version) takes traffic")
     canary_min_requests: int = setting(
@@ -75,7 +88,9 @@ class EngineSettings:
         1.5, "a canary whose p99 latency / the stable version's p99 is above this is rolled back"
     )
     latency_samples: int = setting(
-        2048, "answered-request latencies kept per model version (a ring) for a canary's p99"
+        2048,
+        "answered-request latencies kept per model version (rings) for a canary's p99 and the "
+        "state report's p50/p95",
     )
 
     def validate(self) -> None:
@@ -101,6 +116,13 @@ class EngineSettings:
             "must not be negative",
         )
         require(self.worker_threads >= 1, "server", "worker_threads", "must be at least 1")
+        require(self.max_image_pixels >= 1, "server", "max_image_pixels", "must be at least 1")
+        require(
+            self.max_decoding_pixels >= self.max_image_pixels,
+            "server",
+            "max_decoding_pixels",
+            "must be at least max_image_pixels (one largest image must fit)",
+        )
         for key in ("plan_instances", "plan_threads"):
             value = getattr(self, key)
             require(value is None or 1 <= value <= 256, "server", key, "must be 1 to 256")

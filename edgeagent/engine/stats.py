@@ -71,13 +71,15 @@ class ModelStats:
     """Counters of one model version in the shape of the v2 statistics extension (Triton's).
 
     Written from the event loop and read by the HTTP handler, guarded by a lock because a
-    snapshot must never show a batch half-counted. Answered requests' latencies also go into a
-    bounded ring (``latency_samples``) that a canary's p99 is taken from.
+    snapshot must never show a batch half-counted. Answered requests' latencies also go into
+    bounded rings (``latency_samples`` each): their service times, which a canary's p99 is
+    taken from, and the latencies a client saw, which ``traffic`` summarises for the fleet.
     """
 
     def __init__(self, latency_samples: int = DEFAULT_LATENCY_SAMPLES) -> None:
         self._lock = threading.Lock()
         self._latencies = LatencyRing(latency_samples)
+        self._answered = LatencyRing(latency_samples)  # what clients saw, cache hits included
         self.last_inference_ms = 0
         self.inference_count = 0  # rows answered
         self.execution_count = 0  # batches run
@@ -129,6 +131,7 @@ class ModelStats:
             (self.success if ok else self.fail).add(total_ns)
             if ok:
                 self._latencies.add(total_ns if service_ns is None else service_ns)
+                self._answered.add(total_ns)
             if queue_ns is not None:
                 self.queue.add(queue_ns)
             if server_fault:
@@ -154,6 +157,25 @@ class ModelStats:
             (self.cache_hit if hit else self.cache_miss).add(ns)
             if hit:
                 self.last_inference_ms = int(time.time() * 1000)
+                self._answered.add(ns)
+
+    def traffic(self) -> dict[str, int | float | None]:
+        """What the fleet sees of this version: requests and failures since it loaded
+        (counters, so the hub takes rates from two reports) and the p50 / p95 latency in ms
+        of the newest answered requests (at most ``latency_samples``; None before any)."""
+        with self._lock:
+            requests = self.success.count + self.fail.count + self.cache_hit.count
+            errors = self.fail.count
+            recent = self._answered.since(0)
+        if not len(recent):
+            return {"requests": requests, "errors": errors, "p50_ms": None, "p95_ms": None}
+        p50, p95 = np.percentile(recent, [50, 95]) / 1e6
+        return {
+            "requests": requests,
+            "errors": errors,
+            "p50_ms": round(float(p50), 3),
+            "p95_ms": round(float(p95), 3),
+        }
 
     def to_v2(self, name: str, version: str) -> dict:
         """One entry of ``model_stats`` in ``GET /v2/models/{name}/stats``."""

@@ -97,6 +97,23 @@ class Backend:
 
 
 @dataclass(frozen=True)
+class Traffic:
+    """What the active version served: counters since it loaded (the hub takes throughput and
+    error rate from two reports' difference) and the latency of its newest answers."""
+
+    requests: int = field(default=0, metadata=doc("requests since the version loaded"))
+    errors: int = field(
+        default=0, metadata=doc("of them failed: bad input, overload, run errors, time-outs")
+    )
+    p50_ms: float | None = field(
+        default=None, metadata=doc("median latency of the newest answered requests, ms")
+    )
+    p95_ms: float | None = field(
+        default=None, metadata=doc("95th percentile latency of the same requests, ms")
+    )
+
+
+@dataclass(frozen=True)
 class ModelState:
     """One model the device serves."""
 
@@ -106,6 +123,9 @@ class ModelState:
     )
     versions: dict[str, Backend] = field(
         default_factory=dict, metadata=doc("every loaded version and its backend")
+    )
+    traffic: Traffic | None = field(
+        default=None, metadata=doc("the active version's requests, errors and latency")
     )
 
 

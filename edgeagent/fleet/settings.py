@@ -20,7 +20,7 @@ class MqttSettings:
         "", 'MQTT client id; default "edgeagent-<device id>"; must be stable for the session'
     )
     username: str = setting("", "broker user name (empty: anonymous)")
-    password: str = setting("", "broker password")
+    password: str = setting("", "broker password", secret=True)
     tls: bool = setting(False, "connect with TLS")
     ca_file: Path | None = setting(None, "CA that signed the broker's certificate")
     cert_file: Path | None = setting(None, "client certificate (mutual TLS)")

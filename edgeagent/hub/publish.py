@@ -186,3 +186,21 @@ async def clear_release(settings: MqttSettings, group: str, model: str) -> Topic
     topic = GroupTopics(settings.topic_prefix, group).release(model)
     await publish(settings, [topic], b"")
     return topic
+
+
+async def clear_release_of(
+    settings: MqttSettings, group: str, model: str, deployment_id: str
+) -> bool:
+    """Clear ``model``'s retained slot in ``group`` if it holds a release of ``deployment_id``
+    (an aborted deployment's: devices joining later would install it); any other release
+    stays — it is the group's current one. True when it was cleared."""
+    slot = GroupTopics(settings.topic_prefix, group).release(model)
+    try:
+        async with hub_client(settings, "cancel") as client:
+            held = _release_in(await _retained(client, slot, settings), model)
+            if held is None or held.deployment_id != deployment_id:
+                return False
+            await client.publish(slot.name, b"", qos=1, retain=True)
+    except aiomqtt.MqttError as exc:
+        raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
+    return True

@@ -9,7 +9,10 @@ stage's devices, so a copy replayed to a device outside the stage (say on the gr
 refused there as ``wrong_target``. Then it collects outcomes for this ``deployment_id`` until
 the policy says the stage is over (a silent device counts as ``timed_out``); only events from
 the rollout's own devices count, and malformed ones are skipped with a warning. Devices that
-fail roll themselves back, so an aborted rollout leaves the fleet on the old version.
+fail roll themselves back, so an aborted rollout leaves the fleet on the old version; a device
+that timed out may still hold the release in its session (it was offline), so an abort sends
+each of them a signed cancellation behind it (``fleet.cancel``), which makes it refuse the
+release when it comes back.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import aiomqtt
 
+from edgeagent.fleet.cancel import Cancellation
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import DeviceTopics
@@ -45,6 +50,7 @@ class RolloutReport:
     stages: list[dict[str, Any]] = field(default_factory=list)
     aborted: bool = False
     reason: str = ""
+    cancelled: list[str] = field(default_factory=list)  # silent devices sent a cancellation
 
     @property
     def failed(self) -> list[str]:
@@ -58,6 +64,7 @@ class RolloutReport:
             "codes": self.codes,
             "stages": self.stages,
             "aborted": self.aborted,
+            "cancelled": self.cancelled,
             "reason": self.reason,
             "succeeded": len(self.outcomes) - len(self.failed),
             "failed": len(self.failed),
@@ -75,6 +82,7 @@ async def rollout(
     manifest: ReleaseManifest,
     *,
     sign: Callable[[ReleaseManifest], bytes],
+    cancel: Callable[[Cancellation], bytes] | None = None,
     group: str,
     policy: RolloutPolicy,
     devices: Sequence[str] | None = None,
@@ -82,8 +90,9 @@ async def rollout(
 ) -> RolloutReport:
     """Roll out to the devices of ``group`` (or the given ones) as ``policy`` says.
 
-    ``sign`` turns each stage's manifest into its envelope (``hub.sign.ManifestSigner``). A
-    release already limited to some device ids goes only to those of them in the group.
+    ``sign`` turns each stage's manifest into its envelope (``hub.sign.ManifestSigner``), and
+    ``cancel`` an abort's cancellation (``ManifestSigner.cancellation``). A release already
+    limited to some device ids goes only to those of them in the group.
     """
     if devices is None:
         devices = [row["device_id"] for row in await collect_fleet(settings, group=group)]
@@ -127,10 +136,40 @@ async def rollout(
                         f"{verdict.reason}; {len(report.devices) - done} device(s) "
                         "did not receive the release"
                     )
+                    if cancel is not None:
+                        await _cancel_silent(client, prefix, manifest, cancel, report)
                     break
     except aiomqtt.MqttError as exc:
         raise HubError(f"broker {settings.host}:{settings.port}: {exc}") from exc
     return report
+
+
+async def _cancel_silent(
+    client: aiomqtt.Client,
+    prefix: str,
+    manifest: ReleaseManifest,
+    cancel: Callable[[Cancellation], bytes],
+    report: RolloutReport,
+) -> None:
+    """Send the devices that never answered a cancellation of this release (every stage's
+    envelope carries the manifest's serial), valid as long as the release."""
+    silent = sorted(d for d, outcome in report.outcomes.items() if outcome == TIMED_OUT)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    if not silent or manifest.expires <= now:
+        return
+    envelope = cancel(
+        Cancellation(
+            manifest.model,
+            manifest.deployment_id,
+            manifest.serial,
+            now,
+            manifest.expires,
+            report.reason,
+        )
+    )
+    for device in silent:
+        await client.publish(DeviceTopics(prefix, device).release.name, envelope, qos=1)
+    report.cancelled = silent
 
 
 async def _await_outcomes(

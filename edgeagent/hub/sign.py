@@ -19,12 +19,13 @@ import io
 import os
 import secrets
 import tarfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from edgeagent.fleet.canary import ReleaseCanary
+from edgeagent.fleet.cancel import Cancellation, parse_cancellation
 from edgeagent.fleet.encryption import Encryption
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import (
@@ -192,12 +193,7 @@ class ManifestSigner:
             raise HubError("signing needs at least one release key (--key)")
 
     def __call__(self, manifest: ReleaseManifest) -> bytes:
-        payload = manifest.to_payload()
-        try:
-            parse_manifest(payload)
-        except ManifestError as exc:
-            raise HubError(f"cannot sign this release: {exc.message}") from exc
-        envelope = sign_envelope(payload, self.keys)
+        envelope = self._signed(manifest.to_payload(), parse_manifest, "release")
         if len(envelope) > MAX_ENVELOPE_BYTES:  # what devices and the broker accept by default
             raise HubError(
                 f"the signed release is {len(envelope)} bytes, over the {MAX_ENVELOPE_BYTES} "
@@ -205,6 +201,18 @@ class ManifestSigner:
                 "variant: seal it for fewer devices at a time (--device-id)"
             )
         return envelope
+
+    def cancellation(self, cancellation: Cancellation) -> bytes:
+        """A cancellation of releases these keys signed (``fleet.cancel``)."""
+        return self._signed(cancellation.to_payload(), parse_cancellation, "cancellation")
+
+    def _signed(self, payload: bytes, parse: Callable[[bytes], object], what: str) -> bytes:
+        """``payload`` signed, once devices' own parser takes it."""
+        try:
+            parse(payload)
+        except ManifestError as exc:
+            raise HubError(f"cannot sign this {what}: {exc.message}") from exc
+        return sign_envelope(payload, self.keys)
 
 
 def release_path(out_dir: str | Path, model: str, version: str) -> Path:

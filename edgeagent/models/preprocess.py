@@ -41,8 +41,12 @@ class Prediction:
     score: float
 
 
-def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
-    """Decode JPEG/PNG bytes, refusing other formats, truncated files and oversized images."""
+def open_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+    """Read an image's header only: JPEG/PNG, not truncated there, at most ``max_pixels``.
+
+    No pixel is decoded yet (Pillow decodes lazily), so a caller can reserve the memory the
+    decoded image will take (its width × height) before ``load_pixels`` allocates it.
+    """
     if not data:
         raise ImageError("empty body: expected a JPEG or PNG image")
     from PIL import Image, UnidentifiedImageError
@@ -53,18 +57,28 @@ def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image
         raise ImageError("not a JPEG or PNG image") from exc
     except Image.DecompressionBombError as exc:  # dimensions far beyond max_pixels
         raise ImageError(f"image refused: {exc}") from exc
-    except (OSError, SyntaxError) as exc:  # a header cut short or broken ("Truncated File Read")
-        raise ImageError(f"corrupt image: {exc}") from exc
+    except (OSError, SyntaxError, ValueError) as exc:  # a header cut short or broken
+        raise ImageError(f"corrupt image: {exc}") from exc  # ("Truncated IHDR chunk" …)
     if image.format not in ACCEPTED_FORMATS:
         raise ImageError(f"{image.format} images are not accepted (JPEG or PNG only)")
     width, height = image.size
     if width * height > max_pixels:
         raise ImageError(f"image of {width}×{height} pixels exceeds the limit of {max_pixels}")
+    return image
+
+
+def load_pixels(image: Image.Image) -> Image.Image:
+    """Decode an opened image's pixels; a body cut short or corrupt is an ImageError."""
     try:
         image.load()
-    except (OSError, SyntaxError) as exc:
+    except (OSError, SyntaxError, ValueError) as exc:
         raise ImageError(f"corrupt {image.format} image: {exc}") from exc
     return image
+
+
+def decode_image(data: bytes, max_pixels: int = MAX_IMAGE_PIXELS) -> Image.Image:
+    """Decode JPEG/PNG bytes, refusing other formats, truncated files and oversized images."""
+    return load_pixels(open_image(data, max_pixels))
 
 
 LETTERBOX_FILL = 114  # the grey YOLO-family detectors are trained to ignore
@@ -116,7 +130,12 @@ def to_tensor(image: Image.Image, spec: Preprocess) -> np.ndarray:
 
 def preprocess_image(data: bytes, spec: Preprocess) -> np.ndarray:
     """Encoded image bytes → a batch-of-one input tensor for the package's model."""
-    return to_tensor(resize_and_crop(decode_image(data), spec), spec)
+    return image_tensor(open_image(data), spec)
+
+
+def image_tensor(image: Image.Image, spec: Preprocess) -> np.ndarray:
+    """An opened image (``open_image``) decoded → a batch-of-one input tensor."""
+    return to_tensor(resize_and_crop(load_pixels(image), spec), spec)
 
 
 def geometry_of(image_size: tuple[int, int], spec: Preprocess) -> Geometry:
@@ -132,8 +151,12 @@ def geometry_of(image_size: tuple[int, int], spec: Preprocess) -> Geometry:
 def prepare_image(data: bytes, spec: Preprocess) -> tuple[np.ndarray, Geometry]:
     """``preprocess_image`` plus the geometry that maps input pixels back to the image's own
     (what a detector's boxes need)."""
-    image = decode_image(data)
-    return to_tensor(resize_and_crop(image, spec), spec), geometry_of(image.size, spec)
+    return prepare_opened(open_image(data), spec)
+
+
+def prepare_opened(image: Image.Image, spec: Preprocess) -> tuple[np.ndarray, Geometry]:
+    """``prepare_image`` of an image opened by ``open_image``."""
+    return image_tensor(image, spec), geometry_of(image.size, spec)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -11,9 +11,12 @@ The new version takes it at its first start on trial, before its migration touch
 is written under a temporary name, fsynced, and renamed into place, so a snapshot that exists
 is complete. ``restore`` is the boot check's rollback, run by the *old* version's code: each
 saved path is put back (copied beside its place, then renamed over it) and each path that was
-absent is deleted. It only reads the snapshot, so a rollback cut short is simply run again.
-A commit, or a boot check that finds no switch on trial, discards it. Older versions' boot
-checks read this layout: like the switch records, it only ever gains keys.
+absent is deleted. Neither ever goes through a symbolic link out of the state tree: a snapshot
+refuses a path whose directories include a link, and a rollback makes a directory that became
+a link since a directory again (and deletes nothing beneath one). It only reads the snapshot,
+so a rollback cut short is simply run again. A commit, or a boot check that finds no switch on
+trial, discards it. Older versions' boot checks read this layout: like the switch records, it
+only ever gains keys.
 """
 
 from __future__ import annotations
@@ -50,6 +53,45 @@ def _relative(path: str) -> str:
     return str(PurePosixPath(*parts))
 
 
+def _linked_directory(base: Path, relative: str) -> Path | None:
+    """The first directory on the way from ``base`` to ``relative`` that is a symbolic link.
+
+    The saved paths are copied out at a snapshot and written and deleted at a rollback: through
+    a linked directory both would act on files outside the state tree (copy a file of elsewhere
+    into the snapshot, rewrite or delete one at the rollback). The last component may be a
+    link: it is saved and put back as the link itself, never followed.
+    """
+    here = base
+    for part in PurePosixPath(relative).parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
+
+
+def _within(base: Path, relative: str) -> Path:
+    """``base / relative``; StateError when a directory on the way is a link."""
+    link = _linked_directory(base, relative)
+    if link is not None:
+        raise StateError(
+            f"state snapshot: {link} is a symbolic link, so {relative!r} is outside {base}; "
+            "a migration's paths must be inside the state directory (replace the link with "
+            "the directory itself)"
+        )
+    return base / relative
+
+
+def _unlinked(base: Path, relative: str) -> Path:
+    """``base / relative`` with each directory on the way that became a link since the
+    snapshot (which refused links) made a directory again: the rollback writes the tree as it
+    was saved, and nothing outside it."""
+    while (link := _linked_directory(base, relative)) is not None:
+        link.unlink()
+        link.mkdir(mode=0o700)
+        fsync_dir(link.parent)
+    return base / relative
+
+
 def _exists(path: Path) -> bool:
     return path.exists() or path.is_symlink()
 
@@ -83,7 +125,7 @@ def take(
     _delete(building)
     (building / "files").mkdir(parents=True, mode=0o700)
     building.chmod(0o700)
-    saved = tuple(p for p in relative if _exists(state_dir / p))
+    saved = tuple(p for p in relative if _exists(_within(state_dir, p)))
     for path in saved:
         _copy(state_dir / path, building / "files" / path)
     snapshot = Snapshot(
@@ -122,12 +164,12 @@ def restore(root: Path, snapshot: Snapshot) -> None:
     """Put the state's saved paths back and delete those that were absent (idempotent)."""
     state_dir = Path(snapshot.state_dir)
     for path in snapshot.saved:
-        target = state_dir / path
+        target = _unlinked(state_dir, path)
         incoming = target.with_name(f".{target.name}.restore")
         outgoing = target.with_name(f".{target.name}.replaced")
         _delete(incoming)
         _delete(outgoing)
-        _copy(root / SNAPSHOT_DIR / "files" / path, incoming)
+        _copy(_within(root / SNAPSHOT_DIR / "files", path), incoming)
         if target.is_dir() and not target.is_symlink():  # a directory cannot be renamed over
             target.rename(outgoing)
         incoming.replace(target)
@@ -135,7 +177,7 @@ def restore(root: Path, snapshot: Snapshot) -> None:
         _delete(outgoing)
     for path in snapshot.absent:
         target = state_dir / path
-        if _exists(target):
+        if _linked_directory(state_dir, path) is None and _exists(target):  # else: not in it
             _delete(target)
             fsync_dir(target.parent)
 

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeagent import __version__
-from edgeagent.fsutil import write_json_atomic
+from edgeagent.fsutil import NotARegularFile, read_regular_file, write_json_atomic
 from edgeagent.selfupdate import snapshot
 from edgeagent.selfupdate.layout import Layout
 from edgeagent.selfupdate.migrations import MIGRATIONS, Migration
-from edgeagent.selfupdate.state import PendingSwitch, SwitchState
+from edgeagent.selfupdate.state import PendingSwitch, StateError, SwitchState
 
 FORMAT_FILE = "state-format.json"
+FORMAT_FILE_MAX_BYTES = 64 * 1024  # the file is ~50 bytes; anything near this is not ours
 REFUSED = "state_refused"
 
 log = logging.getLogger(__name__)
@@ -91,13 +92,24 @@ class Plan:
 
 
 def read_declared(state_dir: Path) -> Declared:
+    """The format ``state_dir`` declares; StateFormatError when its file cannot be trusted.
+
+    The file is read as a bounded regular file (``read_regular_file``: no link followed, no
+    FIFO waited on) and parsed with nesting errors caught: ``run`` and ``check-state``, which
+    the update worker waits on, read it first, so any content must end in an answer.
+    """
     path = Path(state_dir) / FORMAT_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_file(path, FORMAT_FILE_MAX_BYTES).decode("utf-8"))
     except FileNotFoundError:
         return Declared(0, None)
-    except (OSError, ValueError) as exc:
-        raise StateFormatError(f"{path}: unreadable ({exc}); restore it from a backup") from exc
+    except NotARegularFile as exc:
+        raise StateFormatError(f"{exc}; remove it, or restore it from a backup") from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if isinstance(exc, RecursionError):
+            why = "nested too deeply"
+        raise StateFormatError(f"{path}: unreadable ({why}); restore it from a backup") from exc
     number = data.get("format") if isinstance(data, dict) else None
     if not isinstance(number, int) or isinstance(number, bool) or number < 1:
         raise StateFormatError(f"{path}: 'format' must be an integer >= 1")
@@ -190,7 +202,10 @@ def _prepare_on_trial(
         migrate(todo)
         return todo.describe()
     if saved is None:
-        snapshot.take(root, pending, state_dir, todo.found.format, todo.touches)
+        try:
+            snapshot.take(root, pending, state_dir, todo.found.format, todo.touches)
+        except StateError as exc:  # e.g. a linked directory: refused, so the switch rolls back
+            raise StateFormatError(str(exc)) from exc
         checkpoint("agent_snapshotted")
     migrate(todo)
     checkpoint("agent_migrated")

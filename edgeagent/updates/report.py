@@ -45,6 +45,7 @@ from edgeagent.fleet.messages import (
     Progress,
     StateReport,
     Temperature,
+    Traffic,
     Updates,
     encode,
 )
@@ -56,6 +57,18 @@ log = logging.getLogger(__name__)
 Publish = Callable[[dict[str, Any]], None]
 HISTORY = 10  # outcomes kept in the report
 MESSAGE_CUT = 200  # characters of an outcome's message kept when the report must shrink
+
+
+def traffic_section(figures: Mapping[str, Any] | None) -> Traffic | None:
+    """``ModelStats.traffic()`` of the active version → the model's traffic."""
+    if figures is None:
+        return None
+    return Traffic(
+        requests=figures.get("requests", 0),
+        errors=figures.get("errors", 0),
+        p50_ms=figures.get("p50_ms"),
+        p95_ms=figures.get("p95_ms"),
+    )
 
 
 def models_section(status: Mapping[str, Any]) -> dict[str, ModelState]:
@@ -72,6 +85,9 @@ def models_section(status: Mapping[str, Any]) -> dict[str, ModelState]:
                 )
                 for version, backend in info.get("versions", {}).items()
             },
+            traffic=traffic_section(
+                info.get("versions", {}).get(info.get("active_version"), {}).get("traffic")
+            ),
         )
         for name, info in status.items()
     }

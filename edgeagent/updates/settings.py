@@ -92,6 +92,9 @@ class UpdateSettings:
     clock_skew_s: float = setting(
         300.0, "a release issued this far in the device's future is accepted", "s"
     )
+    max_cancellations: int = setting(
+        256, "signed cancellations of aborted deployments held until they expire (newest kept)"
+    )
     # --- agent self-updates (selfupdate; docs/fleet/agent-updates.md) ---
     agent_root: Path | None = setting(
         None,
@@ -124,6 +127,12 @@ class UpdateSettings:
         for key in ("agent_commit_deadline_s", "agent_install_timeout_s"):
             require(getattr(self, key) > 0, "updates", key, "must be positive")
         require(self.max_manifest_bytes > 0, "updates", "max_manifest_bytes", "must be positive")
+        require(
+            1 <= self.max_cancellations <= 100_000,
+            "updates",
+            "max_cancellations",
+            "must be 1..100000",
+        )
         require(
             0 <= self.clock_skew_s <= 86400, "updates", "clock_skew_s", "must be 0..86400 seconds"
         )

@@ -52,6 +52,7 @@ from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.engine.canary import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet.agent_manifest import AGENT_SLOT, KIND, claimed_kind
+from edgeagent.fleet.cancel import KIND as CANCEL
 from edgeagent.fleet.manifest import (
     Artifact,
     DeviceIdentity,
@@ -85,6 +86,7 @@ from edgeagent.updates.canary import (
     WaitingCanary,
     recover_parked,
 )
+from edgeagent.updates.cancels import Cancellations
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits, tls_context
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.report import UpdateReporter
@@ -193,6 +195,7 @@ class Updater:
         self._committed_path = store.root / "committed-envelopes.json"
         self._committed: dict[str, str] = self._load_committed()
         self.agent: AgentUpdates | None = None  # agent releases ([updates] agent_root set)
+        self.cancels = Cancellations(store.root / "cancelled.json", settings.max_cancellations)
 
     # --- entry points --------------------------------------------------------------------
     async def on_message(self, topic: str, payload: bytes) -> None:
@@ -201,6 +204,9 @@ class Updater:
         if purpose == "trust":
             self.rotate_trust(payload)
         elif purpose == "release":
+            if claimed_kind(payload, self.settings.max_manifest_bytes) == CANCEL:
+                self.cancels.receive(payload, self.trust)  # now: the release it covers may wait
+                return
             self._hints.pop(topic, None)  # re-insert: the topic moves to the back of the line
             self._hints[topic] = payload
             self._hint_ready.set()
@@ -263,6 +269,8 @@ class Updater:
                 return await self._agent_release(envelope, topic)  # code: its own role
             manifest = self._verify(envelope)
         except TrustError as exc:
+            if isinstance(exc, ReleaseRefused) and exc.code == "replay" and release_model(topic):
+                return self._behind(exc, topic)
             return self._refused(self._describe(envelope, exc), exc)
         slot = release_model(topic)
         if slot is not None and slot != manifest.model:
@@ -271,6 +279,9 @@ class Updater:
                 f"a release of {manifest.model} on the retained slot of {slot} ({topic})",
             )
             return self._refused(self._describe_manifest(manifest), refusal)
+        cancelled = self.cancels.refusal(manifest)
+        if cancelled is not None:
+            return self._refused(self._describe_manifest(manifest), cancelled)
         variants = self._variants(manifest)
         if not variants:
             offered = ", ".join(v.key for v in manifest.variants)
@@ -361,6 +372,22 @@ class Updater:
         release = self._describe_manifest(manifest)
         return self.reporter.outcome(release, "refused", "same_version", message, persist=False)
 
+    def _behind(self, exc: ReleaseRefused, topic: str) -> dict[str, Any]:
+        """Answer a group's retained slot holding a release older than the one committed here
+        as ``_resent`` answers the committed one there: an event only. The slot lags behind a
+        device the hub server updated on its own topic, and comes again on every reconnect,
+        so the answer must not rewrite the saved history or the state report's last outcome
+        (what the fleet table shows); the event still tells the hub, as a replay put there
+        by someone else must."""
+        hint = (
+            f"; the slot {topic} lags behind this device: publish a newer release there "
+            "(hub publish) or clear it (hub unpublish)"
+        )
+        release = self._describe_manifest(exc.manifest)
+        return self.reporter.outcome(
+            release, "refused", exc.code, exc.message + hint, persist=False
+        )
+
     def _variants(self, manifest: ReleaseManifest) -> list[VariantArtifact]:
         """The variants of ``manifest`` this device downloads (its choice, best first)."""
         by_key = {variant.key: variant for variant in manifest.variants}
@@ -430,6 +457,7 @@ class Updater:
                 self.store.pending()
             ),
             "canaries": self.canaries.status(),
+            "cancellations": self.cancels.status(),
         }
 
     # --- the steps -----------------------------------------------------------------------
@@ -488,6 +516,10 @@ class Updater:
                 release, "downloaded", bytes=downloaded, variants=[v.key for v in variants]
             )
             checkpoint("downloaded")
+
+            cancelled = self.cancels.refusal(manifest)
+            if cancelled is not None:  # it came while this downloaded: the last moment to stop
+                raise InstallFailed(cancelled.code, cancelled.message)
 
             step = "unpack"
             unpacked = await self._unpack(manifest, shared, list(zip(variants, files, strict=True)))

@@ -32,6 +32,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO))  # devtools; edgeagent itself comes from the installed wheel first
 
+from devtools.agent_process import spawn_agent  # noqa: E402
 from devtools.detection_scenes import load_heldout  # noqa: E402
 from devtools.waiting import wait_until  # noqa: E402
 from edgeagent.api.client import AgentClient, AgentError  # noqa: E402
@@ -109,9 +110,10 @@ def serve_and_ask(zoo: Path, run: str, images: dict[str, dict[str, bytes]], time
         log = work / "daemon.log"
         env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
         env.pop("NOTIFY_SOCKET", None)
-        command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
         with log.open("wb") as out:
-            process = subprocess.Popen(command, cwd=work, env=env, stdout=out, stderr=out)
+            process = spawn_agent(
+                ["--config", str(config)], env=env, cwd=work, stdout=out, stderr=out
+            )
         client = AgentClient(socket_path=work / "agent.sock", timeout=timeout)
         result: dict[str, Any] = {}
         try:

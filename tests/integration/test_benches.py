@@ -25,9 +25,9 @@ from devtools.broker import mosquitto_binary
 from tests.support.helpers import REPO, write_tiny_package
 
 SCRIPTS = REPO / "scripts"
-MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"  # scripts/bench_peers.py installs it
+MLSERVER = REPO / ".venv-mlserver" / "bin" / "mlserver"  # devtools/serving_peers.py installs it
 
-# bench_peers.py is the peers' server, which bench_serving.py --peers starts and measures.
+# bench_peers.py is the naive peer server, which bench_serving.py --peers starts and measures.
 COVERED = {
     "bench_ab.py",
     "bench_busy.py",
@@ -38,6 +38,7 @@ COVERED = {
     "bench_peers.py",
     "bench_serving.py",
     "bench_soak.py",
+    "bench_images.py",
     "bench_update.py",
     "bench_plan.py",
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
@@ -198,6 +199,13 @@ def test_soak_reports_errors_memory_and_descriptors() -> None:
     assert report["errors"] == 0, report["error_kinds"]
     assert report["daemon_alive"]
     assert_figures(report, "requests", "requests_per_s", "rss_start_mb", "rss_end_mb", "fds_end")
+
+
+@pytest.mark.slow
+def test_images_reports_the_peak_with_and_without_the_pixel_budget() -> None:
+    report = run_bench("bench_images.py --pixels 2000000 --concurrency 2 --rounds 1 --json")
+    assert report["A"]["codes"] == report["B"]["codes"] == {"200": 2}
+    assert_figures(report, "A.peak_growth_mb", "B.peak_growth_mb", "b_over_a_peak_growth")
 
 
 @pytest.mark.slow

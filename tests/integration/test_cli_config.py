@@ -102,3 +102,37 @@ def test_check_refuses_a_deepstack_model_that_is_not_a_served_detector(tmp_path:
     config.write_text(f'[agent]\nmodels_dir = "{models}"\n[server]\ndeepstack_model = "toy"\n')
     result = _config("check", str(config))
     assert result.returncode == 0, result.stderr
+
+
+def test_show_never_prints_a_credential_read_from_a_file_or_the_config(tmp_path: Path) -> None:
+    """Token files keep the tokens out of what is copied around; `config show` must not put
+    them back in (text or --json): it says each is set, and shows every other key as before."""
+    secrets = {"token": "tok-from-file-1", "admin": "adm-from-file-2", "password": "mqtt-pw-3"}
+    (tmp_path / "token").write_text(secrets["token"] + "\n")
+    (tmp_path / "admin").write_text(secrets["admin"] + "\n")
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'[server]\ntoken_file = "{tmp_path / "token"}"\n'
+        f'admin_token_file = "{tmp_path / "admin"}"\ntcp_port = 9099\n'
+        f'[mqtt]\npassword = "{secrets["password"]}"\nusername = "dev1"\n'
+    )
+    text = _config("show", "--config", str(config))
+    document = _config("show", "--config", str(config), "--json")
+    assert text.returncode == 0 and document.returncode == 0, text.stderr + document.stderr
+    for secret in secrets.values():
+        assert secret not in text.stdout and secret not in document.stdout
+    lines = text.stdout.splitlines()
+    for key in ("token", "admin_token", "password"):
+        assert f"# {key} =  (set; redacted)" in lines
+    assert "tcp_port = 9099" in lines and 'username = "dev1"' in lines
+    rows = {(s, r["key"]): r["value"] for s, rs in json.loads(document.stdout).items() for r in rs}
+    assert rows["server", "token"] == rows["mqtt", "password"] == "<redacted>"
+    assert rows["server", "tcp_port"] == 9099 and rows["mqtt", "username"] == "dev1"
+    assert rows["server", "token_file"] == str(tmp_path / "token")  # where it is, not what
+
+
+def test_show_prints_an_unset_credential_as_empty(tmp_path: Path) -> None:
+    config = tmp_path / "agent.toml"
+    config.write_text("[server]\ntcp_port = 9099\n")
+    result = _config("show", "--config", str(config))
+    assert result.returncode == 0 and 'token = ""' in result.stdout.splitlines()

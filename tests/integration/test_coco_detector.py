@@ -19,10 +19,10 @@ import pytest
 import tomllib
 from deepstack.core import DeepstackObject
 
+from devtools.agent_process import Agent
 from devtools.ports import free_port
 from devtools.zoo import zoo_dir
 from edgeagent.models.tasks.detection import iou_matrix
-from tests.support.agent_process import Agent
 from tests.support.helpers import REPO
 
 PACKAGE = zoo_dir() / "coco_ssd"

@@ -152,7 +152,12 @@ def test_the_image_is_multi_stage_with_volumes_health_and_ports() -> None:
     assert "EXPOSE 8080" in lines
     # the agent never runs as root: the entrypoint drops to this user (checked below)
     assert image_env()["EDGEAGENT_USER"] == "edgeagent"
-    assert "useradd --system --user-group" in DOCKERFILE
+    assert 'useradd --system --uid "$EDGEAGENT_UID" --gid edgeagent' in DOCKERFILE
+    # fixed ids outside the ranges a host hands out (below 1000, up to 60000), build args
+    ids = dict(a.partition("=")[::2] for k, a in runtime_stage() if k == "ARG" and "=" in a)
+    for name in ("EDGEAGENT_UID", "EDGEAGENT_GID"):
+        assert 60000 < int(ids[name]) < 61184, name  # below systemd's dynamic users
+    assert 'groupadd --system --gid "$EDGEAGENT_GID" edgeagent' in DOCKERFILE
     # the image installs with the board's own script, in container mode
     assert "RUN install-device.sh --container --source /dist/edgeagent-*.whl" in DOCKERFILE
     # the build context carries the entrypoint (.dockerignore excludes everything else)
@@ -229,6 +234,26 @@ def test_the_entrypoint_gives_root_made_directories_to_the_user_and_keeps_added_
     assert models.st_uid == 0  # the models volume (mounted read-only) is left alone
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="preparing directories for another user needs root")
+def test_the_entrypoint_takes_other_ids_at_run_time(container: Container) -> None:
+    """`docker run -e EDGEAGENT_UID=… -e EDGEAGENT_GID=…` on a host where the image's ids are
+    taken: the agent runs with them, owns the directories with them, and keeps no image gid."""
+    image_gid = pwd.getpwnam(STAND_IN_USER).pw_gid
+    container.env.update(EDGEAGENT_UID="61234", EDGEAGENT_GID="61235")
+    result = container.run([json.loads(one("ENTRYPOINT"))[0], "sh", "-c", "id -u; id -g; id -G"])
+    assert result.returncode == 0, result.stderr
+    uid, gid, groups = result.stdout.splitlines()
+    assert (uid, gid) == ("61234", "61235")
+    assert str(image_gid) not in groups.split() and "0" not in groups.split()
+    for name in ("RUNTIME_DIRECTORY", "STATE_DIRECTORY"):
+        info = Path(container.env[name]).stat()
+        assert (info.st_uid, info.st_gid) == (61234, 61235), name
+    for bad in ("0", "root", "-5", "00"):
+        container.env["EDGEAGENT_GID"] = bad
+        refused = container.run([json.loads(one("ENTRYPOINT"))[0], "true"])
+        assert refused.returncode == 1 and "EDGEAGENT_GID" in refused.stderr, bad
+
+
 def test_the_entrypoint_started_as_a_user_changes_nothing(tmp_path: Path) -> None:
     """`docker run --user …`: no privilege to give anything away, so it only runs the command."""
     run = tmp_path / "run"
@@ -263,11 +288,22 @@ def test_the_image_builds_and_serves_a_package(tmp_path: Path) -> None:
     if engine is None:
         pytest.skip("no working docker or podman here")
     tag = f"edgeagent-test:{uuid.uuid4().hex[:8]}"
+    podman = Path(engine).name == "podman"
+    # podman's default OCI format has no HEALTHCHECK and drops it; docs/install/container.md
+    form = ["--format", "docker"] if podman else []
     subprocess.run(
-        [engine, "build", "--build-arg", "EXTRAS=", "-t", tag, str(REPO)], check=True, timeout=900
-    )
+        [engine, "build", *form, "--build-arg", "EXTRAS=", "-t", tag, str(REPO)],
+        check=True, timeout=900,
+    )  # fmt: skip
+    field = "{{json .HealthCheck}}" if podman else "{{json .Config.Healthcheck}}"
+    kept = subprocess.run(
+        [engine, "image", "inspect", "--format", field, tag], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert IMAGE_AGENT in kept.stdout, kept.stdout + kept.stderr
     write_tiny_package(tmp_path / "models" / "tiny")
     (tmp_path / "models").chmod(0o755)
+    (tmp_path / "run").mkdir(mode=0o755)  # podman makes no missing bind source: the README's step
     name = tag.replace(":", "-")
     try:
         # As the README runs it: the socket directory bind-mounted from a root-owned 0755 one.

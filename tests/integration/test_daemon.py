@@ -15,6 +15,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.agent_process import spawn_agent
 from devtools.package import set_fields
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
@@ -55,23 +56,17 @@ class Manager:
 
 
 def start_daemon(tmp_path: Path, models: Path, sock: Path, manager: Manager) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "NOTIFY_SOCKET": str(manager.path),
-        "WATCHDOG_USEC": "1000000",
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "PYTHONPATH": str(REPO),
-    }
-    env.pop("WATCHDOG_PID", None)
+    env = {"NOTIFY_SOCKET": str(manager.path), "WATCHDOG_USEC": "1000000"}
     config = tmp_path / "agent.toml"
     # Always wait the full queue delay, so the requests are queued when SIGTERM comes.
     config.write_text("[server]\nadaptive_batching = false\ndrain_timeout_s = 30\n")
-    command = [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config)]
-    command += ["--models-dir", str(models), "--socket", str(sock), "--port", "0"]
-    return subprocess.Popen(
-        command,
+    args = ["--config", str(config)]
+    args += ["--models-dir", str(models), "--socket", str(sock), "--port", "0"]
+    return spawn_agent(
+        args,
+        state=tmp_path / "state",
+        extra_env=env,
         cwd=tmp_path,
-        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devtools.agent_process import spawn_agent
 from edgeagent.api.client import AgentClient
 from tests.support.helpers import REPO, write_tiny_package
 
@@ -64,13 +65,11 @@ def home() -> Iterator[Path]:
 
 
 def _run(home: Path, models_dir: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(home / "state")}
-    env.pop("JOURNAL_STREAM", None)
-    return subprocess.Popen(
-        [*_as_agent_user(), sys.executable, "-m", "edgeagent.cli", "run",
-         "--config", str(home / "agent.toml"), "--models-dir", str(models_dir),
+    return spawn_agent(
+        ["--config", str(home / "agent.toml"), "--models-dir", str(models_dir),
          "--socket", str(home / "agent.sock"), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=home, env=env,
+        prefix=_as_agent_user(), state=home / "state",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=home,
     )  # fmt: skip
 
 

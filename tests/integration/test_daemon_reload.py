@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devtools.agent_process import Agent
 from edgeagent.api.client import AgentError
-from tests.support.agent_process import Agent
 from tests.support.helpers import write_tiny_package
 
 BATCH = np.zeros((1, 3, 8, 8), dtype=np.float32)

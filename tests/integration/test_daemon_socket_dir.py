@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.daemon_process import running_daemon
+from devtools.agent_process import running_daemon
 from tests.support.helpers import REPO, write_tiny_package
 
 

@@ -13,6 +13,8 @@ from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.engine.limits import ServingLimits
+from edgeagent.fleet.messages import Traffic
+from edgeagent.updates.report import UpdateReporter
 from tests.support.helpers import write_tiny_package
 
 
@@ -90,6 +92,25 @@ async def test_governor_limits_reach_the_engine(daemon, client):
         assert 'edgeagent_inference_errors_total{kind="throttled",model="tiny"} 1.0' in (
             await response.text()
         )
+
+
+async def test_status_and_the_state_report_count_what_the_model_served(daemon, client):
+    """Answers and failures (here: shed by the governor) reach /v1/status and, through the
+    daemon's own status providers, the traffic of the state report the hub charts."""
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    for _ in range(3):
+        async with client.post("/v2/models/tiny/infer", json=infer_body(x)) as response:
+            assert response.status == 200
+    daemon.governor._limits = ServingLimits(shed_priority_from=2, retry_after_s=1, reason="hot")
+    async with client.post("/v2/models/tiny/infer", json=infer_body(x)) as response:
+        assert response.status == 503
+    async with client.get("/v1/status") as response:
+        tiny = (await response.json())["models"]["tiny"]
+    traffic = tiny["versions"][tiny["active_version"]]["traffic"]
+    assert (traffic["requests"], traffic["errors"]) == (4, 1)
+    assert 0 < traffic["p50_ms"] <= traffic["p95_ms"]
+    report = UpdateReporter("d", "lab", sources=daemon.status_providers).report()
+    assert report.models["tiny"].traffic == Traffic(**traffic)
 
 
 async def test_hot_swap_over_http_fails_no_request(daemon, client, tmp_path: Path):

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.agent_process import Agent
+from devtools.agent_process import Agent
 from tests.support.helpers import REPO, write_tiny_package
 
 

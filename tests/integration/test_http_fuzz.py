@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from devtools.agent_process import RunningDaemon, running_daemon
 from devtools.api_fuzz import FuzzReport, fuzz_operation, operations
-from devtools.daemon_process import RunningDaemon, running_daemon
 
 EXAMPLES = 15  # per operation and mode: the module stays within about a minute
 OPERATIONS = operations()

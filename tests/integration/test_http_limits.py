@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import aiohttp
 import pytest
 
-from devtools.daemon_process import running_daemon
+from devtools.agent_process import running_daemon
 from edgeagent.api.listeners import REFUSAL
 from tests.support.http_agent import AgentServer, tiny_agent, unix_session
 

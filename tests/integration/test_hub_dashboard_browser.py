@@ -11,14 +11,27 @@ import asyncio
 import os
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
 
 from devtools.broker import Broker
-from devtools.hub_fleet import MODEL, Api, HubProcess, fleet, hub_server, make_release, write_tokens
+from devtools.hub_fleet import (
+    MODEL,
+    Api,
+    FakeDevice,
+    HubProcess,
+    fleet,
+    hub_server,
+    make_release,
+    write_tokens,
+)
+from edgeagent.hub.server import ingest as ingest_module
+from edgeagent.updates import report as report_module
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -79,7 +92,7 @@ def screenshot_dir(tmp_path: Path) -> Path:
     return directory
 
 
-async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) -> None:
+async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser, monkeypatch) -> None:
     pictures = screenshot_dir(tmp_path)
     settings = broker.settings()
     hold = asyncio.Event()
@@ -126,12 +139,91 @@ async def test_dashboard_in_chromium(broker: Broker, tmp_path: Path, browser) ->
             statuses = [r.text for r in browser.find_elements("css selector", "#outcomes tbody tr")]
             assert len(statuses) == 4 and all("succeeded" in s for s in statuses)
             browser.save_screenshot(str(pictures / "hub-deployment.png"))
-            browser.get(f"{url}/ui/devices/dev-001")
-            assert browser.find_element("css selector", "#temperature").is_displayed()
-            assert "81.0" in browser.page_source
-            browser.save_screenshot(str(pictures / "hub-device.png"))
 
         await asyncio.to_thread(deployment_done)
+        await serve_for_a_while(api, hot, monkeypatch)
+
+        def device_page() -> None:
+            browser.get(f"{url}/ui/devices/dev-001")
+            for chart in ("#temperature", "#throughput", "#errors", "#latency"):
+                assert browser.find_element("css selector", chart).is_displayed(), chart
+            lines = browser.find_elements("css selector", "#latency polyline")
+            assert len(lines) == 4  # p50 and p95 of each model
+            models = browser.find_element("id", "models").text
+            assert f"{MODEL} 2.0.0" in models and "12.5 /s" in models, models
+            assert "81.0" in browser.page_source
+            browser.set_window_size(1280, 1180)  # the picture shows every chart
+            browser.save_screenshot(str(pictures / "hub-device.png"))
+
+        await asyncio.to_thread(device_page)
+
+
+# what the hot device serves each minute: requests/s, % failed, p95 ms of each of its models
+MINUTES = [
+    ((8.0, 0.0, 22.0), (2.0, 0.0, 118.0), 70.5),
+    ((9.5, 0.5, 24.0), (2.5, 0.0, 121.0), 72.0),
+    ((12.0, 0.0, 31.0), (3.0, 0.0, 135.0), 75.5),
+    ((14.0, 2.5, 38.0), (3.5, 5.0, 160.0), 79.0),
+    ((11.0, 1.0, 29.0), (2.5, 0.0, 128.0), 80.5),
+    ((9.0, 0.0, 23.0), (2.0, 0.0, 119.0), 78.0),
+    ((10.0, 0.5, 24.0), (2.5, 0.0, 122.0), 76.5),
+    ((12.5, 0.0, 27.0), (3.0, 0.0, 125.0), 81.0),
+]
+
+
+async def serve_for_a_while(api: Api, device: FakeDevice, monkeypatch) -> None:
+    """The device reports a minute of traffic at a time, each report stored before the next is
+    sent, so each is a sample of its own. A minute passes between two on a clock the device's
+    reporter and the hub's ingest share (the charts look as they would after nine minutes)."""
+    clock = {"now": time.time()}
+    fake = SimpleNamespace(time=lambda: clock["now"], monotonic=time.monotonic)
+    monkeypatch.setattr(report_module, "time", fake)
+    monkeypatch.setattr(ingest_module, "time", fake)
+    counters = {MODEL: [1000, 3], "coco_ssd": [200, 0]}
+    figures: dict[str, tuple[float, float, float]] = {}
+    temperature = {"celsius": 69.0}
+
+    def models() -> dict:
+        return {
+            name: {
+                "state": "READY",
+                "active_version": version,
+                "versions": {
+                    version: {
+                        "runtime": "onnxruntime",
+                        "device": "CPUExecutionProvider",
+                        "precision": "int8",
+                        "traffic": {
+                            "requests": counters[name][0],
+                            "errors": counters[name][1],
+                            "p50_ms": round(figures.get(name, (0, 0, 30))[2] / 2.5, 1),
+                            "p95_ms": figures.get(name, (0, 0, 30))[2],
+                        },
+                    }
+                },
+            }
+            for name, version in ((MODEL, device.version), ("coco_ssd", "1.1.0"))
+        }
+
+    device.reporter.sources["models"] = models
+    device.reporter.sources["governor"] = lambda: {
+        "state": "hot" if temperature["celsius"] > 80 else "warm",
+        "temperatures": [{"sensor": "cpu-thermal", "celsius": temperature["celsius"]}],
+    }
+    for step in [None, *MINUTES]:
+        if step is not None:
+            clock["now"] += 60
+            for name, (rate, failed_pct, p95) in zip(counters, step[:2], strict=True):
+                served = round(rate * 60)
+                counters[name][0] += served
+                counters[name][1] += round(served * failed_pct / 100)
+                figures[name] = (rate, failed_pct, p95)
+            temperature["celsius"] = step[2]
+        await device.report()
+        await api.long_poll(
+            f"/api/v1/devices/{device.topics.device_id}",
+            lambda found: found["reported_at"] == clock["now"],
+        )
 
 
 # A page on another port of 127.0.0.1 (the same site as the hub, so the SameSite=Strict cookie
@@ -287,9 +379,11 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
     """Signed in with an admin token, so each action needs the page's CSRF token: create a
     deployment from the form (a refusal shows the API's error), watch it end with one failure,
     filter the failures, retry them (a new deployment of the same release to that device
-    only), and roll the retry back (the button calls the API and opens what it answered)."""
-    admin = "a" * 24
-    tokens = write_tokens(tmp_path / "tokens", admin=admin)
+    only), and roll the retry back (the button calls the API and opens what it answered).
+    Signed in again with a read token, the pages show none of these, and the server refuses
+    the rollback the page's script would send."""
+    admin, reader = "a" * 24, "r" * 24
+    tokens = write_tokens(tmp_path / "tokens", admin=admin, read=reader)
     settings = broker.settings()
     async with (
         fleet(settings, 3, group="lab", failing=1) as lab,
@@ -366,3 +460,32 @@ async def test_create_retry_and_roll_back_from_the_dashboard(
         await api.call("POST", "/api/v1/releases", expect=201, data=resigned)
         assert retry in await asyncio.to_thread(roll_back)
         assert (await api.call("GET", f"/api/v1/deployments/{retry}"))["state"] == "rolled_back"
+
+        def read_only() -> int:
+            """Signed in with the read token: no button on a page where an admin has Roll back
+            and Retry; the same request from the page's own script is refused all the same."""
+            browser.delete_all_cookies()
+            browser.get(f"{url}/login")
+            browser.find_element("name", "token").send_keys(reader)
+            browser.find_element("css selector", "form button").click()
+            _await_text(browser, "#counts", "3 devices")
+            browser.get(f"{url}/ui/deployments/{first}")
+            assert "admin token" in _text_of(browser, "#read-only")
+            assert not browser.find_elements("css selector", "#actions button, #rollback, #retry")
+            browser.get(f"{url}/ui/deployments")
+            assert not browser.find_elements("id", "create")
+            browser.get(f"{url}/ui/deployments/{first}")
+            return browser.execute_async_script(ROLL_BACK_FROM_THE_PAGE, "1.5.0")
+
+        assert await asyncio.to_thread(read_only) == 403
+        assert (await api.call("GET", f"/api/v1/deployments/{first}"))["state"] == "succeeded"
+
+
+# what the Roll back button's handler sends, from the page itself with its CSRF token
+ROLL_BACK_FROM_THE_PAGE = """
+const [version, done] = arguments;
+fetch(`/api/v1/deployments/${encodeURIComponent(page.id)}/rollback`, {
+  method: 'POST', body: JSON.stringify({version}),
+  headers: {'X-CSRF-Token': page.csrf, 'Content-Type': 'application/json'},
+}).then((r) => done(r.status), () => done(-1));
+"""

@@ -12,10 +12,13 @@ change lands exactly during a read (a SQLAlchemy cursor event), which no timing 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +37,7 @@ from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import Tokens
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.database import open_engine, upgrade
+from edgeagent.hub.server.ingest import Incoming, Ingest, SyncMarker
 from edgeagent.hub.server.schema import deployment_devices, deployments
 from edgeagent.hub.server.settings import ServerSettings
 
@@ -203,3 +207,164 @@ async def test_device_ids_cannot_end_the_page_script(hub: Hub) -> None:
     assert status == 200
     assert hostile not in text and text.count("<script") == 1
     assert hostile in _page_data(text)["retry"]["devices"]
+
+
+# ---- a device's charts, from state reports stored by the hub's own ingest ------------------
+
+
+async def _ingest_reports(context: HubContext, reports: list[dict[str, Any]]) -> None:
+    """Store each report as the ingest loop does, one at a time (each is its own history
+    row, at its own hub time), waiting on the ingest's sync marker rather than a clock."""
+    ingest = Ingest(context.engine, "edgeagent", max_report_bytes=65536)
+    task = asyncio.create_task(ingest.run())
+    try:
+        for number, report in enumerate(reports):
+            ingest.synced.clear()
+            ingest.expect_sync(f"sync-{number}")
+            payload = json.dumps(report).encode()
+            await ingest.submit(Incoming("edgeagent/device/dev-000/state", payload, False))
+            await ingest.submit(SyncMarker(f"sync-{number}"))
+            await ingest.synced.wait()
+        assert ingest.stats["skipped"] == 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _state(at: float, requests: int, errors: int, p95: float, celsius: float) -> dict[str, Any]:
+    traffic = {"requests": requests, "errors": errors, "p50_ms": p95 / 3, "p95_ms": p95}
+    return {
+        "group": "lab",
+        "updated_at": at,
+        "models": {"det": {"active_version": "1", "versions": {"1": {}}, "traffic": traffic}},
+        "governor": {"state": "normal", "temperatures": [{"sensor": "cpu", "celsius": celsius}]},
+    }
+
+
+async def test_the_device_page_charts_throughput_errors_and_latency(hub: Hub) -> None:
+    # 60 s apart on the device's clock: 120, then 600 requests (10/s), 6 of them failed (1 %)
+    await _ingest_reports(
+        hub.context,
+        [
+            _state(1000.0, 5000, 7, 30.0, 50.0),  # older than --chart-points keeps
+            _state(1060.0, 5120, 7, 30.0, 51.0),
+            _state(1120.0, 5720, 13, 45.0, 55.0),
+        ],
+    )
+    hub.context.settings = replace(hub.context.settings, chart_points=2)
+    status, text = await _get(f"{hub.url}/ui/devices/dev-000")
+    assert status == 200, text
+    assert "From the newest 2 state reports" in text
+    for chart in ("temperature", "throughput", "errors", "latency"):
+        assert f"<svg id='{chart}' class='chart'" in text, chart
+    throughput = text.split("<svg id='throughput'", 1)[1].split("</svg>", 1)[0]
+    # two points: the older one's rate is taken from the report before it (read, not drawn)
+    assert throughput.count("<polyline") == 1 and "points='0.0," in throughput
+    assert "11 req/s" in throughput  # the axis: 10/s and a tenth
+    temperature = text.split("<svg id='temperature'", 1)[1].split("</svg>", 1)[0]
+    assert "50 °C" in temperature and "49 °C" not in temperature  # 51 and 55 °C, not 50
+    models = text.split("id='models'", 1)[1].split("</table>", 1)[0]
+    assert "<td>10 /s</td><td>1 %</td><td>15 ms / 45 ms</td>" in models
+
+
+async def test_a_device_without_traffic_says_so_instead_of_charting(hub: Hub) -> None:
+    status, text = await _get(f"{hub.url}/ui/devices/dev-001")
+    assert status == 200, text
+    for chart in ("temperature", "throughput", "errors", "latency"):
+        assert f"id='{chart}-empty'" in text and f"<svg id='{chart}'" not in text
+
+
+# ---- what a read-only session sees, and what the server lets it do -------------------------
+
+READ, ADMIN = "r" * 24, "a" * 24
+
+
+@pytest.fixture(name="signed")
+async def signed_fixture(hub: Hub) -> AsyncIterator[str]:
+    """The same hub's data behind a second app that takes a read and an admin token."""
+    tokens = Tokens({READ: "read", ADMIN: "admin"})
+    runner = web.AppRunner(create_app(hub.context, tokens))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def _session(url: str, token: str) -> aiohttp.ClientSession:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    async with session.post(f"{url}/login", data={"token": token}) as response:
+        assert response.status == 200, await response.text()
+    return session
+
+
+WRITES = ("id='create-form'", "id='create'", "data-action=", "id='rollback'", "id='retry'")
+
+
+async def _page(session: aiohttp.ClientSession, url: str) -> str:
+    async with session.get(url) as response:
+        assert response.status == 200
+        return await response.text()
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str, csrf: str, body: Any = None
+) -> tuple[int, dict[str, Any]]:
+    async with session.post(url, json=body, headers={"X-CSRF-Token": csrf}) as response:
+        return response.status, await response.json()
+
+
+async def test_a_read_only_session_sees_no_actions_and_is_refused_them(
+    hub: Hub, signed: str
+) -> None:
+    envelope = make_release("1.5.0")  # another stored version: what "Roll back" offers
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=len(envelope)).payload)
+    async with hub.context.engine.begin() as connection:
+        await deploydb.add_release(connection, envelope, manifest)
+    path = f"/ui/deployments/{hub.deployment_id}"
+    api = f"{signed}/api/v1/deployments/{hub.deployment_id}"
+    reader, admin = await _session(signed, READ), await _session(signed, ADMIN)
+    async with reader, admin:
+        shown = await _page(admin, f"{signed}{path}")  # control: an admin has every button
+        assert all(w in shown for w in ("data-action='abort'", "id='rollback'")), shown
+        listing = await _page(admin, f"{signed}/ui/deployments")
+        assert all(w in listing for w in WRITES[:2])
+        for page in (f"{signed}{path}", f"{signed}/ui/deployments"):
+            text = await _page(reader, page)
+            assert "id='read-only'" in text and not [w for w in WRITES if w in text], page
+        # even with the page's CSRF token (its data carries one whatever the scope) the
+        # server refuses a read session's actions, on the scope
+        csrf = _page_data(await _page(reader, f"{signed}{path}"))["csrf"]
+        assert csrf
+        for action, body in (("rollback", {"version": "1.5.0"}), ("abort", None)):
+            status, answer = await _post(reader, f"{api}/{action}", csrf, body)
+            assert (status, answer["error"]) == (403, "this needs a token with admin scope")
+        status, answer = await _post(
+            reader, f"{signed}/api/v1/deployments", csrf, {"release_id": 1, "group": "lab"}
+        )
+        assert status == 403, answer
+        async with reader.get(api) as response:
+            assert (await response.json())["state"] == "scheduled"  # nothing happened
+        status, answer = await _post(
+            admin, f"{api}/abort", _page_data(shown)["csrf"]
+        )  # control: the same request with an admin session
+        assert (status, answer["state"]) == (200, "aborted"), answer
+
+
+@pytest.mark.parametrize("points", ["1", "100001"])
+def test_chart_points_is_a_flag_checked_at_start(tmp_path: Path, points: str) -> None:
+    started = subprocess.run(
+        [
+            *(sys.executable, "-m", "edgeagent.cli", "hub", "server", "--chart-points", points),
+            *("--db", f"sqlite:///{tmp_path / 'hub.db'}", "--state-dir", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 2, started.stdout + started.stderr
+    assert "--chart-points must be 2..100000" in started.stderr
+    assert not (tmp_path / "hub.db").exists()

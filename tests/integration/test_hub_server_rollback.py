@@ -22,7 +22,7 @@ import pytest
 
 from devtools.broker import Broker
 from devtools.fleet_scenario import wait_for_fleet
-from devtools.hub_fleet import MODEL, Api, fleet, hub_server, make_release
+from devtools.hub_fleet import MODEL, Api, fleet, hub_server, make_release, signing_hub
 from devtools.release_site import MODEL as TINY
 from devtools.release_site import ReleaseSite
 from devtools.sim_device import DevicePlan, SimDevice
@@ -154,14 +154,9 @@ async def test_real_update_clients_install_a_rollback_the_server_re_signed(
         await device.start()
     try:
         await asyncio.gather(*(d.service.link.connected.wait() for d in devices))
-        async with hub_server(
-            f"sqlite:///{tmp_path / 'hub.db'}",
-            settings,
-            release_keys=(site.release_key,),
-            trust_file=site.trust_file,
-        ) as url:
-            api = Api(url)
-            await api.synced()
+        async with signing_hub(
+            f"sqlite:///{tmp_path / 'hub.db'}", settings, site.release_key, site.trust_file
+        ) as api:
             assert await wait_for_fleet(api, 2, 30, group="lab") == 2
             for version, envelope in envelopes.items():
                 await api.call("POST", "/api/v1/releases", expect=201, data=envelope)

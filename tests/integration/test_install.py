@@ -56,12 +56,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A --root install for a Raspberry Pi 5 (fixture board) whose /etc/group has render (of the
-    optional groups) and edgeagent."""
+    optional groups) and edgeagent, run by a caller whose umask is 000."""
     root = tmp_path_factory.mktemp("root")
     (root / "etc").mkdir()
     (root / "etc" / "group").write_text("root:x:0:\nrender:x:107:\nedgeagent:x:998:\n")
     result = subprocess.run(
-        ["bash", str(SCRIPT), "--root", str(root), "--source", str(wheel),
+        ["bash", "-c", 'umask 000 && exec bash "$@"', "bash",
+         str(SCRIPT), "--root", str(root), "--source", str(wheel),
          "--board-root", str(BOARDS / "raspberry-pi-5"), "--allow-ip", "192.0.2.10"],
         capture_output=True, text=True, timeout=600, cwd=root,
         env=_clean_env(tmp_path_factory.mktemp("home")),
@@ -131,6 +132,55 @@ def test_the_script_wrote_venv_unit_sysusers_config_and_drop_in(installed) -> No
         [str(root / "opt/edgeagent/bin/python"), "-c", "import ai_edge_litert"], timeout=120
     )
     assert litert.returncode == 0, "the detected board's extra was not installed"
+
+
+def test_nothing_it_wrote_is_writable_by_others_whatever_the_callers_umask(installed) -> None:
+    """The caller's umask was 000: the script's modes are its own."""
+    root, _ = installed
+    loose = [
+        str(path.relative_to(root))
+        for path in [root, *root.rglob("*")]
+        if not path.is_symlink() and path.lstat().st_mode & 0o022
+    ]
+    assert loose == []
+
+
+def _planted(root: Path, outside: Path) -> None:
+    (root / "etc/edgeagent").mkdir(parents=True)
+    (root / "etc/edgeagent/agent.toml").symlink_to(outside / "shadow")
+
+
+def _planted_directory(root: Path, outside: Path) -> None:
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/systemd").symlink_to(outside)
+
+
+@pytest.mark.parametrize(
+    ("plant", "link"), [(_planted, "etc/edgeagent/agent.toml"), (_planted_directory, "etc/systemd")]
+)
+def test_a_planted_link_in_the_root_is_refused_before_anything_changes(
+    tmp_path: Path, wheel: Path, plant, link: str
+) -> None:
+    """A link in --root's tree would make the install chmod, chown or write a file outside it
+    (with a real wheel, so that nothing but the refusal stops it short of that)."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "shadow").write_text("root:secret\n")
+    (outside / "shadow").chmod(0o600)
+    plant(root, outside)
+    for dry_run in ([], ["--dry-run"]):
+        result = subprocess.run(
+            ["bash", str(SCRIPT), "--root", str(root), "--source", str(wheel), "--extras", "",
+             *dry_run],
+            capture_output=True, text=True, timeout=600, env=_clean_env(tmp_path / "home"),
+        )  # fmt: skip
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"{root}/{link} is a symbolic link (to {outside}" in result.stderr
+        assert "refusing to follow it" in result.stderr
+    assert sorted(p.name for p in outside.iterdir()) == ["shadow"]
+    assert (outside / "shadow").stat().st_mode & 0o777 == 0o600
+    assert (outside / "shadow").read_text() == "root:secret\n"
+    assert not (root / "opt").exists()  # refused before the venv
 
 
 def test_the_installed_agent_works_from_outside_the_checkout(installed, tmp_path: Path) -> None:

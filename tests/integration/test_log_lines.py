@@ -7,15 +7,14 @@ raise its ``DecompressionBombWarning`` (the agent refuses the image by its own, 
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
+from devtools.agent_process import spawn_agent
 from tests.support.tiny_tflite import write_tiny_litert_package
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,15 +54,17 @@ def test_every_stderr_line_of_the_daemon_is_a_log_record(tmp_path: Path) -> None
     write_tiny_litert_package(tmp_path / "models" / "tiny")
     (tmp_path / "agent.toml").write_text("[server]\ntcp_port = 0\n")
     sock = tmp_path / "agent.sock"
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "PYTHONPATH": str(REPO)}
-    for inherited in ("JOURNAL_STREAM", "NOTIFY_SOCKET"):
-        env.pop(inherited, None)
-    command = [sys.executable, "-m", "edgeagent.cli", "-v", "run", "--config", "agent.toml"]
-    command += ["--models-dir", "models", "--socket", str(sock)]
+    args = ["--config", "agent.toml", "--models-dir", "models", "--socket", str(sock)]
     log = tmp_path / "daemon.log"
     with log.open("w") as stderr:
-        daemon = subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+        daemon = spawn_agent(
+            args,
+            options=["-v"],
+            state=tmp_path / "state",
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
         )
     try:
         assert daemon.stdout is not None

@@ -25,7 +25,7 @@ import pytest
 import requests
 import tomllib
 
-from devtools.daemon_process import RunningDaemon, running_daemon
+from devtools.agent_process import RunningDaemon, running_daemon
 from edgeagent.cli import main
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image

@@ -23,10 +23,10 @@ import pytest
 import tomllib
 from PIL import Image
 
+from devtools.agent_process import Agent
 from edgeagent.models.package import load_package
 from edgeagent.models.session import open_variant
 from edgeagent.models.tasks.detection import iou_matrix
-from tests.support.agent_process import Agent
 from tests.support.helpers import REPO
 
 TF_PYTHON = REPO / ".venv-tf" / "bin" / "python"

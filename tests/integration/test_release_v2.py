@@ -137,10 +137,12 @@ async def test_hub_rollback_brings_three_devices_back_and_a_replay_is_refused(
         )
         assert _serving(device) == "1" and device.device.store.serial_floor("tiny") == 3
 
-    # An attacker on the broker replays the genuine v2 envelope into the retained slot.
+    # An attacker on the broker replays the genuine v2 envelope into the retained slot: each
+    # device says so in an event; its last outcome (the fleet table's) stays the rollback.
     await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], v2_envelope)
-    await until(lambda: all((d.outcome() or {}).get("code") == "replay" for d in fleet))
+    await until(lambda: all(d.device.events[-1].get("code") == "replay" for d in fleet))
     assert all(_serving(d) == "1" and d.device.store.current("tiny") == "1" for d in fleet)
+    assert all((d.outcome() or {}).get("deployment_id") == rollback for d in fleet)
 
 
 async def test_publish_refuses_an_unverifiable_release_and_unpublish_clears_the_slot(

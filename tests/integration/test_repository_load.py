@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import requests
 
-from devtools.daemon_process import ADMIN_TOKEN, RunningDaemon, running_daemon
+from devtools.agent_process import ADMIN_TOKEN, RunningDaemon, running_daemon
 from devtools.tiny import write_tiny_package
 from edgeagent.models.manifest_writer import Manifest, VariantFiles, write_manifest
 from edgeagent.models.package import TensorSpec

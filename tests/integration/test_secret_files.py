@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.agent_process import spawn_agent
 from devtools.ports import free_port
 from edgeagent.api.secret_files import ADMIN_TOKEN_CREDENTIAL, TOKEN_CREDENTIAL, exposure
 from edgeagent.config import parse_config
@@ -162,12 +163,10 @@ def serve_once(config: Path, tmp_path: Path, token: str, extra_env: dict[str, st
     """Run ``edgeagent run --config`` until it serves, answer one TCP request with ``token``,
     stop it, and return its log (it must exit cleanly)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO), **extra_env}
-    env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "edgeagent.cli", "run", "--config", str(config),
-         "--socket", str(tmp_path / "agent.sock"), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+    agent = spawn_agent(
+        ["--config", str(config), "--socket", str(tmp_path / "agent.sock"), "--port", str(port)],
+        state=tmp_path / "state", extra_env=extra_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )  # fmt: skip
     try:
         assert agent.stdout is not None

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import requests
 
-from devtools.daemon_process import RunningDaemon, running_daemon
+from devtools.agent_process import RunningDaemon, running_daemon
 from edgeagent.api.client import AgentClient, AgentError
 
 ROWS = 2

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from devtools.package import read_model_toml, write_model_toml
+from devtools.simulated_runtime import install_simulated
 from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
@@ -23,7 +24,6 @@ from edgeagent.runtimes import RuntimeLoadError
 from edgeagent.sections import ConfigError
 from tests.support.hardware import FIXTURES, board_accelerators, write_profile
 from tests.support.helpers import serving_registry, write_tiny_package
-from tests.support.simulated_runtime import install_simulated
 
 SIMS = ["onnxruntime:SIM0:fp32", "onnxruntime:SIM1:fp32"]
 

@@ -22,6 +22,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.agent_process import spawn_agent_async
 from devtools.broker import Broker
 from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
@@ -76,17 +77,10 @@ reconnect_max_s = 1.0
         self.process: asyncio.subprocess.Process | None = None
 
     async def start(self, **env: str) -> Agent:
-        environment = {**os.environ, "PYTHONPATH": str(REPO), **env}
-        environment.pop("NOTIFY_SOCKET", None)
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "edgeagent.cli",
-            "run",
-            "--config",
-            str(self.config),
+        self.process = await spawn_agent_async(
+            ["--config", str(self.config)],
+            extra_env=env,
             cwd=self.root,
-            env=environment,
             stdout=subprocess.PIPE,
             stderr=open(self.root / "agent.log", "ab"),  # noqa: SIM115
         )

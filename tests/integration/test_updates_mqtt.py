@@ -155,6 +155,39 @@ async def test_a_staged_rollout_aborts_when_too_many_devices_fail(stacks, hub: H
     assert all(o.outcome()["version"] == "1" for o in fleet[1:])  # never received v2
 
 
+async def test_an_aborted_rollout_is_cancelled_on_a_device_that_was_offline(
+    stacks, hub: Hub, broker: Broker
+) -> None:
+    """``hub rollout``: the device is offline, times out, the rollout aborts and sends it a
+    cancellation behind the release; back online it gets both and installs nothing."""
+    (hub.keys / "serials.json").write_text('{"tiny": 9}')  # a hub that has released before
+    first = await (await stacks("dev-0", state="dev-0")).start()
+    assert (await first.device.apply(hub.release("1")))["result"] == "succeeded"
+    await first.stop()  # its session stays on the broker
+
+    manifest = parse_manifest(decode_envelope(hub.release("2"), max_bytes=1 << 16).payload)
+    signer = hub.signer()
+    policy = StagedPolicy((100.0,), abort_threshold_pct=50.0, stage_timeout_s=1)
+    report = await rollout(
+        broker.settings(),
+        manifest,
+        sign=signer,
+        cancel=signer.cancellation,
+        group="lab",
+        policy=policy,
+        devices=["dev-0"],
+    )
+    assert report.aborted and report.outcomes == {"dev-0": "timed_out"}, report.to_dict()
+    assert report.cancelled == ["dev-0"]
+
+    back = await (await stacks("dev-0", state="dev-0")).start()
+    await until(lambda: (back.outcome() or {}).get("version") == "2", timeout=60)
+    outcome = back.outcome()
+    assert outcome is not None and (outcome["result"], outcome["code"]) == ("refused", "cancelled")
+    assert outcome["deployment_id"] == manifest.deployment_id
+    assert back.device.store.current("tiny") == "1" and back.device.store.versions("tiny") == ["1"]
+
+
 async def test_a_staged_rollout_completes_in_stages(stacks, hub: Hub, broker: Broker):
     fleet = [await (await stacks(f"dev-{i}")).start() for i in range(3)]
     for online in fleet:

@@ -8,15 +8,15 @@ import logging
 
 import pytest
 
-from edgeagent.api.budget import Busy, ByteBudget
 from edgeagent.api.listeners import QuietLoopErrors
 from edgeagent.api.settings import ServerSettings
 from edgeagent.config import parse_config
+from edgeagent.engine.budget import Budget, Busy
 from edgeagent.sections import ConfigError
 
 
 async def test_budget_serves_in_arrival_order_and_never_splits_a_reservation() -> None:
-    budget = ByteBudget(100)
+    budget = Budget(100)
     order: list[str] = []
     first = budget.hold(80, 10)
     await first.__aenter__()
@@ -35,7 +35,7 @@ async def test_budget_serves_in_arrival_order_and_never_splits_a_reservation() -
 
 
 async def test_budget_refuses_after_the_wait_and_gives_back_what_it_held() -> None:
-    budget = ByteBudget(10)
+    budget = Budget(10)
     async with budget.hold(10, 1):
         with pytest.raises(Busy) as caught:
             async with budget.hold(1, 0.01):
@@ -45,14 +45,14 @@ async def test_budget_refuses_after_the_wait_and_gives_back_what_it_held() -> No
 
 
 async def test_budget_clamps_a_request_larger_than_itself() -> None:
-    budget = ByteBudget(10)
+    budget = Budget(10)
     async with budget.hold(10**9, 0.01):
         assert budget.free == 0
     assert budget.free == 10
 
 
 async def test_a_cancelled_waiter_leaves_the_queue() -> None:
-    budget = ByteBudget(10)
+    budget = Budget(10)
     async with budget.hold(10, 1):
         waiter = asyncio.create_task(budget.hold(5, 10).__aenter__())
         await asyncio.sleep(0)

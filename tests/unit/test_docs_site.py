@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 import markdown
 import pytest
+import yaml
 
 from tests.support.helpers import REPO
 
@@ -134,3 +135,33 @@ def test_the_readme_starts_with_a_trained_model() -> None:
     assert first, "the README shows no first request"
     assert first.group(1) in TRAINED_MODELS
     assert "untrained" in text[: first.start()], "say that the ImageNet models are untrained"
+
+
+def _prose(text: str) -> set[str]:
+    """The lines of a page long enough to be a sentence, whitespace squeezed."""
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    return {line for line in lines if len(line) >= 30 and not line.startswith("|---")}
+
+
+def _nav_pages(entries: object) -> list[str]:
+    if isinstance(entries, str):
+        return [entries]
+    if isinstance(entries, dict):
+        return [page for value in entries.values() for page in _nav_pages(value)]
+    if isinstance(entries, list):
+        return [page for entry in entries for page in _nav_pages(entry)]
+    return []
+
+
+def test_the_site_landing_page_links_everything_and_copies_nothing_from_the_readme() -> None:
+    """docs/index.md is the site's map, the README the project's front page: each thing once
+    (a copied paragraph drifts), and every page of the navigation reachable from the map."""
+    index = (REPO / "docs/index.md").read_text(encoding="utf-8")
+    copied = _prose(index) & _prose(README.read_text(encoding="utf-8"))
+    assert not copied, f"say it once, in README.md or docs/index.md, and link: {copied}"
+    links = _Links()
+    links.feed(markdown.markdown(index, extensions=["tables"]))
+    linked = {urlsplit(target).path for target in links.targets}
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    missing = [page for page in _nav_pages(nav) if page != "index.md" and page not in linked]
+    assert not missing, f"docs/index.md does not link to {missing}"

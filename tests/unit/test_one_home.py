@@ -67,3 +67,70 @@ def test_zoo_means_the_built_packages_only() -> None:
     assert (REPO / "scripts" / "modelbuild" / "builder.py").is_file()
     ignored = (REPO / ".gitignore").read_text(encoding="utf-8").split()
     assert "/zoo/" in ignored and not any("zoo" in line for line in ignored if line != "/zoo/")
+
+
+LAUNCHER = "devtools/agent_process.py"  # the one place the agent is started as a process
+SPAWNS = {"Popen", "create_subprocess_exec"}  # a start the caller does not wait out
+
+
+def literal_words(node: ast.AST) -> list[str]:
+    """The string literals of a list, tuple or call's arguments, in order."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = node.elts
+    elif isinstance(node, ast.Call):
+        items = node.args
+    else:
+        return []
+    return [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+
+
+def names_agent_run(node: ast.AST) -> bool:
+    """Whether ``node`` writes the agent's command line: ``edgeagent[.cli] … run``."""
+    for each in ast.walk(node):
+        words = literal_words(each)
+        for program in ("edgeagent.cli", "edgeagent"):
+            if program in words and "run" in words[words.index(program) :]:
+                return True
+    return False
+
+
+def spawns(node: ast.AST) -> bool:
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    return any(getattr(c.func, "attr", getattr(c.func, "id", "")) in SPAWNS for c in calls)
+
+
+def test_the_agent_is_started_as_a_process_by_the_one_launcher() -> None:
+    """A function that starts ``edgeagent run`` and leaves it running is a launcher; a second
+    one drifts (its own environment, its own readiness). ``subprocess.run`` of the command,
+    which checks how ``run`` exits, is a test of the CLI, not a launcher."""
+    launchers = [
+        f"{relative(path)}:{node.lineno} {node.name}"
+        for top in SHARED
+        for path, node in functions(top)
+        if relative(path) != LAUNCHER and spawns(node) and names_agent_run(node)
+    ]
+    assert launchers == [], f"start the agent with {LAUNCHER} (spawn_agent or its helpers)"
+    homes = {relative(p) for top in SHARED for p, f in functions(top) if names_agent_run(f)}
+    assert LAUNCHER in homes  # the criterion still recognises the launcher it guards
+
+
+def imported_modules(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+    return found
+
+
+def test_nothing_under_scripts_imports_the_test_suite() -> None:
+    """Benchmarks and tools share helpers through ``devtools/``: a script that imports
+    ``tests`` runs only from a checkout with the suite, and ties the suite's helpers to it."""
+    imports = [
+        f"{relative(path)}: {module}"
+        for path in sorted((REPO / "scripts").rglob("*.py"))
+        for module in imported_modules(path)
+        if module == "tests" or module.startswith("tests.")
+    ]
+    assert imports == [], "move the helper to devtools/"

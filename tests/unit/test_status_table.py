@@ -66,6 +66,18 @@ def test_a_table_that_fits_is_left_as_it_is() -> None:
     assert fit_table([("A", "BB"), ("ccc", "d")], 80) == ["A    BB", "ccc  d"]
 
 
+def test_an_idle_updater_is_not_said_to_be_installing() -> None:
+    idle = {"state": "idle", "model": "", "version": "", "deployment_id": ""}
+    mqtt = {"broker": "hub:1883", "connected": True}
+    last = {"model": "m", "version": "2", "result": "succeeded"}
+    text = summary({**STATUS, "updates": {"current": idle, "last": last, "mqtt": mqtt}}, {}, "s")
+    (line,) = [line for line in text.splitlines() if line.startswith("updates")]
+    assert "installing" not in line and "last" in line and '"version": "2"' in line
+    busy = {**idle, "state": "downloading", "model": "m", "version": "3"}
+    text = summary({**STATUS, "updates": {"current": busy, "mqtt": mqtt}}, {}, "s")
+    assert '; installing {"state": "downloading"' in text
+
+
 def test_a_version_whose_plan_is_searched_says_what_it_serves_on_meanwhile() -> None:
     versions = {"1": {"plan": {"instances": 1, "threads": 2, "max_batch_size": 8}}}
     tiny = {**STATUS["models"]["tiny"], "versions": versions}  # type: ignore[dict-item]

@@ -175,14 +175,24 @@ def _csrf_refusal(request: web.Request, tokens: Tokens) -> web.Response | None:
     )
 
 
+def _scope(tokens: Tokens, request: web.Request) -> str | None:
+    header, cookie = request.headers.get("Authorization", ""), request.cookies.get(COOKIE, "")
+    return tokens.scope_of(header, cookie)
+
+
+def may_change(request: web.Request) -> bool:
+    """Whether this request's token may change deployments (admin, or ``--open``): a page
+    shows its action buttons and forms only then. Each action's route checks the scope
+    itself all the same (``needs``), so a hidden button is a courtesy, not the guard."""
+    return _scope(request.app[TOKENS], request) == "admin"
+
+
 def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        scope = tokens.scope_of(
-            request.headers.get("Authorization", ""), request.cookies.get(COOKIE, "")
-        )
+        scope = _scope(tokens, request)
         if scope is None and not request.path.startswith("/api/"):
             raise web.HTTPSeeOther("/login")  # a person at the dashboard: sign in first
         if scope is None:
@@ -203,4 +213,5 @@ def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamRespons
     return check
 
 
-TOKENS = web.AppKey("hub_tokens", Tokens)  # for the sign-in page, which checks what it is given
+# for the sign-in page, which checks what it is given, and for pages that show actions
+TOKENS = web.AppKey("hub_tokens", Tokens)

@@ -31,6 +31,11 @@ Lock order: each write of device rows locks them first in (deployment, device id
 (``deploydb.lock_devices``), the order the ingest writes answers in, so the two never deadlock
 on PostgreSQL.
 
+An aborted deployment (by its policy or by a person) is then cancelled once: its retained slot
+cleared if it holds the release, and a signed cancellation sent behind the release to every
+device that may hold it unanswered (``server.cancel``), so a device that was offline during
+the abort does not install it when it comes back.
+
 The controller sleeps until the nearest stage deadline or until ``wake()`` (a device answered,
 a person acted, the broker reconnected).
 """
@@ -55,6 +60,7 @@ from edgeagent.fleet.topics import Topics
 from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy, Tally, stored_policy
 from edgeagent.hub.rollout import stage_manifest
 from edgeagent.hub.server import deploydb
+from edgeagent.hub.server.cancel import Canceller, ClearSlot, SignCancel
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.deploydb import DeploymentError
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
@@ -90,6 +96,8 @@ class RolloutController:
         *,
         send_batch: int = 100,
         sign: Sign | None = None,
+        sign_cancel: SignCancel | None = None,
+        clear_slot: ClearSlot | None = None,
     ) -> None:
         self.engine = engine
         self.publish = publish
@@ -97,6 +105,7 @@ class RolloutController:
         self.changes = changes  # bumped after every pass that changed a deployment
         self.send_batch = send_batch  # devices published to between two commits
         self.sign = sign  # the hub's release key(s); None: send the uploaded envelope
+        self.canceller = Canceller(engine, publish, prefix, sign=sign_cancel, clear_slot=clear_slot)
         self._wake = asyncio.Event()
         # published but not yet marked sent: deployment → envelope SHA-256 → devices
         self._unmarked: dict[str, dict[str, list[str]]] = {}
@@ -141,6 +150,8 @@ class RolloutController:
             deadline = await self._advance(deployment)
             if deadline is not None:
                 deadlines.append(deadline)
+        if await self.canceller.run_once():
+            await self.changes.bump()
         return min(deadlines, default=None)
 
     async def _advance(self, deployment: dict[str, Any]) -> float | None:

@@ -2,8 +2,11 @@
 
 - ``/`` — the fleet table: counts at the top, filters (group, model, version, availability,
   governor state) as a plain GET form, pages of ``--page-size`` devices;
-- ``/ui/devices/{id}`` — models, versions and backends, governor and temperatures, a
-  temperature chart (inline SVG drawn here from the state history), the event history;
+- ``/ui/devices/{id}`` — models, versions and backends with their latest throughput, error
+  share and latency, governor and temperatures; charts of the newest ``--chart-points`` state
+  reports (``dashboard_charts``: the hottest sensor, and per model requests per second, failed
+  requests and p50/p95 latency, taken from the reports' counters by ``traffic``); the event
+  history;
 - ``/ui/deployments`` and ``/ui/deployments/{id}`` — ``dashboard_deployments``: a form that
   creates a deployment, stage progress and times, the policy, every device's outcome, code and
   times (``?only=failures``), pause/resume/abort, rollback and retry for admins; the page
@@ -25,12 +28,16 @@ from edgeagent.httpguard import accepts_forms
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.auth import TOKENS, sign_in
 from edgeagent.hub.server.context import context_of, query_filter, query_page
+from edgeagent.hub.server.dashboard_charts import PALETTE, Series, figure, line_chart
 from edgeagent.hub.server.dashboard_deployments import deployment_page, deployments_page
 from edgeagent.hub.server.dashboard_html import escape as _e
 from edgeagent.hub.server.dashboard_html import next_page as _next_page
 from edgeagent.hub.server.dashboard_html import page as _page
 from edgeagent.hub.server.dashboard_html import table as _table
 from edgeagent.hub.server.dashboard_html import when as _when
+from edgeagent.hub.server.traffic import ModelSeries, model_series
+
+TEMPERATURE = "#b3261e"  # the temperature line's colour: the dashboard's red for heat
 
 
 async def fleet_page(request: web.Request) -> web.Response:
@@ -93,26 +100,34 @@ async def fleet_page(request: web.Request) -> web.Response:
     return _page("Fleet", summary + form + _table(headers, rows, "fleet") + pager)
 
 
-def _chart(samples: list[tuple[float, float]], width: int = 600, height: int = 120) -> str:
-    """Temperature over time as an SVG polyline (oldest left)."""
-    if len(samples) < 2:
-        return "<p class='muted'>Not enough temperature samples for a chart yet.</p>"
-    times = [t for t, _ in samples]
-    values = [v for _, v in samples]
-    t0, t1 = min(times), max(times) or 1
-    low, high = min(values) - 1, max(values) + 1
-    span = (t1 - t0) or 1
+def _traffic_charts(series: dict[str, ModelSeries]) -> str:
+    """Throughput, error share and latency of every model, one line (colour) per model."""
 
-    def point(t: float, v: float) -> str:
-        return f"{(t - t0) / span * width:.1f},{height - (v - low) / (high - low) * height:.1f}"
+    def lines(name: str, dashed: bool = False, suffix: str = "") -> list[Series]:
+        return [
+            Series(f"{model}{suffix}", getattr(found, name), PALETTE[i % len(PALETTE)], dashed)
+            for i, (model, found) in enumerate(series.items())
+        ]
 
-    points = " ".join(point(t, v) for t, v in samples)
-    return (
-        f"<svg id='temperature' width='{width}' height='{height}'>"
-        f"<polyline fill='none' stroke='#b3261e' stroke-width='2' points='{points}'/>"
-        f"<text x='4' y='12' font-size='11'>{high:.0f} °C</text>"
-        f"<text x='4' y='{height - 4}' font-size='11'>{low:.0f} °C</text></svg>"
+    charts = (
+        ("throughput", "Requests per second", lines("throughput"), "req/s"),
+        ("errors", "Failed requests, % of requests", lines("error_pct"), "%"),
+        (
+            "latency",
+            "Latency of the newest answers (p95 solid, p50 dashed)",
+            lines("p95_ms", suffix=" p95") + lines("p50_ms", True, " p50"),
+            "ms",
+        ),
     )
+    return "".join(
+        f"<figure><figcaption>{_e(caption)}</figcaption>"
+        f"{line_chart(chart_id, drawn, unit, caption.lower(), from_zero=True)}</figure>"
+        for chart_id, caption, drawn, unit in charts
+    )
+
+
+def _rate(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{figure(value)} {unit}"
 
 
 async def device_page(request: web.Request) -> web.Response:
@@ -122,7 +137,16 @@ async def device_page(request: web.Request) -> web.Response:
         device = await fleetdb.get_device(connection, device_id)
         if device is None:
             return _page("Not found", f"<p>No device {_e(device_id)}.</p>", status=404)
-        history = await fleetdb.device_history(connection, device_id, limit=200)
+        # one report more than the charts show: the first shown point's rates need the one
+        # before it
+        count = hub.settings.chart_points
+        states = await fleetdb.device_history(connection, device_id, limit=count + 1, kind="state")
+        history = await fleetdb.device_history(
+            connection, device_id, limit=hub.settings.page_size, skip_kind="state"
+        )
+    states.reverse()  # oldest first, as the charts draw them
+    traffic = {name: found.newest(count) for name, found in model_series(states).items()}
+    states = states[-count:]
     facts = _table(
         ["", ""],
         [
@@ -138,8 +162,9 @@ async def device_page(request: web.Request) -> web.Response:
             ["Power", _e("-" if device["power_w"] is None else f"{device['power_w']:.2f} W")],
         ],
     )
+    none = ModelSeries()
     models = _table(
-        ["Model", "Version", "Runtime", "Device", "Precision"],
+        ["Model", "Version", "Runtime", "Device", "Precision", "Requests", "Errors", "p50 / p95"],
         [
             [
                 _e(name),
@@ -148,15 +173,22 @@ async def device_page(request: web.Request) -> web.Response:
                     _e(device["backends"].get(name, {}).get(k, ""))
                     for k in ("runtime", "device", "precision")
                 ),
+                _e(_rate(traffic.get(name, none).latest("throughput"), "/s")),
+                _e(_rate(traffic.get(name, none).latest("error_pct"), "%")),
+                _e(
+                    " / ".join(
+                        _rate(traffic.get(name, none).latest(p), "ms") for p in ("p50_ms", "p95_ms")
+                    )
+                ),
             ]
             for name, version in device["models"].items()
         ],
         "models",
     )
-    samples = [
+    temperature = [
         (e["at"], e["detail"]["max_temp_c"])
-        for e in reversed(history)
-        if e["kind"] == "state" and isinstance(e["detail"].get("max_temp_c"), (int, float))
+        for e in states
+        if isinstance(e["detail"].get("max_temp_c"), (int, float))
     ]
     events = _table(
         ["At", "Kind", "Deployment", "Step", "Result", "Code"],
@@ -170,17 +202,22 @@ async def device_page(request: web.Request) -> web.Response:
                 _e(e["code"]),
             ]
             for e in history
-            if e["kind"] != "state"
         ],
         "history",
+    )
+    temperature_chart = line_chart(
+        "temperature", [Series("", temperature, TEMPERATURE)], "°C", "temperature"
     )
     body = (
         facts
         + "<h2>Models</h2>"
         + models
-        + "<h2>Temperature</h2>"
-        + _chart(samples)
-        + "<h2>History</h2>"
+        + "<h2>Over time</h2>"
+        + f"<p class='muted' id='samples'>From the newest {len(states)} state reports.</p>"
+        + "<div class='charts'>"
+        + f"<figure><figcaption>Hottest sensor</figcaption>{temperature_chart}</figure>"
+        + _traffic_charts(traffic)
+        + "</div><h2>History</h2>"
         + events
     )
     return _page(f"Device {device_id}", body)

@@ -10,7 +10,8 @@ status this dashboard does not know is shown as it is.
 Actions (admins; the server checks the scope, the page's CSRF token goes with each) call the
 REST API from the page's script: pause/resume/abort, roll back to another stored version of the
 model, and retry — a new deployment of the same release and policy to the devices that failed
-or timed out.
+or timed out. A read-only session gets no buttons and no create form, only a line saying that
+acting needs an admin token.
 
 The page reads the change version *before* the deployment (``Changes.snapshot``), so a change
 committed while the page is being built makes its first long poll answer at once.
@@ -24,7 +25,7 @@ from typing import Any
 from aiohttp import web
 
 from edgeagent.hub.server import dashboard_data, deploydb
-from edgeagent.hub.server.auth import csrf_token
+from edgeagent.hub.server.auth import csrf_token, may_change
 from edgeagent.hub.server.context import context_of, query_page
 from edgeagent.hub.server.dashboard_html import escape, next_page, page, table, when
 from edgeagent.hub.server.dashboard_script import CREATE, DEPLOYMENT, page_script
@@ -33,6 +34,10 @@ from edgeagent.hub.server.deploydb import ACTIVE, MOVES
 STATUS_NAMES = {"timed_out": "timed out", "not_sent": "not sent"}
 STATUS_CLASS = {"succeeded": "ok", "failed": "bad", "timed_out": "bad"}
 POLICY_FIELDS = ("stages_pct", "abort_threshold_pct", "min_executed", "stage_timeout_s")
+READ_ONLY = (
+    "<p class='muted' id='read-only'>Signed in with a read-only token: {what} needs an admin "
+    "token (<a href='/login'>sign in again</a>).</p>"
+)
 
 
 def status_label(status: str, active: bool) -> str:
@@ -103,7 +108,10 @@ async def deployments_page(request: web.Request) -> web.Response:
         ],
         "deployments",
     )
-    body = _create_form(releases) + "<p id='message'></p>" + listing
+    if may_change(request):
+        body = _create_form(releases) + "<p id='message'></p>" + listing
+    else:
+        body = READ_ONLY.format(what="creating a deployment") + "<p id='message'></p>" + listing
     script = page_script({"csrf": csrf_token(request)}, CREATE)
     return page("Deployments", body, script)
 
@@ -125,11 +133,12 @@ def _stage_counts(
 ) -> tuple[int, int]:
     """(waiting, not sent) of one stage: a queued device waits only while the deployment
     runs; ``not_sent`` rows, and rows of a status this hub does not count (a newer hub's),
-    were never sent."""
+    were never sent; ``cancelled`` ones were, but refused it, so neither installed it."""
     known = sum(stage[s] for s in deploydb.DEVICE_STATUSES)
     unknown = (times.devices if times else known) - known
     waiting = stage["sent"] + (stage["queued"] if active else 0)
-    return waiting, stage[deploydb.NOT_SENT] + unknown + (0 if active else stage["queued"])
+    never = stage[deploydb.NOT_SENT] + stage[deploydb.CANCELLED]  # neither installed it
+    return waiting, never + unknown + (0 if active else stage["queued"])
 
 
 def _progress(parts: list[tuple[str, int]], total: int, width: int = 200) -> str:
@@ -248,7 +257,12 @@ async def deployment_page(request: web.Request) -> web.Response:
             f"<p id='rollback-of'>Rolls back <a href='/ui/deployments/{rolled}'>{rolled}</a></p>"
         )
     versions = [v for v in got["versions"] if v != release.get("version")]
-    head += _policy_line(found) + _actions(found, versions, got["failed"])
+    head += _policy_line(found)
+    if may_change(request):
+        head += _actions(found, versions, got["failed"])
+    else:
+        # no buttons, but the live refresh still says here when the hub does not answer
+        head += READ_ONLY.format(what="acting on this deployment") + "<p id='message'></p>"
     devices = table(
         ["Device", "Stage", "Status", "Result", "Code", "Message", "Sent", "Answered"],
         [

@@ -24,7 +24,9 @@ table{border-collapse:collapse;margin:.5em 0}td,th{border-bottom:1px solid #ddd;
 text-align:left}th{background:#f4f4f4}.counts span{margin-right:1.5em;font-weight:600}
 .ok{color:#17803d}.bad{color:#b3261e}.muted{color:#777}form.filters input,form.filters select
 {margin-right:.5em}.bar{fill:#17803d}.bar.fail{fill:#b3261e}.bar.wait{fill:#ccc}
-.bar.none{fill:#eee}button{margin-right:.5em}#temperature{border:1px solid #ddd}
+.bar.none{fill:#eee}button{margin-right:.5em}.charts{display:flex;flex-wrap:wrap;gap:0 1.5em}
+figure{margin:0 0 .8em}figcaption{font-weight:600;margin-bottom:.2em}
+svg.chart .plot{fill:#fff;stroke:#ddd}
 fieldset{border:1px solid #ddd;margin:.8em 0;padding:.5em .8em}fieldset input,fieldset select
 {margin:0 .8em .3em .3em}#message:empty{display:none}
 """

@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from edgeagent.fleet.agent_manifest import AgentManifest
 from edgeagent.fleet.manifest import MAX_SERIAL
-from edgeagent.hub.policy import FINISHED, RolloutPolicy
+from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy
 from edgeagent.hub.server.schema import (
     deployment_devices,
     deployments,
@@ -56,8 +56,12 @@ ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
 STATES = ACTIVE + FINAL
 NOT_SENT = "not_sent"  # a device the deployment ended (aborted, rolled back) before sending to
-DEVICE_STATUSES = ("queued", "sent", *FINISHED, NOT_SENT)
+CANCELLED = "cancelled"  # an aborted deployment's device that refused its release: cancelled
+DEVICE_STATUSES = ("queued", "sent", *FINISHED, NOT_SENT, CANCELLED)
+# rows an aborted deployment may have sent its release to that have not answered (yet)
+UNANSWERED = ("queued", "sent", TIMED_OUT, NOT_SENT)
 MAX_LEFT_OUT_REASONS = 10  # distinct reasons an agent deployment names; the rest are "other"
+dd = deployment_devices
 MOVES = {  # action → (states it may start from, state it leads to)
     "pause": (("scheduled", "running"), "paused"),
     "resume": (("paused",), "running"),
@@ -592,6 +596,9 @@ async def record_outcome(
     event the broker dropped; it counts only when it ended after the deployment's current stage
     began (``stage_started_at`` is written before the stage is sent), so an older outcome of
     the same release (a rollback re-using it) is not taken for this one.
+
+    An answer that no active deployment waits for may be a late one to an aborted deployment
+    (``late_answer``).
     """
     query = (
         sa.select(deployments.c.id)
@@ -609,7 +616,50 @@ async def record_outcome(
         )
         .values(status=outcome, answered_at=now, result=result, code=code, message=message)
     )
-    return bool(result_.rowcount)
+    if result_.rowcount:
+        return True
+    answer = {"answered_at": now, "result": result, "code": code, "message": message}
+    status = CANCELLED if (result, code) == ("refused", CANCELLED) else outcome
+    return await late_answer(connection, device_id, release_tag, status, answer, ended_at)
+
+
+async def late_answer(
+    connection: AsyncConnection,
+    device_id: str,
+    release_tag: str,
+    status: str,
+    answer: dict[str, Any],
+    ended_at: float | None,
+) -> bool:
+    """Record a device's answer to the last aborted deployment of ``release_tag`` that may have
+    sent it the release (an envelope recorded for it) and heard nothing from it: a device
+    offline during the abort answers when it comes back — ``cancelled`` when it held the
+    hub's cancellation, or the install's real outcome when it took the release before that
+    reached it — instead of staying ``timed_out`` while the fleet table shows the new version.
+    """
+    where = [
+        releases.c.release_tag == release_tag,
+        deployments.c.state == "aborted",
+        dd.c.device_id == device_id,
+        dd.c.status.in_(UNANSWERED),
+        dd.c.envelope_sha256.is_not(None),
+    ]
+    if ended_at is not None:
+        where.append(deployments.c.stage_started_at <= ended_at)
+    found = await connection.scalar(
+        sa.select(dd.c.deployment_id)
+        .join(deployments, deployments.c.id == dd.c.deployment_id)
+        .join(releases, releases.c.id == deployments.c.release_id)
+        .where(*where)
+        .order_by(deployments.c.created_at.desc())
+        .limit(1)
+    )
+    if found is None:
+        return False
+    row = (dd.c.deployment_id == found, dd.c.device_id == device_id, dd.c.status.in_(UNANSWERED))
+    await lock_devices(connection, *row)
+    updated = await connection.execute(dd.update().where(*row).values(status=status, **answer))
+    return bool(updated.rowcount)
 
 
 async def _one(connection: AsyncConnection, query: sa.Select[Any]) -> dict[str, Any] | None:

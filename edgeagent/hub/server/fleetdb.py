@@ -140,13 +140,17 @@ async def device_history(
     limit: int,
     before: float | None = None,
     kind: str = "",
+    skip_kind: str = "",
 ) -> list[dict[str, Any]]:
-    """The device's history, newest first; ``before`` pages further back."""
+    """The device's history, newest first; ``before`` pages further back; ``kind`` keeps
+    rows of one kind, ``skip_kind`` leaves one out (the state samples a page charts)."""
     query = sa.select(events).where(events.c.device_id == device_id)
     if before is not None:
         query = query.where(events.c.at < before)
     if kind:
         query = query.where(events.c.kind == kind)
+    if skip_kind:
+        query = query.where(events.c.kind != skip_kind)
     rows = await connection.execute(
         query.order_by(events.c.at.desc(), events.c.id.desc()).limit(limit)
     )

@@ -50,7 +50,8 @@ class StateColumns:
     """The columns of ``devices`` that one state report sets."""
 
     values: dict[str, Any]
-    summary: dict[str, Any]  # what goes into the history (governor, temperatures, versions)
+    # what goes into the history: governor, temperatures, versions, request counters
+    summary: dict[str, Any]
     last: DeviceEvent | None = None  # the last install's outcome, as the report repeats it
     last_at: float | None = None  # when the device says it ended (its own clock)
 
@@ -112,6 +113,30 @@ def _models(report: StateReport) -> tuple[dict[str, str], dict[str, dict[str, st
     return versions, backends
 
 
+def _count(value: int) -> int | None:
+    return value if 0 <= value < 10**15 else None
+
+
+def _traffic(report: StateReport) -> dict[str, dict[str, float | None]]:
+    """Each model's request counters and latency, as the history keeps them for the charts
+    (a counter out of range is dropped, so no rate is taken from it)."""
+    kept: dict[str, dict[str, float | None]] = {}
+    for name, info in list(report.models.items())[:64]:
+        traffic = info.traffic
+        if traffic is None or info.active_version is None:
+            continue
+        requests, errors = _count(traffic.requests), _count(traffic.errors)
+        if requests is None or errors is None:
+            continue
+        kept[name[:128]] = {
+            "requests": requests,
+            "errors": errors,
+            "p50_ms": _number(traffic.p50_ms),
+            "p95_ms": _number(traffic.p95_ms),
+        }
+    return kept
+
+
 def _temperatures(governor: Governor) -> dict[str, float]:
     return {
         zone.sensor[:64]: celsius
@@ -151,10 +176,18 @@ def state_columns(report: StateReport) -> StateColumns:
         "last_deployment": _text(last.deployment_id, 128) if last else "",
         "reported_at": _number(report.updated_at),
     }
-    summary = {
+    summary: dict[str, Any] = {
         key: values[key]
-        for key in ("models", "governor_state", "temperatures", "max_temp_c", "power_w")
+        for key in (
+            "models",
+            "governor_state",
+            "temperatures",
+            "max_temp_c",
+            "power_w",
+            "reported_at",
+        )
     }
+    summary["traffic"] = _traffic(report)
     outcome = None
     if last is not None and last.deployment_id:
         outcome = device_event(Event.done("", last))

@@ -98,6 +98,8 @@ deployments = sa.Table(
     sa.Column("left_out", sa.JSON, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    # when an aborted deployment's cancellation went out (controller._cancel); None: not yet
+    sa.Column("cancelled_at", sa.Float, nullable=True),
     sa.Index("ix_deployments_state", "state"),
 )
 
@@ -107,7 +109,8 @@ deployment_devices = sa.Table(
     sa.Column("deployment_id", sa.String(64), sa.ForeignKey("deployments.id"), primary_key=True),
     sa.Column("device_id", sa.String(128), primary_key=True),
     sa.Column("stage", sa.Integer, nullable=False),
-    # queued | sent | succeeded | failed | timed_out | not_sent (deploydb.DEVICE_STATUSES)
+    # queued | sent | succeeded | failed | timed_out | not_sent | cancelled
+    # (deploydb.DEVICE_STATUSES)
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("sent_at", sa.Float, nullable=True),
     # what it was sent: the envelope (one per stage batch, signed by the server) and serial

@@ -9,6 +9,7 @@ already in the database and the MQTT session is persistent.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from edgeagent.aio import cancel_and_wait
+from edgeagent.hub.publish import clear_release_of
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import hub_tokens
@@ -97,6 +99,8 @@ async def serve(
         changes,
         send_batch=settings.send_batch,
         sign=signer,
+        sign_cancel=signer.cancellation if signer is not None else None,
+        clear_slot=functools.partial(clear_release_of, settings.mqtt),
     )
     link.on_connect = controller.wake
     context = HubContext(engine, settings, ingest, changes, controller.wake, settings.trust_file)

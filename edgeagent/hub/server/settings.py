@@ -11,6 +11,8 @@ from edgeagent.hub.policy.staged import MAX_STAGES
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
 
+MAX_CHART_POINTS = 100_000  # more is a typo: each point is a row read for every device page
+
 
 def default_database_url(state_dir: Path | None = None) -> str:
     """One SQLite file under the hub's state directory: nothing to install for a small fleet."""
@@ -53,6 +55,7 @@ class ServerSettings:
     send_batch: int = 100  # releases published between two commits (re-sent after a crash)
     max_stages: int = MAX_STAGES  # stages of one deployment (each is a row in every answer)
     max_device_ids: int = 10_000  # one deployment's explicit device list (a group names more)
+    chart_points: int = 288  # state reports a device page charts (a day of 5-minute heartbeats)
     release_keys: tuple[Path, ...] = ()  # sign each stage batch's envelope with these
     trust_file: Path | None = None  # uploads are verified against it; required with release_keys
     state_dir: Path = field(default_factory=lambda: default_state_dir() / "hub")  # admin.token
@@ -77,6 +80,11 @@ class ServerSettings:
                 f"--max-stages must be 1..{MAX_STAGES} (more is a typo, not a rollout)",
             ),
             (self.max_device_ids > 0, "--max-device-ids must be positive"),
+            (
+                2 <= self.chart_points <= MAX_CHART_POINTS,
+                f"--chart-points must be 2..{MAX_CHART_POINTS} (a chart needs two points; "
+                "each one is a row the device page reads)",
+            ),
             (
                 not self.release_keys or self.send_batch <= MAX_TARGETS,
                 f"--send-batch must be at most {MAX_TARGETS} with --release-key (one signed "

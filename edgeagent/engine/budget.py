@@ -1,12 +1,16 @@
-"""A bound on the bytes of request bodies held and decoded at once ([server] max_decoding_bytes).
+"""A bound on what requests hold in memory at once, counted in one unit across all of them.
 
-Each request reserves what its body will cost in memory *before* reading it — the declared size,
-and four times the JSON part, since JSON tensors become Python lists before numpy arrays (3.7×
-measured) — and holds it until its answer is built. Reserving the whole cost up front, never
-piece by piece, means two half-served requests can never wait on each other. Requests that do
-not fit wait in arrival order; one that waits longer than the engine's request time-out is
-answered 503 with ``Retry-After``. A single request larger than the budget is clamped to it, so
-it can always run alone.
+Two budgets use it: the bytes of request bodies read and decoded at once per listener
+(``[server] max_decoding_bytes``; the listener reserves a body's declared size, and four times
+its JSON part, since JSON tensors become Python lists before numpy arrays, 3.7× measured), and
+the pixels of images decoded at once (``[server] max_decoding_pixels``; the data plane reserves
+an image's width × height, read from its header, before decoding it).
+
+Each request reserves its whole cost *before* it starts and holds it until it is done.
+Reserving up front, never piece by piece, means two half-served requests can never wait on
+each other. Requests that do not fit wait in arrival order; one that waits longer than the
+engine's request time-out is answered 503 with ``Retry-After``. A single request larger than
+the budget is clamped to it, so it can always run alone.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from edgeagent.engine.errors import ServingError
 
 
 class Busy(ServingError):
-    """The listener's decoding budget stayed full for the whole wait."""
+    """A budget stayed full for the whole wait."""
 
     status = 503
 
@@ -28,18 +32,21 @@ class Busy(ServingError):
         super().__init__(message, retry_after=1)
 
 
-class ByteBudget:
-    """A first-come first-served weighted semaphore counted in bytes."""
+class Budget:
+    """A first-come first-served weighted semaphore; ``key`` names its [server] setting and
+    ``unit`` what it counts, for the 503's message."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, key: str = "max_decoding_bytes", unit: str = "bytes") -> None:
         self.capacity = capacity
+        self.key = key
+        self.unit = unit
         self.free = capacity
         self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @asynccontextmanager
-    async def hold(self, nbytes: int, wait_s: float) -> AsyncIterator[None]:
-        """Reserve ``nbytes`` (at most the capacity) for the duration of the block."""
-        cost = min(nbytes, self.capacity)
+    async def hold(self, amount: int, wait_s: float) -> AsyncIterator[None]:
+        """Reserve ``amount`` (at most the capacity) for the duration of the block."""
+        cost = min(amount, self.capacity)
         await self._acquire(cost, wait_s)
         try:
             yield
@@ -61,8 +68,8 @@ class ByteBudget:
         if not granted.done():
             self._withdraw(entry)
             raise Busy(
-                f"the agent is decoding {self.capacity - self.free} bytes of other requests "
-                f"([server] max_decoding_bytes = {self.capacity}); retry shortly"
+                f"the agent is decoding {self.capacity - self.free} {self.unit} of other "
+                f"requests ([server] {self.key} = {self.capacity}); retry shortly"
             )
 
     def _withdraw(self, entry: tuple[int, asyncio.Future[None]]) -> None:

@@ -1,0 +1,143 @@
+"""What an abort sends: the cancellation of every release the deployment may have queued.
+
+Aborting stops the controller sending, but a device that was offline when its release was
+published holds it in its persistent MQTT session and would install it when it comes back
+(AWS IoT Jobs cancels such queued executions of a cancelled job). So for each ``aborted``
+deployment the controller, once (``deployments.cancelled_at``; a crash before it is recorded
+sends it again, which devices take as the same word):
+
+1. clears the group's retained slot of the model if it holds this release (``hub publish`` put
+   it there; devices joining later would install it) — another release there stays;
+2. signs a cancellation (``fleet.cancel``) covering the release's ``deployment_id`` up to the
+   highest serial this deployment sent, valid until the release expires, and publishes it
+   (QoS 1) on the release topic of every device an envelope was recorded for that has not
+   answered: it lands behind the release in an offline device's session, and the device
+   refuses that release (``cancelled``), which it reports when it is back
+   (``deploydb.late_answer``).
+
+A cancellation needs the release key(s) the server signs with (``--release-key``): one that
+only relays uploads cannot sign one, nor is one ever signed for an agent release (code the
+server never signs). Then only the slot is cleared, and the log says that devices offline
+during the abort may still install what they hold; their answers are recorded all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from edgeagent.fleet.cancel import Cancellation
+from edgeagent.fleet.manifest import ReleaseManifest
+from edgeagent.fleet.topics import DeviceTopics
+from edgeagent.hub.server import deploydb
+from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[str, bytes], Awaitable[None]]
+SignCancel = Callable[[Cancellation], bytes]
+ClearSlot = Callable[[str, str, str], Awaitable[bool]]  # (group, model, deployment_id)
+dd = deployment_devices
+
+
+class Canceller:
+    """Sends each aborted deployment's cancellation once (module docstring)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        publish: Publish,
+        prefix: str,
+        *,
+        sign: SignCancel | None = None,
+        clear_slot: ClearSlot | None = None,
+    ) -> None:
+        self.engine = engine
+        self.publish = publish
+        self.prefix = prefix
+        self.sign = sign
+        self.clear_slot = clear_slot
+
+    async def run_once(self) -> bool:
+        """Cancel every aborted deployment not cancelled yet; whether any was."""
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(
+                sa.select(deployments, releases.c.envelope, releases.c.kind)
+                .join(releases, releases.c.id == deployments.c.release_id)
+                .where(deployments.c.state == "aborted", deployments.c.cancelled_at.is_(None))
+                .order_by(deployments.c.updated_at)
+            )
+            aborted = [dict(r._mapping) for r in rows]
+        for deployment in aborted:
+            await self._cancel(deployment)
+        return bool(aborted)
+
+    async def _cancel(self, deployment: dict[str, Any]) -> None:
+        manifest = deploydb.release_manifest(deployment["envelope"])
+        if isinstance(manifest, ReleaseManifest):
+            group, tag = deployment["group_name"], manifest.deployment_id
+            slot = self.clear_slot
+            if group and slot is not None and await slot(group, manifest.model, tag):
+                log.info(
+                    "deployment %s: cleared the release of %s retained in group %s",
+                    deployment["id"],
+                    manifest.model,
+                    group,
+                )
+            await self._send(deployment, manifest)
+        async with self.engine.begin() as connection:
+            await connection.execute(
+                deployments.update()
+                .where(deployments.c.id == deployment["id"])
+                .values(cancelled_at=time.time())
+            )
+
+    async def _send(self, deployment: dict[str, Any], manifest: ReleaseManifest) -> None:
+        """The signed cancellation to every device that may hold the release unanswered."""
+        devices, serial = await self._unanswered(deployment["id"])
+        expires = deployment["expires"] or manifest.expires.timestamp()
+        now = int(time.time())  # manifests carry whole seconds
+        if not devices or serial is None or expires <= now:
+            return  # nothing queued, or only releases that expired: devices refuse those
+        if self.sign is None:
+            log.warning(
+                "deployment %s aborted: %d device(s) may hold its release unanswered and "
+                "install it when they come back; only a server with --release-key can "
+                "cancel it (a model release)",
+                deployment["id"],
+                len(devices),
+            )
+            return
+        envelope = self.sign(
+            Cancellation(
+                model=manifest.model,
+                deployment_id=manifest.deployment_id,
+                serial=serial,
+                issued_at=datetime.fromtimestamp(now, timezone.utc),
+                expires=datetime.fromtimestamp(expires, timezone.utc),
+                reason=deployment["reason"],
+            )
+        )
+        for device in devices:
+            await self.publish(DeviceTopics(self.prefix, device).release.name, envelope)
+        log.info("deployment %s: cancellation sent to %d device(s)", deployment["id"], len(devices))
+
+    async def _unanswered(self, deployment_id: str) -> tuple[list[str], int | None]:
+        """Devices an envelope was recorded for that have not answered, and the highest serial
+        the deployment recorded."""
+        recorded = (dd.c.deployment_id == deployment_id, dd.c.envelope_sha256.is_not(None))
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(
+                sa.select(dd.c.device_id)
+                .where(*recorded, dd.c.status.in_(deploydb.UNANSWERED))
+                .order_by(dd.c.device_id)
+            )
+            devices = [row[0] for row in rows]
+            serial = await connection.scalar(sa.select(sa.func.max(dd.c.serial)).where(*recorded))
+        return devices, None if serial is None else int(serial)
