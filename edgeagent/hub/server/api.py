@@ -28,7 +28,7 @@ from edgeagent.hub.server.context import (
     query_filter,
     query_page,
 )
-from edgeagent.hub.server.dashboard import dashboard_routes
+from edgeagent.hub.server.dashboard.fleet_pages import dashboard_routes
 from edgeagent.hub.server.database import head_revision
 from edgeagent.hub.server.deploydb import DeploymentError, TargetSpec
 from edgeagent.hub.server.settings import ServerSettings
