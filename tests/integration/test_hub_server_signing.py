@@ -19,7 +19,7 @@ from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import keygen, load_private_key, trust_payload
 from edgeagent.hub.policy import StagedPolicy
-from edgeagent.hub.server import deploydb
+from edgeagent.hub.server import deploydb, deployreads, releasedb, targets
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.controller import RolloutController
 from edgeagent.hub.server.database import open_engine, upgrade
@@ -158,17 +158,17 @@ async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
                     for d in device_ids
                 ],
             )
-            release, _ = await deploydb.add_release(connection, envelope, manifest)
+            release, _ = await releasedb.add_release(connection, envelope, manifest)
             deployment_id = await deploydb.create_deployment(
                 connection,
                 release,
-                deploydb.TargetSpec(device_ids=tuple(device_ids)),
+                targets.TargetSpec(device_ids=tuple(device_ids)),
                 StagedPolicy(stages_pct=(100.0,)),
             )
         controller = RolloutController(engine, publish_and_answer_at_once, "edgeagent", Changes())
         await controller.run_once()
         async with engine.connect() as connection:
-            done = await deploydb.get_deployment(connection, deployment_id)
+            done = await deployreads.get_deployment(connection, deployment_id)
     finally:
         await engine.dispose()
     assert done is not None and done["state"] == "succeeded"

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from edgeagent.hub.server import deploydb
+from edgeagent.hub.server import deploydb, deployreads, releasedb
 from edgeagent.hub.server.auth import csrf_token, may_change
 from edgeagent.hub.server.context import context_of, query_page
 from edgeagent.hub.server.dashboard import deployment_queries
@@ -91,8 +91,10 @@ def _create_form(releases: list[dict[str, Any]]) -> str:
 async def deployments_page(request: web.Request) -> web.Response:
     hub = context_of(request)
     async with hub.engine.connect() as connection:
-        rows = await deploydb.list_deployments(connection, limit=hub.settings.page_size, offset=0)
-        releases = (await deploydb.list_releases(connection))[: hub.settings.page_size]
+        rows = await deployreads.list_deployments(
+            connection, limit=hub.settings.page_size, offset=0
+        )
+        releases = (await releasedb.list_releases(connection))[: hub.settings.page_size]
     listing = table(
         ["Deployment", "Model", "Group", "State", "Stage", "Created", "Reason"],
         [
@@ -223,14 +225,14 @@ async def deployment_page(request: web.Request) -> web.Response:
 
     async def read() -> dict[str, Any] | None:
         async with hub.engine.connect() as connection:
-            found = await deploydb.get_deployment(connection, deployment_id, device_limit=0)
+            found = await deployreads.get_deployment(connection, deployment_id, device_limit=0)
             if found is None:
                 return None
             rows, shown = await deployment_queries.device_rows(
                 connection, deployment_id, failures_only=failures_only, limit=limit, offset=offset
             )
             model = found["release"]["model"] if found["release"] else found["model"]
-            releases = await deploydb.list_releases(connection, model)
+            releases = await releasedb.list_releases(connection, model)
             return {
                 "found": found,
                 "rows": rows,
