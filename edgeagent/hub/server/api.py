@@ -19,7 +19,7 @@ from aiohttp import web
 
 from edgeagent.httpguard import Guard, security_headers
 from edgeagent.hub.policy import PolicyError, RolloutPolicy, StagedPolicy
-from edgeagent.hub.server import deploydb, deployreads, fleetdb, inputs, releasedb
+from edgeagent.hub.server import api_inputs, deploydb, deployreads, fleetdb, inputs, releasedb
 from edgeagent.hub.server.auth import TOKENS, Tokens, auth_middleware, needs
 from edgeagent.hub.server.context import (
     CONTEXT,
@@ -185,7 +185,7 @@ def _policy(body: dict[str, Any], settings: ServerSettings) -> RolloutPolicy:
 
 
 def _targets(body: dict[str, Any]) -> TargetSpec:
-    """The body's targets; their types were checked with ``inputs.new_deployment``."""
+    """The body's targets; their types were checked with ``api_inputs.new_deployment``."""
     return TargetSpec(
         group=body.get("group", ""),
         device_ids=tuple(body.get("devices", [])),
@@ -303,8 +303,8 @@ async def rollback_deployment(request: web.Request) -> web.Response:
 
 
 BASE = "/api/v1"
-PAGE = (inputs.LIMIT, inputs.OFFSET)
-LONG_POLL = (inputs.WAIT, inputs.AFTER)
+PAGE = (api_inputs.LIMIT, api_inputs.OFFSET)
+LONG_POLL = (api_inputs.WAIT, api_inputs.AFTER)
 
 
 def operations() -> list[inputs.Operation]:
@@ -313,40 +313,50 @@ def operations() -> list[inputs.Operation]:
     deployment = f"{b}/deployments/{{deployment_id}}"
     return [
         op("GET", "/openapi.json", openapi),
-        op("GET", f"{b}/health", health, (inputs.WAIT,)),
-        op("GET", f"{b}/devices", list_devices, (*inputs.FILTERS, *PAGE, *LONG_POLL)),
-        op("GET", f"{b}/devices/{{device_id}}", get_device, (inputs.DEVICE_ID, *LONG_POLL)),
+        op("GET", f"{b}/health", health, (api_inputs.WAIT,)),
+        op("GET", f"{b}/devices", list_devices, (*api_inputs.FILTERS, *PAGE, *LONG_POLL)),
+        op("GET", f"{b}/devices/{{device_id}}", get_device, (api_inputs.DEVICE_ID, *LONG_POLL)),
         op(
             "GET",
             f"{b}/devices/{{device_id}}/history",
             device_history,
-            (inputs.DEVICE_ID, inputs.LIMIT, inputs.BEFORE, inputs.KIND),
+            (api_inputs.DEVICE_ID, api_inputs.LIMIT, api_inputs.BEFORE, api_inputs.KIND),
         ),
-        op("GET", f"{b}/releases", list_releases, (inputs.MODEL,)),
+        op("GET", f"{b}/releases", list_releases, (api_inputs.MODEL,)),
         op(
             "POST",
             f"{b}/releases",
             create_release,
-            body=inputs.Body(inputs.ENVELOPE, checked=False),
+            body=inputs.Body(api_inputs.ENVELOPE, checked=False),
         ),
-        op("GET", f"{b}/releases/{{release_id}}", get_release, (inputs.RELEASE_ID,)),
-        op("GET", f"{b}/releases/{{release_id}}/envelope", release_envelope, (inputs.RELEASE_ID,)),
-        op("GET", f"{b}/deployments", list_deployments, (inputs.STATE, *PAGE)),
-        op("POST", f"{b}/deployments", create_deployment, body=inputs.Body(inputs.new_deployment)),
-        op("GET", deployment, get_deployment, (inputs.DEPLOYMENT_ID, *PAGE, *LONG_POLL)),
+        op("GET", f"{b}/releases/{{release_id}}", get_release, (api_inputs.RELEASE_ID,)),
+        op(
+            "GET",
+            f"{b}/releases/{{release_id}}/envelope",
+            release_envelope,
+            (api_inputs.RELEASE_ID,),
+        ),
+        op("GET", f"{b}/deployments", list_deployments, (api_inputs.STATE, *PAGE)),
+        op(
+            "POST",
+            f"{b}/deployments",
+            create_deployment,
+            body=inputs.Body(api_inputs.new_deployment),
+        ),
+        op("GET", deployment, get_deployment, (api_inputs.DEPLOYMENT_ID, *PAGE, *LONG_POLL)),
         op(
             "POST",
             f"{deployment}/rollback",
             rollback_deployment,
-            (inputs.DEPLOYMENT_ID,),
-            inputs.Body(inputs.rollback),
+            (api_inputs.DEPLOYMENT_ID,),
+            inputs.Body(api_inputs.rollback),
         ),
         op(
             "POST",
             f"{deployment}/{{action:pause|resume|abort}}",
             act_on_deployment,
-            (inputs.DEPLOYMENT_ID, inputs.ACTION),
-            inputs.Body(inputs.ACTION_BODY, required=False),
+            (api_inputs.DEPLOYMENT_ID, api_inputs.ACTION),
+            inputs.Body(api_inputs.ACTION_BODY, required=False),
         ),
     ]
 
