@@ -175,3 +175,61 @@ async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
     assert [(d["status"], d["envelope_sha256"], d["serial"]) for d in done["devices"]] == [
         ("succeeded", _sha256(envelope), manifest.serial)
     ] * 3
+
+
+async def test_the_controller_parses_a_release_once_per_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three batches of one deployment read the stored release once, not once per batch."""
+    from edgeagent.hub.server import controller as controller_module
+
+    parsed: list[bytes] = []
+    real = controller_module.release_manifest
+
+    def counting(envelope: bytes):  # type: ignore[no-untyped-def]
+        parsed.append(envelope)
+        return real(envelope)
+
+    monkeypatch.setattr(controller_module, "release_manifest", counting)
+    engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
+    await upgrade(engine)
+    envelope = make_release("2.0.0")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+    device_ids = [f"dev-{i}" for i in range(3)]
+    published: list[str] = []
+
+    async def publish(topic: str, payload: bytes) -> None:
+        published.append(topic)
+
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                devices.insert(),
+                [
+                    {
+                        "device_id": d,
+                        "models": {},
+                        "backends": {},
+                        "temperatures": {},
+                        "last_seen": time.time(),
+                    }
+                    for d in device_ids
+                ],
+            )
+            release, _ = await releasedb.add_release(connection, envelope, manifest)
+            deployment_id = await deploydb.create_deployment(
+                connection,
+                release,
+                targets.TargetSpec(device_ids=tuple(device_ids)),
+                StagedPolicy(stages_pct=(100.0,)),
+            )
+        controller = RolloutController(engine, publish, "edgeagent", Changes(), send_batch=1)
+        await controller.run_once()
+        async with engine.connect() as connection:
+            done = await deployreads.get_deployment(connection, deployment_id)
+    finally:
+        await engine.dispose()
+    assert done is not None
+    assert [d["status"] for d in done["devices"]] == ["sent"] * 3
+    assert len(published) == 3
+    assert parsed == [envelope]
