@@ -31,7 +31,8 @@ from edgeagent.hub.verify import AnyRelease, kind_of, model_of, read_manifest
 
 
 class DeploymentError(Exception):
-    """A request the state machine refuses; ``status`` is the HTTP status it maps to."""
+    """A request the deployment state machine or the serial check refuses; ``status`` is the
+    HTTP status it maps to."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
