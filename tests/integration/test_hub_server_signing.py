@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.broker import Broker
 from devtools.hub_fleet import SIGNING_KEY, Api, fleet, hub_server, make_release
@@ -31,6 +32,32 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+async def _deploy(engine: AsyncEngine, envelope: bytes, device_ids: list[str]) -> str:
+    """The devices known to the hub and one deployment of ``envelope`` to all of them."""
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+    async with engine.begin() as connection:
+        await connection.execute(
+            devices.insert(),
+            [
+                {
+                    "device_id": d,
+                    "models": {},
+                    "backends": {},
+                    "temperatures": {},
+                    "last_seen": time.time(),
+                }
+                for d in device_ids
+            ],
+        )
+        release, _ = await releasedb.add_release(connection, envelope, manifest)
+        return await deploydb.create_deployment(
+            connection,
+            release,
+            targets.TargetSpec(device_ids=tuple(device_ids)),
+            StagedPolicy(stages_pct=(100.0,)),
+        )
 
 
 def _trust_with_uploader(keys: Path) -> Path:
@@ -144,27 +171,7 @@ async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
             )
 
     try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                devices.insert(),
-                [
-                    {
-                        "device_id": d,
-                        "models": {},
-                        "backends": {},
-                        "temperatures": {},
-                        "last_seen": time.time(),
-                    }
-                    for d in device_ids
-                ],
-            )
-            release, _ = await releasedb.add_release(connection, envelope, manifest)
-            deployment_id = await deploydb.create_deployment(
-                connection,
-                release,
-                targets.TargetSpec(device_ids=tuple(device_ids)),
-                StagedPolicy(stages_pct=(100.0,)),
-            )
+        deployment_id = await _deploy(engine, envelope, device_ids)
         controller = RolloutController(engine, publish_and_answer_at_once, "edgeagent", Changes())
         await controller.run_once()
         async with engine.connect() as connection:
@@ -194,7 +201,6 @@ async def test_the_controller_parses_a_release_once_per_deployment(
     engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
     await upgrade(engine)
     envelope = make_release("2.0.0")
-    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
     device_ids = [f"dev-{i}" for i in range(3)]
     published: list[str] = []
 
@@ -202,27 +208,7 @@ async def test_the_controller_parses_a_release_once_per_deployment(
         published.append(topic)
 
     try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                devices.insert(),
-                [
-                    {
-                        "device_id": d,
-                        "models": {},
-                        "backends": {},
-                        "temperatures": {},
-                        "last_seen": time.time(),
-                    }
-                    for d in device_ids
-                ],
-            )
-            release, _ = await releasedb.add_release(connection, envelope, manifest)
-            deployment_id = await deploydb.create_deployment(
-                connection,
-                release,
-                targets.TargetSpec(device_ids=tuple(device_ids)),
-                StagedPolicy(stages_pct=(100.0,)),
-            )
+        deployment_id = await _deploy(engine, envelope, device_ids)
         controller = RolloutController(engine, publish, "edgeagent", Changes(), send_batch=1)
         await controller.run_once()
         async with engine.connect() as connection:
