@@ -247,7 +247,7 @@ async def _status_work(args: argparse.Namespace, emit: Emit) -> int:
 
 async def _rollout_work(args: argparse.Namespace, emit: Emit) -> int:
     from edgeagent.hub.server.client import read_upload
-    from edgeagent.hub.server.deploydb import left_out_text
+    from edgeagent.hub.server.targets import left_out_text
 
     try:
         stages = [float(p) for p in args.stages.split(",")]

@@ -5,7 +5,7 @@ counter must never hand out a number twice — even across crashes. ``next()`` t
 the new value (atomically, fsynced) *before* the caller signs anything with it: a crash after
 that wastes a number, which is harmless, while a reused one would make a device refuse a
 genuine release as ``same_version``. The hub server keeps its own counter per model in its
-database (table ``model_serials``, ``hub.server.deploydb.next_serial``) with the same rule: the
+database (table ``model_serials``, ``hub.server.releasedb.next_serial``) with the same rule: the
 number is committed in the transaction that records what will be sent, before anything signed
 with it is sent, and it stays above every serial the server received in an upload.
 """

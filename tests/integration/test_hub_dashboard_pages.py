@@ -32,7 +32,7 @@ from devtools.hub_fleet import make_release
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.policy import StagedPolicy
-from edgeagent.hub.server import deploydb, fleetdb
+from edgeagent.hub.server import deploydb, fleetdb, releasedb, targets
 from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import Tokens
 from edgeagent.hub.server.changes import Changes
@@ -60,11 +60,11 @@ async def _deployment(context: HubContext, devices: int, stages: list[float]) ->
     ]
     async with context.engine.begin() as connection:
         await fleetdb.upsert_devices(connection, rows)
-        release, _ = await deploydb.add_release(connection, envelope, manifest)
+        release, _ = await releasedb.add_release(connection, envelope, manifest)
         return await deploydb.create_deployment(
             connection,
             release,
-            deploydb.TargetSpec(group="lab"),
+            targets.TargetSpec(group="lab"),
             StagedPolicy(stages_pct=tuple(stages), abort_threshold_pct=50.0),
         )
 
@@ -323,7 +323,7 @@ async def test_a_read_only_session_sees_no_actions_and_is_refused_them(
     envelope = make_release("1.5.0")  # another stored version: what "Roll back" offers
     manifest = parse_manifest(decode_envelope(envelope, max_bytes=len(envelope)).payload)
     async with hub.context.engine.begin() as connection:
-        await deploydb.add_release(connection, envelope, manifest)
+        await releasedb.add_release(connection, envelope, manifest)
     path = f"/ui/deployments/{hub.deployment_id}"
     api = f"{signed}/api/v1/deployments/{hub.deployment_id}"
     reader, admin = await _session(signed, READ), await _session(signed, ADMIN)

@@ -17,7 +17,7 @@ from openapi_spec_validator import validate
 
 from devtools.broker import Broker
 from devtools.hub_fleet import Api, fleet, hub_server, make_release
-from edgeagent.hub.server import inputs
+from edgeagent.hub.server import api_inputs, inputs
 from edgeagent.hub.server.api import openapi_document
 from edgeagent.hub.server.settings import ServerSettings
 from tests.support.postgres import database_url_fixture, postgres_fixture  # noqa: F401
@@ -237,10 +237,10 @@ def test_the_document_is_built_from_the_schemas_the_server_checks_with() -> None
     body = document["paths"]["/api/v1/deployments"]["post"]["requestBody"]
     fields = body["content"]["application/json"]["schema"]
     assert fields["properties"]["stage_timeout_s"]["maximum"] == 9.0
-    assert fields == inputs.new_deployment(ServerSettings(max_wait_s=9.0))
+    assert fields == api_inputs.new_deployment(ServerSettings(max_wait_s=9.0))
     assert fields["additionalProperties"] is False
     # the deployment's size limits are the server's --max-stages and --max-device-ids
-    small = inputs.new_deployment(ServerSettings(max_stages=3, max_device_ids=2))["properties"]
+    small = api_inputs.new_deployment(ServerSettings(max_stages=3, max_device_ids=2))["properties"]
     assert (small["stages_pct"]["maxItems"], small["devices"]["maxItems"]) == (3, 2)
     for bad, flag in ((0, "--max-stages must be 1..100"), (101, "--max-stages must be 1..100")):
         with pytest.raises(ValueError, match=flag):

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.broker import Broker
 from devtools.hub_fleet import SIGNING_KEY, Api, fleet, hub_server, make_release
@@ -19,7 +20,7 @@ from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import keygen, load_private_key, trust_payload
 from edgeagent.hub.policy import StagedPolicy
-from edgeagent.hub.server import deploydb
+from edgeagent.hub.server import deploydb, deployreads, releasedb, targets
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.controller import RolloutController
 from edgeagent.hub.server.database import open_engine, upgrade
@@ -31,6 +32,32 @@ pytestmark = [pytest.mark.broker, pytest.mark.timeout(120)]
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+async def _deploy(engine: AsyncEngine, envelope: bytes, device_ids: list[str]) -> str:
+    """The devices known to the hub and one deployment of ``envelope`` to all of them."""
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+    async with engine.begin() as connection:
+        await connection.execute(
+            devices.insert(),
+            [
+                {
+                    "device_id": d,
+                    "models": {},
+                    "backends": {},
+                    "temperatures": {},
+                    "last_seen": time.time(),
+                }
+                for d in device_ids
+            ],
+        )
+        release, _ = await releasedb.add_release(connection, envelope, manifest)
+        return await deploydb.create_deployment(
+            connection,
+            release,
+            targets.TargetSpec(device_ids=tuple(device_ids)),
+            StagedPolicy(stages_pct=(100.0,)),
+        )
 
 
 def _trust_with_uploader(keys: Path) -> Path:
@@ -144,34 +171,51 @@ async def test_an_answer_before_the_batch_is_marked_sent_keeps_what_was_sent(
             )
 
     try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                devices.insert(),
-                [
-                    {
-                        "device_id": d,
-                        "models": {},
-                        "backends": {},
-                        "temperatures": {},
-                        "last_seen": time.time(),
-                    }
-                    for d in device_ids
-                ],
-            )
-            release, _ = await deploydb.add_release(connection, envelope, manifest)
-            deployment_id = await deploydb.create_deployment(
-                connection,
-                release,
-                deploydb.TargetSpec(device_ids=tuple(device_ids)),
-                StagedPolicy(stages_pct=(100.0,)),
-            )
+        deployment_id = await _deploy(engine, envelope, device_ids)
         controller = RolloutController(engine, publish_and_answer_at_once, "edgeagent", Changes())
         await controller.run_once()
         async with engine.connect() as connection:
-            done = await deploydb.get_deployment(connection, deployment_id)
+            done = await deployreads.get_deployment(connection, deployment_id)
     finally:
         await engine.dispose()
     assert done is not None and done["state"] == "succeeded"
     assert [(d["status"], d["envelope_sha256"], d["serial"]) for d in done["devices"]] == [
         ("succeeded", _sha256(envelope), manifest.serial)
     ] * 3
+
+
+async def test_the_controller_parses_a_release_once_per_deployment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three batches of one deployment read the stored release once, not once per batch."""
+    from edgeagent.hub.server import controller as controller_module
+
+    parsed: list[bytes] = []
+    real = controller_module.release_manifest
+
+    def counting(envelope: bytes):  # type: ignore[no-untyped-def]
+        parsed.append(envelope)
+        return real(envelope)
+
+    monkeypatch.setattr(controller_module, "release_manifest", counting)
+    engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
+    await upgrade(engine)
+    envelope = make_release("2.0.0")
+    device_ids = [f"dev-{i}" for i in range(3)]
+    published: list[str] = []
+
+    async def publish(topic: str, payload: bytes) -> None:
+        published.append(topic)
+
+    try:
+        deployment_id = await _deploy(engine, envelope, device_ids)
+        controller = RolloutController(engine, publish, "edgeagent", Changes(), send_batch=1)
+        await controller.run_once()
+        async with engine.connect() as connection:
+            done = await deployreads.get_deployment(connection, deployment_id)
+    finally:
+        await engine.dispose()
+    assert done is not None
+    assert [d["status"] for d in done["devices"]] == ["sent"] * 3
+    assert len(published) == 3
+    assert parsed == [envelope]

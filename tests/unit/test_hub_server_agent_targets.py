@@ -7,8 +7,8 @@ import json
 
 from edgeagent.fleet.agent_manifest import this_platform, this_python
 from edgeagent.fleet.messages import decode_state
-from edgeagent.hub.server.deploydb import MAX_LEFT_OUT_REASONS, agent_devices, left_out_text
 from edgeagent.hub.server.reports import state_columns
+from edgeagent.hub.server.targets import MAX_LEFT_OUT_REASONS, agent_devices, left_out_text
 from edgeagent.updates.report import UpdateReporter
 
 RELEASE = {"platforms": ["linux_x86_64", "linux_aarch64"], "python": "3.11"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from edgeagent.hub.server.dashboard_charts import Series, figure, line_chart
+from edgeagent.hub.server.dashboard.charts import Series, figure, line_chart
 from edgeagent.hub.server.reports import parse_state
 from edgeagent.hub.server.traffic import model_series
 

@@ -1,6 +1,7 @@
 """The hub's REST API (``/api/v1``): devices, their history, releases and deployments.
 
-Handlers only translate between HTTP and ``fleetdb`` / ``deploydb``; every refusal is a JSON
+Handlers only translate between HTTP and the database layer (``fleetdb``, ``releasedb``,
+``deploydb``, ``deployreads``); every refusal is a JSON
 ``{"error": ...}`` with a 4xx status, and nothing is written unless the whole request is valid.
 Each route is an ``inputs.Operation``: its parameters and body are checked against their
 schemas before the handler runs, and the document served at ``/openapi.json`` is
@@ -18,7 +19,7 @@ from aiohttp import web
 
 from edgeagent.httpguard import Guard, security_headers
 from edgeagent.hub.policy import PolicyError, RolloutPolicy, StagedPolicy
-from edgeagent.hub.server import deploydb, fleetdb, inputs
+from edgeagent.hub.server import api_inputs, deploydb, deployreads, fleetdb, inputs, releasedb
 from edgeagent.hub.server.auth import TOKENS, Tokens, auth_middleware, needs
 from edgeagent.hub.server.context import (
     CONTEXT,
@@ -28,10 +29,11 @@ from edgeagent.hub.server.context import (
     query_filter,
     query_page,
 )
-from edgeagent.hub.server.dashboard import dashboard_routes
+from edgeagent.hub.server.dashboard.fleet_pages import dashboard_routes
 from edgeagent.hub.server.database import head_revision
-from edgeagent.hub.server.deploydb import DeploymentError, TargetSpec
+from edgeagent.hub.server.releasedb import DeploymentError
 from edgeagent.hub.server.settings import ServerSettings
+from edgeagent.hub.server.targets import TargetSpec
 from edgeagent.hub.server.verify import UploadRefused, check_upload
 
 
@@ -141,29 +143,29 @@ async def create_release(request: web.Request) -> web.Response:
     try:
         async with hub.engine.begin() as connection:
             manifest = await check_upload(connection, envelope, hub.trust_file)
-            row, created = await deploydb.add_release(connection, envelope, manifest)
+            row, created = await releasedb.add_release(connection, envelope, manifest)
     except UploadRefused as exc:
         raise BadRequest(422, str(exc)) from exc
-    return web.json_response(deploydb.release_view(row), status=201 if created else 200)
+    return web.json_response(releasedb.release_view(row), status=201 if created else 200)
 
 
 async def list_releases(request: web.Request) -> web.Response:
     async with context_of(request).engine.connect() as connection:
-        rows = await deploydb.list_releases(connection, inputs.values_of(request)["model"] or "")
+        rows = await releasedb.list_releases(connection, inputs.values_of(request)["model"] or "")
     return web.json_response({"releases": rows})
 
 
 async def _release(request: web.Request) -> dict[str, Any]:
     release_id = inputs.values_of(request)["release_id"]
     async with context_of(request).engine.connect() as connection:
-        row = await deploydb.get_release(connection, release_id)
+        row = await releasedb.get_release(connection, release_id)
     if row is None:
         raise BadRequest(404, f"no release {release_id}")
     return row
 
 
 async def get_release(request: web.Request) -> web.Response:
-    return web.json_response(deploydb.release_view(await _release(request)))
+    return web.json_response(releasedb.release_view(await _release(request)))
 
 
 async def release_envelope(request: web.Request) -> web.Response:
@@ -183,7 +185,7 @@ def _policy(body: dict[str, Any], settings: ServerSettings) -> RolloutPolicy:
 
 
 def _targets(body: dict[str, Any]) -> TargetSpec:
-    """The body's targets; their types were checked with ``inputs.new_deployment``."""
+    """The body's targets; their types were checked with ``api_inputs.new_deployment``."""
     return TargetSpec(
         group=body.get("group", ""),
         device_ids=tuple(body.get("devices", [])),
@@ -193,9 +195,9 @@ def _targets(body: dict[str, Any]) -> TargetSpec:
 
 async def _pick_release(connection: Any, body: dict[str, Any]) -> dict[str, Any]:
     if "release_id" in body:
-        release = await deploydb.get_release(connection, body["release_id"])
+        release = await releasedb.get_release(connection, body["release_id"])
     elif "model" in body and "version" in body:
-        release = await deploydb.find_release(connection, body["model"], body["version"])
+        release = await releasedb.find_release(connection, body["model"], body["version"])
     else:
         raise BadRequest(422, "name the release: 'release_id', or 'model' and 'version'")
     if release is None:
@@ -211,7 +213,7 @@ async def _deployment_response(
     limit, offset = query_page(request)
     version = hub.changes.version  # before the read: a change during it is then not lost
     async with hub.engine.connect() as connection:
-        found = await deploydb.get_deployment(
+        found = await deployreads.get_deployment(
             connection, deployment_id, device_limit=limit, device_offset=offset
         )
     if found is None:
@@ -243,7 +245,9 @@ async def list_deployments(request: web.Request) -> web.Response:
     values = inputs.values_of(request)
     state, limit, offset = values["state"] or "", values["limit"], values["offset"]
     async with hub.engine.connect() as connection:
-        rows = await deploydb.list_deployments(connection, state=state, limit=limit, offset=offset)
+        rows = await deployreads.list_deployments(
+            connection, state=state, limit=limit, offset=offset
+        )
     return web.json_response({"deployments": rows})
 
 
@@ -299,8 +303,8 @@ async def rollback_deployment(request: web.Request) -> web.Response:
 
 
 BASE = "/api/v1"
-PAGE = (inputs.LIMIT, inputs.OFFSET)
-LONG_POLL = (inputs.WAIT, inputs.AFTER)
+PAGE = (api_inputs.LIMIT, api_inputs.OFFSET)
+LONG_POLL = (api_inputs.WAIT, api_inputs.AFTER)
 
 
 def operations() -> list[inputs.Operation]:
@@ -309,40 +313,50 @@ def operations() -> list[inputs.Operation]:
     deployment = f"{b}/deployments/{{deployment_id}}"
     return [
         op("GET", "/openapi.json", openapi),
-        op("GET", f"{b}/health", health, (inputs.WAIT,)),
-        op("GET", f"{b}/devices", list_devices, (*inputs.FILTERS, *PAGE, *LONG_POLL)),
-        op("GET", f"{b}/devices/{{device_id}}", get_device, (inputs.DEVICE_ID, *LONG_POLL)),
+        op("GET", f"{b}/health", health, (api_inputs.WAIT,)),
+        op("GET", f"{b}/devices", list_devices, (*api_inputs.FILTERS, *PAGE, *LONG_POLL)),
+        op("GET", f"{b}/devices/{{device_id}}", get_device, (api_inputs.DEVICE_ID, *LONG_POLL)),
         op(
             "GET",
             f"{b}/devices/{{device_id}}/history",
             device_history,
-            (inputs.DEVICE_ID, inputs.LIMIT, inputs.BEFORE, inputs.KIND),
+            (api_inputs.DEVICE_ID, api_inputs.LIMIT, api_inputs.BEFORE, api_inputs.KIND),
         ),
-        op("GET", f"{b}/releases", list_releases, (inputs.MODEL,)),
+        op("GET", f"{b}/releases", list_releases, (api_inputs.MODEL,)),
         op(
             "POST",
             f"{b}/releases",
             create_release,
-            body=inputs.Body(inputs.ENVELOPE, checked=False),
+            body=inputs.Body(api_inputs.ENVELOPE, checked=False),
         ),
-        op("GET", f"{b}/releases/{{release_id}}", get_release, (inputs.RELEASE_ID,)),
-        op("GET", f"{b}/releases/{{release_id}}/envelope", release_envelope, (inputs.RELEASE_ID,)),
-        op("GET", f"{b}/deployments", list_deployments, (inputs.STATE, *PAGE)),
-        op("POST", f"{b}/deployments", create_deployment, body=inputs.Body(inputs.new_deployment)),
-        op("GET", deployment, get_deployment, (inputs.DEPLOYMENT_ID, *PAGE, *LONG_POLL)),
+        op("GET", f"{b}/releases/{{release_id}}", get_release, (api_inputs.RELEASE_ID,)),
+        op(
+            "GET",
+            f"{b}/releases/{{release_id}}/envelope",
+            release_envelope,
+            (api_inputs.RELEASE_ID,),
+        ),
+        op("GET", f"{b}/deployments", list_deployments, (api_inputs.STATE, *PAGE)),
+        op(
+            "POST",
+            f"{b}/deployments",
+            create_deployment,
+            body=inputs.Body(api_inputs.new_deployment),
+        ),
+        op("GET", deployment, get_deployment, (api_inputs.DEPLOYMENT_ID, *PAGE, *LONG_POLL)),
         op(
             "POST",
             f"{deployment}/rollback",
             rollback_deployment,
-            (inputs.DEPLOYMENT_ID,),
-            inputs.Body(inputs.rollback),
+            (api_inputs.DEPLOYMENT_ID,),
+            inputs.Body(api_inputs.rollback),
         ),
         op(
             "POST",
             f"{deployment}/{{action:pause|resume|abort}}",
             act_on_deployment,
-            (inputs.DEPLOYMENT_ID, inputs.ACTION),
-            inputs.Body(inputs.ACTION_BODY, required=False),
+            (api_inputs.DEPLOYMENT_ID, api_inputs.ACTION),
+            inputs.Body(api_inputs.ACTION_BODY, required=False),
         ),
     ]
 

@@ -13,7 +13,8 @@ sends it again, which devices take as the same word):
    (QoS 1) on the release topic of every device an envelope was recorded for that has not
    answered: it lands behind the release in an offline device's session, and the device
    refuses that release (``cancelled``), which it reports when it is back
-   (``deploydb.late_answer``).
+   (``deploydb.late_answer``). Its one write, that the cancellation went out, is
+``deploydb.mark_cancelled``.
 
 A cancellation needs the release key(s) the server signs with (``--release-key``): one that
 only relays uploads cannot sign one, nor is one ever signed for an agent release (code the
@@ -29,21 +30,19 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from edgeagent.fleet.cancel import Cancellation
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.topics import DeviceTopics
-from edgeagent.hub.server import deploydb
-from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+from edgeagent.hub.server import deploydb, deployreads
+from edgeagent.hub.server.releasedb import release_manifest
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[str, bytes], Awaitable[None]]
 SignCancel = Callable[[Cancellation], bytes]
 ClearSlot = Callable[[str, str, str], Awaitable[bool]]  # (group, model, deployment_id)
-dd = deployment_devices
 
 
 class Canceller:
@@ -67,19 +66,13 @@ class Canceller:
     async def run_once(self) -> bool:
         """Cancel every aborted deployment not cancelled yet; whether any was."""
         async with self.engine.connect() as connection:
-            rows = await connection.execute(
-                sa.select(deployments, releases.c.envelope, releases.c.kind)
-                .join(releases, releases.c.id == deployments.c.release_id)
-                .where(deployments.c.state == "aborted", deployments.c.cancelled_at.is_(None))
-                .order_by(deployments.c.updated_at)
-            )
-            aborted = [dict(r._mapping) for r in rows]
+            aborted = await deployreads.aborted_uncancelled(connection)
         for deployment in aborted:
             await self._cancel(deployment)
         return bool(aborted)
 
     async def _cancel(self, deployment: dict[str, Any]) -> None:
-        manifest = deploydb.release_manifest(deployment["envelope"])
+        manifest = release_manifest(deployment["envelope"])
         if isinstance(manifest, ReleaseManifest):
             group, tag = deployment["group_name"], manifest.deployment_id
             slot = self.clear_slot
@@ -92,15 +85,12 @@ class Canceller:
                 )
             await self._send(deployment, manifest)
         async with self.engine.begin() as connection:
-            await connection.execute(
-                deployments.update()
-                .where(deployments.c.id == deployment["id"])
-                .values(cancelled_at=time.time())
-            )
+            await deploydb.mark_cancelled(connection, deployment["id"])
 
     async def _send(self, deployment: dict[str, Any], manifest: ReleaseManifest) -> None:
         """The signed cancellation to every device that may hold the release unanswered."""
-        devices, serial = await self._unanswered(deployment["id"])
+        async with self.engine.connect() as connection:
+            devices, serial = await deployreads.unanswered(connection, deployment["id"])
         expires = deployment["expires"] or manifest.expires.timestamp()
         now = int(time.time())  # manifests carry whole seconds
         if not devices or serial is None or expires <= now:
@@ -127,17 +117,3 @@ class Canceller:
         for device in devices:
             await self.publish(DeviceTopics(self.prefix, device).release.name, envelope)
         log.info("deployment %s: cancellation sent to %d device(s)", deployment["id"], len(devices))
-
-    async def _unanswered(self, deployment_id: str) -> tuple[list[str], int | None]:
-        """Devices an envelope was recorded for that have not answered, and the highest serial
-        the deployment recorded."""
-        recorded = (dd.c.deployment_id == deployment_id, dd.c.envelope_sha256.is_not(None))
-        async with self.engine.connect() as connection:
-            rows = await connection.execute(
-                sa.select(dd.c.device_id)
-                .where(*recorded, dd.c.status.in_(deploydb.UNANSWERED))
-                .order_by(dd.c.device_id)
-            )
-            devices = [row[0] for row in rows]
-            serial = await connection.scalar(sa.select(sa.func.max(dd.c.serial)).where(*recorded))
-        return devices, None if serial is None else int(serial)

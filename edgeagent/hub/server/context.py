@@ -13,7 +13,7 @@ from pathlib import Path
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from edgeagent.hub.server import fleetdb, inputs
+from edgeagent.hub.server import api_inputs, fleetdb, inputs
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.settings import ServerSettings
@@ -46,13 +46,13 @@ def context_of(request: web.Request) -> HubContext:
 def query_page(request: web.Request) -> tuple[int, int]:
     """``?limit=&offset=``, checked by the schemas the API documents (``inputs``)."""
     settings = context_of(request).settings
-    return inputs.LIMIT.read(request, settings), inputs.OFFSET.read(request, settings)
+    return api_inputs.LIMIT.read(request, settings), api_inputs.OFFSET.read(request, settings)
 
 
 def query_filter(request: web.Request) -> fleetdb.DeviceFilter:
     """The fleet table's filters, checked by the schemas the API documents (``inputs``)."""
     settings = context_of(request).settings
-    values = {p.name: p.read(request, settings) or "" for p in inputs.FILTERS}
+    values = {p.name: p.read(request, settings) or "" for p in api_inputs.FILTERS}
     where = fleetdb.DeviceFilter(**values)
     if where.version and not where.model:
         raise BadRequest(400, "?version= needs ?model= (the version of which model)")

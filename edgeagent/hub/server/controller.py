@@ -15,9 +15,9 @@ controller signs one envelope per batch of a stage (at most ``send_batch`` devic
 the manifest's ``MAX_TARGETS``), the uploaded manifest with ``targets.device_ids`` set to that
 batch — what ``hub rollout`` does per stage — so a copy replayed to any other device is refused
 there as ``wrong_target``, and with a serial of its own from the database's counter
-(``deploydb.next_serial``), taken in the transaction that records it: above everything the
+(``releasedb.next_serial``), taken in the transaction that records it: above everything the
 server sent before, so devices accept a rollback to an old release too. Without a key the
-uploaded envelope goes out unchanged, after the server serial check (``deploydb.check_serial``;
+uploaded envelope goes out unchanged, after the server serial check (``releasedb.check_serial``;
 a deployment that fails it is aborted before it sends anything more). An agent release is code,
 which the server never signs: it always goes out as uploaded, after the same check, even from a
 server with release keys (``_signer``).
@@ -36,6 +36,11 @@ cleared if it holds the release, and a signed cancellation sent behind the relea
 device that may hold it unanswered (``server.cancel``), so a device that was offline during
 the abort does not install it when it comes back.
 
+The controller only decides: what it reads comes from ``deployreads`` and every write is one
+of ``deploydb``'s named transitions (``enter_stage``, ``record_batch``, ``mark_sent``,
+``time_out_stage``, ``abort``, ``succeed``), in a transaction it opens. A deployment's release
+is parsed once and kept while the deployment is active, not once per batch.
+
 The controller sleeps until the nearest stage deadline or until ``wake()`` (a device answered,
 a person acted, the broker reconnected).
 """
@@ -52,18 +57,16 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.topics import Topics
-from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy, Tally, stored_policy
+from edgeagent.hub.policy import RolloutPolicy, stored_policy
 from edgeagent.hub.rollout import stage_manifest
-from edgeagent.hub.server import deploydb
+from edgeagent.hub.server import deploydb, deployreads
 from edgeagent.hub.server.cancel import Canceller, ClearSlot, SignCancel
 from edgeagent.hub.server.changes import Changes
-from edgeagent.hub.server.deploydb import DeploymentError
-from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+from edgeagent.hub.server.releasedb import DeploymentError, next_serial, release_manifest
 from edgeagent.hub.verify import AnyRelease
 
 log = logging.getLogger(__name__)
@@ -71,7 +74,6 @@ log = logging.getLogger(__name__)
 Publish = Callable[[str, bytes], Awaitable[None]]
 Sign = Callable[[ReleaseManifest], bytes]
 RETRY_S = 5.0  # after a failed pass (broker or database away), unless woken sooner
-dd = deployment_devices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,8 @@ class RolloutController:
         self._wake = asyncio.Event()
         # published but not yet marked sent: deployment → envelope SHA-256 → devices
         self._unmarked: dict[str, dict[str, list[str]]] = {}
+        # each active deployment's release as it sends it (parsed once, its own dates)
+        self._releases: dict[str, AnyRelease] = {}
 
     def wake(self) -> None:
         self._wake.set()
@@ -138,13 +142,9 @@ class RolloutController:
         for deployment_id in list(self._unmarked):  # before anything could send them again
             await self._mark_unmarked(deployment_id)
         async with self.engine.connect() as connection:
-            rows = await connection.execute(
-                sa.select(deployments, releases.c.envelope, releases.c.kind)
-                .join(releases, releases.c.id == deployments.c.release_id)
-                .where(deployments.c.state.in_(("scheduled", "running")))
-                .order_by(deployments.c.created_at)
-            )
-            active = [dict(r._mapping) for r in rows]
+            active = await deployreads.active_deployments(connection)
+        for gone in self._releases.keys() - {deployment["id"] for deployment in active}:
+            del self._releases[gone]
         deadlines = []
         for deployment in active:
             deadline = await self._advance(deployment)
@@ -170,7 +170,8 @@ class RolloutController:
                 if deployment["state"] != "running":  # refused by the serial check
                     return None
                 started = deployment["stage_started_at"]
-                waiting = await self._count(deployment, ("queued", "sent"))
+                async with self.engine.connect() as connection:
+                    waiting = await deployreads.waiting_count(connection, deployment)
                 if not policy.stage_over(waiting, started, time.time()):
                     return policy.deadline(started)
                 deployment = await self._finish_stage(deployment, policy)
@@ -179,32 +180,12 @@ class RolloutController:
             if changed:
                 await self.changes.bump()
 
-    async def _update(self, deployment: dict[str, Any], **changes: Any) -> dict[str, Any]:
-        """Write ``changes`` only if nobody (a person pausing) changed the state meanwhile."""
-        changes["updated_at"] = time.time()
-        async with self.engine.begin() as connection:
-            result = await connection.execute(
-                deployments.update()
-                .where(
-                    deployments.c.id == deployment["id"],
-                    deployments.c.state == deployment["state"],
-                    deployments.c.stage == deployment["stage"],
-                )
-                .values(**changes)
-            )
-            if result.rowcount and changes.get("state") == "aborted":
-                await deploydb.stop_sending(connection, deployment["id"])
-        if not result.rowcount:
-            return {**deployment, "state": "changed"}
-        return {**deployment, **changes}
-
     async def _start_stage(self, deployment: dict[str, Any], stage: int) -> dict[str, Any]:
         log.info(
             "deployment %s: stage %d of %d", deployment["id"], stage, deployment["stage_count"]
         )
-        return await self._update(
-            deployment, state="running", stage=stage, stage_started_at=time.time()
-        )
+        async with self.engine.begin() as connection:
+            return await deploydb.enter_stage(connection, deployment, stage)
 
     async def _send_queued(self, deployment: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Send every queued device of the stage; returns the deployment (aborted if the serial
@@ -217,7 +198,8 @@ class RolloutController:
                 return deployment, sent_any
             if isinstance(batch, str):  # the server serial check refused it: nothing sent
                 log.warning("deployment %s aborted: %s", deployment["id"], batch)
-                return await self._update(deployment, state="aborted", reason=batch), True
+                async with self.engine.begin() as connection:
+                    return await deploydb.abort(connection, deployment, batch), True
             group = deployment["group_name"]
             unmarked = self._unmarked.setdefault(deployment["id"], {})
             published = unmarked.setdefault(batch.sha256, [])
@@ -237,87 +219,47 @@ class RolloutController:
         Devices recorded but still queued (a crash or the broker away after the record) come
         first, with the very bytes recorded for them; then the next ``send_batch`` devices
         never recorded, with a fresh serial when the server signs."""
-        queued = (
-            dd.c.deployment_id == deployment["id"],
-            dd.c.stage == deployment["stage"],
-            dd.c.status == "queued",
-        )
-        recorded = (
-            await connection.execute(
-                sa.select(dd.c.envelope_sha256, dd.c.serial)
-                .where(*queued, dd.c.envelope_sha256.is_not(None))
-                .order_by(dd.c.device_id)
-                .limit(1)
-            )
-        ).first()
-        if recorded is not None:
-            sha256, serial = recorded
-            devices = await deploydb.lock_devices(
-                connection, *queued, dd.c.envelope_sha256 == sha256
-            )
-            batch = await self._recorded_batch(connection, deployment, sha256, serial, devices)
-            return batch or await self._record(connection, deployment, devices)
-        devices = await deploydb.lock_devices(
-            connection, *queued, dd.c.envelope_sha256.is_(None), limit=self.send_batch
-        )
-        if not devices:
+        claim = await deploydb.claim_batch(connection, deployment, self.send_batch)
+        if claim is None:
             return None
-        return await self._record(connection, deployment, devices)
+        if claim.sha256 is not None and claim.serial is not None:
+            batch = self._recorded_batch(deployment, claim)
+            if batch is not None:
+                return batch
+        sign = self._signer(deployment)
+        if sign is None:
+            try:
+                serial = await deploydb.relay_serial(
+                    connection, deployment, self._release(deployment)
+                )
+            except DeploymentError as exc:
+                return exc.message
+            envelope = deployment["envelope"]
+        else:
+            serial = await next_serial(connection, deployment["model"])
+            envelope = self._signed(sign, deployment, serial, claim.devices)
+        sha256 = hashlib.sha256(envelope).hexdigest()
+        await deploydb.record_batch(connection, deployment["id"], claim.devices, sha256, serial)
+        return Batch(envelope, sha256, serial, claim.devices)
 
-    async def _recorded_batch(
-        self,
-        connection: AsyncConnection,
-        deployment: dict[str, Any],
-        sha256: str,
-        serial: int,
-        devices: list[str],
-    ) -> Batch | None:
-        """The recorded envelope again, for ``devices`` (queued) of it; None if this server
-        cannot make those bytes any more (restarted with other keys, or without)."""
+    def _recorded_batch(self, deployment: dict[str, Any], claim: deploydb.Claim) -> Batch | None:
+        """The recorded envelope again, for the claimed devices (queued) of it; None if this
+        server cannot make those bytes any more (restarted with other keys, or without)."""
+        assert claim.sha256 is not None and claim.serial is not None
         sign = self._signer(deployment)
         if sign is None:
             envelope = deployment["envelope"]
         else:
-            rows = await connection.execute(
-                sa.select(dd.c.device_id)
-                .where(dd.c.deployment_id == deployment["id"], dd.c.envelope_sha256 == sha256)
-                .order_by(dd.c.device_id)
-            )
-            whole_batch = [row[0] for row in rows]
-            envelope = self._signed(sign, deployment, serial, whole_batch)
-        if hashlib.sha256(envelope).hexdigest() != sha256:
+            envelope = self._signed(sign, deployment, claim.serial, list(claim.batch))
+        if hashlib.sha256(envelope).hexdigest() != claim.sha256:
             log.warning(
                 "deployment %s: the envelope recorded for %d device(s) cannot be made again "
                 "(other release keys?): sending them a new one",
                 deployment["id"],
-                len(devices),
+                len(claim.devices),
             )
             return None
-        return Batch(envelope, sha256, serial, devices)
-
-    async def _record(
-        self, connection: AsyncConnection, deployment: dict[str, Any], devices: list[str]
-    ) -> Batch | str:
-        """Make the envelope for ``devices`` (locked) and record it on their rows."""
-        sign = self._signer(deployment)
-        if sign is None:
-            manifest = self._manifest(deployment)
-            release = {**deployment, "version": manifest.version}
-            try:
-                await deploydb.check_serial(connection, release, other_than=deployment["id"])
-            except DeploymentError as exc:
-                return exc.message
-            envelope, serial = deployment["envelope"], manifest.serial
-        else:
-            serial = await deploydb.next_serial(connection, deployment["model"])
-            envelope = self._signed(sign, deployment, serial, devices)
-        sha256 = hashlib.sha256(envelope).hexdigest()
-        await connection.execute(
-            dd.update()
-            .where(dd.c.deployment_id == deployment["id"], dd.c.device_id.in_(devices))
-            .values(envelope_sha256=sha256, serial=serial)
-        )
-        return Batch(envelope, sha256, serial, devices)
+        return Batch(envelope, claim.sha256, claim.serial, claim.devices)
 
     def _signer(self, deployment: dict[str, Any]) -> Sign | None:
         """The hub's release key(s) for a model release; None (relay the upload) without them
@@ -328,37 +270,33 @@ class RolloutController:
         self, sign: Sign, deployment: dict[str, Any], serial: int, devices: list[str]
     ) -> bytes:
         """The model release signed with ``serial`` for exactly ``devices`` (one batch)."""
-        manifest = self._manifest(deployment)
+        manifest = self._release(deployment)
         assert isinstance(manifest, ReleaseManifest), "the server signs model releases only"
         return sign(stage_manifest(dataclasses.replace(manifest, serial=serial), devices))
 
-    def _manifest(self, deployment: dict[str, Any]) -> AnyRelease:
-        """The uploaded manifest, with the deployment's own dates if it re-issues it."""
-        manifest = deploydb.release_manifest(deployment["envelope"])
-        if deployment.get("issued_at") is None or deployment.get("expires") is None:
-            return manifest
-        return dataclasses.replace(
-            manifest,
-            issued_at=datetime.fromtimestamp(deployment["issued_at"], timezone.utc),
-            expires=datetime.fromtimestamp(deployment["expires"], timezone.utc),
-        )
+    def _release(self, deployment: dict[str, Any]) -> AnyRelease:
+        """The uploaded manifest, with the deployment's own dates if it re-issues it; parsed
+        once per deployment (kept while it is active), not once per batch."""
+        cached = self._releases.get(deployment["id"])
+        if cached is not None:
+            return cached
+        manifest = release_manifest(deployment["envelope"])
+        if deployment.get("issued_at") is not None and deployment.get("expires") is not None:
+            manifest = dataclasses.replace(
+                manifest,
+                issued_at=datetime.fromtimestamp(deployment["issued_at"], timezone.utc),
+                expires=datetime.fromtimestamp(deployment["expires"], timezone.utc),
+            )
+        self._releases[deployment["id"]] = manifest
+        return manifest
 
     async def _mark_unmarked(self, deployment_id: str) -> None:
         """Mark what was published as sent (rows an abort made ``not_sent`` meanwhile too);
         forgotten only once that is committed."""
         for sha256, devices in list(self._unmarked.get(deployment_id, {}).items()):
             if devices:
-                where = (
-                    dd.c.deployment_id == deployment_id,
-                    dd.c.device_id.in_(devices),
-                    dd.c.envelope_sha256 == sha256,
-                    dd.c.status.in_(("queued", deploydb.NOT_SENT)),
-                )
                 async with self.engine.begin() as connection:
-                    await deploydb.lock_devices(connection, *where)
-                    await connection.execute(
-                        dd.update().where(*where).values(status="sent", sent_at=time.time())
-                    )
+                    await deploydb.mark_sent(connection, deployment_id, sha256, devices)
             del self._unmarked[deployment_id][sha256]
         self._unmarked.pop(deployment_id, None)
 
@@ -366,51 +304,17 @@ class RolloutController:
         self, deployment: dict[str, Any], policy: RolloutPolicy
     ) -> dict[str, Any]:
         """Time out the silent devices, then do what the policy's verdict says."""
-        silent = (
-            dd.c.deployment_id == deployment["id"],
-            dd.c.stage == deployment["stage"],
-            dd.c.status.in_(("queued", "sent")),
-        )
         async with self.engine.begin() as connection:
-            await deploydb.lock_devices(connection, *silent)
-            await connection.execute(
-                dd.update()
-                .where(*silent)
-                .values(status=TIMED_OUT, code=TIMED_OUT, answered_at=time.time())
-            )
-        tally = await self._tally(deployment)
+            await deploydb.time_out_stage(connection, deployment)
+        async with self.engine.connect() as connection:
+            tally = await deployreads.tally(connection, deployment)
         verdict = policy.verdict(deployment["stage"], deployment["stage_count"], tally)
         if verdict.state == "aborted":
             log.warning("deployment %s aborted: %s", deployment["id"], verdict.reason)
-            return await self._update(deployment, state="aborted", reason=verdict.reason)
+            async with self.engine.begin() as connection:
+                return await deploydb.abort(connection, deployment, verdict.reason)
         if verdict.state == "succeeded":
             log.info("deployment %s succeeded (%d failed)", deployment["id"], tally.failed)
-            return await self._update(deployment, state="succeeded")
+            async with self.engine.begin() as connection:
+                return await deploydb.succeed(connection, deployment)
         return await self._start_stage(deployment, deployment["stage"] + 1)
-
-    async def _count(self, deployment: dict[str, Any], statuses: tuple[str, ...]) -> int:
-        """Devices of the current stage in one of ``statuses``."""
-        async with self.engine.connect() as connection:
-            value = await connection.scalar(
-                sa.select(sa.func.count()).where(
-                    deployment_devices.c.deployment_id == deployment["id"],
-                    deployment_devices.c.stage == deployment["stage"],
-                    deployment_devices.c.status.in_(statuses),
-                )
-            )
-        return int(value or 0)
-
-    async def _tally(self, deployment: dict[str, Any]) -> Tally:
-        """The finished devices of every stage up to the current one, by status."""
-        status = deployment_devices.c.status
-        async with self.engine.connect() as connection:
-            rows = await connection.execute(
-                sa.select(status, sa.func.count())
-                .where(
-                    deployment_devices.c.deployment_id == deployment["id"],
-                    deployment_devices.c.stage <= deployment["stage"],
-                    status.in_(FINISHED),
-                )
-                .group_by(status)
-            )
-            return Tally.of({name: int(count) for name, count in rows})

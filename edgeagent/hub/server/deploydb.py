@@ -1,25 +1,22 @@
-"""Releases and deployments as durable rows, and the state machine's legal moves.
+"""Deployments' state and every move of it: the one writer of ``deployments`` and
+``deployment_devices`` rows.
 
-A deployment is created ``scheduled`` with its device list resolved once (explicit ids, or the
-group's devices, optionally of one profile) and each device assigned its stage; the controller
-moves it to ``running`` (stage k) and on to ``succeeded`` or ``aborted``. People may pause,
-resume, abort, or roll it back to an earlier version (a new deployment of that release to the
-devices this one reached). Every change is one transaction, so a crash leaves a consistent row
-for the controller to resume from.
+A deployment is created ``scheduled`` with its device list resolved once (``targets``) and each
+device assigned its stage; the controller moves it to ``running`` (stage k) and on to
+``succeeded`` or ``aborted``. People may pause, resume, abort, or roll it back to an earlier
+version (a new deployment of that release to the devices this one reached). Every change is a
+named transition here — people's (``move``, ``rollback``), the controller's (``enter_stage``,
+``record_batch``, ``mark_sent``, ``time_out_stage``, ``abort``, ``succeed``), the canceller's
+(``mark_cancelled``) and the devices' answers (``record_outcome``, ``late_answer``) — run in
+the caller's transaction, so a crash leaves a consistent row for the controller to resume
+from. Callers decide; nothing else writes these rows (the reads are in ``deployreads``).
 
-Serials: devices refuse a release whose serial is not above the one they hold, so the server
-keeps a counter per model (``model_serials``: above every serial it signed, sent or received)
-and, when it signs (``--release-key``), takes each envelope's serial from it (``next_serial``)
-in the transaction that records what it will send. A rollback is then the old manifest
-re-issued: a fresh serial and lifetime, which devices accept. Without a key the server can only
-relay uploads, so it refuses a deployment whose serial is not above one it already sent
-(``check_serial``): devices would refuse it as a replay.
+The controller's moves are guarded: each writes only if the state and stage are still the ones
+it decided from (a person pausing meanwhile wins), and says ``changed`` otherwise.
 
-Agent releases (``kind`` "agent", model ``edgeagent``) are code: the server never signs one, so
-it relays the upload, after ``check_serial``, whatever keys it holds; it sends one only to the
-targeted devices whose reported platform and Python it has a wheelhouse for (the rest are
-``left_out``, counted by why), and never rolls one back: a device whose new agent fails rolls
-back by itself, and a downgrade is a newly signed release of the older version.
+Agent releases are code: the server relays the upload and never rolls one back: a device whose
+new agent fails rolls back by itself, and a downgrade is a newly signed release of the older
+version.
 
 Locks: every writer of ``deployment_devices`` rows — the controller, the ingest, people's
 actions — takes them in one order, by (deployment, device id) (``lock_devices``), so on
@@ -28,29 +25,26 @@ PostgreSQL two transactions never each hold a row the other waits for (a deadloc
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 import time
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from edgeagent.fleet.agent_manifest import AgentManifest
-from edgeagent.fleet.manifest import MAX_SERIAL
 from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy
-from edgeagent.hub.server.schema import (
-    deployment_devices,
-    deployments,
-    devices,
-    model_serials,
-    releases,
+from edgeagent.hub.server.releasedb import (
+    DeploymentError,
+    check_serial,
+    find_release,
+    get_release,
+    one_row,
+    release_manifest,
 )
-from edgeagent.hub.verify import AnyRelease, kind_of, model_of, read_manifest
+from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+from edgeagent.hub.server.targets import TargetSpec, agent_devices, left_out_text, resolve_targets
+from edgeagent.hub.verify import AnyRelease
 
 ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
@@ -60,7 +54,6 @@ CANCELLED = "cancelled"  # an aborted deployment's device that refused its relea
 DEVICE_STATUSES = ("queued", "sent", *FINISHED, NOT_SENT, CANCELLED)
 # rows an aborted deployment may have sent its release to that have not answered (yet)
 UNANSWERED = ("queued", "sent", TIMED_OUT, NOT_SENT)
-MAX_LEFT_OUT_REASONS = 10  # distinct reasons an agent deployment names; the rest are "other"
 dd = deployment_devices
 MOVES = {  # action → (states it may start from, state it leads to)
     "pause": (("scheduled", "running"), "paused"),
@@ -68,171 +61,6 @@ MOVES = {  # action → (states it may start from, state it leads to)
     "abort": (ACTIVE, "aborted"),
     "rollback": ((*ACTIVE, "succeeded", "aborted"), "rolled_back"),
 }
-
-
-class DeploymentError(Exception):
-    """A request the state machine refuses; ``status`` is the HTTP status it maps to."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """Who a deployment is for: explicit devices, or a group (optionally one profile)."""
-
-    group: str = ""
-    device_ids: tuple[str, ...] = ()
-    profile: str = ""
-
-
-async def add_release(
-    connection: AsyncConnection, envelope: bytes, manifest: AnyRelease
-) -> tuple[dict[str, Any], bool]:
-    """Store a verified release (a model's or the agent's) once (same bytes → same row);
-    returns (row, created)."""
-    digest = hashlib.sha256(envelope).hexdigest()
-    found = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
-    if found is not None:
-        return found, False
-    covers = (  # what an agent release can be installed on (GET releases shows it)
-        {"platforms": [w.platform for w in manifest.wheelhouses], "python": manifest.python}
-        if isinstance(manifest, AgentManifest)
-        else {}
-    )
-    await connection.execute(
-        releases.insert().values(
-            kind=kind_of(manifest),
-            model=model_of(manifest),
-            version=manifest.version,
-            release_tag=manifest.deployment_id,
-            sha256=digest,
-            envelope=envelope,
-            **covers,
-            created_at=time.time(),
-        )
-    )
-    await note_serial(connection, model_of(manifest), manifest.serial)
-    created = await _one(connection, sa.select(releases).where(releases.c.sha256 == digest))
-    assert created is not None
-    return created, True
-
-
-def release_manifest(envelope: bytes) -> AnyRelease:
-    """The manifest of a stored envelope (checked when it was uploaded)."""
-    return read_manifest(envelope, max_bytes=len(envelope))
-
-
-def _insert_serial(connection: AsyncConnection, model: str, serial: int) -> Any:
-    dialect = sqlite if connection.dialect.name == "sqlite" else postgresql
-    return dialect.insert(model_serials).values(model=model, serial=serial)
-
-
-async def note_serial(connection: AsyncConnection, model: str, serial: int) -> None:
-    """Raise the counter of ``model`` to at least ``serial`` (a release the server received)."""
-    insert = _insert_serial(connection, model, serial)
-    held, new = model_serials.c.serial, insert.excluded.serial
-    await connection.execute(
-        insert.on_conflict_do_update(
-            index_elements=["model"], set_={"serial": sa.case((held < new, new), else_=held)}
-        )
-    )
-
-
-async def next_serial(connection: AsyncConnection, model: str) -> int:
-    """The next serial of ``model``, above every serial the server signed, sent or received
-    for it; taken in the caller's transaction, so it is committed with what records it (or
-    not at all) and before anything signed with it is sent."""
-    insert = _insert_serial(connection, model, 1)
-    serial = await connection.scalar(
-        insert.on_conflict_do_update(
-            index_elements=["model"], set_={"serial": model_serials.c.serial + 1}
-        ).returning(model_serials.c.serial)
-    )
-    if serial is None or serial > MAX_SERIAL:
-        raise DeploymentError(409, f"{model} has used every release serial (2^53-1)")
-    return int(serial)
-
-
-async def sent_serial(
-    connection: AsyncConnection,
-    model: str,
-    *,
-    other_than: str | None = None,
-    relayed_only: bool = False,
-) -> int | None:
-    """The highest serial recorded as sent (or about to be) to a device for ``model``, by any
-    deployment but ``other_than``; ``relayed_only``: only uploads sent unchanged."""
-    dd = deployment_devices
-    joined = dd.join(deployments, deployments.c.id == dd.c.deployment_id)
-    query = sa.select(sa.func.max(dd.c.serial)).where(
-        deployments.c.model == model, dd.c.serial.is_not(None)
-    )
-    if other_than is not None:
-        query = query.where(deployments.c.id != other_than)
-    if relayed_only:
-        joined = joined.join(releases, releases.c.id == deployments.c.release_id)
-        query = query.where(dd.c.envelope_sha256 == releases.c.sha256)
-    value = await connection.scalar(query.select_from(joined))
-    return None if value is None else int(value)
-
-
-async def _sent_with(connection: AsyncConnection, release: dict[str, Any], serial: int) -> bool:
-    """Whether ``serial`` went out in this release's own uploaded envelope."""
-    dd = deployment_devices
-    query = (
-        sa.select(dd.c.device_id)
-        .join(deployments, deployments.c.id == dd.c.deployment_id)
-        .where(
-            deployments.c.model == release["model"],
-            dd.c.serial == serial,
-            dd.c.envelope_sha256 == hashlib.sha256(release["envelope"]).hexdigest(),
-        )
-        .limit(1)
-    )
-    return await connection.scalar(query) is not None
-
-
-async def check_serial(
-    connection: AsyncConnection,
-    release: dict[str, Any],
-    *,
-    other_than: str | None = None,
-    relayed_only: bool = False,
-    rollback: bool = False,
-) -> None:
-    """The server serial check before send, for a server that relays uploads unchanged: 409
-    unless the release's serial is above every serial already sent for its model, or it is
-    the very envelope that carried the highest one (a retry: devices that failed it never
-    raised their floor and take it again; those that committed it answer ``same_version``)."""
-    serial = release_manifest(release["envelope"]).serial
-    floor = await sent_serial(
-        connection, release["model"], other_than=other_than, relayed_only=relayed_only
-    )
-    if floor is None or serial > floor:
-        return
-    if serial == floor and await _sent_with(connection, release, serial):
-        return
-    what = f"{release['model']} {release['version']} carries serial {serial}"
-    if release.get("kind") == "agent":  # never signed by the server, whatever its keys
-        fix = "sign it again with a new serial (hub sign --agent) and upload it"
-    elif rollback:
-        fix = (
-            "a rollback needs --release-key (the server re-signs the old release with a fresh "
-            "serial), or upload that version signed again with a new serial (hub sign)"
-        )
-    else:
-        fix = (
-            "sign it again with a new serial (hub sign) and upload it, or run the server "
-            "with --release-key to sign what it sends with fresh serials"
-        )
-    raise DeploymentError(
-        409,
-        f"{what}, not above serial {floor} this server already sent for {release['model']}: "
-        f"devices would refuse it as a replay; {fix}",
-    )
 
 
 async def lock_devices(
@@ -260,87 +88,6 @@ async def stop_sending(connection: AsyncConnection, deployment_id: str) -> None:
     await connection.execute(dd.update().where(*where).values(status=NOT_SENT))
 
 
-def release_view(row: dict[str, Any]) -> dict[str, Any]:
-    """A release as the API shows it (the envelope has its own route)."""
-    return {k: v for k, v in row.items() if k != "envelope"}
-
-
-async def get_release(connection: AsyncConnection, release_id: int) -> dict[str, Any] | None:
-    return await _one(connection, sa.select(releases).where(releases.c.id == release_id))
-
-
-async def find_release(
-    connection: AsyncConnection, model: str, version: str
-) -> dict[str, Any] | None:
-    """The newest stored release of ``model`` at ``version``."""
-    query = (
-        sa.select(releases)
-        .where(releases.c.model == model, releases.c.version == version)
-        .order_by(releases.c.id.desc())
-    )
-    return await _one(connection, query)
-
-
-async def list_releases(connection: AsyncConnection, model: str = "") -> list[dict[str, Any]]:
-    query = sa.select(releases).order_by(releases.c.id.desc())
-    if model:
-        query = query.where(releases.c.model == model)
-    return [release_view(dict(r._mapping)) for r in await connection.execute(query)]
-
-
-async def _resolve_targets(
-    connection: AsyncConnection, targets: TargetSpec
-) -> list[tuple[str, str, str]]:
-    """The targeted devices by id, each with its reported (platform, Python)."""
-    query = sa.select(devices.c.device_id, devices.c.platform, devices.c.python)
-    if targets.device_ids:
-        query = query.where(devices.c.device_id.in_(targets.device_ids))
-    if targets.group:
-        query = query.where(devices.c.group_name == targets.group)
-    if targets.profile:
-        query = query.where(devices.c.profile == targets.profile)
-    found = sorted((row[0], row[1], row[2]) for row in await connection.execute(query))
-    unknown = sorted(set(targets.device_ids) - {device_id for device_id, _, _ in found})
-    if unknown:
-        shown = ", ".join(unknown[:10])
-        raise DeploymentError(
-            422, f"{len(unknown)} device(s) unknown to the hub or outside the filter: {shown}"
-        )
-    return found
-
-
-def agent_devices(
-    release: dict[str, Any], found: Sequence[tuple[str, str, str]]
-) -> tuple[list[str], dict[str, Any]]:
-    """The devices of ``found`` (id, platform, Python) an agent release has a wheelhouse for,
-    and the others counted by why: ``{"devices": n, "reasons": {why: count}}``.
-
-    A device that reports no platform (an agent from before self-updates) is left out too:
-    it could not install the release. At most ``MAX_LEFT_OUT_REASONS`` reasons are named
-    (platforms are what devices report), the rest are counted as "other"."""
-    platforms, python = set(release["platforms"] or ()), release["python"]
-    kept: list[str] = []
-    why: Counter[str] = Counter()
-    for device_id, platform, device_python in found:
-        if not platform or not device_python:
-            why["reports no platform or Python (an agent without self-updates)"] += 1
-        elif platform not in platforms:
-            why[f"platform {platform}: no wheelhouse in this release"] += 1
-        elif device_python != python:
-            why[f"Python {device_python}: the release's wheels are for Python {python}"] += 1
-        else:
-            kept.append(device_id)
-    named = dict(why.most_common(MAX_LEFT_OUT_REASONS))
-    other = sum(why.values()) - sum(named.values())
-    reasons = {**named, **({"other platforms or Pythons": other} if other else {})}
-    return kept, {"devices": sum(why.values()), "reasons": reasons}
-
-
-def left_out_text(left_out: dict[str, Any]) -> str:
-    """``agent_devices``' count of left-out devices, for people."""
-    return "; ".join(f"{count} {why}" for why, count in left_out["reasons"].items())
-
-
 async def create_deployment(
     connection: AsyncConnection,
     release: dict[str, Any],
@@ -365,7 +112,7 @@ async def create_deployment(
     """
     if not targets.group and not targets.device_ids:
         raise DeploymentError(422, "say who gets it: 'group' and/or 'devices'")
-    busy = await _one(
+    busy = await one_row(
         connection,
         sa.select(deployments.c.id).where(
             deployments.c.model == release["model"], deployments.c.state.in_(ACTIVE)
@@ -377,7 +124,7 @@ async def create_deployment(
             f"deployment {busy['id']} of {release['model']} is still active: finish, "
             "abort or roll it back first",
         )
-    found = await _resolve_targets(connection, targets)
+    found = await resolve_targets(connection, targets)
     if not found:
         raise DeploymentError(422, "no device known to the hub matches these targets")
     device_list, left_out = [device_id for device_id, _, _ in found], None
@@ -434,75 +181,11 @@ async def create_deployment(
     return deployment_id
 
 
-async def get_deployment(
-    connection: AsyncConnection,
-    deployment_id: str,
-    *,
-    device_limit: int | None = None,
-    device_offset: int = 0,
-) -> dict[str, Any] | None:
-    """The deployment row, its release, progress per stage and the devices' outcomes.
-
-    The counts per stage and status are one grouped query, so they cost the same at 10,000
-    devices as at ten; ``device_limit`` pages the device rows (None: all of them), because
-    a long poll answering every row on every change was 14 % of the hub's CPU at 10,000.
-    """
-    row = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
-    if row is None:
-        return None
-    release = await get_release(connection, row["release_id"])
-    mine = deployment_devices.c.deployment_id == deployment_id
-    grouped = await connection.execute(
-        sa.select(deployment_devices.c.stage, deployment_devices.c.status, sa.func.count())
-        .where(mine)
-        .group_by(deployment_devices.c.stage, deployment_devices.c.status)
-    )
-    counts = {(stage, status): number for stage, status, number in grouped}
-    stages: list[dict[str, Any]] = []
-    for number in range(1, row["stage_count"] + 1):
-        in_stage = {s: counts.get((number, s), 0) for s in DEVICE_STATUSES}
-        stages.append({"stage": number, "devices": sum(in_stage.values()), **in_stage})
-    totals = {s: sum(stage[s] for stage in stages) for s in DEVICE_STATUSES}
-    query = (
-        sa.select(deployment_devices)
-        .where(mine)
-        .order_by(deployment_devices.c.stage, deployment_devices.c.device_id)
-        .offset(device_offset)
-    )
-    if device_limit is not None:
-        query = query.limit(device_limit)
-    members = await connection.execute(query)
-    return {
-        **_named(row),
-        "release": release_view(release) if release else None,
-        "totals": totals,
-        "stages": stages,
-        "device_count": sum(counts.values()),
-        "devices": [{k: v for k, v in r._mapping.items() if k != "deployment_id"} for r in members],
-    }
-
-
-async def list_deployments(
-    connection: AsyncConnection, *, state: str = "", limit: int, offset: int
-) -> list[dict[str, Any]]:
-    query = sa.select(deployments).order_by(deployments.c.created_at.desc())
-    if state:
-        query = query.where(deployments.c.state == state)
-    rows = await connection.execute(query.limit(limit).offset(offset))
-    return [_named(dict(r._mapping)) for r in rows]
-
-
-def _named(row: dict[str, Any]) -> dict[str, Any]:
-    """A deployment row with the API's names (``group``, not the column's ``group_name``)."""
-    row["group"] = row.pop("group_name")
-    return row
-
-
 async def move(
     connection: AsyncConnection, deployment_id: str, action: str, reason: str = ""
 ) -> dict[str, Any]:
     """Apply a person's action (pause, resume, abort, rollback) if the state allows it."""
-    row = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
+    row = await one_row(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
     if row is None:
         raise DeploymentError(404, f"no deployment {deployment_id!r}")
     sources, target = MOVES[action]
@@ -547,7 +230,7 @@ async def rollback(
     returns the new deployment's id. One transaction with the caller's: when the new
     deployment is refused (no such release, another one active, a serial devices would refuse
     without ``signs``) nothing changes, the old deployment's state included."""
-    old = await _one(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
+    old = await one_row(connection, sa.select(deployments).where(deployments.c.id == deployment_id))
     if old is None:
         raise DeploymentError(404, f"no deployment {deployment_id!r}")
     deployed = await get_release(connection, old["release_id"])
@@ -573,6 +256,152 @@ async def rollback(
         policy,
         rollback_of=deployment_id,
         signs=signs,
+    )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The next devices of a stage to send to, locked in the caller's transaction: ones
+    recorded but still queued (a crash or the broker away after the record), with what was
+    recorded for them, or else ones never recorded."""
+
+    devices: list[str]
+    sha256: str | None = None  # recorded: the envelope they are to be sent
+    serial: int | None = None
+    batch: tuple[str, ...] = ()  # recorded: every device of that envelope (its targets)
+
+
+async def claim_batch(
+    connection: AsyncConnection, deployment: dict[str, Any], limit: int
+) -> Claim | None:
+    """The devices of the current stage to send to next (None: all sent): the recorded ones
+    first, all of one envelope; then at most ``limit`` never recorded."""
+    queued = (
+        dd.c.deployment_id == deployment["id"],
+        dd.c.stage == deployment["stage"],
+        dd.c.status == "queued",
+    )
+    recorded = (
+        await connection.execute(
+            sa.select(dd.c.envelope_sha256, dd.c.serial)
+            .where(*queued, dd.c.envelope_sha256.is_not(None))
+            .order_by(dd.c.device_id)
+            .limit(1)
+        )
+    ).first()
+    if recorded is not None:
+        sha256, serial = recorded
+        devices = await lock_devices(connection, *queued, dd.c.envelope_sha256 == sha256)
+        rows = await connection.execute(
+            sa.select(dd.c.device_id)
+            .where(dd.c.deployment_id == deployment["id"], dd.c.envelope_sha256 == sha256)
+            .order_by(dd.c.device_id)
+        )
+        return Claim(devices, sha256, serial, tuple(row[0] for row in rows))
+    devices = await lock_devices(connection, *queued, dd.c.envelope_sha256.is_(None), limit=limit)
+    return Claim(devices) if devices else None
+
+
+async def relay_serial(
+    connection: AsyncConnection, deployment: dict[str, Any], release: AnyRelease
+) -> int:
+    """The serial of the uploaded envelope (``release``, its manifest) a relaying server sends,
+    after the server serial check against every other deployment (``DeploymentError``:
+    devices would refuse it as a replay)."""
+    row = {**deployment, "version": release.version}
+    await check_serial(connection, row, other_than=deployment["id"], serial=release.serial)
+    return release.serial
+
+
+async def record_batch(
+    connection: AsyncConnection, deployment_id: str, devices: list[str], sha256: str, serial: int
+) -> None:
+    """Record on ``devices`` (locked, queued) the envelope they will be sent, before it is."""
+    await connection.execute(
+        dd.update()
+        .where(dd.c.deployment_id == deployment_id, dd.c.device_id.in_(devices))
+        .values(envelope_sha256=sha256, serial=serial)
+    )
+
+
+async def mark_sent(
+    connection: AsyncConnection, deployment_id: str, sha256: str, devices: list[str]
+) -> None:
+    """``devices`` were published the envelope ``sha256``: ``sent`` (rows an abort made
+    ``not_sent`` meanwhile too: they were sent all the same)."""
+    where = (
+        dd.c.deployment_id == deployment_id,
+        dd.c.device_id.in_(devices),
+        dd.c.envelope_sha256 == sha256,
+        dd.c.status.in_(("queued", NOT_SENT)),
+    )
+    await lock_devices(connection, *where)
+    await connection.execute(dd.update().where(*where).values(status="sent", sent_at=time.time()))
+
+
+async def time_out_stage(connection: AsyncConnection, deployment: dict[str, Any]) -> None:
+    """The current stage is over: its devices that have not answered are ``timed_out``."""
+    silent = (
+        dd.c.deployment_id == deployment["id"],
+        dd.c.stage == deployment["stage"],
+        dd.c.status.in_(("queued", "sent")),
+    )
+    await lock_devices(connection, *silent)
+    await connection.execute(
+        dd.update().where(*silent).values(status=TIMED_OUT, code=TIMED_OUT, answered_at=time.time())
+    )
+
+
+async def enter_stage(
+    connection: AsyncConnection, deployment: dict[str, Any], stage: int
+) -> dict[str, Any]:
+    """``running`` stage ``stage``, its time-out counted from now (guarded)."""
+    return await _guarded(
+        connection, deployment, state="running", stage=stage, stage_started_at=time.time()
+    )
+
+
+async def abort(
+    connection: AsyncConnection, deployment: dict[str, Any], reason: str
+) -> dict[str, Any]:
+    """The controller's abort (its policy's verdict, or the serial check refused what it would
+    send): ``aborted``, its devices never sent ``not_sent`` (guarded)."""
+    return await _guarded(connection, deployment, state="aborted", reason=reason)
+
+
+async def succeed(connection: AsyncConnection, deployment: dict[str, Any]) -> dict[str, Any]:
+    """The last stage is over and the policy is content: ``succeeded`` (guarded)."""
+    return await _guarded(connection, deployment, state="succeeded")
+
+
+async def _guarded(
+    connection: AsyncConnection, deployment: dict[str, Any], **changes: Any
+) -> dict[str, Any]:
+    """Write ``changes`` only if nobody (a person pausing) changed the state or stage since
+    ``deployment`` was read; returns the row as written, or with the state ``changed``."""
+    changes["updated_at"] = time.time()
+    result = await connection.execute(
+        deployments.update()
+        .where(
+            deployments.c.id == deployment["id"],
+            deployments.c.state == deployment["state"],
+            deployments.c.stage == deployment["stage"],
+        )
+        .values(**changes)
+    )
+    if not result.rowcount:
+        return {**deployment, "state": "changed"}
+    if changes.get("state") == "aborted":
+        await stop_sending(connection, deployment["id"])
+    return {**deployment, **changes}
+
+
+async def mark_cancelled(connection: AsyncConnection, deployment_id: str) -> None:
+    """An aborted deployment's cancellation was sent (``server.cancel``): never again."""
+    await connection.execute(
+        deployments.update()
+        .where(deployments.c.id == deployment_id)
+        .values(cancelled_at=time.time())
     )
 
 
@@ -660,8 +489,3 @@ async def late_answer(
     await lock_devices(connection, *row)
     updated = await connection.execute(dd.update().where(*row).values(status=status, **answer))
     return bool(updated.rowcount)
-
-
-async def _one(connection: AsyncConnection, query: sa.Select[Any]) -> dict[str, Any] | None:
-    row = (await connection.execute(query)).first()
-    return None if row is None else dict(row._mapping)

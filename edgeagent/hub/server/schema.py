@@ -126,7 +126,7 @@ deployment_devices = sa.Table(
 # The release serial counter, per model: the highest serial the server ever signed, sent or
 # received (an upload) for it. Devices refuse a serial that is not above the one they hold, so
 # the server signs each envelope with the next number, committed before anything signed with
-# it is sent: a crash wastes a number, never reuses one (``deploydb.next_serial``).
+# it is sent: a crash wastes a number, never reuses one (``releasedb.next_serial``).
 model_serials = sa.Table(
     "model_serials",
     metadata,

@@ -1,4 +1,4 @@
-"""The deployment page's own reads, beyond ``deploydb.get_deployment``: when each stage ran,
+"""The deployment page's own reads, beyond ``deployreads.get_deployment``: when each stage ran,
 the device rows a filter keeps, and who a retry is for.
 
 A status this module does not know (a newer hub's, such as ``not_sent``) is counted and shown,

@@ -4,10 +4,10 @@
   governor state) as a plain GET form, pages of ``--page-size`` devices;
 - ``/ui/devices/{id}`` — models, versions and backends with their latest throughput, error
   share and latency, governor and temperatures; charts of the newest ``--chart-points`` state
-  reports (``dashboard_charts``: the hottest sensor, and per model requests per second, failed
+  reports (``charts``: the hottest sensor, and per model requests per second, failed
   requests and p50/p95 latency, taken from the reports' counters by ``traffic``); the event
   history;
-- ``/ui/deployments`` and ``/ui/deployments/{id}`` — ``dashboard_deployments``: a form that
+- ``/ui/deployments`` and ``/ui/deployments/{id}`` — ``deployment_pages``: a form that
   creates a deployment, stage progress and times, the policy, every device's outcome, code and
   times (``?only=failures``), pause/resume/abort, rollback and retry for admins; the page
   long-polls the JSON API and redraws itself when the deployment changes, across hub restarts.
@@ -16,7 +16,7 @@ A browser authenticates with the same tokens as the API: ``/login`` checks the t
 it in an HttpOnly, SameSite=Strict cookie. The buttons send the page's CSRF token with each
 action (``auth.csrf_token``), because a page on another port of this host is the same site and
 gets the cookie sent too. Each page allows only its own script and style (a nonce in its
-Content-Security-Policy, ``dashboard_html.page``), so there are no inline ``style=`` or
+Content-Security-Policy, ``markup.page``), so there are no inline ``style=`` or
 ``onclick=`` attributes.
 """
 
@@ -28,13 +28,13 @@ from edgeagent.httpguard import accepts_forms
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.auth import TOKENS, sign_in
 from edgeagent.hub.server.context import context_of, query_filter, query_page
-from edgeagent.hub.server.dashboard_charts import PALETTE, Series, figure, line_chart
-from edgeagent.hub.server.dashboard_deployments import deployment_page, deployments_page
-from edgeagent.hub.server.dashboard_html import escape as _e
-from edgeagent.hub.server.dashboard_html import next_page as _next_page
-from edgeagent.hub.server.dashboard_html import page as _page
-from edgeagent.hub.server.dashboard_html import table as _table
-from edgeagent.hub.server.dashboard_html import when as _when
+from edgeagent.hub.server.dashboard.charts import PALETTE, Series, figure, line_chart
+from edgeagent.hub.server.dashboard.deployment_pages import deployment_page, deployments_page
+from edgeagent.hub.server.dashboard.markup import escape as _e
+from edgeagent.hub.server.dashboard.markup import next_page as _next_page
+from edgeagent.hub.server.dashboard.markup import page as _page
+from edgeagent.hub.server.dashboard.markup import table as _table
+from edgeagent.hub.server.dashboard.markup import when as _when
 from edgeagent.hub.server.traffic import ModelSeries, model_series
 
 TEMPERATURE = "#b3261e"  # the temperature line's colour: the dashboard's red for heat

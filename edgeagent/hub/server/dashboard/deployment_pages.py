@@ -24,11 +24,12 @@ from typing import Any
 
 from aiohttp import web
 
-from edgeagent.hub.server import dashboard_data, deploydb
+from edgeagent.hub.server import deploydb, deployreads, releasedb
 from edgeagent.hub.server.auth import csrf_token, may_change
 from edgeagent.hub.server.context import context_of, query_page
-from edgeagent.hub.server.dashboard_html import escape, next_page, page, table, when
-from edgeagent.hub.server.dashboard_script import CREATE, DEPLOYMENT, page_script
+from edgeagent.hub.server.dashboard import deployment_queries
+from edgeagent.hub.server.dashboard.markup import escape, next_page, page, table, when
+from edgeagent.hub.server.dashboard.scripts import CREATE, DEPLOYMENT, page_script
 from edgeagent.hub.server.deploydb import ACTIVE, MOVES
 
 STATUS_NAMES = {"timed_out": "timed out", "not_sent": "not sent"}
@@ -90,8 +91,10 @@ def _create_form(releases: list[dict[str, Any]]) -> str:
 async def deployments_page(request: web.Request) -> web.Response:
     hub = context_of(request)
     async with hub.engine.connect() as connection:
-        rows = await deploydb.list_deployments(connection, limit=hub.settings.page_size, offset=0)
-        releases = (await deploydb.list_releases(connection))[: hub.settings.page_size]
+        rows = await deployreads.list_deployments(
+            connection, limit=hub.settings.page_size, offset=0
+        )
+        releases = (await releasedb.list_releases(connection))[: hub.settings.page_size]
     listing = table(
         ["Deployment", "Model", "Group", "State", "Stage", "Created", "Reason"],
         [
@@ -129,7 +132,7 @@ def _policy_line(found: dict[str, Any]) -> str:
 
 
 def _stage_counts(
-    stage: dict[str, Any], times: dashboard_data.StageTimes | None, active: bool
+    stage: dict[str, Any], times: deployment_queries.StageTimes | None, active: bool
 ) -> tuple[int, int]:
     """(waiting, not sent) of one stage: a queued device waits only while the deployment
     runs; ``not_sent`` rows, and rows of a status this hub does not count (a newer hub's),
@@ -222,20 +225,20 @@ async def deployment_page(request: web.Request) -> web.Response:
 
     async def read() -> dict[str, Any] | None:
         async with hub.engine.connect() as connection:
-            found = await deploydb.get_deployment(connection, deployment_id, device_limit=0)
+            found = await deployreads.get_deployment(connection, deployment_id, device_limit=0)
             if found is None:
                 return None
-            rows, shown = await dashboard_data.device_rows(
+            rows, shown = await deployment_queries.device_rows(
                 connection, deployment_id, failures_only=failures_only, limit=limit, offset=offset
             )
             model = found["release"]["model"] if found["release"] else found["model"]
-            releases = await deploydb.list_releases(connection, model)
+            releases = await releasedb.list_releases(connection, model)
             return {
                 "found": found,
                 "rows": rows,
                 "shown": shown,
-                "times": await dashboard_data.stage_times(connection, deployment_id),
-                "failed": await dashboard_data.failed_devices(connection, deployment_id),
+                "times": await deployment_queries.stage_times(connection, deployment_id),
+                "failed": await deployment_queries.failed_devices(connection, deployment_id),
                 "versions": sorted({r["version"] for r in releases}),
             }
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgeagent.hub.server.dashboard_html import escape
+from edgeagent.hub.server.dashboard.markup import escape
 
 PALETTE = ("#1a73e8", "#e37400", "#17803d", "#8e24aa", "#00838f", "#5f6368")
 LEGEND_ROW = 16  # px per legend row under the plot

@@ -1,7 +1,7 @@
 """The scripts of the deployment pages (plain JavaScript, no build step, no external assets).
 
 Each page gets one ``<script>`` (its nonce is the only one its CSP allows): ``const page =
-{...}`` with what the server knows (``dashboard_html.script_data``), then the code below.
+{...}`` with what the server knows (``markup.script_data``), then the code below.
 Every action is a ``fetch`` to the REST API with the page's CSRF token in ``X-CSRF-Token``
 (``auth.csrf_token``); its answer or error is shown in ``#message``.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeagent.hub.server.dashboard_html import script_data
+from edgeagent.hub.server.dashboard.markup import script_data
 
 RETRY_FIRST_MS = 250  # first pause after a failed poll
 RETRY_MAX_MS = 5000  # the longest pause between two tries while the hub is away
