@@ -10,9 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.helpers import write_tiny_package, zoo_dir
 from tests.support.tree import changed_by_run, tracked_state
+
+# Property tests check what a parser answers, never how fast: Hypothesis's default 200 ms
+# deadline per example (and its too_slow health check) turn a busy 2-core CI machine into
+# failures that no code change caused. Tests that set their own settings still override these.
+settings.register_profile("edgeagent", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("edgeagent")
 
 
 @pytest.fixture(autouse=True)
