@@ -55,8 +55,14 @@ async def test_the_hub_server_switches_a_real_agent_and_counts_its_report(
     ) as url:
         api = Api(url)
         await asyncio.to_thread(device.run)  # serving BASE, its state report on the broker
+        # The availability message can make the device known before its state report says
+        # which platform it runs, and an agent release targets by platform: wait for that.
         await api.long_poll(
-            "/api/v1/devices", lambda page: [d["device_id"] for d in page["devices"]] == [DEVICE]
+            "/api/v1/devices",
+            lambda page: (
+                [(d["device_id"], d["platform"]) for d in page["devices"]]
+                == [(DEVICE, this_platform())]
+            ),
         )
         envelope = device.sign(NEW)
         await api.call("POST", "/api/v1/releases", expect=201, data=envelope)
