@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgeagent._toml import tomllib
-from edgeagent.api.grpc_settings import GrpcSettings
+from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm_settings import SharedMemorySettings
 from edgeagent.engine.settings import EngineSettings

@@ -44,8 +44,8 @@ from aiohttp import web
 from edgeagent.api.settings import ServerSettings
 
 if TYPE_CHECKING:  # the grpc extra is optional: imported when [grpc] enabled
-    from edgeagent.api.grpc_server import GrpcServer
-    from edgeagent.api.grpc_settings import GrpcSettings
+    from edgeagent.api.grpc.server import GrpcServer
+    from edgeagent.api.grpc.settings import GrpcSettings
     from edgeagent.api.shm import SharedMemoryRegistry
     from edgeagent.engine.dataplane import DataPlane
 
@@ -274,7 +274,7 @@ class Listeners:
         if not settings.enabled:
             return
         try:
-            from edgeagent.api.grpc_server import GrpcServer
+            from edgeagent.api.grpc.server import GrpcServer
         except ImportError as exc:
             raise ListenerError(
                 f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"

@@ -30,8 +30,8 @@ from google.protobuf.message import Message
 
 from edgeagent.api import v2
 from edgeagent.api.auth import presented_token, scope_problem
-from edgeagent.api.grpc_settings import GrpcSettings
-from edgeagent.api.proto import inference_pb2 as pb
+from edgeagent.api.grpc.proto import inference_pb2 as pb
+from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm import Caller, CallerRegions, SharedMemoryRegistry, shm_ref
 from edgeagent.api.shm_callers import grpc_caller
