@@ -36,7 +36,7 @@ from edgeagent.api.http import create_app
 from edgeagent.api.listeners import ListenerError, Listeners, handler_args
 from edgeagent.api.routes_deepstack import deepstack_model_problem
 from edgeagent.api.secret_files import exposures, secret_files
-from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.config import Config
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges

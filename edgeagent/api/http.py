@@ -39,8 +39,8 @@ from edgeagent.api.routes_edge import edge_routes
 from edgeagent.api.routes_shm import shm_routes
 from edgeagent.api.routes_v2 import v2_routes
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm import SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.shm.regions import SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError

@@ -46,7 +46,7 @@ from edgeagent.api.settings import ServerSettings
 if TYPE_CHECKING:  # the grpc extra is optional: imported when [grpc] enabled
     from edgeagent.api.grpc.server import GrpcServer
     from edgeagent.api.grpc.settings import GrpcSettings
-    from edgeagent.api.shm import SharedMemoryRegistry
+    from edgeagent.api.shm.regions import SharedMemoryRegistry
     from edgeagent.engine.dataplane import DataPlane
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgeagent.api import json_fast
-from edgeagent.api.shm import CallerRegions, SharedMemoryRef, shm_ref
+from edgeagent.api.shm.regions import CallerRegions, SharedMemoryRef, shm_ref
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.engine.requests import (
     DATATYPES,

@@ -16,8 +16,8 @@ from tritonclient.utils import InferenceServerException
 from edgeagent.api.grpc.server import GrpcServer
 from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.keys import DATAPLANE
-from edgeagent.api.shm import SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.shm.regions import SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from tests.support.http_agent import (
     ADMIN_TOKEN,

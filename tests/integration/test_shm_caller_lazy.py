@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.api import routes_v2, shm_callers, v2
-from edgeagent.api.shm import Caller, RegionNotFound, SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api import routes_v2, v2
+from edgeagent.api.shm import callers as shm_callers
+from edgeagent.api.shm.regions import Caller, RegionNotFound, SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
 from tests.support.helpers import write_tiny_package
 from tests.support.http_agent import AgentServer, unix_session
 
