@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from edgeagent.api.auth import auth_middleware
 from edgeagent.api.body import BodyTooSlow
 from edgeagent.api.browser import agent_guard
-from edgeagent.api.json_helper import JsonHelper
+from edgeagent.api.jsonparse.helper import JsonHelper
 from edgeagent.api.keys import (
     BUDGETS,
     DATAPLANE,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeagent.api import json_fast
+from edgeagent.api.jsonparse import simd
 from edgeagent.api.shm.regions import CallerRegions, SharedMemoryRef, shm_ref
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.engine.requests import (
@@ -112,7 +112,7 @@ def parse_json_object(data: bytes | memoryview) -> dict[str, Any]:
 
 def _parse_json_fast(data: bytes | memoryview) -> Any:
     """simdjson, with each float tensor's flat ``data`` as a float64 array, not a list."""
-    return json_fast.parse_message(data, doubles_array)
+    return simd.parse_message(data, doubles_array)
 
 
 def doubles_array(buffer: Any) -> np.ndarray:

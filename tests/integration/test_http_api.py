@@ -108,7 +108,7 @@ async def test_large_json_request_is_answered(
     await answered(body)
     started = helper.pid
     assert started is not None
-    assert "edgeagent.api.json_helper_process" in psutil.Process(started).cmdline()
+    assert "edgeagent.api.jsonparse.helper_process" in psutil.Process(started).cmdline()
     assert [name for name, _ in calls] == ["decode_message"]  # parsed by the helper
     calls.clear()
     await answered({"inputs": [{**body["inputs"][0]}]})  # type: ignore[index]
