@@ -32,9 +32,9 @@ from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.aio import cancel_and_wait, spawn
-from edgeagent.api.http import create_app
+from edgeagent.api.http.app import create_app
+from edgeagent.api.http.deepstack_routes import deepstack_model_problem
 from edgeagent.api.listeners import ListenerError, Listeners, handler_args
-from edgeagent.api.routes_deepstack import deepstack_model_problem
 from edgeagent.api.secret_files import exposures, secret_files
 from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.config import Config

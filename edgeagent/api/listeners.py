@@ -9,7 +9,7 @@ hundred slow clients exhaust the process's file descriptors and take every liste
 - a connection must deliver a complete request head within ``[server] header_timeout_s`` of
   opening or of its previous answer, else it is closed (aiohttp's keep-alive timer, which
   closes a connection that is still waiting for a head when it fires);
-- bodies are paced by ``edgeagent.api.body``;
+- bodies are paced by ``edgeagent.api.http.body``;
 - a client that stops reading its answers (the agent's send buffer stays full for
   ``[server] send_timeout_s``) is disconnected, so it cannot pin a handler and a slot for ever;
 - errors the event loop reports (``accept()`` failing with EMFILE) are logged at most once per

@@ -1,7 +1,7 @@
 """Open Inference Protocol (KServe v2) codec: JSON tensors and the binary tensor data extension.
 
 Pure functions from bytes to the engine's request and response types (``engine/requests.py``)
-and back, with no HTTP in them, so the server (routes_v2.py) and the CLI client (client.py)
+and back, with no HTTP in them, so the server (http/v2_routes.py) and the CLI client (client.py)
 share one implementation and one set of rules. Every malformed message raises ``InvalidInput``
 naming the tensor and what is wrong, because a 400 that says "bad request" is useless to the
 author of a client on the other side of a fleet. Tensors are built by the engine's one checked

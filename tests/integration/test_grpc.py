@@ -15,7 +15,7 @@ from tritonclient.utils import InferenceServerException
 
 from edgeagent.api.grpc.server import GrpcServer
 from edgeagent.api.grpc.settings import GrpcSettings
-from edgeagent.api.keys import DATAPLANE
+from edgeagent.api.http.app_keys import DATAPLANE
 from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane

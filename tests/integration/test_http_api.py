@@ -17,8 +17,8 @@ import pytest
 from PIL import Image
 
 from edgeagent.api import v2
-from edgeagent.api.keys import JSON_HELPER
-from edgeagent.api.routes_v2 import OFFLOAD_JSON_BYTES
+from edgeagent.api.http.app_keys import JSON_HELPER
+from edgeagent.api.http.v2_routes import OFFLOAD_JSON_BYTES
 from tests.support.http_agent import (
     AgentServer,
     direct_run,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.api import routes_v2, v2
+from edgeagent.api import v2
+from edgeagent.api.http import v2_routes
 from edgeagent.api.shm import callers as shm_callers
 from edgeagent.api.shm.regions import Caller, RegionNotFound, SharedMemoryRegistry
 from edgeagent.api.shm.settings import SharedMemorySettings
@@ -40,7 +41,7 @@ async def test_an_http_request_naming_no_region_never_asks_who_its_peer_is(
         asked.append(1)
         return shm_callers.http_caller(request)
 
-    monkeypatch.setattr(routes_v2, "http_caller", counted)
+    monkeypatch.setattr(v2_routes, "http_caller", counted)
     server = AgentServer(tmp_path, [write_tiny_package(tmp_path / "tiny")]).start()
     try:
         async with unix_session(server) as http:

@@ -26,7 +26,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from tritonclient._plugin import InferenceServerClientPlugin
 
-from edgeagent.api.http import create_app
+from edgeagent.api.http.app import create_app
 from edgeagent.api.listeners import handler_args, tcp_site, unix_site
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.regions import SharedMemoryRegistry

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from edgeagent.api.body import read_json_object
-from edgeagent.api.keys import SHARED_MEMORY
+from edgeagent.api.http.app_keys import SHARED_MEMORY
+from edgeagent.api.http.body import read_json_object
 from edgeagent.api.shm.callers import http_caller
 
 
