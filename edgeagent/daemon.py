@@ -38,10 +38,10 @@ from edgeagent.api.listeners import ListenerError, Listeners, handler_args
 from edgeagent.api.secret_files import exposures, secret_files
 from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.config import Config
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import ServingLimits
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.plan import plan_request
 from edgeagent.engine.registry import ModelRegistry

@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from devtools.simulated_runtime import SimulatedRuntime  # noqa: E402
 from devtools.tiny import write_tiny_package  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
-from edgeagent.engine.load import LoadCounter  # noqa: E402
+from edgeagent.engine.busy_counter import LoadCounter  # noqa: E402
 from edgeagent.engine.metrics import EngineMetrics  # noqa: E402
 from edgeagent.engine.serving import ModelFactory  # noqa: E402
 from edgeagent.engine.settings import EngineSettings  # noqa: E402

@@ -31,9 +31,9 @@ from edgeagent.api.listeners import handler_args, tcp_site, unix_site
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.api.shm.settings import SharedMemorySettings
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package
