@@ -1,5 +1,6 @@
-"""Fuzz a running agent from its own OpenAPI document with schemathesis (issue 10, "keep it
-attacked"); shared by ``tests/integration/test_http_fuzz.py`` and ``scripts/fuzz_api.py``.
+"""Fuzz a running agent from its own OpenAPI document with schemathesis, so every route keeps
+being attacked with what its schema allows and what it forbids; shared by
+``tests/integration/test_http_fuzz.py`` and ``scripts/fuzz_api.py``.
 
 For every operation and both of schemathesis's generation modes (requests that follow the
 document, and requests that break it), hypothesis draws ``examples`` requests and each is sent

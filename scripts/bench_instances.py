@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One model on two devices against one (issue 28), through the real batcher and InstanceGroup.
+"""One model on two devices against one, through the real batcher and InstanceGroup.
 
 (a) Simulated accelerators of known service time (``devtools/simulated_runtime.py``: the
     model's real outputs, then the rest of the device's time slept off the GIL): one device of
