@@ -98,9 +98,28 @@ async def wait_ready(sock: Path, process: subprocess.Popen, timeout: float = 300
         return False
 
     try:
-        await until(ready, timeout, poll_s=0.2)
+        await until(ready, timeout, poll_s=0.02)  # fine enough to time start → ready
     except AssertionError:
         raise SystemExit("the daemon did not become ready") from None
+    return status
+
+
+async def wait_plan(sock: Path, model: str, timeout: float = 120) -> dict:
+    """The daemon's /v1/status once ``model``'s execution plan is no longer pending (the
+    search after serving has swapped its plan in): what the measured rows must run on."""
+    status: dict = {}
+
+    async def settled() -> bool:
+        async with http_client(sock) as client, client.get("/v1/status") as answer:
+            status.clear()
+            status.update(await answer.json())
+        versions = status["models"][model]["versions"]
+        return all(v.get("plan", {}).get("source") != "pending" for v in versions.values())
+
+    try:
+        await until(settled, timeout, poll_s=0.02)
+    except AssertionError:
+        raise SystemExit("the daemon's execution plan search did not end") from None
     return status
 
 

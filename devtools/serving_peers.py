@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,7 @@ class Peers:
     naive: subprocess.Popen | None = None
     naive_sock: Path | None = None
     naive_port: int = 0
+    naive_ready_s: float = float("nan")  # start → ready (model loaded, listening)
     mlserver: subprocess.Popen | None = None
     mlserver_port: int = 0
     notes: list[str] | None = None
@@ -184,8 +186,10 @@ async def _start_peers(
     command = [sys.executable, str(NAIVE_SERVER), "naive", "--model", str(model_file)]
     command += ["--name", name, "--threads", str(args.threads), "--socket", str(peers.naive_sock)]
     command += ["--port", str(peers.naive_port)]
+    started = time.perf_counter()
     peers.naive = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     await wait_http(peers.naive_sock, "/v2/health/ready", peers.naive, "the naive server")
+    peers.naive_ready_s = time.perf_counter() - started
     if args.skip_mlserver:
         peers.notes.append("MLServer skipped (--skip-mlserver)")
         return
@@ -221,7 +225,7 @@ async def wait_http(endpoint: Endpoint, path: str, process: subprocess.Popen, wh
             return False
 
     try:
-        await until(answers, 120, poll_s=0.2)
+        await until(answers, 120, poll_s=0.02)  # fine enough to time start → ready
     except AssertionError:
         raise SystemExit(f"{what} did not become ready") from None
 

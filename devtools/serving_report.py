@@ -59,6 +59,12 @@ def markdown(report: dict) -> str:
         )
     for server, peak in report.get("peak_rss_mb", {}).items():
         lines.append(f"Peak RSS under load, {server}: {peak:.0f} MB")
+    naive = report["naive_ready_s"]
+    lines.append(
+        f"Start → ready on a fresh state: edgeagent {report['ready_s']:.2f} s (its execution "
+        f"plan measured at {report['plan_settled_s']:.2f} s)"
+        + (f", the naive server {naive:.2f} s" if naive == naive else "")
+    )
     lines += report.get("notes", [])
     return "\n".join(lines)
 

@@ -21,7 +21,10 @@ from edgeagent.commands.helpfmt import SuggestingParser
 # register(subparsers), which adds the parser ``name`` (with this same help: a test keeps the
 # two equal) and sets ``handler`` via set_defaults(handler=fn), fn(args) -> exit status.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "infer": ("edgeagent.commands.infer", "classify JPEG/PNG images with a model"),
+    "infer": (
+        "edgeagent.commands.infer",
+        "classify JPEG/PNG images with a model, or find objects with a detector",
+    ),
     "bench": (
         "edgeagent.commands.bench",
         "benchmark every runtime × precision of a model that works here",

@@ -158,9 +158,10 @@ class Daemon:
         )
         gauges = ModelGauges(self.engine_metrics)
         self.registry = ModelRegistry(
-            # Each version runs as its execution plan says, measured here at load if "auto".
+            # Each version serves at once: on its cached execution plan, or on the probe's
+            # session until the search (``plan``, in the background) has measured one.
             lambda package: self.accelerators.open(
-                package, plan_request(self.config.engine, package)
+                package, plan_request(self.config.engine, package), search=False
             ),
             factory.build,
             settings=config.engine,
@@ -168,6 +169,9 @@ class Daemon:
             on_model_load=[gauges.on_load],
             on_model_unload=[gauges.on_unload],
             locate=self._locate,
+            plan=lambda package: self.accelerators.open(
+                package, plan_request(self.config.engine, package)
+            ),
         )
         self.dataplane = DataPlane(self.registry, config.engine, self.engine_metrics)
         self.status_providers: dict[str, Callable[[], dict]] = {

@@ -4,7 +4,7 @@
 Runs the plan search exactly as the agent does at load (``hardware.plan_search.search``, its
 default budget, from a pool holding only the probe's session of every allowed thread, so its
 cost includes the loads the agent pays) ``--searches`` times, and between the searches measures
-every shape of the same grid — threads × instances × batch with the same total threads —
+every shape of the same grid — instances × threads × batch with the same total threads —
 closed loop in process, in rounds of short windows with the order reversed each round, so
 drift of a shared machine touches every shape alike.
 
@@ -179,7 +179,7 @@ def print_report(report, args, grid, best, before, rounds, searches) -> None:
         f"{report['model']}, {args.cores} threads, {len(rounds)} alternating rounds of "
         f"{args.window:g} s windows, load average {report['load_average']}"
     )
-    print("| threads x instances : batch | rows/s (median) | ÷ best (median of paired ratios) |")
+    print("| instances x threads : batch | rows/s (median) | ÷ best (median of paired ratios) |")
     print("|---|---:|---:|")
     for shape in grid:
         marks = (

@@ -46,7 +46,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-from devtools.bench_daemon import Daemon, start_daemon, stop_tree, wait_ready  # noqa: E402
+from devtools.bench_daemon import (  # noqa: E402
+    Daemon,
+    start_daemon,
+    stop_tree,
+    wait_plan,
+    wait_ready,
+)
 from devtools.http_endpoint import Endpoint, http_client  # noqa: E402
 from devtools.package import pinned_package  # noqa: E402
 from devtools.serving_peers import Peers, probe_binary, start_peers  # noqa: E402
@@ -543,10 +549,15 @@ async def run(args: argparse.Namespace) -> dict:
         pinned = pinned_package(
             Path(args.model), args.precision, Path(tmp) / "pinned" / package.name
         )
+        started = time.perf_counter()
         daemon = start_daemon(pinned, Path(tmp), args.threads, peers=args.peers)
         process = daemon.process
         try:
-            status = await wait_ready(daemon.sock, process)
+            await wait_ready(daemon.sock, process)
+            ready_s = time.perf_counter() - started  # a fresh state: no plan cached
+            status = await wait_plan(daemon.sock, package.name)
+            plan_s = time.perf_counter() - started
+            progress(f"daemon ready in {ready_s:.2f} s, its plan measured at {plan_s:.2f} s")
             versions = status["models"][package.name]["versions"]
             backend = next(iter(versions.values()))
             await asyncio.sleep(1.0)
@@ -656,6 +667,9 @@ async def run(args: argparse.Namespace) -> dict:
         "raw": raw,
         "raw_latencies": all_raw,
         "rows": rows,
+        "ready_s": ready_s,
+        "plan_settled_s": plan_s,
+        "naive_ready_s": peers.naive_ready_s,
         "rss_idle_mb": rss_idle / 2**20,
         "rss_loaded_mb": samplers["edgeagent"].peak / 2**20,
         "peak_rss_mb": {k: v.peak / 2**20 for k, v in samplers.items()} if args.peers else {},

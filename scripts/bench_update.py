@@ -11,7 +11,9 @@ What it measures:
   the variants it lists in ``variants.installed``, sizes from the signed manifest) against
   every artifact of the release — what release format 1 made every device download — and
   against what it needs (``hub.sign.device_needs``: its variants' files, model.toml, labels,
-  golden inputs; the goal is at most 1.05×), for the benched model and, without
+  golden inputs; the goal is at most 1.05×) and against what the variant it then
+  serves needs — on its **first release** too (the agent starts with no model, so 1.0.0 is
+  installed before anything was probed there) — for the benched model and, without
   running anything, for every variant of the zoo's detector (``--bytes-model``);
 - **failed requests during the swap**: clients classify images over the agent's Unix socket
   the whole time; every non-200 answer counts (it must be 0);
@@ -132,6 +134,17 @@ async def serving_version(socket: Path, model: str) -> str:
         return (await response.json())["versions"][0]
 
 
+async def served_variant(socket: Path, model: str, version: str) -> str:
+    """The variant key (``runtime/precision``) the agent serves ``version`` of ``model`` on."""
+    connector = aiohttp.UnixConnector(path=str(socket))
+    async with (
+        aiohttp.ClientSession(connector=connector) as http,
+        http.get("http://agent/v1/status") as response,
+    ):
+        backend = (await response.json())["models"][model]["versions"][version]
+    return f"{backend['runtime']}/{backend['precision']}"
+
+
 async def wait_serving(socket: Path, model: str, version: str, timeout: float = 300) -> float:
     """When the agent first answered with ``version`` (perf_counter; polled every 10 ms)."""
 
@@ -184,8 +197,7 @@ async def run(args: argparse.Namespace) -> dict:
         directory.mkdir()
     keygen(keys)
     runner, base_url = await start_artifact_server(artifacts)
-    make_package(zoo / model, models / model, "1.0.0")
-    socket = work / "agent.sock"
+    socket = work / "agent.sock"  # no model at start: 1.0.0 is the device's first release
     config = work / "agent.toml"
     config.write_text(
         f'[agent]\nstate_dir = "{work / "state"}"\nmodels_dir = "{models}"\n'
@@ -211,17 +223,11 @@ async def run(args: argparse.Namespace) -> dict:
             arrived: dict[tuple[str, str], float] = {}
             tasks.spawn(record_events(broker.port, arrived), name="event listener")
             stop = asyncio.Event()
-            load = [
-                tasks.spawn(
-                    classify_forever(socket, model, image, counts, stop), name=f"client {i}"
-                )
-                for i in range(args.clients)
-            ]
-            await asyncio.sleep(1.0)
-            for number in range(2, args.rounds + 2):
+            load: list[asyncio.Task] = []
+            for number in range(1, args.rounds + 2):
                 version = f"{number}.0.0"
                 package = make_package(zoo / model, work / "packages" / version, version)
-                canary = number % 2 == 1  # rounds alternate: plain, canary, plain, …
+                canary = number % 2 == 1 and number > 1  # alternate: plain, canary, plain, …
                 artifact, release = sign_package(
                     package,
                     key_paths=[keys / "release.key"],
@@ -240,6 +246,7 @@ async def run(args: argparse.Namespace) -> dict:
                     envelope, work / "state" / "store" / model / version
                 )
                 needed = needed_bytes(package, chosen)
+                serves = await served_variant(socket, model, version)
                 baseline = await baseline_fetch(urls)
                 decision: dict[str, float] = {}
                 if canary:
@@ -259,7 +266,12 @@ async def run(args: argparse.Namespace) -> dict:
                         "bytes_all_variants": everything,
                         "bytes_needed": needed,
                         "bytes_ratio_to_needed": downloaded / needed,
+                        # what it downloaded ÷ what the variant it serves needs: above 1
+                        # when it fetched variants it does not serve (say, CUDA or NPU variants
+                        # for a device whose runtimes do not list them)
+                        "bytes_ratio_to_served": downloaded / needed_bytes(package, [serves]),
                         "variants": chosen,
+                        "serves": serves,
                         "publish_to_serving_s": served - started,
                         "baseline_fetch_s": baseline,
                     }
@@ -269,6 +281,15 @@ async def run(args: argparse.Namespace) -> dict:
                     f"(baseline download+hash {baseline:.3f} s)",
                     file=sys.stderr,
                 )
+                if number == 1:  # clients only once the first release serves: none fails
+                    load = [
+                        tasks.spawn(
+                            classify_forever(socket, model, image, counts, stop),
+                            name=f"client {i}",
+                        )
+                        for i in range(args.clients)
+                    ]
+                    await asyncio.sleep(1.0)
             await asyncio.sleep(0.5)
             stop.set()
             await asyncio.gather(*load)  # the listener is cancelled on leaving the block
@@ -282,6 +303,7 @@ async def run(args: argparse.Namespace) -> dict:
         broker.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    first, rounds = rounds[0], rounds[1:]  # the first release: nothing served, no clients
     plain = [r for r in rounds if not r["canary"]]
     canaries = [r for r in rounds if r["canary"]]
     median = statistics.median(r["publish_to_serving_s"] for r in plain)
@@ -301,6 +323,9 @@ async def run(args: argparse.Namespace) -> dict:
         "bytes_needed": rounds[0]["bytes_needed"],
         "bytes_ratio_to_needed": rounds[0]["bytes_ratio_to_needed"],
         "variants": rounds[0]["variants"],
+        "serves": rounds[0]["serves"],
+        "bytes_ratio_to_served": rounds[0]["bytes_ratio_to_served"],
+        "first_release": first,
         "bytes_model": split,
         "bytes_by_variant": bytes_table(zoo / split),
         "rounds": rounds,
@@ -339,7 +364,12 @@ def main() -> int:
             f"  bytes per device    {result['bytes_per_device'] / 1e6:.1f} MB "
             f"({', '.join(result['variants'])}; every variant: "
             f"{result['bytes_all_variants'] / 1e6:.1f} MB; "
-            f"{result['bytes_ratio_to_needed']:.2f}× what it needs)\n"
+            f"{result['bytes_ratio_to_needed']:.2f}× what it needs; "
+            f"{result['bytes_ratio_to_served']:.2f}× what {result['serves']} needs)\n"
+            f"  first release       {result['first_release']['bytes_per_device'] / 1e6:.1f} MB "
+            f"({', '.join(result['first_release']['variants'])}; "
+            f"{result['first_release']['bytes_ratio_to_served']:.2f}× what "
+            f"{result['first_release']['serves']}, which it serves, needs)\n"
             f"  bytes per device of {result['bytes_model']}, by variant (÷ what it needs): "
             + ", ".join(
                 f"{key} {row['bytes'] / 1e6:.2f} MB ({row['ratio']:.2f}×)"

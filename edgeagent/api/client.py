@@ -141,6 +141,16 @@ class AgentClient:
         query = f"?top_k={top_k}" if top_k is not None else ""
         return self._json("POST", f"/v1/models/{_quote(model)}/classify{query}", image)
 
+    def detect(self, model: str, image: bytes) -> dict[str, Any]:
+        """``POST /v1/models/{model}/detect`` with JPEG or PNG bytes: boxes, best first."""
+        return self._json("POST", f"/v1/models/{_quote(model)}/detect", image)
+
+    def task(self, model: str) -> str:
+        """The served model's task (``classification``, ``detection``…), from its config."""
+        config = self._json("GET", f"/v2/models/{_quote(model)}/config")
+        task = config.get("parameters", {}).get("task", {}).get("string_value")
+        return str(task) if task else "classification"  # an agent from before the field
+
     def infer(
         self,
         model: str,

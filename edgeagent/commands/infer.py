@@ -10,14 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgeagent.api.client import AgentError, AgentUnreachable
+from edgeagent.api.client import AgentClient, AgentError, AgentUnreachable
 from edgeagent.commands.connection import add_connection_arguments, client_from_args
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
 from edgeagent.hardware.profile import ProfileError
+from edgeagent.models.detector import decode_row, detections_json
 from edgeagent.models.locate import resolve_package
 from edgeagent.models.package import ModelPackage, PackageError, load_package
-from edgeagent.models.preprocess import ImageError, preprocess_image, top_k
+from edgeagent.models.preprocess import ImageError, prepare_image, preprocess_image, top_k
 from edgeagent.models.session import VariantChoiceError, open_variant
 from edgeagent.runtimes import RuntimeLoadError, RuntimeUnavailable, Session
 from edgeagent.runtimes.facts import RUNTIME_NAMES
@@ -28,21 +29,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "infer",
         formatter_class=DefaultsFormatter,
-        help="classify JPEG/PNG images with a model",
+        help="classify JPEG/PNG images with a model, or find objects with a detector",
         description=(
             "Classify images with MODEL (a package directory, or a package name in the models "
-            "directory). Without --runtime/--precision/--device the board's profile chooses, "
-            "exactly as the daemon does (probed, cached under the state directory). With "
-            "--socket or --url the images go to a running agent instead and MODEL is the name "
-            "it serves; the agent then chooses the variant, so --runtime, --precision, --device "
-            "and --threads are refused. Exit status 2: bad input (package, flags, config, "
-            "unreachable agent); 1: an image could not be classified."
+            "directory); a detector answers boxes instead, as /v1/models/NAME/detect does. "
+            "A model of another task is refused. Without --runtime/--precision/--device the "
+            "board's profile chooses, exactly as the daemon does (probed, cached under the state "
+            "directory). With --socket or --url the images go to a running agent instead and "
+            "MODEL is the name it serves; the agent then chooses the variant, so --runtime, "
+            "--precision, --device and --threads are refused. Exit status 2: bad input "
+            "(package, flags, config, unreachable agent); 1: an image could not be classified."
         ),
     )
     parser.add_argument("model", help="package directory or name (e.g. mobilenet_v2)")
     parser.add_argument("images", nargs="+", type=Path, help="JPEG or PNG files")
     add_variant_arguments(parser)
-    parser.add_argument("--top-k", type=int, default=None, help="labels per image (default 5)")
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="labels per image (default: the package's, 5), or a detector's best boxes shown",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     add_connection_arguments(parser)
     parser.set_defaults(handler=run)
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         RuntimeUnavailable,
         ConfigError,
         ProfileError,
+        AgentError,  # asking the agent which task the model is: unreachable, unknown model
     ) as exc:
         print(f"edgeagent infer: {exc}", file=sys.stderr)
         return 2
@@ -110,24 +118,43 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=2))
     else:
         for result in results:
-            print(
-                f"{result['image']}: {result['model']} v{result['version']} on "
-                f"{result['runtime']}/{result['device']}/{result['precision']} "
-                f"({result['latency_ms']:.1f} ms)"
-            )
-            for p in result["top_k"]:
-                print(f"  {p['score']:7.2%}  {p['label']}")
+            _print(result)
     return status
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"{result['image']}: {result['model']} v{result['version']} on "
+        f"{result['runtime']}/{result['device']}/{result['precision']} "
+        f"({result['latency_ms']:.1f} ms)"
+    )
+    for p in result.get("top_k", []):
+        print(f"  {p['score']:7.2%}  {p['label']}")
+    if "detections" in result:
+        width, height = result["image_size"]
+        found = result["detections"]
+        print(f"  {len(found)} object(s) in {width}x{height}" + (":" if found else ""))
+        for d in found:
+            box = ", ".join(f"{v:.0f}" for v in d["box"])
+            print(f"  {d['score']:7.2%}  {d['label']}  [{box}]")
 
 
 Classifier = Callable[[bytes], dict[str, Any]]
 
 
 def _local_classifier(args: argparse.Namespace) -> Classifier:
-    """Load the package here; the profile chooses unless the flags name a variant."""
+    """Load the package here; the profile chooses unless the flags name a variant. A detector
+    answers boxes; any other task that is not a classifier is refused before loading."""
     package = load_package(resolve_package(args.model, args.models_dir))
     if package.preprocess is None:
         raise PackageError(f"package {package.name} has no [preprocess]: it takes no images")
+    if package.task == "detection" and package.detection is not None:
+        return _local_detector(package, _open(package, args), args.top_k)
+    if package.task != "classification":
+        raise PackageError(
+            f"model {package.name} is a {package.task} model: infer classifies images or finds "
+            f"objects with a detector; send its tensors to /v2/models/{package.name}/infer"
+        )
     session = _open(package, args)
     k = args.top_k or package.postprocess.top_k
 
@@ -140,16 +167,42 @@ def _local_classifier(args: argparse.Namespace) -> Classifier:
         scores = outputs[package.outputs[0].name][0]
         predictions = top_k(scores, package.labels, k, package.postprocess.softmax)
         return {
-            "model": package.name,
-            "version": package.version,
-            "runtime": session.runtime,
-            "device": session.device,
-            "precision": session.precision,
+            **_backend(package.name, package.version, session),
             "latency_ms": round(latency_ms, 3),
             "top_k": [p.__dict__ for p in predictions],
         }
 
     return classify
+
+
+def _local_detector(package: ModelPackage, session: Session, shown: int | None) -> Classifier:
+    """Boxes in the image's pixels, best first, decoded by the package's own head: the answer
+    of the agent's /detect route (``shown`` keeps the best few)."""
+
+    def detect(image: bytes) -> dict[str, Any]:
+        assert package.preprocess is not None
+        started = time.perf_counter()
+        tensor, geometry = prepare_image(image, package.preprocess)
+        answer = session.run({package.inputs[0].name: tensor})
+        found = decode_row(package, [answer[s.name][0] for s in package.outputs], geometry)
+        return {
+            **_backend(package.name, package.version, session),
+            "latency_ms": round((time.perf_counter() - started) * 1000, 3),
+            "image_size": list(geometry.size),
+            "detections": detections_json(package, found)[:shown],
+        }
+
+    return detect
+
+
+def _backend(model: str, version: str, session: Session) -> dict[str, Any]:
+    return {
+        "model": model,
+        "version": version,
+        "runtime": session.runtime,
+        "device": session.device,
+        "precision": session.precision,
+    }
 
 
 def _open(package: ModelPackage, args: argparse.Namespace) -> Session:
@@ -162,20 +215,37 @@ def _open(package: ModelPackage, args: argparse.Namespace) -> Session:
 
 
 def _remote_classifier(args: argparse.Namespace) -> Classifier:
-    """Send the image bytes to a running agent's /v1/models/{name}/classify."""
+    """Send the image bytes to a running agent's /v1/models/{name}/classify, or /detect when
+    the model it serves under that name is a detector (its config says which)."""
     client = client_from_args(args)
+    if client.task(args.model) == "detection":
+        return _remote_detector(client, args.model, args.top_k)
 
     def classify(image: bytes) -> dict[str, Any]:
         answer = client.classify(args.model, image, args.top_k)
         ranked = zip(answer["labels"], answer["indices"], answer["scores"], strict=True)
-        return {
-            "model": answer["model_name"],
-            "version": answer["model_version"],
-            "runtime": answer["backend"],
-            "device": answer["device"],
-            "precision": answer["precision"],
-            "latency_ms": float(answer["latency_ms"]),
-            "top_k": [{"label": lb, "index": i, "score": sc} for lb, i, sc in ranked],
-        }
+        top = [{"label": lb, "index": i, "score": sc} for lb, i, sc in ranked]
+        return {**_served(answer), "top_k": top}
 
     return classify
+
+
+def _remote_detector(client: AgentClient, model: str, shown: int | None) -> Classifier:
+    def detect(image: bytes) -> dict[str, Any]:
+        answer = client.detect(model, image)
+        shown_boxes = answer["detections"][:shown]
+        return {**_served(answer), "image_size": answer["image_size"], "detections": shown_boxes}
+
+    return detect
+
+
+def _served(answer: dict[str, Any]) -> dict[str, Any]:
+    """Which model, version and backend answered, and how fast: from the agent's answer."""
+    return {
+        "model": answer["model_name"],
+        "version": answer["model_version"],
+        "runtime": answer["backend"],
+        "device": answer["device"],
+        "precision": answer["precision"],
+        "latency_ms": float(answer["latency_ms"]),
+    }

@@ -21,6 +21,7 @@ from edgeagent.engine.plan import plan_request
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.choose import Choice, time_session, why_not
 from edgeagent.hardware.detect import Detection, detect, read_facts
+from edgeagent.hardware.plan_search import PlanShape
 from edgeagent.hardware.profile import ProfileError, board_profiles
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
@@ -297,7 +298,7 @@ def render(doc: dict) -> str:
 
 def _plan_line(plan: dict) -> str:
     """``2 instances x 1 thread, batch 4 (search: 845 rows/s; 2x1:b1 568, ...)``."""
-    shape = f"{plan['instances']} instances x {plan['threads']} threads, batch {plan['batch']}"
+    shape = PlanShape(plan["instances"], plan["threads"], plan["batch"]).text
     figures = ", ".join(f"{label} {value:g}" for label, value in plan["figures"].items())
     rate = f": {plan['rows_per_s']:g} rows/s" if plan.get("rows_per_s") else ""
     took = f" in {plan['search_ms']:.0f} ms" if plan["source"] == "search" else ""

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgeagent.api.client import AgentError, AgentUnreachable
 from edgeagent.commands.connection import add_connection_arguments, client_from_args, socket_of
 from edgeagent.commands.helpfmt import DefaultsFormatter
+from edgeagent.hardware.plan_shape import PENDING, PlanShape
 from edgeagent.sections import ConfigError
 
 LATENCY = "edgeagent_inference_latency_seconds"
@@ -131,6 +132,14 @@ def _cut(cell: str, width: int) -> str:
     return cell if len(cell) <= width else cell[: width - 1] + "…"
 
 
+def _pending(plan: Mapping[str, Any] | None) -> str:
+    """What a version serves on while its execution plan is searched, or "" when it is not."""
+    if not plan or plan.get("source") != PENDING or not plan.get("threads"):
+        return ""
+    shape = PlanShape(plan["instances"], plan["threads"], plan["max_batch_size"])
+    return f"execution plan pending: serving {shape.label} ({shape.text}) until it is measured"
+
+
 def summary(
     status: Mapping[str, Any],
     latencies: Mapping[tuple[str, str], tuple[int, float | None]],
@@ -160,6 +169,9 @@ def summary(
             count, p50 = latencies.get((name, version), (0, None))
             median = f"{p50:.2f}" if p50 is not None else "-"
             rows.append((name, version, backend, state, str(count), median))
+            pending = _pending(info.get("plan"))
+            if pending:
+                details.append(f"{name} {version}: {pending}")
     for index, line in enumerate(fit_table(rows, width - LABEL)):
         lines.append(f"{'models' if index == 0 else '':<{LABEL}}{line}")
     if len(rows) == 1:

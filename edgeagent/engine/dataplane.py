@@ -27,7 +27,7 @@ from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datat
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.heap import release_free_memory
-from edgeagent.models.detector import decode_row
+from edgeagent.models.detector import decode_row, detections_json
 from edgeagent.models.package import ModelPackage, Preprocess, TensorSpec
 from edgeagent.models.preprocess import image_tensor, open_image, prepare_opened, top_k
 from edgeagent.runtimes.facts import v2_platform
@@ -226,6 +226,8 @@ class DataPlane:
                 "max_queue_delay_microseconds": int(package.serving.max_queue_delay_ms * 1000)
             },
             "version_policy": {"specific": {"versions": [model.version]}},
+            # Which image route answers it (a client cannot tell a detector by its tensors).
+            "parameters": {"task": {"string_value": package.task}},
         }
 
     # -- inference ------------------------------------------------------------------------------
@@ -318,20 +320,11 @@ class DataPlane:
         found = decode_row(package, outputs, geometry, min_score)
         if self.metrics is not None:
             self.metrics.detections.labels(package.name).inc(len(found))
-        labels = package.labels
         backend = model.backend
         return {
             "model_name": package.name,
             "model_version": model.version,
-            "detections": [
-                {
-                    "label": labels[c] if c < len(labels) else str(c),
-                    "index": int(c),
-                    "score": round(float(s), 6),
-                    "box": [round(float(v), 2) for v in box],
-                }
-                for box, s, c in zip(found.boxes, found.scores, found.classes, strict=True)
-            ],
+            "detections": detections_json(package, found),
             "image_size": list(geometry.size),
             "backend": backend["runtime"],
             "device": backend["device"],

@@ -49,13 +49,20 @@ class ModelGauges:
         )
 
     def on_unload(self, model: LoadedModel) -> None:
+        """Remove the version's series, but none that its successor of the same version (a
+        reload, or the searched plan replacing a pending one) registered again."""
         labels = self._loaded_labels.pop(model, None)
-        if labels is not None:
+        if labels is not None and labels not in self._loaded_labels.values():
             self._metrics.loaded.remove(*labels)
-        for plan_labels in self._plan_labels.pop(model, []):
-            self._metrics.plan.remove(*plan_labels)
-        for instance_labels in self._instance_labels.pop(model, []):
-            self._metrics.instance.remove(*instance_labels)
+        for gauge, registered in (
+            (self._metrics.plan, self._plan_labels),
+            (self._metrics.instance, self._instance_labels),
+        ):
+            gone = registered.pop(model, [])
+            kept = {series for other in registered.values() for series in other}
+            for series in gone:
+                if series not in kept:
+                    gauge.remove(*series)
         live = self._live.get(model.name)
         if live is None:
             return

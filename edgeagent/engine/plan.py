@@ -16,7 +16,7 @@ from typing import Any
 
 from edgeagent.engine.feeds import can_batch
 from edgeagent.engine.settings import EngineSettings
-from edgeagent.hardware.plan_search import MeasuredPlan, PlanRequest
+from edgeagent.hardware.plan_search import PENDING, MeasuredPlan, PlanRequest
 from edgeagent.models.package import ModelPackage
 from edgeagent.runtimes.base import Session
 
@@ -52,6 +52,11 @@ class ServingPlan:
     batch: int
     max_queue_delay_s: float
     measured: MeasuredPlan | None = None  # None: a session opened without a plan
+
+    @property
+    def pending(self) -> bool:
+        """Serving on a safe plan until the search measures this variant (``registry``)."""
+        return self.measured is not None and self.measured.source == PENDING
 
     def to_dict(self) -> dict[str, Any]:
         """The "plan" of a version in /v1/status, with the figures that chose it."""

@@ -38,11 +38,15 @@ READY = "READY"
 LOADING = "LOADING"
 UNLOADING = "UNLOADING"
 UNAVAILABLE = "UNAVAILABLE"
+LOADING_RETRY_S = 1  # the Retry-After of a request to a model still loading
 
 Opener = Callable[[ModelPackage], Session]
+# The session of a package under its measured execution plan (blocking: it searches); the
+# registry calls it, in the background, for a version that serves on a pending plan.
+Planner = Callable[[ModelPackage], Session]
 # Where a model not yet known may be found by name (the models directory); None = nowhere.
 Locator = Callable[[str], Path | None]
-Builder = Callable[[ModelPackage, Session], LoadedModel]  # ModelFactory.build
+Builder = Callable[..., LoadedModel]  # ModelFactory.build(package, session, stats=None)
 ModelHook = Callable[[LoadedModel], None]
 Check = Callable[[LoadedModel], Awaitable[None]]  # raises when the version must not serve
 
@@ -75,11 +79,17 @@ class ModelRegistry:
         on_model_load: Iterable[ModelHook] = (),
         on_model_unload: Iterable[ModelHook] = (),
         locate: Locator | None = None,
+        plan: Planner | None = None,
     ) -> None:
         """``build`` wraps a warmed session for serving; the hooks see every version that
         starts serving and every one that stopped (metrics, status), as MLServer's do.
-        ``locate`` finds a package by name for ``load`` of a model added after start."""
+        ``locate`` finds a package by name for ``load`` of a model added after start.
+        ``plan`` opens a version again under its measured plan (``_search_plan``)."""
         self._locate = locate
+        self._plan = plan
+        self._searches: set[asyncio.Task] = set()
+        self._search_slot = asyncio.Lock()  # one search at a time: two would time each other
+        self._stopping = False
         self._opener = opener
         self._build = build
         self._settings = settings
@@ -131,7 +141,7 @@ class ModelRegistry:
                 raise ModelNotFound(f"model {name!r} has no version {version!r} (loaded: {loaded})")
             return model
         if entry.active is None:
-            raise NotReady(f"model {name!r} is {entry.state}: {entry.reason}")
+            raise _not_ready(entry)
         canary = entry.canary
         if canary is not None and canary.takes_next():
             return canary.model
@@ -265,6 +275,7 @@ class ModelRegistry:
                 if entry.loaded.get(previous.version) is previous:
                     del entry.loaded[previous.version]
             log.info("model %s: version %s serves on %s", model.name, model.version, model.backend)
+        self._plan_later(entry, model)
         for previous in retiring:
             await self._close(previous)
         return model
@@ -350,6 +361,7 @@ class ModelRegistry:
             self._retire(entry, stable, canary.model, "promoted")
             log.info("model %s: canary %s promoted: %s", entry.name, version, verdict.summary())
             entry.canary_outcome = f"version {version} promoted"
+            self._plan_later(entry, canary.model)
         else:
             self._retire(entry, canary.model, stable, f"rolled back: {verdict.reason}")
             log.warning("model %s: canary %s rolled back: %s", entry.name, version, verdict.reason)
@@ -400,9 +412,67 @@ class ModelRegistry:
                 log.error("model %s is unavailable: %s", name, exc)
 
     async def close(self) -> None:
-        """Drain and close every model (daemon shutdown)."""
+        """Drain and close every model (daemon shutdown); a search under way finishes first
+        (it runs on a worker thread) and its sessions are closed unused."""
+        self._stopping = True  # a search waiting for its turn stops; a running one ends
         await asyncio.gather(*(self.unload(name) for name in self.names))
+        await asyncio.gather(*self._searches, return_exceptions=True)
         await asyncio.gather(*self._closing)
+
+    async def plans_settled(self) -> None:
+        """Wait until no execution-plan search is under way or waiting (tests, benchmarks)."""
+        while self._searches:
+            await asyncio.gather(*self._searches, return_exceptions=True)
+
+    # ---- the execution plan, measured after a version serves ---------------------------------
+
+    def _plan_later(self, entry: _Entry, model: LoadedModel) -> None:
+        """Search ``model``'s plan in the background when it serves on a pending one."""
+        if self._plan is None or not model.plan.pending:
+            return
+        task = spawn(self._search_plan(entry, model), name=f"plan:{entry.name}:{model.version}")
+        self._searches.add(task)
+        task.add_done_callback(self._searches.discard)
+
+    async def _search_plan(self, entry: _Entry, model: LoadedModel) -> None:
+        """Open the version under its measured plan, then hot swap it in for the pending one.
+
+        The version served at once on the probe's session (a plan that is safe, not measured:
+        a search takes its whole budget and, searched at start, kept every model LOADING that
+        long); it keeps serving while the search measures on a worker thread, one search at a
+        time. The swap is ``activate``'s: the pending version finishes what it queued, then
+        closes. Nothing is swapped when the version stopped serving meanwhile (replaced,
+        unloaded, a rolled-back canary) or the search failed (the safe plan serves on).
+        The pages the pending session and the search freed go back to the system.
+        """
+        assert self._plan is not None
+        loop = asyncio.get_running_loop()
+        async with self._search_slot:
+            if self._stopping or entry.loaded.get(model.version) is not model:
+                return
+            try:
+                session = await loop.run_in_executor(self._executor, self._plan, model.package)
+            except Exception as exc:
+                log.warning("model %s: version %s keeps its safe plan: the search failed: %s",
+                            entry.name, model.version, exc)  # fmt: skip
+                return
+        async with entry.lock:
+            if entry.loaded.get(model.version) is not model:
+                await loop.run_in_executor(self._executor, session.close)
+                return
+            # The same version: its statistics (v2 statistics, a canary's marks) carry on.
+            searched = self._build(model.package, session, stats=model.stats)
+            for hook in self._on_load:
+                hook(searched)
+            entry.loaded[model.version] = searched
+            if entry.active is model:
+                entry.active = searched
+            model.successor = searched
+            log.info("model %s: version %s serves on its measured execution plan",
+                     entry.name, model.version)  # fmt: skip
+        await self._close(model)
+        # The pending session and the search's scratch are freed: hand the pages back.
+        await loop.run_in_executor(self._executor, release_free_memory)
 
     # ---- internals -------------------------------------------------------------------------
 
@@ -432,6 +502,20 @@ class ModelRegistry:
         await model.close(self._settings.drain_timeout_s)
         for hook in self._on_unload:
             hook(model)
+
+
+def _not_ready(entry: _Entry) -> NotReady:
+    """The 503 of a model that does not serve, saying how to wait when waiting helps: a model
+    that is LOADING serves within seconds (the probe and a warm-up; its plan is measured
+    afterwards), so the client is told to retry, and where to poll."""
+    if entry.state != LOADING:
+        return NotReady(f"model {entry.name!r} is {entry.state}: {entry.reason}")
+    return NotReady(
+        f"model {entry.name!r} is LOADING ({entry.reason}) and answers once READY: retry after "
+        f"{LOADING_RETRY_S} s, or poll GET /v2/models/{entry.name}/ready until it answers 200 "
+        "(edgeagent status shows the state)",
+        retry_after=LOADING_RETRY_S,
+    )
 
 
 def _warm(session: Session, package: ModelPackage) -> None:

@@ -162,9 +162,12 @@ class ModelFactory:
             merge_batch_size=plan.batch if plan is not None else None,
         )
 
-    def build(self, package: ModelPackage, session: Session) -> LoadedModel:
-        """Must run on the event loop: the batcher starts its loop task there."""
-        stats = ModelStats(self._settings.latency_samples)
+    def build(
+        self, package: ModelPackage, session: Session, *, stats: ModelStats | None = None
+    ) -> LoadedModel:
+        """Must run on the event loop: the batcher starts its loop task there. ``stats`` are
+        the statistics of the version this one replaces when it is the same version."""
+        stats = stats or ModelStats(self._settings.latency_samples)
         plan = self.plan(package, session)
         batcher = Batcher(
             package.name,

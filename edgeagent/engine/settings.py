@@ -34,8 +34,8 @@ class EngineSettings:
     )
     plan: Literal["auto", "fixed"] | None = setting(
         None,
-        "execution plan: auto = measure instances x threads x batch on the device at load "
-        "(cached with the probe cache), fixed = plan_instances x plan_threads at "
+        "execution plan: auto = measure instances x threads x batch on the device after the "
+        "version serves (cached with the probe cache), fixed = plan_instances x plan_threads at "
         "max_batch_size; unset = the package's [serving] plan (default auto)",
     )
     plan_instances: int | None = setting(
@@ -45,7 +45,10 @@ class EngineSettings:
         None, "intra-op threads per instance; unset = the plan's choice"
     )
     plan_search_s: float = setting(
-        2.0, "time the plan search takes for one variant, its loads included", "s"
+        2.0,
+        "time the plan search takes for one variant, its loads included, however slow the "
+        "model (a slow one measures fewer shapes)",
+        "s",
     )
     plan_lone_session: bool = setting(
         True,

@@ -19,7 +19,7 @@ from edgeagent.hardware.probe import Prober, ProbeResult
 from edgeagent.hardware.profile import Candidate, Profile
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, Variant
-from edgeagent.runtimes import RuntimeUnavailable, Session, installed_version
+from edgeagent.runtimes import RuntimeUnavailable, Session, get_runtime, installed_version
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +63,47 @@ def is_cpu(candidate: Candidate) -> bool:
     return candidate.device.upper().startswith("CPU")
 
 
+def device_listed(candidate: Candidate) -> bool:
+    """Whether ``candidate``'s device may be here: False only when its runtime is missing, or
+    lists its devices and not this one (an onnxruntime without ``CUDAExecutionProvider``, an
+    OpenVINO listing only ``CPU``: what ``edgeagent profile`` prints at start). A device the
+    runtime cannot list without loading a model (a LiteRT delegate named by path) counts as
+    listed: its probe decides. Imports the runtime, as probing it would."""
+    if is_cpu(candidate):
+        return True
+    try:
+        runtime = get_runtime(candidate.runtime)
+    except RuntimeUnavailable:
+        return False
+    if candidate.options.get("delegate"):
+        return True
+    try:
+        return runtime.lists(candidate.device) is not False
+    except Exception as exc:  # a runtime that fails to list its devices: the probe will tell
+        log.warning("%s could not list its devices: %s", candidate.runtime, exc)
+        return True
+
+
 def release_variants(
     profile: Profile,
     available: Sequence[str],
     *,
     cpu_fallback: bool = True,
     failed: Collection[str] = (),
+    listed: Callable[[Candidate], bool] = device_listed,
 ) -> list[str]:
     """The variant keys (``runtime/precision``) of a release a device downloads.
 
     The same ranking as ``options_for`` at start, applied before any file exists (nothing can
-    be probed yet): the best-ranked candidate whose variant the release offers and whose
-    runtime is installed; with ``cpu_fallback``, also the best-ranked CPU candidate's variant,
-    so an accelerator that fails its probe or at run time still has somewhere to go.
-    Candidates in ``failed`` (keys whose probe already failed here, e.g. a CUDA provider this
-    machine lacks: ``Accelerators.failed_candidates``, which remembers an accelerator's failure
-    across models and versions for the same runtime version) are skipped, as the probe at
-    start would skip them. Empty when the release has nothing this device can run.
+    be probed yet): the best-ranked candidate whose variant the release offers, whose runtime
+    is installed and whose device its runtime lists here (``listed``: ``device_listed``); with
+    ``cpu_fallback``, also the best-ranked CPU candidate's variant, so an accelerator that
+    fails its probe or at run time still has somewhere to go. So even a device's first
+    release, before any probe, never fetches a variant for a device its runtimes do not list.
+    Candidates in ``failed`` (keys whose probe already failed here, e.g. a listed GPU whose
+    driver is broken: ``Accelerators.failed_candidates``, which remembers an accelerator's
+    failure across models and versions for the same runtime version) are skipped, as the probe
+    at start would skip them. Empty when the release has nothing this device can run.
     """
     usable = []
     for candidate in profile.candidates:
@@ -89,6 +113,8 @@ def release_variants(
         try:
             installed_version(candidate.runtime)
         except RuntimeUnavailable:
+            continue
+        if not listed(candidate):
             continue
         usable.append((candidate, key))
     if not usable:

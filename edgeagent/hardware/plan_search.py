@@ -15,9 +15,12 @@ windows (tens of milliseconds, a few runs each), each between two windows of one
 shape, round after round with the order reversed, and are compared only by these paired
 ratios, whose median over the rounds decides (``Sandwiches``). A shape whose rounds disagree
 about it by more than ``disagreement``, and that could still be the fastest, is measured again
-rather than trusted, while the time budget lasts; the budget ``search_s`` covers the loads too.
+rather than trusted, while the time budget lasts; the budget ``search_s`` covers the loads too,
+whatever the model's speed: one row's time decides which shapes two rounds can afford (a model
+at 120 ms a row measures a few batch-1 shapes, or none and keeps the configured one).
 The chosen plan and the figures that chose it are cached with the probe results
-(``ProbeCache.put_plan``).
+(``ProbeCache.put_plan``). The agent serves a new model at once on a safe plan (``PENDING``)
+and searches afterwards, in the background (``engine.registry``).
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.hardware.plan_shape import PENDING, PlanShape
 from edgeagent.runtimes.base import Session
 
 log = logging.getLogger(__name__)
+
+__all__ = ["PENDING", "MeasuredPlan", "PlanRequest", "PlanShape", "search"]
 
 SEARCH_BATCHES = (1, 4, 8)  # batch sizes tried (up to the model's max_batch_size)
 # Shapes this close to the best count as equal, and the more threads per instance, then the
@@ -53,20 +59,6 @@ MAX_ROUNDS = 12  # rounds of one shape at most, disagreement or not
 AGREE = 0.2  # two reference windows this close measured the same machine speed
 MIN_RUNS = 1  # a window holds at least this many runs of the shape (timed at warm-up)
 MIN_WINDOW_S = 0.005  # a shorter window measures the timer, not the model
-
-
-@dataclass(frozen=True)
-class PlanShape:
-    """How one variant runs: ``instances`` sessions of ``threads`` intra-op threads each,
-    merging up to ``batch`` rows per run."""
-
-    instances: int
-    threads: int
-    batch: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.threads}x{self.instances}:b{self.batch}"
 
 
 @dataclass(frozen=True)
@@ -96,7 +88,8 @@ class PlanRequest:
     @property
     def fingerprint(self) -> str:
         """What a cached plan was searched under: a changed pin must search again."""
-        return f"i{self.instances or '*'}t{self.threads or '*'}b{self.max_batch}"
+        # "2": figures labelled instances x threads (an older cache's labels read the other way)
+        return f"2i{self.instances or '*'}t{self.threads or '*'}b{self.max_batch}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,9 @@ class MeasuredPlan:
     """The plan in force and where it came from, with the figures that chose it."""
 
     shape: PlanShape
-    source: str  # "search", "cached" (a search of an earlier start), "fixed" (configured)
+    # "search", "cached" (a search of an earlier start), "fixed" (configured, or a model too
+    # slow for any search within the budget), PENDING (serving until the search ends)
+    source: str
     cores: int  # the threads the profile allows (instances × threads ≤ cores)
     figures: Mapping[str, float] = field(default_factory=dict)  # label → rows/s (median)
     rounds: Mapping[str, int] = field(default_factory=dict)  # label → rounds measured
@@ -230,6 +225,10 @@ class SessionPool:
     def add(self, threads: int, session: Session) -> None:
         self._by_threads.setdefault(threads, []).append(session)
 
+    def have(self) -> dict[int, int]:
+        """Sessions open now, by thread count."""
+        return {t: len(sessions) for t, sessions in self._by_threads.items()}
+
     def get(self, threads: int, count: int) -> list[Session]:
         have = self._by_threads.setdefault(threads, [])
         while len(have) < count:
@@ -314,27 +313,51 @@ def search(
     *,
     measure: Measure = closed_loop,
     timer: Callable[[], float] = time.perf_counter,
+    load_s: float | None = None,
 ) -> MeasuredPlan:
-    """Measure the shapes of ``shapes(cores, request)`` and return the fastest (see the module
-    docstring); ``pool`` then holds sessions of every thread count tried.
+    """Measure the shapes of ``shapes(cores, request)`` that fit the budget and return the
+    fastest (see the module docstring); ``pool`` then holds sessions of every thread count tried.
 
-    ``request.search_s`` bounds everything from the first load to the last window: sessions
-    are opened and warmed, then ``FIRST_ROUNDS`` rounds measure every shape, each between two
-    windows of the reference shape (the first of the grid; ``Sandwiches``), the order reversed
-    each round; then the shapes whose ratios disagree between rounds, and that could still be
-    the fastest, run again the same way until they agree, reach ``MAX_ROUNDS`` or the budget
-    is spent. ``measure`` and ``timer`` are the closed loop and the clock (a test simulates a
-    drifting device with them).
+    ``request.search_s`` bounds everything from the first load to the last window, whatever the
+    model's speed: one batch-1 run of the session already open times a row, and the grid is
+    pruned to the shapes whose loads, warm-up runs and two rounds of windows that row time says
+    fit (``affordable``: batch 1 of every split first, then larger batches); ``load_s`` is what
+    opening one session is expected to cost (the probe's load time), corrected by the first
+    load measured. When not even one rival fits, nothing is measured and the configured shape
+    serves (source "fixed"). The kept shapes are opened and warmed, then rounds measure every
+    shape between two windows of the reference shape (batch 1 on sessions already open, else
+    the grid's first; ``Sandwiches``),
+    the order reversed each round, while the budget lasts; then the shapes whose ratios
+    disagree between rounds, and that could still be the fastest, run again the same way until
+    they agree, reach ``MAX_ROUNDS`` or the budget is spent. ``measure`` and ``timer`` are the
+    closed loop and the clock (a test simulates a drifting device with them).
     """
     began = timer()
     deadline = began + request.search_s
-    tried = shapes(cores, request)
-    if len(tried) == 1:  # everything is pinned: nothing to measure
-        return MeasuredPlan(tried[0], "fixed", cores, search_ms=0.0, at=clock())
-    inputs = {b: batch_feeds(feeds, b) for b in {s.batch for s in tried}}
-    run_s = {s: _warm(pool.get(s.threads, s.instances), inputs[s.batch], timer) for s in tried}
+    grid = shapes(cores, request)
+    if len(grid) == 1:  # everything is pinned: nothing to measure
+        return MeasuredPlan(grid[0], "fixed", cores, search_ms=0.0, at=clock())
+    inputs = {b: batch_feeds(feeds, b) for b in {s.batch for s in grid}}
+    costs = SearchCosts(cores, _row_s(pool, cores, inputs[1], timer), load_s)
+    have = pool.have()  # the reference: a shape already open (no load), else the grid's first
+    grid.sort(key=lambda s: s.batch > 1 or s.instances > have.get(s.threads, 0))
+    tried = costs.affordable(grid, have, deadline - timer())
+    waiting = tried
+    while len(tried) > 1 and waiting:  # each warm-up corrects the estimates: a shape may go
+        shape = waiting[0]  # (a slow load) or come back (a batch cheaper than rows x batch)
+        sessions = _opened(pool, shape, costs, timer)
+        costs.runs[shape] = _warm(sessions, inputs[shape.batch], timer)
+        tried = costs.affordable(grid, pool.have(), deadline - timer())
+        waiting = sorted((s for s in tried if s not in costs.runs), key=lambda s: s.batch)
+    if len(tried) < 2:
+        log.info(
+            "plan search: %.0f ms a row leaves no room for a second shape in %.1f s; serving %s",
+            costs.row_s * 1e3, request.search_s, fixed_shape(cores, request).label,
+        )  # fmt: skip
+        took = round((timer() - began) * 1000, 1)
+        return MeasuredPlan(fixed_shape(cores, request), "fixed", cores, search_ms=took, at=clock())
     base = (deadline - timer()) / (PLANNED_ROUNDS * (2 * len(tried) - 1))
-    window = {s: max(MIN_WINDOW_S, base, MIN_RUNS * run_s[s]) for s in tried}
+    window = {s: max(MIN_WINDOW_S, base, MIN_RUNS * costs.runs[s]) for s in tried}
     reference = tried[0]
     sandwiches = Sandwiches(reference)
 
@@ -344,11 +367,17 @@ def search(
             sandwiches.references.append(rate)
         return rate
 
+    def next_pair(shape: PlanShape) -> float:
+        return costs.span(shape, window[shape]) + costs.span(reference, window[reference])
+
     def measure_round(rivals: list[PlanShape], must: bool) -> int:
         """Each rival between two windows of the reference; how many were measured."""
+        first = costs.span(reference, window[reference])
+        if not must and timer() + first + min(map(next_pair, rivals)) > deadline:
+            return 0
         measured, before = 0, run(reference)
         for shape in rivals:
-            if not must and timer() + window[shape] + window[reference] > deadline:
+            if not must and timer() + next_pair(shape) > deadline:
                 continue
             rate = run(shape)
             after = run(reference)
@@ -358,7 +387,7 @@ def search(
 
     rivals = tried[1:]
     for index in range(FIRST_ROUNDS):
-        measure_round(rivals if index % 2 == 0 else rivals[::-1], must=index < 2)
+        measure_round(rivals if index % 2 == 0 else rivals[::-1], must=index == 0)
     while True:
         best = max(sandwiches.ratio(s) for s in tried)
         unsure = [
@@ -382,6 +411,96 @@ def search(
         round((timer() - began) * 1000, 1),
         clock(),
     )
+
+
+@dataclass
+class SearchCosts:
+    """What measuring a set of shapes will cost, from one row's time on ``cores`` threads.
+
+    A run of ``batch`` rows on ``threads`` of the ``cores`` threads is taken to last
+    ``row_s × batch × cores / threads`` (perfect scaling: an over-estimate where threads scale
+    worse, so the budget holds) until its warm-up timed it (``runs``); a window lasts at least
+    one run, plus the run in flight when it closes; a load lasts ``load_s`` (the probe's load
+    time, replaced by a slower one measured here; before either, the time of 20 rows).
+    """
+
+    cores: int
+    row_s: float
+    load_s: float | None = None
+    runs: dict[PlanShape, float] = field(default_factory=dict)  # measured at warm-up
+
+    def run(self, shape: PlanShape) -> float:
+        """A run's time: measured, else scaled from the largest smaller batch measured on the
+        same sessions (per row no slower than that), else from the row time."""
+        if shape in self.runs:
+            return self.runs[shape]
+        split = (shape.instances, shape.threads)
+        same = [s for s in self.runs if (s.instances, s.threads) == split]
+        if same:
+            known = max(same, key=lambda s: s.batch)
+            return self.runs[known] * shape.batch / known.batch
+        return self.row_s * shape.batch * self.cores / shape.threads
+
+    def span(self, shape: PlanShape, window_s: float) -> float:
+        """A window of ``shape`` as it really lasts: the window and the run in flight."""
+        return window_s + self.run(shape)
+
+    @staticmethod
+    def loads(shapes: list[PlanShape], have: Mapping[int, int]) -> int:
+        """Sessions still to open for ``shapes``, given ``have`` open by thread count."""
+        wanted: dict[int, int] = {}
+        for s in shapes:
+            wanted[s.threads] = max(wanted.get(s.threads, 0), s.instances)
+        return sum(max(0, n - have.get(t, 0)) for t, n in wanted.items())
+
+    def cost(self, shapes: list[PlanShape], have: Mapping[int, int]) -> float:
+        """Loads, warm-up runs (of shapes not warmed yet) and two rounds of the shortest
+        windows, the first of ``shapes`` being the reference."""
+        load = self.load_s if self.load_s is not None else 20 * self.row_s
+        warm = sum((s.instances + 1) * self.run(s) for s in shapes if s not in self.runs)
+        spans = [self.span(s, max(MIN_WINDOW_S, MIN_RUNS * self.run(s))) for s in shapes]
+        rounds = 2 * (len(shapes) * spans[0] + sum(spans[1:]))
+        return self.loads(shapes, have) * load + warm + rounds
+
+    def affordable(
+        self, grid: list[PlanShape], have: Mapping[int, int], budget_s: float
+    ) -> list[PlanShape]:
+        """The reference (the grid's first) and, in order of worth — batch 1 of every split,
+        then the larger batches — every shape whose measurement still fits ``budget_s``."""
+        kept = grid[:1]
+        for shape in sorted(grid[1:], key=lambda s: (s.batch, grid.index(s))):
+            if self.cost([*kept, shape], have) <= budget_s:
+                kept.append(shape)
+        return sorted(kept, key=grid.index)
+
+
+def _row_s(
+    pool: SessionPool,
+    cores: int,
+    feeds: Mapping[str, np.ndarray],
+    timer: Callable[[], float],
+) -> float:
+    """One batch-1 run's time on a session of every core (the one open already): the yardstick
+    of what the search can afford. It runs once untimed first (first runs allocate)."""
+    session = pool.get(cores, 1)[0]
+    session.run(feeds)
+    start = timer()
+    session.run(feeds)
+    return max(timer() - start, 1e-6)
+
+
+def _opened(
+    pool: SessionPool, shape: PlanShape, costs: SearchCosts, timer: Callable[[], float]
+) -> list[Session]:
+    """The shape's sessions, opening the missing ones; the first load measured replaces the
+    expected load time."""
+    missing = max(0, shape.instances - pool.have().get(shape.threads, 0))
+    start = timer()
+    sessions = pool.get(shape.threads, shape.instances)
+    if missing:
+        measured = (timer() - start) / missing
+        costs.load_s = measured if costs.load_s is None else max(costs.load_s, measured)
+    return sessions
 
 
 def _warm(

@@ -14,13 +14,15 @@ from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
 from edgeagent.hardware.instances import InstanceGroup, Lane
 from edgeagent.hardware.plan_search import (
+    PENDING,
     MeasuredPlan,
     PlanRequest,
+    PlanShape,
     SessionPool,
     fixed_shape,
     hardware_key,
-    search,
 )
+from edgeagent.hardware.plan_search import search as search_plan
 from edgeagent.hardware.probe import CACHE_FILE, ProbeCache, Prober, ProbeResult
 from edgeagent.hardware.profile import Profile, board_profiles
 from edgeagent.hardware.settings import HardwareSettings
@@ -108,12 +110,14 @@ class Accelerators:
         return self.chooser.choose(self.profile, package, use_cache=use_cache)
 
     def open(
-        self, package: ModelPackage, plan: PlanRequest | None = None
+        self, package: ModelPackage, plan: PlanRequest | None = None, *, search: bool = True
     ) -> ResilientSession | InstanceGroup:
         """Choose a candidate for ``package`` and return a session that falls back on failure.
 
         With ``plan``, the chosen candidate runs as the execution plan says (``plan_of``):
-        an InstanceGroup of resilient sessions, one per instance. With a ``spread`` over
+        an InstanceGroup of resilient sessions, one per instance; without ``search``, a plan
+        not cached yet is not measured: the group runs the probe's session on a ``PENDING``
+        plan, and a later ``open`` with ``search`` measures it. With a ``spread`` over
         several devices (model.toml ``[serving] spread``, else ``[hardware] spread``), every
         device's best working candidate runs as a lane of that group under its own plan
         (``spread``). Blocking (it loads and runs models): call it in a worker thread.
@@ -125,12 +129,18 @@ class Accelerators:
         spread = package.serving.spread or self.settings.spread
         session: ResilientSession | InstanceGroup
         if wanted_devices(spread) != (1, None):
-            session = self._spread(package, choice, plan or PlanRequest(auto=False), spread)
+            request = plan or PlanRequest(auto=False)
+            session = self._spread(package, choice, request, spread, search=search)
         elif plan is None:
             session = self._resilient(package, choice, choice.session, self.prober)
         else:
             planned = self.plan_of(
-                package, choice.chosen, choice.session, plan, lone=plan.keeps_lone_session
+                package,
+                choice.chosen,
+                choice.session,
+                plan,
+                lone=plan.keeps_lone_session,
+                search=search,
             )
             prober = self.prober.with_threads(planned.plan.shape.threads)
             alone = None
@@ -156,9 +166,12 @@ class Accelerators:
         choice: Choice,
         request: PlanRequest,
         spread: int | Sequence[str],
+        *,
+        search: bool = True,
     ) -> InstanceGroup:
         """One lane per device (``spread.pick_devices``), each its own plan and instances,
-        each instance a resilient session failing over within its device first."""
+        each instance a resilient session failing over within its device first; without
+        ``search``, a lane whose plan is not cached serves pending on its first session."""
         model_hash = package.content_hash()
 
         def load(option: Option) -> tuple[Session | None, ProbeResult]:
@@ -178,7 +191,7 @@ class Accelerators:
         order = choice.fallback_order()
         lanes = []
         for option, first in picked:
-            planned = self.plan_of(package, option, first, request)
+            planned = self.plan_of(package, option, first, request, search=search)
             prober = self.prober.with_threads(planned.plan.shape.threads)
             fallback = lane_order(order, option, group)
             resilient = [
@@ -227,13 +240,16 @@ class Accelerators:
         *,
         use_cache: bool = True,
         lone: bool = False,
+        search: bool = True,
     ) -> PlanSessions:
         """The execution plan of one candidate (``chosen``, proven by ``session``) and the
         sessions of its instances; with ``lone``, also a session of all the cores when the
         plan's instances have fewer threads (a request alone runs there: c=1 latency).
 
         Configured (``request.auto`` false), cached (the same model content, candidate, runtime
-        version, hardware and pins), or measured now (``plan_search.search``) and cached.
+        version, hardware and pins), or measured now (``plan_search.search``, within
+        ``request.search_s`` whatever the model's speed) and cached; without ``search``, one
+        not cached is the configured shape on ``session`` alone, ``PENDING`` its search.
         ``session`` is one of the pool's and serves when the plan's threads match it. A search
         that fails (a batch the runtime refuses) serves the configured shape.
         """
@@ -256,9 +272,14 @@ class Accelerators:
         if request.auto and use_cache:
             cached = self.prober.cache.get_plan(key)
             plan = MeasuredPlan.from_dict(cached) if cached is not None else None
+        if plan is None and request.auto and not search:
+            pending = PlanShape(1, cores, fixed.shape.batch)  # the probe's session alone
+            plan = MeasuredPlan(pending, PENDING, cores, at=time.time())
         if plan is None and request.auto:
+            probed = self.prober.cache.get_probe(probe_key)
+            load_s = probed.load_ms / 1e3 if probed is not None and probed.ok else None
             try:
-                plan = search(pool, sample_feeds(package), cores, request)
+                plan = search_plan(pool, sample_feeds(package), cores, request, load_s=load_s)
             except Exception as exc:  # the pool's sessions stay; the configured shape serves
                 log.warning("%s: execution plan search failed (%s); serving %s", package.name,
                             exc, fixed.shape.label)  # fmt: skip

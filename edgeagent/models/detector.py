@@ -8,6 +8,7 @@ package — its input size and how many classes it scores — lives here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,21 @@ def decode_row(
     return package.detection.decode(
         outputs, input_size(package), geometry, class_count(package), package.anchors, min_score
     )
+
+
+def detections_json(package: ModelPackage, found: Detections) -> list[dict[str, Any]]:
+    """Detections as every answer shows them (the /detect route, ``edgeagent infer``): label,
+    class index, score and box in the image's pixels, best first."""
+    labels = package.labels
+    return [
+        {
+            "label": labels[c] if c < len(labels) else str(c),
+            "index": int(c),
+            "score": round(float(s), 6),
+            "box": [round(float(v), 2) for v in box],
+        }
+        for box, s, c in zip(found.boxes, found.scores, found.classes, strict=True)
+    ]
 
 
 def decode_batch(package: ModelPackage, outputs: Mapping[str, np.ndarray]) -> list[Detections]:

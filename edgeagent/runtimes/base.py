@@ -145,6 +145,12 @@ class Runtime(ABC):
     def devices(self) -> list[str]:
         """Devices the runtime *lists* here; a listed device still has to be proven by a load."""
 
+    def lists(self, device: str) -> bool | None:
+        """Whether ``device`` (a profile's name for it) is among ``devices()``: False means it
+        cannot run here, so nothing should be fetched for it; None that the runtime cannot tell
+        without loading a model there (only a probe can)."""
+        return device in self.devices()
+
     @abstractmethod
     def load(self, request: LoadRequest) -> Session:
         """Load the files on ``request.device``; raise RuntimeLoadError with the runtime's text."""

@@ -184,6 +184,21 @@ class LiteRTRuntime(Runtime):
         # Delegates cannot be listed without loading them; CPU (XNNPACK) is always there.
         return ["CPU"]
 
+    def lists(self, device: str) -> bool | None:
+        """CPU always; the Edge TPU where its delegate library (libedgetpu) can be opened —
+        without it the delegate cannot load, though with it the TPU may still be absent; any
+        other delegate only a probe can tell."""
+        name = device.upper()
+        if name == "CPU":
+            return True
+        if name != "EDGETPU":
+            return None
+        try:
+            ctypes.CDLL(EDGETPU_LIBRARY)
+        except OSError:
+            return False
+        return None
+
     def load(self, request: LoadRequest) -> LiteRTSession:
         found = request.file(RUNTIME_FACTS[self.name].model_suffixes)
         if found is None:

@@ -147,6 +147,9 @@ class OnnxRuntime(Runtime):
         # The Azure provider is a remote-inference shim, never a local accelerator.
         return [p for p in ort.get_available_providers() if p != "AzureExecutionProvider"]
 
+    def lists(self, device: str) -> bool | None:
+        return (CPU if device == "CPU" else device) in self.devices()
+
     def load(self, request: LoadRequest) -> OnnxSession:
         found = request.file(RUNTIME_FACTS[self.name].model_suffixes)
         if found is None:

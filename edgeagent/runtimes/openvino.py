@@ -56,6 +56,10 @@ def _dtype(element_type: Any) -> str:
         return element_type.get_type_name()
 
 
+# Names that choose among the devices rather than name one (``lists`` cannot tell for them).
+VIRTUAL_DEVICES = ("AUTO", "MULTI", "HETERO", "BATCH")
+
+
 class OpenVINOSession(Session):
     runtime = "openvino"
 
@@ -124,6 +128,14 @@ class OpenVINORuntime(Runtime):
 
     def devices(self) -> list[str]:
         return list(self._core.available_devices)
+
+    def lists(self, device: str) -> bool | None:
+        """``GPU`` is listed as ``GPU.0``, ``GPU.1`` on a machine with two; AUTO, MULTI,
+        HETERO and BATCH are not devices but ways of choosing among them."""
+        name = device.upper()
+        if name.split(":")[0] in VIRTUAL_DEVICES:
+            return None
+        return any(d.upper() == name or d.upper().startswith(name + ".") for d in self.devices())
 
     def load(self, request: LoadRequest) -> OpenVINOSession:
         found = request.file(RUNTIME_FACTS[self.name].model_suffixes)

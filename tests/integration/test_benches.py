@@ -257,6 +257,8 @@ def test_update_reports_publish_to_serving_and_canary(tiny_zoo: Path) -> None:
     )
     assert report["failed_requests"] == 0, report["requests"]
     assert [r["canary"] for r in report["rounds"]] == [False, True]
+    first = report["first_release"]  # the device's first: it fetched only what it serves
+    assert first["variants"] == [first["serves"]] and first["bytes_ratio_to_served"] > 0
     assert_figures(
         report,
         "bytes_per_device",
@@ -279,4 +281,4 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())
     assert_figures(report["searches"][0], "pick_over_best", "seconds")
-    assert "search 1:" in done.stdout and "| threads x instances" in done.stdout
+    assert "search 1:" in done.stdout and "| instances x threads" in done.stdout

@@ -147,3 +147,19 @@ async def test_governor_reads_the_load_the_engine_counts(daemon, client):
     assert batches >= 1 and busy > 0  # the warm-up runs outside the batcher: not counted
     await daemon.governor.tick()
     assert daemon.governor.engine_load.batch_seconds is not None
+
+
+async def test_a_fresh_start_serves_before_its_plan_is_measured_then_swaps_it_in(daemon, client):
+    """Nothing cached in a fresh state: the daemon was ready with the model on the probe's
+    session (the plan pending) or, if the search already ended, on the searched plan; once
+    the search settles the same version runs on its measured plan and answers."""
+    async with client.get("/v1/status") as response:
+        first = (await response.json())["models"]["tiny"]["versions"]["1"]["plan"]
+    assert first["source"] in ("pending", "search"), first
+    await daemon.registry.plans_settled()
+    async with client.get("/v1/status") as response:
+        settled = (await response.json())["models"]["tiny"]["versions"]["1"]["plan"]
+    assert settled["source"] == "search" and settled["figures"], settled
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    async with client.post("/v2/models/tiny/infer", json=infer_body(x)) as response:
+        assert response.status == 200

@@ -3,17 +3,22 @@ the agent's own route and through DeepStack's, as Frigate would post them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 
 from devtools.detection_scenes import HeldOut, load_heldout
+from devtools.package import set_fields
+from edgeagent.cli import main
 from edgeagent.models.package import ModelPackage
 from edgeagent.models.tasks.detection import Detections
 from edgeagent.models.tasks.detection_map import mean_average_precision
 from tests.integration.test_zoo import ZOO, zoo_package
+from tests.support.helpers import write_tiny_package
 from tests.support.http_agent import TOKEN, AgentServer
 
 NAME = "shapes_grid_mnv2"
@@ -97,3 +102,43 @@ def test_deepstack_answers_what_detect_answers(
             np.testing.assert_allclose(corners, detection["box"], atol=1.0)
             assert prediction["label"] in labels
         assert len(predictions) >= len(scenes.boxes[index]) - 1  # finds (nearly) every object
+
+
+def test_cli_infer_on_a_detector_answers_boxes_like_detect(
+    agent: AgentServer, scenes: HeldOut, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`edgeagent infer` on a detector answers what /detect answers, in process and through
+    the agent (it used to print top-k over the first output, as if boxes were classes)."""
+    image = tmp_path / "scene.png"
+    image.write_bytes(scenes.png(0))
+    served = detect(agent, scenes.png(0))
+    assert served["detections"], "the held-out scene has objects"
+    remote = ["infer", NAME, str(image), "--socket", str(agent.socket), "--json"]
+    assert main(remote) == 0
+    (through,) = json.loads(capsys.readouterr().out)
+    assert through["detections"] == served["detections"]
+    assert through["image_size"] == [96, 96] and "top_k" not in through
+    variant = ["--runtime", served["backend"], "--precision", served["precision"]]
+    local = ["infer", NAME, str(image), "--models-dir", str(ZOO), "--json", *variant]
+    assert main(local) == 0
+    (here,) = json.loads(capsys.readouterr().out)
+    assert [d["label"] for d in here["detections"]] == [d["label"] for d in served["detections"]]
+    for mine, theirs in zip(here["detections"], served["detections"], strict=True):
+        np.testing.assert_allclose(mine["box"], theirs["box"], atol=0.5)
+    text_only = ["infer", NAME, str(image), "--models-dir", str(ZOO), *variant, "--top-k", "1"]
+    assert main(text_only) == 0  # as text, the best box only
+    text = capsys.readouterr().out.splitlines()
+    assert text[1] == "  1 object(s) in 96x96:"
+    best = here["detections"][0]
+    assert text[2].startswith(f"  {best['score']:7.2%}  {best['label']}  [") and len(text) == 3
+
+
+def test_cli_infer_refuses_a_model_of_another_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_tiny_package(tmp_path / "tiny")
+    set_fields(root, {"task": "segmentation"})
+    image = tmp_path / "x.png"
+    image.write_bytes(b"")
+    assert main(["infer", str(root), str(image), "--runtime", "onnxruntime"]) == 2
+    assert "is a segmentation model" in capsys.readouterr().err

@@ -17,12 +17,14 @@ import pytest
 from devtools.broker import Broker
 from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
+from edgeagent.hardware.choose import release_variants
 from edgeagent.hardware.service import Accelerators
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.hub.keys import generate_key, rotate
 from edgeagent.hub.publish import publish
 from edgeagent.hub.sign import release_path
 from edgeagent.models.package import INSTALLED_VARIANTS
+from edgeagent.runtimes import get_runtime
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_updates_helpers import (
     Hub,
@@ -182,14 +184,17 @@ def _three_variant_package(hub: Hub, version: str) -> Path:
     return root
 
 
-async def test_a_device_downloads_only_its_variant_and_falls_back_to_the_cpu_one(
+async def test_a_first_release_fetches_only_the_variant_the_device_serves(
     hub: Hub, tmp_path: Path
 ) -> None:
-    """The real hardware path: profile generic-x86_64 ranks onnxruntime/CUDA fp16 first, so
-    the device downloads that variant plus the CPU fallback (onnxruntime fp32) — not the
-    OpenVINO one; the CUDA probe fails on this machine and the model serves from the CPU
-    variant it downloaded."""
+    """The real hardware path on a device that never probed anything: profile generic-x86_64
+    ranks onnxruntime/CUDA fp16 first, but this machine's onnxruntime lists no
+    CUDAExecutionProvider, so its first release fetches neither that variant nor OpenVINO's
+    (ranked below onnxruntime fp32 on the CPU): only onnxruntime fp32, which it then serves —
+    the bytes downloaded are those of what it serves, 1.00x (fetching CUDA fp16 as a fallback's
+    companion made it 2x here, 3x on a board whose first pick was an unlisted NPU)."""
     accelerators = Accelerators(HardwareSettings(profile="generic-x86_64"), tmp_path / "hw")
+    assert "CUDAExecutionProvider" not in get_runtime("onnxruntime").devices()  # as here
     with ThreadPoolExecutor(2) as executor:
         device = make_device(
             tmp_path / "device", hub.keys / "trust.json", executor, opener=accelerators.open
@@ -198,20 +203,44 @@ async def test_a_device_downloads_only_its_variant_and_falls_back_to_the_cpu_one
             outcome = await device.apply(hub.sign(_three_variant_package(hub, "2")))
             assert (outcome["result"], outcome["code"]) == ("succeeded", "committed"), outcome
             downloaded = next(e for e in device.events if e.get("step") == "downloaded")
-            names = ["tiny-2.tar.gz", "tiny-2.onnxruntime.fp16.tar.gz"]
-            names.append("tiny-2.onnxruntime.fp32.tar.gz")
-            expected = sum((hub.artifacts / name).stat().st_size for name in names)
-            everything = sum(p.stat().st_size for p in hub.artifacts.glob("tiny-2*.tar.gz"))
-            assert downloaded["variants"] == ["onnxruntime/fp16", "onnxruntime/fp32"]
-            assert downloaded["bytes"] == expected < everything - 40_000  # no OpenVINO bytes
+            served = ["tiny-2.tar.gz", "tiny-2.onnxruntime.fp32.tar.gz"]
+            expected = sum((hub.artifacts / name).stat().st_size for name in served)
+            assert downloaded["variants"] == ["onnxruntime/fp32"]
+            assert downloaded["bytes"] == expected  # 1.00x the bytes of what it serves
 
             installed = device.store.current_dir("tiny")
             assert installed is not None
-            assert (installed / INSTALLED_VARIANTS).read_text().split() == [
-                "onnxruntime/fp16",
-                "onnxruntime/fp32",
-            ]
-            assert not (installed / "tiny.bin").exists() and not (installed / "tiny.xml").exists()
+            assert (installed / INSTALLED_VARIANTS).read_text().split() == ["onnxruntime/fp32"]
+            assert not (installed / "tiny.fp16.onnx").exists()
+            assert not (installed / "tiny.bin").exists()
+            states = {
+                c["candidate"]: c["state"]
+                for c in accelerators.report()["models"]["tiny:2"]["candidates"]
+            }
+            assert states["onnxruntime:CPUExecutionProvider:fp32"] == "active"
+        finally:
+            await device.registry.close()
+
+
+async def test_a_listed_accelerator_fetches_its_variant_and_the_cpu_fallback(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """Where onnxruntime does list CUDA (simulated: the device is told it is listed) the
+    first release fetches the CUDA fp16 variant and the CPU fallback beside it, never the
+    OpenVINO one; the CUDA probe then fails on this machine and the CPU variant serves."""
+    accelerators = Accelerators(HardwareSettings(profile="generic-x86_64"), tmp_path / "hw")
+    with ThreadPoolExecutor(2) as executor:
+        device = make_device(
+            tmp_path / "device", hub.keys / "trust.json", executor, opener=accelerators.open
+        )
+        device.updater.choose_variants = lambda available: release_variants(
+            accelerators.profile, available, listed=lambda candidate: True
+        )
+        try:
+            outcome = await device.apply(hub.sign(_three_variant_package(hub, "2")))
+            assert (outcome["result"], outcome["code"]) == ("succeeded", "committed"), outcome
+            downloaded = next(e for e in device.events if e.get("step") == "downloaded")
+            assert downloaded["variants"] == ["onnxruntime/fp16", "onnxruntime/fp32"]
             states = {
                 c["candidate"]: c["state"]
                 for c in accelerators.report()["models"]["tiny:2"]["candidates"]
@@ -282,7 +311,10 @@ async def test_publish_verifies_against_the_trust_file_it_publishes(
 
 async def test_two_downloaded_variants_may_share_a_file(hub: Hub, device) -> None:
     """fp16 (CUDA, first) and fp32 (the CPU fallback) both list the same ONNX file: the
-    second archive's copy has the same bytes, so it is not a replacement."""
+    second archive's copy has the same bytes, so it is not a replacement. (The device is told
+    its onnxruntime lists CUDA, or it would not fetch the fp16 variant at all.)"""
+    choose = device.updater.choose_variants
+    device.updater.choose_variants = lambda available: choose(available, listed=lambda c: True)
     root = add_golden(hub.package("1"))
     with (root / "model.toml").open("a") as toml:
         toml.write('\n[[variant]]\nruntime = "onnxruntime"\nprecision = "fp16"\n')

@@ -35,8 +35,10 @@ def serving_registry(
     metrics: EngineMetrics | None = None,
     limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
     load: LoadCounter | None = None,
+    plan: Callable[[ModelPackage], Session] | None = None,
 ) -> ModelRegistry:
-    """A ModelRegistry wired as the daemon wires it: ModelFactory plus the gauge hooks."""
+    """A ModelRegistry wired as the daemon wires it: ModelFactory plus the gauge hooks, and
+    ``plan`` to open a version under its measured plan after it serves on a pending one."""
     settings = settings or EngineSettings()
     metrics = metrics or EngineMetrics(CollectorRegistry())
     factory = ModelFactory(
@@ -54,4 +56,5 @@ def serving_registry(
         executor=executor,
         on_model_load=[gauges.on_load],
         on_model_unload=[gauges.on_unload],
+        plan=plan,
     )

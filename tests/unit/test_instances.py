@@ -338,6 +338,6 @@ async def test_status_and_metrics_show_each_instance(tmp_path, executor):
 
 def test_an_instance_starts_from_its_split_s_figures_in_the_plan_search() -> None:
     """Seconds per batch of one instance: rows × instances ÷ the split's rows/s, by batch."""
-    figures = {"1x2:b1": 400.0, "1x2:b4": 800.0, "2x1:b1": 300.0, "1x2:b8": 0.0}
+    figures = {"2x1:b1": 400.0, "2x1:b4": 800.0, "1x2:b1": 300.0, "2x1:b8": 0.0}
     plan = MeasuredPlan(PlanShape(2, 1, 4), "search", 2, figures)
     assert plan_prior(plan) == {1: 2 / 400.0, 4: 8 / 800.0}

@@ -56,7 +56,7 @@ def serving(root: Path, **values) -> None:
 
 
 def group(count: int, intervals: list, batch: int = 1, hold=None) -> InstanceGroup:
-    plan = MeasuredPlan(PlanShape(count, 1, batch), "search", count, {"1x2:b1": 40.0})
+    plan = MeasuredPlan(PlanShape(count, 1, batch), "search", count, {"2x1:b1": 40.0})
     return InstanceGroup(
         [
             FixedTimeSession(service_s=SERVICE_S, name=f"i{i}", hold=hold, intervals=intervals)
@@ -180,7 +180,7 @@ async def test_the_plan_shows_in_status_and_metrics(tmp_path: Path, executor) ->
     gauges.on_load(model)
     shown = model.plan.to_dict()
     assert shown["instances"] == 2 and shown["threads"] == 1 and shown["max_batch_size"] == 4
-    assert shown["source"] == "search" and shown["figures"] == {"1x2:b1": 40.0}
+    assert shown["source"] == "search" and shown["figures"] == {"2x1:b1": 40.0}
     assert model.max_batch_size == 4  # what clients may send stays the package's
     labels = {"model": "tiny", "version": model.version, "source": "search"}
     assert prom.get_sample_value("edgeagent_execution_plan", {**labels, "field": "instances"}) == 2

@@ -19,6 +19,7 @@ from edgeagent.hardware.plan_search import (
     MeasuredPlan,
     PlanRequest,
     PlanShape,
+    SearchCosts,
     SessionPool,
     fixed_shape,
     search,
@@ -100,10 +101,10 @@ def test_search_picks_the_fastest_shape_and_keeps_its_sessions() -> None:
 
 
 # The simulated board of the searches below: rows/s of every shape of 2 cores on a steady
-# machine (labels: threads x instances). 1x2:b4 is the best, 5 % above 1x2:b1 (the margin the
+# machine (labels: instances x threads). 2x1:b4 is the best, 5 % above 2x1:b1 (the margin the
 # goal allows).
-TRUE_RATES = {"2x1:b1": 560, "2x1:b4": 690, "2x1:b8": 720, "1x2:b1": 760, "1x2:b4": 800}
-TRUE_RATES["1x2:b8"] = 700
+TRUE_RATES = {"1x2:b1": 560, "1x2:b4": 690, "1x2:b8": 720, "2x1:b1": 760, "2x1:b4": 800}
+TRUE_RATES["2x1:b8"] = 700
 LOAD_S = 0.15  # what opening one session costs on the simulated board
 
 
@@ -117,7 +118,7 @@ class SimSession(Costed):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         rows = len(feeds["input"])
         instances = 2 // self.threads
-        self.board.now += rows * instances / self.board.rates[f"{self.threads}x{instances}:b{rows}"]
+        self.board.now += rows * instances / self.board.rates[f"{instances}x{self.threads}:b{rows}"]
         return {"y": feeds["input"]}
 
 
@@ -125,8 +126,11 @@ class SimBoard:
     """A drifting board on a simulated clock: loads and windows advance it, and each window
     measures the shape's true rate times the board's speed at that moment."""
 
-    def __init__(self, speed=lambda t: 1.0, burst: str = "", rates=TRUE_RATES) -> None:
+    def __init__(
+        self, speed=lambda t: 1.0, burst: str = "", rates=TRUE_RATES, load_s: float = LOAD_S
+    ) -> None:
         self.rates = rates
+        self.load_s = load_s
         self.now = 0.0
         self.speed = speed
         self.burst = burst  # this shape's first window runs 2x fast (other work paused)
@@ -135,12 +139,12 @@ class SimBoard:
 
     def open(self, threads: int) -> SimSession:
         self.loads += 1
-        self.now += LOAD_S
+        self.now += self.load_s
         return SimSession(self, threads)
 
     def measure(self, sessions, feeds, seconds: float) -> float:
         rows = len(feeds["input"])
-        label = f"{sessions[0].threads}x{len(sessions)}:b{rows}"
+        label = f"{len(sessions)}x{sessions[0].threads}:b{rows}"
         rate = self.rates[label] * self.speed(self.now + seconds / 2)
         if label == self.burst:
             rate, self.burst = 2 * rate, ""
@@ -149,13 +153,16 @@ class SimBoard:
         return rate
 
     def search(self, **request) -> MeasuredPlan:
+        pool = SessionPool(self.open)
+        pool.add(2, SimSession(self, 2))  # the probe's session of every core, open already
         return search(
-            SessionPool(self.open),
+            pool,
             FEEDS,
             2,
             PlanRequest(**request),
             measure=self.measure,
             timer=lambda: self.now,
+            load_s=self.load_s,  # what the probe's load took
         )
 
 
@@ -179,7 +186,7 @@ def test_the_pick_is_the_best_shape_on_a_drifting_board(speed) -> None:
     assert plan.shape == PlanShape(2, 1, 4), plan.figures
     if speed is swinging:  # neighbours 50 ms apart differ > AGREE here: the faster one counts
         return
-    scale = plan.figures["1x2:b1"] / TRUE_RATES["1x2:b1"]
+    scale = plan.figures["2x1:b1"] / TRUE_RATES["2x1:b1"]
     for label, rate in TRUE_RATES.items():
         assert plan.figures[label] / scale == pytest.approx(rate, rel=0.02), plan.figures
 
@@ -207,9 +214,9 @@ def test_bursts_of_other_work_leave_the_pick_within_5_percent_of_the_best() -> N
 @pytest.mark.parametrize(
     ("near", "pick"),
     [
-        ({"2x1:b1": 790}, PlanShape(1, 2, 1)),  # 1 % below: more threads answer a lone request
-        ({"1x2:b8": 792}, PlanShape(2, 1, 8)),  # 1 % below, same threads: the larger batch
-        ({"2x1:b8": 760}, PlanShape(2, 1, 4)),  # 5 % below: not a tie
+        ({"1x2:b1": 790}, PlanShape(1, 2, 1)),  # 1 % below: more threads answer a lone request
+        ({"2x1:b8": 792}, PlanShape(2, 1, 8)),  # 1 % below, same threads: the larger batch
+        ({"1x2:b8": 760}, PlanShape(2, 1, 4)),  # 5 % below: not a tie
     ],
 )
 def test_near_ties_go_to_more_threads_then_the_larger_batch(near, pick) -> None:
@@ -217,32 +224,64 @@ def test_near_ties_go_to_more_threads_then_the_larger_batch(near, pick) -> None:
 
 
 def test_a_rival_whose_rounds_disagree_is_measured_again_not_trusted() -> None:
-    """1x2:b8's first window ran 2x fast (a burst of other work stopped): that one round says
+    """2x1:b8's first window ran 2x fast (a burst of other work stopped): that one round says
     it beats the leader, the others say it does not, so it runs again until they agree."""
-    plan = SimBoard(burst="1x2:b8").search()
+    plan = SimBoard(burst="2x1:b8").search()
     assert plan.shape == PlanShape(2, 1, 4), plan.figures
-    assert plan.rounds["1x2:b8"] > 3, plan.rounds
+    assert plan.rounds["2x1:b8"] > 3, plan.rounds
     assert plan.rounds["2x1:b1"] == 3, plan.rounds  # settled in the first rounds: not again
 
 
 def test_the_budget_covers_loads_and_windows() -> None:
-    """Everything from the first load to the last window fits in search_s (simulated time);
-    a budget the loads alone exceed still measures every shape twice, and no more."""
+    """Everything from the first load to the last window fits in search_s (simulated time),
+    and a generous budget measures every shape of the grid at least twice."""
     board = SimBoard()
     plan = board.search(search_s=2.0)
-    assert board.loads == 3  # one session of 2 threads, two of 1
+    assert board.loads == 2  # two sessions of 1 thread beside the probe's
     assert board.now <= 2.0 and plan.search_ms <= 2000
     assert sum(plan.rounds.values()) == len(board.windows)
-    short = SimBoard()
-    plan = short.search(search_s=0.3)
-    rivals = {
-        label: n for label, n in plan.rounds.items() if label != "1x2:b1"
-    }  # not the yardstick
-    assert set(rivals.values()) == {2}, plan.rounds
+    assert set(plan.rounds) == set(TRUE_RATES) and min(plan.rounds.values()) >= 2
+
+
+@pytest.mark.parametrize("budget", [0.5, 2.0])
+@pytest.mark.parametrize("slower", [1, 10, 40, 100])
+def test_a_slow_model_is_searched_within_the_budget(budget: float, slower: int) -> None:
+    """A model 10-100x slower than the board above (up to 180 ms a row on 2 threads, with
+    loads to match) keeps to the budget: the grid is pruned to what one row's time says two
+    rounds can afford — batch 1 of each split first — and a model too slow for any rival is
+    served on the configured shape, measured no further."""
+    rates = {label: rate / slower for label, rate in TRUE_RATES.items()}
+    board = SimBoard(rates=rates, load_s=LOAD_S * min(slower, 10))
+    plan = board.search(search_s=budget)
+    assert board.now <= budget, (board.now, plan.rounds)
+    assert plan.search_ms <= budget * 1000
+    if plan.source == "fixed":
+        assert plan.shape == PlanShape(1, 2, 8) and not board.windows
+        assert slower >= 10  # the fast model always affords a search
+    else:
+        assert len(plan.rounds) >= 2 and min(plan.rounds.values()) >= 2, plan.rounds
+        assert plan.shape.label in plan.rounds
+        assert "1x2:b1" in plan.rounds  # the reference: the session open already, no load
+
+
+def test_pruning_keeps_batch_1_of_every_split_before_larger_batches() -> None:
+    """Which shapes a short budget keeps: the reference, then batch 1 of the other split,
+    then larger batches; loads count (a split whose sessions must be opened costs more)."""
+    grid = [PlanShape(1, 2, 1), *(s for s in shapes(2, PlanRequest()) if s != PlanShape(1, 2, 1))]
+    costs = SearchCosts(cores=2, row_s=0.01, load_s=0.0)
+    have = {2: 1}
+    kept = costs.affordable(grid, have, budget_s=0.5)
+    assert kept[0] == PlanShape(1, 2, 1) and PlanShape(2, 1, 1) in kept
+    assert {s.batch for s in kept} == {1}, kept  # a batch of 4 on 1 thread: 80 ms a run
+    assert costs.affordable(grid, have, budget_s=0.5 * 30) == grid  # all of them
+    costly = SearchCosts(cores=2, row_s=0.01, load_s=1.0)
+    kept = costly.affordable(grid, have, budget_s=0.8)  # opening the 1-thread split: 2 s
+    assert kept[0] == grid[0] and len(kept) > 1 and {s.threads for s in kept} == {2}, kept
+    assert costs.affordable(grid, have, budget_s=0.05) == grid[:1]  # no rival fits
 
 
 def test_measured_plan_round_trips_and_refuses_garbage() -> None:
-    plan = MeasuredPlan(PlanShape(2, 1, 4), "search", 2, {"1x2:b4": 600.0}, {"1x2:b4": 2}, 900.0)
+    plan = MeasuredPlan(PlanShape(2, 1, 4), "search", 2, {"2x1:b4": 600.0}, {"2x1:b4": 2}, 900.0)
     again = MeasuredPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
     assert again is not None and again.shape == plan.shape and again.source == "cached"
     assert again.rows_per_s == 600.0

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.hardware.choose import release_variants
+from edgeagent.hardware.choose import device_listed, release_variants
 from edgeagent.hardware.profile import load_profiles
 from edgeagent.models.package import INSTALLED_VARIANTS, PackageError, load_package
+from edgeagent.runtimes import get_runtime
 from tests.support.helpers import write_tiny_package
 
 GENERIC = next(p for p in load_profiles() if p.name == "generic-x86_64")
+EVERY_DEVICE = lambda candidate: True  # noqa: E731 - a machine whose runtimes list them all
 
 
 @pytest.mark.parametrize(
@@ -29,13 +31,51 @@ GENERIC = next(p for p in load_profiles() if p.name == "generic-x86_64")
     ],
 )
 def test_the_profile_ranking_picks_the_variants(offered, fallback, expected) -> None:
-    assert release_variants(GENERIC, offered, cpu_fallback=fallback) == expected
+    """On a machine whose runtimes list every device of the profile."""
+    chosen = release_variants(GENERIC, offered, cpu_fallback=fallback, listed=EVERY_DEVICE)
+    assert chosen == expected
 
 
 def test_candidates_whose_probe_failed_here_are_skipped() -> None:
     offered = ["onnxruntime/fp32", "litert/int8"]
     failed = {"onnxruntime:CUDAExecutionProvider:fp32"}
-    assert release_variants(GENERIC, offered, failed=failed) == ["litert/int8"]
+    chosen = release_variants(GENERIC, offered, failed=failed, listed=EVERY_DEVICE)
+    assert chosen == ["litert/int8"]
+
+
+def test_devices_the_runtimes_do_not_list_are_skipped_before_any_probe() -> None:
+    """A first release, nothing probed yet: CUDA and the NPU are not listed by onnxruntime and
+    OpenVINO here, so their variants are not fetched; the CPU's are, and only once."""
+    offered = ["onnxruntime/fp16", "onnxruntime/fp32", "openvino/int8", "litert/int8"]
+    listed = {"CUDAExecutionProvider": False, "NPU": False, "EDGETPU": False}
+    chosen = release_variants(GENERIC, offered, listed=lambda c: listed.get(c.device, True))
+    assert chosen == ["litert/int8"]  # the best CPU candidate offered; nothing to fall back to
+    listed["CUDAExecutionProvider"] = True
+    chosen = release_variants(GENERIC, offered, listed=lambda c: listed.get(c.device, True))
+    assert chosen == ["onnxruntime/fp16", "litert/int8"]
+
+
+def test_this_machines_runtimes_say_which_devices_they_list() -> None:
+    """What device_listed reads: onnxruntime's providers, OpenVINO's devices (``GPU`` listed
+    as ``GPU.0``; AUTO is a choice, not a device), LiteRT's CPU and its Edge TPU library."""
+    onnx = get_runtime("onnxruntime")
+    assert onnx.lists("CPU") and onnx.lists("CPUExecutionProvider")
+    assert onnx.lists("CUDAExecutionProvider") == ("CUDAExecutionProvider" in onnx.devices())
+    openvino = get_runtime("openvino")
+    assert openvino.lists("CPU") and openvino.lists("AUTO") is None
+    assert openvino.lists("NPU") == ("NPU" in openvino.devices())
+    litert = get_runtime("litert")
+    assert litert.lists("CPU") and litert.lists("DELEGATE") is None
+    cpu = next(c for c in GENERIC.candidates if c.device == "CPU")
+    assert device_listed(cpu)
+    cuda = next(c for c in GENERIC.candidates if c.device == "CUDAExecutionProvider")
+    assert device_listed(cuda) == ("CUDAExecutionProvider" in onnx.devices())
+
+
+def test_openvino_lists_a_numbered_gpu_under_its_name(monkeypatch) -> None:
+    openvino = get_runtime("openvino")
+    monkeypatch.setattr(openvino, "devices", lambda: ["CPU", "GPU.0", "GPU.1"])
+    assert openvino.lists("GPU") and openvino.lists("GPU.1") and openvino.lists("NPU") is False
 
 
 def test_a_package_lists_only_its_installed_variants(tmp_path: Path) -> None:

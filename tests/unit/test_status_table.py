@@ -76,3 +76,14 @@ def test_an_idle_updater_is_not_said_to_be_installing() -> None:
     busy = {**idle, "state": "downloading", "model": "m", "version": "3"}
     text = summary({**STATUS, "updates": {"current": busy, "mqtt": mqtt}}, {}, "s")
     assert '; installing {"state": "downloading"' in text
+
+
+def test_a_version_whose_plan_is_searched_says_what_it_serves_on_meanwhile() -> None:
+    versions = {"1": {"plan": {"instances": 1, "threads": 2, "max_batch_size": 8}}}
+    tiny = {**STATUS["models"]["tiny"], "versions": versions}  # type: ignore[dict-item]
+    searched = {**STATUS, "models": {"tiny": tiny}}
+    versions["1"]["plan"]["source"] = "search"
+    assert "pending" not in summary(searched, {}, "agent.sock", 120)
+    versions["1"]["plan"]["source"] = "pending"
+    text = " ".join(summary(searched, {}, "agent.sock", 120).split())
+    assert "tiny 1: execution plan pending: serving 1x2:b8 (1 instance x 2 threads" in text
