@@ -1,5 +1,6 @@
-"""Fuzz a running agent from its own OpenAPI document with schemathesis (issue 10, "keep it
-attacked"); shared by ``tests/integration/test_http_fuzz.py`` and ``scripts/fuzz_api.py``.
+"""Fuzz a running agent from its own OpenAPI document with schemathesis, so every route keeps
+being attacked with what its schema allows and what it forbids; shared by
+``tests/integration/test_http_fuzz.py`` and ``scripts/fuzz_api.py``.
 
 For every operation and both of schemathesis's generation modes (requests that follow the
 document, and requests that break it), hypothesis draws ``examples`` requests and each is sent
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.core.failures import FailureGroup
 
-from edgeagent.api.routes_edge import openapi_document
+from edgeagent.api.http.edge_routes import openapi_document
 
 MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
 
@@ -45,7 +46,7 @@ def is_server_error(response: Any) -> bool:
 
 def operations(document: dict[str, Any] | None = None) -> list[schemathesis.APIOperation]:
     """Every operation of ``document``; by default the one the agent serves
-    (``edgeagent/api/openapi.yaml``)."""
+    (``edgeagent/api/http/openapi.yaml``)."""
     schema = schemathesis.openapi.from_dict(document or openapi_document())
     return [result.ok() for result in schema.get_all_operations()]
 

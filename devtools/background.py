@@ -2,9 +2,9 @@
 
 A bench's helpers (a recorder sampling the run, an event listener, request tasks fired
 open-loop) run beside its main coroutine. When one of them raised, asyncio only logs "Task
-exception was never retrieved" at garbage collection, if ever, and the bench went on to print
-figures from a run that measured nothing (``bench_governor.py``'s "run too short to settle",
-issue 21). Here the first death stops the bench at once: its main task is cancelled, and
+exception was never retrieved" at garbage collection, if ever, and the bench would go on to print
+figures from a run that measured nothing (a dead recorder reads as "run too short to settle").
+Here the first death stops the bench at once: its main task is cancelled, and
 leaving the block raises ``BackgroundTaskDied`` chained to the task's own exception, so the
 traceback is printed and the process exits non-zero.
 

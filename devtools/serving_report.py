@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TARGET_IDLE_RSS_MB = 100  # issue 15
-TARGET_OVERHEAD_MS = 0.3  # issue 15: the naive server's overhead
+TARGET_IDLE_RSS_MB = 100  # an idle agent must leave a small board its memory
+TARGET_OVERHEAD_MS = 0.3  # over the naive server: serving must cost next to the model's time
 
 
 def _ratio(row: dict, key: str) -> str:

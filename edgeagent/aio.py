@@ -20,8 +20,8 @@ def spawn(coro: Coroutine[Any, Any, T], *, name: str) -> asyncio.Task[T]:
     """Start a background task whose death is logged, with its traceback, when it happens.
 
     A task that raises keeps its exception until someone awaits it; one kept in a list and
-    cancelled at shutdown never is, so it dies in silence (issue 21: the governor bench's
-    recorder died on an AttributeError and the run only said it was "too short"). The task is
+    cancelled at shutdown never is, so it dies in silence (a bench whose
+    recorder died on an AttributeError reports only a run "too short" to measure). The task is
     held here until it ends; an owner may still keep, cancel or await it (awaiting re-raises
     the same exception). Cancellation is how background tasks are stopped, so it is not logged.
     """
@@ -49,7 +49,7 @@ async def cancel_and_wait(
     cancellation when its inner future completes in the same loop pass (gh-86296, fixed in
     3.12), and aiomqtt awaits every acknowledgement through it, so a client cancelled while a
     SUBACK arrives carries on serving. Tasks still running are cancelled again every
-    ``recancel_s`` (the hub server's shutdown hung forever this way, issue 21's CI run).
+    ``recancel_s``, else such a client keeps a shutdown (the hub server's) waiting forever.
 
     A shutdown that hangs is worse than one that abandons a stuck task: systemd would kill the
     process mid-drain. A task still running after the time-out (a library awaiting a peer that
@@ -78,7 +78,7 @@ def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
     ``auto`` (uvloop where installed).
 
     uvloop's loop and sockets are C: each request's trips round the loop cost less CPU, which
-    on a 2-core board the runtime's threads get instead (issue 15); it adds ~2 MB resident.
+    on a 2-core board the runtime's threads get instead; it adds ~2 MB resident.
     Not the default: flooded past the open-file limit, the listener's 503 refusals become
     plain closes under uvloop (tests/integration/test_http_limits.py).
     """

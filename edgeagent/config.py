@@ -10,9 +10,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from edgeagent._toml import tomllib
-from edgeagent.api.grpc_settings import GrpcSettings
+from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings

@@ -32,16 +32,16 @@ from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.aio import cancel_and_wait, spawn
-from edgeagent.api.http import create_app
+from edgeagent.api.http.app import create_app
+from edgeagent.api.http.deepstack_routes import deepstack_model_problem
 from edgeagent.api.listeners import ListenerError, Listeners, handler_args
-from edgeagent.api.routes_deepstack import deepstack_model_problem
 from edgeagent.api.secret_files import exposures, secret_files
-from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.config import Config
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import ServingLimits
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.plan import plan_request
 from edgeagent.engine.registry import ModelRegistry

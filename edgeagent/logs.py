@@ -1,7 +1,8 @@
 """Every line the agent writes to standard error is a log record: time, level and logger.
 
-Three kinds of line used to leak into the daemon's log without them (issue 21): Python warnings
-raised inside libraries (Pillow's ``DecompressionBombWarning``), the continuation lines of a
+Three kinds of line would otherwise reach the daemon's log unstamped, so that neither a reader
+nor a log parser could tell where they came from or how grave they are: Python warnings raised
+inside libraries (Pillow's ``DecompressionBombWarning``), the continuation lines of a
 multi-line record (a traceback), and native libraries printing to file descriptor 2 themselves
 (LiteRT's ``INFO: Created TensorFlow Lite XNNPACK delegate for CPU.``). ``configure`` routes
 warnings through logging and stamps every line; ``native_output`` turns what native code prints

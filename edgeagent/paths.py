@@ -46,7 +46,7 @@ def shipped(name: str) -> Path:
     """A file or directory shipped inside the ``edgeagent`` package (the wheel's package data).
 
     ``name`` is relative to the package: ``device_profiles``, ``systemd/edgeagent.service``,
-    ``agent.example.toml``, ``api/openapi.yaml``. Wheels install unzipped, so the resource is
+    ``agent.example.toml``, ``api/http/openapi.yaml``. Wheels install unzipped, so the resource is
     a real path that ``glob`` and ``open`` can use.
     """
     return Path(str(resources.files("edgeagent").joinpath(name)))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fleet benchmark of the hub server (issue 16): N simulated devices in worker processes, each
+"""Fleet benchmark of the hub server: N simulated devices in worker processes, each
 a real MQTT session running the agent's real update client (``UpdateService``: link, reporter,
 verify, download from ``hub serve`` with the SHA-256 check, unpack, install, health check,
 commit) with only model load and inference stubbed; the real ``edgeagent hub server`` process

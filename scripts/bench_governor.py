@@ -35,8 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from devtools.background import WatchedTasks  # noqa: E402
+from edgeagent.engine.busy_counter import LoadCounter  # noqa: E402
 from edgeagent.engine.errors import ServingError  # noqa: E402
-from edgeagent.engine.load import LoadCounter  # noqa: E402
 from edgeagent.engine.metrics import EngineMetrics  # noqa: E402
 from edgeagent.engine.registry import ModelRegistry  # noqa: E402
 from edgeagent.engine.serving import LoadedModel, ModelFactory  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One model on two devices against one (issue 28), through the real batcher and InstanceGroup.
+"""One model on two devices against one, through the real batcher and InstanceGroup.
 
 (a) Simulated accelerators of known service time (``devtools/simulated_runtime.py``: the
     model's real outputs, then the rest of the device's time slept off the GIL): one device of
@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 from devtools.simulated_runtime import SimulatedRuntime  # noqa: E402
 from devtools.tiny import write_tiny_package  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
-from edgeagent.engine.load import LoadCounter  # noqa: E402
+from edgeagent.engine.busy_counter import LoadCounter  # noqa: E402
 from edgeagent.engine.metrics import EngineMetrics  # noqa: E402
 from edgeagent.engine.serving import ModelFactory  # noqa: E402
 from edgeagent.engine.settings import EngineSettings  # noqa: E402

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The execution plan's search against the full grid it chooses from, in one sitting (issue 28).
+"""The execution plan's search against the full grid it chooses from, in one sitting.
 
 Runs the plan search exactly as the agent does at load (``hardware.plan_search.search``, its
 default budget, from a pool holding only the probe's session of every allowed thread, so its

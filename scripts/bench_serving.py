@@ -389,7 +389,7 @@ class Cell:
 
 
 def grpc_request(package, frame: np.ndarray) -> bytes:
-    from edgeagent.api.proto import inference_pb2 as pb
+    from edgeagent.api.grpc.proto import inference_pb2 as pb
 
     spec = package.inputs[0]
     request = pb.ModelInferRequest(model_name=package.name)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark a signed model update end to end on loopback, under load.
 
-What it measures (issue 5):
+What it measures:
 
 - **publish → serving**: from the moment the hub publishes a signed release of the whole
   MobileNetV3-Small package (ONNX, LiteRT and OpenVINO at fp32 and int8, labels, golden
@@ -11,13 +11,13 @@ What it measures (issue 5):
   the variants it lists in ``variants.installed``, sizes from the signed manifest) against
   every artifact of the release — what release format 1 made every device download — and
   against what it needs (``hub.sign.device_needs``: its variants' files, model.toml, labels,
-  golden inputs; issue 23's goal is at most 1.05×) and against what the variant it then
+  golden inputs; the goal is at most 1.05×) and against what the variant it then
   serves needs — on its **first release** too (the agent starts with no model, so 1.0.0 is
   installed before anything was probed there) — for the benched model and, without
   running anything, for every variant of the zoo's detector (``--bytes-model``);
 - **failed requests during the swap**: clients classify images over the agent's Unix socket
   the whole time; every non-200 answer counts (it must be 0);
-- **canary decision time** (issue 11 item 4): rounds alternate between a plain release and
+- **canary decision time**: rounds alternate between a plain release and
   one signed with a canary table (``CANARY``); for those, publish → verdict (the device's
   ``canary_promoted`` event) and verdict → committed (its outcome event), both read from the
   device's events topic as they arrive, with the same clients running;
@@ -267,8 +267,8 @@ async def run(args: argparse.Namespace) -> dict:
                         "bytes_needed": needed,
                         "bytes_ratio_to_needed": downloaded / needed,
                         # what it downloaded ÷ what the variant it serves needs: above 1
-                        # when it fetched variants it does not serve (a first release used to
-                        # fetch CUDA and NPU variants its runtimes did not even list)
+                        # when it fetched variants it does not serve (say, CUDA or NPU variants
+                        # for a device whose runtimes do not list them)
                         "bytes_ratio_to_served": downloaded / needed_bytes(package, [serves]),
                         "variants": chosen,
                         "serves": serves,

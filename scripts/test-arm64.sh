@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prove the agent on arm64 (issue 26): an arm64 Debian root run under qemu user emulation.
+# Prove the agent on arm64: an arm64 Debian root run under qemu user emulation.
 #
 #   scripts/test-arm64.sh [--suite bookworm|trixie] [--checks LIST] [--source worktree|head]
 #                         [--rebuild] [--unit-args ARGS] [--list]

@@ -9,7 +9,7 @@ hundred slow clients exhaust the process's file descriptors and take every liste
 - a connection must deliver a complete request head within ``[server] header_timeout_s`` of
   opening or of its previous answer, else it is closed (aiohttp's keep-alive timer, which
   closes a connection that is still waiting for a head when it fires);
-- bodies are paced by ``edgeagent.api.body``;
+- bodies are paced by ``edgeagent.api.http.body``;
 - a client that stops reading its answers (the agent's send buffer stays full for
   ``[server] send_timeout_s``) is disconnected, so it cannot pin a handler and a slot for ever;
 - errors the event loop reports (``accept()`` failing with EMFILE) are logged at most once per
@@ -44,9 +44,9 @@ from aiohttp import web
 from edgeagent.api.settings import ServerSettings
 
 if TYPE_CHECKING:  # the grpc extra is optional: imported when [grpc] enabled
-    from edgeagent.api.grpc_server import GrpcServer
-    from edgeagent.api.grpc_settings import GrpcSettings
-    from edgeagent.api.shm import SharedMemoryRegistry
+    from edgeagent.api.grpc.server import GrpcServer
+    from edgeagent.api.grpc.settings import GrpcSettings
+    from edgeagent.api.shm.regions import SharedMemoryRegistry
     from edgeagent.engine.dataplane import DataPlane
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,7 @@ class Listeners:
         if not settings.enabled:
             return
         try:
-            from edgeagent.api.grpc_server import GrpcServer
+            from edgeagent.api.grpc.server import GrpcServer
         except ImportError as exc:
             raise ListenerError(
                 f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"

@@ -1,7 +1,7 @@
 """Open Inference Protocol (KServe v2) codec: JSON tensors and the binary tensor data extension.
 
 Pure functions from bytes to the engine's request and response types (``engine/requests.py``)
-and back, with no HTTP in them, so the server (routes_v2.py) and the CLI client (client.py)
+and back, with no HTTP in them, so the server (http/v2_routes.py) and the CLI client (client.py)
 share one implementation and one set of rules. Every malformed message raises ``InvalidInput``
 naming the tensor and what is wrong, because a 400 that says "bad request" is useless to the
 author of a client on the other side of a fleet. Tensors are built by the engine's one checked
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from edgeagent.api import json_fast
-from edgeagent.api.shm import CallerRegions, SharedMemoryRef, shm_ref
+from edgeagent.api.jsonparse import simd
+from edgeagent.api.shm.regions import CallerRegions, SharedMemoryRef, shm_ref
 from edgeagent.engine.errors import InvalidInput
 from edgeagent.engine.requests import (
     DATATYPES,
@@ -112,7 +112,7 @@ def parse_json_object(data: bytes | memoryview) -> dict[str, Any]:
 
 def _parse_json_fast(data: bytes | memoryview) -> Any:
     """simdjson, with each float tensor's flat ``data`` as a float64 array, not a list."""
-    return json_fast.parse_message(data, doubles_array)
+    return simd.parse_message(data, doubles_array)
 
 
 def doubles_array(buffer: Any) -> np.ndarray:

@@ -96,7 +96,7 @@ def check(path: Path | None) -> list[str]:
         return [f"[hardware] profiles_dir: {exc}"]
     if config.server.deepstack_model:  # every DeepStack request would fail: say so now
         # The daemon's module loads the whole serving stack; only this check needs it.
-        from edgeagent.api.routes_deepstack import deepstack_model_problem
+        from edgeagent.api.http.deepstack_routes import deepstack_model_problem
         from edgeagent.daemon import package_dirs
 
         try:

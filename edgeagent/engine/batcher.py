@@ -36,6 +36,7 @@ import numpy as np
 from prometheus_client import Counter, Histogram
 
 from edgeagent.aio import spawn
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -47,7 +48,6 @@ from edgeagent.engine.errors import (
 from edgeagent.engine.feeds import Answer, can_batch, concat_feeds, split_outputs, validate_feeds
 from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import ServingLimits
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
 from edgeagent.hardware.instances import Placement

@@ -14,10 +14,10 @@ from concurrent.futures import Executor
 import numpy as np
 
 from edgeagent.engine.batcher import Batcher, BatchPolicy, backend_of
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.cache import ResultCache, cache_key
 from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import UNTHROTTLED
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.plan import ServingPlan, serving_plan
 from edgeagent.engine.settings import EngineSettings

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from edgeagent.engine.load import LoadSource
+from edgeagent.engine.busy_counter import LoadSource
 
 
 class EngineLoad:

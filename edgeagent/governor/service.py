@@ -20,8 +20,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from edgeagent.aio import spawn
+from edgeagent.engine.busy_counter import LoadSource
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.load import LoadSource
 from edgeagent.governor.actions import active_actions, effective_duty, serving_limits
 from edgeagent.governor.controller import DutyController
 from edgeagent.governor.engine_load import EngineLoad

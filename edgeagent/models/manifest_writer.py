@@ -1,7 +1,7 @@
 """The one writer of ``model.toml``: a typed description in, the text ``load_package`` reads out.
 
-The packager, the zoo builder, the test and bench helpers all make packages; each used to spell
-the TOML itself, so a schema change had five places to miss. They now describe a package with
+The packager, the zoo builder, the test and bench helpers all make packages; were each to spell
+the TOML itself, a schema change would have five places to miss. They describe a package with
 ``Manifest`` (built from the reader's own types: ``TensorSpec``, ``Preprocess``, …) and call
 ``write_manifest``, which hashes every variant file, writes the file and reads it back with
 ``load_package``: a package this writes is one the agent accepts, or the producer hears why at

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as triton
 
-from edgeagent.api.shm import agent_user
+from edgeagent.api.shm.regions import agent_user
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.sections import ConfigError

@@ -13,11 +13,11 @@ import tritonclient.http as triton_http
 from tritonclient._plugin import InferenceServerClientPlugin
 from tritonclient.utils import InferenceServerException
 
-from edgeagent.api.grpc_server import GrpcServer
-from edgeagent.api.grpc_settings import GrpcSettings
-from edgeagent.api.keys import DATAPLANE
-from edgeagent.api.shm import SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.grpc.server import GrpcServer
+from edgeagent.api.grpc.settings import GrpcSettings
+from edgeagent.api.http.app_keys import DATAPLANE
+from edgeagent.api.shm.regions import SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.dataplane import DataPlane
 from tests.support.http_agent import (
     ADMIN_TOKEN,
@@ -343,7 +343,7 @@ def test_typed_contents_are_accepted_and_counted(served: GrpcAgent, reference) -
     """A client that sends typed ``contents`` (not raw bytes) is served; a short one refused."""
     import grpc
 
-    from edgeagent.api.proto import inference_pb2 as pb
+    from edgeagent.api.grpc.proto import inference_pb2 as pb
 
     batch = _batch(2, seed=11)
     with grpc.insecure_channel(served.unix) as channel:

@@ -17,8 +17,8 @@ import pytest
 from PIL import Image
 
 from edgeagent.api import v2
-from edgeagent.api.keys import JSON_HELPER
-from edgeagent.api.routes_v2 import OFFLOAD_JSON_BYTES
+from edgeagent.api.http.app_keys import JSON_HELPER
+from edgeagent.api.http.v2_routes import OFFLOAD_JSON_BYTES
 from tests.support.http_agent import (
     AgentServer,
     direct_run,
@@ -108,7 +108,7 @@ async def test_large_json_request_is_answered(
     await answered(body)
     started = helper.pid
     assert started is not None
-    assert "edgeagent.api.json_helper_process" in psutil.Process(started).cmdline()
+    assert "edgeagent.api.jsonparse.helper_process" in psutil.Process(started).cmdline()
     assert [name for name, _ in calls] == ["decode_message"]  # parsed by the helper
     calls.clear()
     await answered({"inputs": [{**body["inputs"][0]}]})  # type: ignore[index]

@@ -6,13 +6,13 @@ import yaml
 from openapi_spec_validator import validate
 from prometheus_client import CollectorRegistry
 
-from edgeagent.api.http import create_app
-from edgeagent.api.routes_edge import openapi_document
+from edgeagent.api.http.app import create_app
+from edgeagent.api.http.edge_routes import openapi_document
 from edgeagent.api.settings import ServerSettings
 from tests.support.helpers import REPO
 from tests.support.http_agent import tcp_session, tiny_agent
 
-SOURCE = REPO / "edgeagent" / "api" / "openapi.yaml"
+SOURCE = REPO / "edgeagent" / "api" / "http" / "openapi.yaml"
 METHODS = {"get", "post", "put", "delete", "patch"}
 
 

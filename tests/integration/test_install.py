@@ -83,7 +83,7 @@ def test_the_wheel_carries_profiles_unit_sysusers_openapi_example_and_license(
         "edgeagent/device_profiles/generic-x86_64.toml",
         "edgeagent/systemd/edgeagent.service",
         "edgeagent/systemd/edgeagent.sysusers",
-        "edgeagent/api/openapi.yaml",
+        "edgeagent/api/http/openapi.yaml",
         "edgeagent/agent.example.toml",
     ):
         assert expected in names, expected

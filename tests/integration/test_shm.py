@@ -239,8 +239,8 @@ def test_grpc_on_a_group_socket_opens_only_objects_anyone_may_open(
 
 def test_regions_are_closed_when_released(regions) -> None:
     """Unregistering (or the agent stopping) closes the region's descriptor in the agent."""
-    from edgeagent.api.shm import SharedMemoryRegistry, agent_user
-    from edgeagent.api.shm_settings import SharedMemorySettings
+    from edgeagent.api.shm.regions import SharedMemoryRegistry, agent_user
+    from edgeagent.api.shm.settings import SharedMemorySettings
 
     inp, out = regions
     me = agent_user()

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.api import routes_v2, shm_callers, v2
-from edgeagent.api.shm import Caller, RegionNotFound, SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api import v2
+from edgeagent.api.http import v2_routes
+from edgeagent.api.shm import callers as shm_callers
+from edgeagent.api.shm.regions import Caller, RegionNotFound, SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
 from tests.support.helpers import write_tiny_package
 from tests.support.http_agent import AgentServer, unix_session
 
@@ -39,7 +41,7 @@ async def test_an_http_request_naming_no_region_never_asks_who_its_peer_is(
         asked.append(1)
         return shm_callers.http_caller(request)
 
-    monkeypatch.setattr(routes_v2, "http_caller", counted)
+    monkeypatch.setattr(v2_routes, "http_caller", counted)
     server = AgentServer(tmp_path, [write_tiny_package(tmp_path / "tiny")]).start()
     try:
         async with unix_session(server) as http:

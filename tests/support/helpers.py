@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from devtools.tiny import write_tiny_onnx, write_tiny_package  # noqa: F401 - re-exported
 from devtools.zoo import zoo_dir  # noqa: F401 - re-exported: one lookup for tests and benches
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory

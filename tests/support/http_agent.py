@@ -26,14 +26,14 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from tritonclient._plugin import InferenceServerClientPlugin
 
-from edgeagent.api.http import create_app
+from edgeagent.api.http.app import create_app
 from edgeagent.api.listeners import handler_args, tcp_site, unix_site
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm import SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.shm.regions import SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.limits import UNTHROTTLED
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.models.package import load_package

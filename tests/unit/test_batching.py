@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 from devtools.package import set_fields
 from devtools.waiting import until
 from edgeagent.engine.batcher import Batcher, BatchPolicy
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.errors import (
     DeadlineExceeded,
     InvalidInput,
@@ -25,7 +26,6 @@ from edgeagent.engine.errors import (
 )
 from edgeagent.engine.gate import DeviceGate
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import load_package

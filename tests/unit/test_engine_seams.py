@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.batcher import backend_of
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.feeds import concat_feeds, split_outputs
-from edgeagent.engine.load import LoadCounter
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Candidate, load_profiles

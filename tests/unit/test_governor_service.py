@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from devtools.waiting import until
-from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import Profile, load_profiles

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeagent.engine.load import LoadCounter
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.simulator import ZONE_TYPE, ThermalSimulator
 from edgeagent.governor.thermal import ThermalZone

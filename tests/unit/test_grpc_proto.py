@@ -11,8 +11,8 @@ import pytest
 from google.protobuf.descriptor import Descriptor
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from edgeagent.api.grpc_server import _MESSAGES, SERVICE
-from edgeagent.api.proto import inference_pb2
+from edgeagent.api.grpc.proto import inference_pb2
+from edgeagent.api.grpc.server import _MESSAGES, SERVICE
 
 OURS = inference_pb2.DESCRIPTOR
 

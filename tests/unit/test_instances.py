@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.gauges import ModelGauges
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.serving import ModelFactory
 from edgeagent.engine.settings import EngineSettings

@@ -1,4 +1,4 @@
-"""The JSON helper process (edgeagent.api.json_helper): a real child process parses bodies into
+"""The JSON helper process (edgeagent.api.jsonparse.helper): a real child process parses bodies into
 the same message the daemon's own parser gives; whatever it cannot take, a helper that dies, is
 cancelled mid-body or cannot start, ends in None (the caller parses itself), never in a wrong
 or lost answer."""
@@ -20,9 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgeagent.api import json_helper, v2
-from edgeagent.api.json_helper import JsonHelper
-from edgeagent.api.json_helper_process import NOT_TAKEN, reply_for
+from edgeagent.api import v2
+from edgeagent.api.jsonparse import helper as json_helper
+from edgeagent.api.jsonparse.helper import JsonHelper
+from edgeagent.api.jsonparse.helper_process import NOT_TAKEN, reply_for
 
 
 @pytest.fixture

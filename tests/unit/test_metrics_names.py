@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgeagent import __version__
-from edgeagent.api.http import HttpMetrics
+from edgeagent.api.http.app import HttpMetrics
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.governor.metrics import GovernorMetrics
 from edgeagent.models.package import load_package

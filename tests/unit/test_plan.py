@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry
 from devtools.package import read_model_toml, write_model_toml
 from devtools.waiting import until
 from edgeagent.config import parse_config
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.errors import DeadlineExceeded
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.limits import ServingLimits
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.plan import plan_request
 from edgeagent.engine.serving import ModelFactory

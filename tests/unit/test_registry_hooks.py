@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.canary import CanaryPolicy
 from edgeagent.engine.gauges import ModelGauges
-from edgeagent.engine.load import LoadCounter
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.plan import ServingPlan
 from edgeagent.engine.registry import ModelRegistry

@@ -3,7 +3,7 @@
 A 224×224×3 FP32 tensor sent as JSON is 150,528 numbers: json and orjson make a Python float of
 each and numpy then reads them back (14 ms here); simdjson hands the array over as one buffer of
 doubles (3 ms). What becomes of that buffer is the caller's: the daemon wraps it in a numpy
-array, the JSON helper process (``json_helper_process``) copies it into shared memory. This
+array, the JSON helper process (``helper_process``) copies it into shared memory. This
 module imports no numpy, so the helper process stays small.
 
 Anything simdjson refuses, or that this fast path does not take (a key holding NUL), raises

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, QueueFull, ServingError
 
 SHM_ROOT = Path("/dev/shm")

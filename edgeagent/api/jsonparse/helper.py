@@ -1,4 +1,4 @@
-"""The daemon's side of the JSON helper process (``json_helper_process`` says why it exists).
+"""The daemon's side of the JSON helper process (``helper_process`` says why it exists).
 
 Started at the first large JSON body, not with the daemon, so an agent that is never sent JSON
 tensors pays nothing for it (idle RSS). Bodies go to it one at a time. Whenever it cannot help
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeagent.api.json_helper_process import HEAD
+from edgeagent.api.jsonparse.helper_process import HEAD
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class _Channel:
             self.target = mmap.mmap(target_fd, target_bytes)
             fds = (theirs.fileno(), source_fd, max_bytes, target_fd, target_bytes)
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "edgeagent.api.json_helper_process", *map(str, fds)],
+                [sys.executable, "-m", "edgeagent.api.jsonparse.helper_process", *map(str, fds)],
                 pass_fds=(theirs.fileno(), source_fd, target_fd),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

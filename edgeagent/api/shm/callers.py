@@ -1,7 +1,7 @@
 """Who calls, for the shared memory extension: each transport's caller as a ``shm.Caller``.
 
 Regions are bound to their caller and objects opened only for callers who could open them
-themselves (``edgeagent.api.shm``), so each transport says what it knows about its caller:
+themselves (``edgeagent.api.shm.regions``), so each transport says what it knows about its caller:
 
 - the HTTP Unix socket knows its peer exactly: the kernel's ``SO_PEERCRED`` (uid, gid) and
   ``SO_PEERGROUPS`` (supplementary groups) of the connection;
@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from edgeagent.api.auth import presented_token
-from edgeagent.api.shm import Caller, agent_user
+from edgeagent.api.shm.regions import Caller, agent_user
 
 # Python 3.11 does not name Linux's SO_PEERGROUPS (include/uapi/asm-generic/socket.h: 59).
 SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)

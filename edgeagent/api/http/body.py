@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from edgeagent.api.auth import over_tcp
-from edgeagent.api.keys import BUDGETS, DATAPLANE, SETTINGS
+from edgeagent.api.http.app_keys import BUDGETS, DATAPLANE, SETTINGS
 from edgeagent.api.v2 import parse_json_object
 from edgeagent.engine.errors import InvalidInput, PayloadTooLarge, ServingError
 

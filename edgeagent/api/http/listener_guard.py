@@ -3,7 +3,7 @@
 What is the agent's own: the guard checks TCP requests only (a browser cannot open the Unix
 socket, so curl's default form type keeps working there), the extra names are
 ``[server] allowed_hosts``, and the only routes that take a browser-sendable body are DeepStack's
-multipart uploads (``routes_deepstack``), which check the token they carry themselves
+multipart uploads (``deepstack_routes``), which check the token they carry themselves
 (``auth.form_credentials``): a page on another origin can send such a form but cannot know the
 token, and its ``Origin`` is refused before the form is read. Their refusals keep DeepStack's
 error shape.
@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from edgeagent.api.auth import over_tcp, takes_form_credentials
-from edgeagent.api.routes_deepstack import FORM_TYPES, error_body
+from edgeagent.api.http.deepstack_routes import FORM_TYPES, error_body
 from edgeagent.api.settings import ServerSettings
 from edgeagent.httpguard import Guard
 

@@ -11,8 +11,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
-from edgeagent.api.body import received_body
-from edgeagent.api.keys import DATAPLANE, METRICS, STATUS
+from edgeagent.api.http.app_keys import DATAPLANE, METRICS, STATUS
+from edgeagent.api.http.body import received_body
 
 
 async def classify_image(request: web.Request) -> web.Response:
@@ -41,7 +41,7 @@ def openapi_document() -> dict[str, Any]:
     imported then: a daemon that is never asked for it does not hold it)."""
     import yaml
 
-    text = resources.files("edgeagent.api").joinpath("openapi.yaml").read_text("utf-8")
+    text = resources.files("edgeagent.api.http").joinpath("openapi.yaml").read_text("utf-8")
     return yaml.safe_load(text)
 
 

@@ -1,7 +1,7 @@
 """The agent's own detection route: ``POST /v1/models/{name}/detect``.
 
 It takes an image body and answers boxes in the image's pixels, best first; ``min_score`` is
-this request's threshold. DeepStack's API over the same detectors is ``routes_deepstack``.
+this request's threshold. DeepStack's API over the same detectors is ``deepstack_routes``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import math
 
 from aiohttp import web
 
-from edgeagent.api.body import received_body
-from edgeagent.api.keys import DATAPLANE
+from edgeagent.api.http.app_keys import DATAPLANE
+from edgeagent.api.http.body import received_body
 from edgeagent.engine.errors import InvalidInput
 
 

@@ -14,9 +14,9 @@ from aiohttp import web
 
 from edgeagent.api import v2
 from edgeagent.api.auth import admin_scope, over_tcp
-from edgeagent.api.body import read_json_object, received_body
-from edgeagent.api.keys import DATAPLANE, JSON_DECODER, JSON_HELPER, SHARED_MEMORY
-from edgeagent.api.shm_callers import http_caller
+from edgeagent.api.http.app_keys import DATAPLANE, JSON_DECODER, JSON_HELPER, SHARED_MEMORY
+from edgeagent.api.http.body import read_json_object, received_body
+from edgeagent.api.shm.callers import http_caller
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import InvalidInput
 

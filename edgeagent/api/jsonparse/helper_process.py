@@ -7,7 +7,7 @@ in a process of its own, and only a few hundred bytes cross back through the cha
 
 - the daemon writes the JSON part into the ``source`` region (shared memory) and sends its
   length (``HEAD``, 8 bytes) over the channel (a Unix socket pair);
-- this process parses it (``edgeagent.api.json_fast``), copies each float tensor's doubles into
+- this process parses it (``edgeagent.api.jsonparse.simd``), copies each float tensor's doubles into
   the ``target`` region, and answers with ``HEAD`` + a JSON reply: ``{"message": …, "arrays":
   [[key, index, offset, count], …]}``, the message with those tensors' ``data`` left null and
   ``arrays`` saying where each one's doubles lie. A length of 0 means "not taken": the daemon
@@ -18,7 +18,7 @@ body only ever reaches it from the daemon's own memory. It keeps the memory it f
 next body (``edgeagent.heap.keep_freed_blocks``), so it grows to a few times the largest body
 it has parsed, and stays there.
 
-    python -m edgeagent.api.json_helper_process CHANNEL_FD SOURCE_FD SOURCE_BYTES TARGET_FD \
+    python -m edgeagent.api.jsonparse.helper_process CHANNEL_FD SOURCE_FD SOURCE_BYTES TARGET_FD \
         TARGET_BYTES
 """
 
@@ -32,7 +32,7 @@ import struct
 import sys
 from typing import Any
 
-from edgeagent.api.json_fast import parse_message
+from edgeagent.api.jsonparse.simd import parse_message
 from edgeagent.heap import keep_freed_blocks
 
 HEAD = struct.Struct("<Q")

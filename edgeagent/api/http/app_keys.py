@@ -9,9 +9,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from edgeagent.api.json_helper import JsonHelper
+from edgeagent.api.jsonparse.helper import JsonHelper
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm import SharedMemoryRegistry
+from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
 

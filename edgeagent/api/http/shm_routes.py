@@ -4,7 +4,7 @@ Paths and bodies are Triton's (what ``tritonclient.http`` sends): ``POST
 /v2/systemsharedmemory/region/{name}/register`` with ``{"key", "offset", "byte_size"}``,
 ``…/unregister`` (every region without a name), ``GET /v2/systemsharedmemory[/region/{name}]
 /status``. Inference requests name the regions in their tensors' parameters (``v2`` codec).
-Every call acts on the caller's own regions only (``shm_callers``): "unregister all" and the
+Every call acts on the caller's own regions only (``api.shm.callers``): "unregister all" and the
 status list included.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from edgeagent.api.body import read_json_object
-from edgeagent.api.keys import SHARED_MEMORY
-from edgeagent.api.shm_callers import http_caller
+from edgeagent.api.http.app_keys import SHARED_MEMORY
+from edgeagent.api.http.body import read_json_object
+from edgeagent.api.shm.callers import http_caller
 
 
 async def register(request: web.Request) -> web.Response:

@@ -30,11 +30,11 @@ from google.protobuf.message import Message
 
 from edgeagent.api import v2
 from edgeagent.api.auth import presented_token, scope_problem
-from edgeagent.api.grpc_settings import GrpcSettings
-from edgeagent.api.proto import inference_pb2 as pb
+from edgeagent.api.grpc.proto import inference_pb2 as pb
+from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm import Caller, CallerRegions, SharedMemoryRegistry, shm_ref
-from edgeagent.api.shm_callers import grpc_caller
+from edgeagent.api.shm.callers import grpc_caller
+from edgeagent.api.shm.regions import Caller, CallerRegions, SharedMemoryRegistry, shm_ref
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import InvalidInput, ServingError
 from edgeagent.engine.requests import (
@@ -237,7 +237,7 @@ class InferenceService:
         return pb.RepositoryModelUnloadResponse()
 
     def caller(self, context: grpc.aio.ServicerContext) -> Caller:
-        """Who calls, for the shared memory regions it may see (``api.shm_callers``)."""
+        """Who calls, for the shared memory regions it may see (``api.shm.callers``)."""
         return grpc_caller(context.peer(), context.invocation_metadata(), self.socket_mode)
 
     async def SystemSharedMemoryStatus(self, request, context):

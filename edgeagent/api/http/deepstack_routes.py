@@ -16,7 +16,7 @@ The answers keep DeepStack's shape (``success`` on every answer, ``predictions``
 fields (``message``, ``count``, ``inferenceMs``, ``processMs``, ``moduleId``, errors' ``code``).
 ``min_confidence`` defaults to DeepStack's 0.40 and may go below the package's threshold.
 
-These are the only routes the browser guard lets a multipart body through (``api/browser.py``):
+These are the only routes the browser guard lets a multipart body through (``listener_guard``):
 they take the token from the form, and a page on another origin cannot know it (nor send its
 ``Origin`` past the guard).
 """
@@ -34,9 +34,9 @@ from typing import Any
 from aiohttp import web
 
 from edgeagent.api.auth import form_credentials, over_tcp, presented_token, scope_problem
-from edgeagent.api.body import received_body
-from edgeagent.api.keys import DATAPLANE, SETTINGS
-from edgeagent.api.routes_detect import score_field
+from edgeagent.api.http.app_keys import DATAPLANE, SETTINGS
+from edgeagent.api.http.body import received_body
+from edgeagent.api.http.detect_routes import score_field
 from edgeagent.api.settings import ServerSettings
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import InvalidInput, ServingError

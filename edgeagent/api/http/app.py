@@ -1,7 +1,7 @@
 """The agent's HTTP application: middleware, body limits, and the routes of every API.
 
 ``create_app`` builds one aiohttp application that the daemon serves on its Unix socket and TCP
-listener. Routes live in ``routes_v2`` (Open Inference Protocol) and ``routes_edge`` (classify,
+listener. Routes live in ``v2_routes`` (Open Inference Protocol) and ``edge_routes`` (classify,
 status, metrics, OpenAPI); both only translate between HTTP and the engine's data plane. Every
 failure the engine reports is a ``ServingError`` whose status the error middleware turns into
 ``{"error": ...}``, and anything else is caught there too, so no request can take the server
@@ -20,10 +20,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from edgeagent.api.auth import auth_middleware
-from edgeagent.api.body import BodyTooSlow
-from edgeagent.api.browser import agent_guard
-from edgeagent.api.json_helper import JsonHelper
-from edgeagent.api.keys import (
+from edgeagent.api.http.app_keys import (
     BUDGETS,
     DATAPLANE,
     JSON_DECODER,
@@ -33,14 +30,17 @@ from edgeagent.api.keys import (
     SHARED_MEMORY,
     STATUS,
 )
-from edgeagent.api.routes_deepstack import deepstack_routes
-from edgeagent.api.routes_detect import detect_routes
-from edgeagent.api.routes_edge import edge_routes
-from edgeagent.api.routes_shm import shm_routes
-from edgeagent.api.routes_v2 import v2_routes
+from edgeagent.api.http.body import BodyTooSlow
+from edgeagent.api.http.deepstack_routes import deepstack_routes
+from edgeagent.api.http.detect_routes import detect_routes
+from edgeagent.api.http.edge_routes import edge_routes
+from edgeagent.api.http.listener_guard import agent_guard
+from edgeagent.api.http.shm_routes import shm_routes
+from edgeagent.api.http.v2_routes import v2_routes
+from edgeagent.api.jsonparse.helper import JsonHelper
 from edgeagent.api.settings import ServerSettings
-from edgeagent.api.shm import SharedMemoryRegistry
-from edgeagent.api.shm_settings import SharedMemorySettings
+from edgeagent.api.shm.regions import SharedMemoryRegistry
+from edgeagent.api.shm.settings import SharedMemorySettings
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError

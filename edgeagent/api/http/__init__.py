@@ -1,0 +1,1 @@
+"""The HTTP transport: the aiohttp app, its middleware, body limits and route tables."""
