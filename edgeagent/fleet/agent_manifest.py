@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import (
     _DEPLOYMENT_RE,
     DEFAULT_CLOCK_SKEW_S,
@@ -214,32 +215,42 @@ def check_agent_release(
     """
     name = f"agent {manifest.version}"
     if manifest.expires <= now:
-        raise Refused("expired", f"{name}: expired at {format_time(manifest.expires)}")
+        raise Refused(outcomes.EXPIRED, f"{name}: expired at {format_time(manifest.expires)}")
     if manifest.issued_at > now + timedelta(seconds=clock_skew_s):
-        raise Refused("not_yet_valid", f"{name}: issued after this device's time (check clock)")
+        raise Refused(
+            outcomes.NOT_YET_VALID, f"{name}: issued after this device's time (check clock)"
+        )
     mismatch = _target_mismatch(manifest.targets, device)
     if mismatch:
-        raise Refused("wrong_target", f"{name}: {mismatch}")
+        raise Refused(outcomes.WRONG_TARGET, f"{name}: {mismatch}")
     wheelhouse = manifest.wheelhouse(platform_tag)
     if wheelhouse is None:
         offered = ", ".join(w.platform for w in manifest.wheelhouses)
-        raise Refused("wrong_platform", f"{name}: built for {offered}, this is {platform_tag}")
+        raise Refused(
+            outcomes.WRONG_PLATFORM, f"{name}: built for {offered}, this is {platform_tag}"
+        )
     if manifest.python != python:
-        raise Refused("wrong_python", f"{name}: built for Python {manifest.python}, not {python}")
+        raise Refused(
+            outcomes.WRONG_PYTHON, f"{name}: built for Python {manifest.python}, not {python}"
+        )
     version, running = version_tuple(manifest.version), version_tuple(device.agent_version)
     if any(version_tuple(bad) == version for bad in bad_versions):
-        raise Refused("known_bad", f"{name}: rolled back here before (failed its switch)")
+        raise Refused(outcomes.KNOWN_BAD, f"{name}: rolled back here before (failed its switch)")
     if serial_floor is not None:
         if manifest.serial < serial_floor:
-            raise Refused("replay", f"{name}: serial {manifest.serial} is below {serial_floor}")
+            raise Refused(
+                outcomes.REPLAY, f"{name}: serial {manifest.serial} is below {serial_floor}"
+            )
         if manifest.serial == serial_floor or version == running:
-            raise Refused("same_version", f"{name}: already installed (serial {serial_floor})")
+            raise Refused(
+                outcomes.SAME_VERSION, f"{name}: already installed (serial {serial_floor})"
+            )
     elif version <= running:
-        code = "same_version" if version == running else "rollback"
+        code = outcomes.SAME_VERSION if version == running else outcomes.ROLLBACK
         raise Refused(code, f"{name}: not newer than the running agent {device.agent_version}")
     if wheelhouse.artifact.size > max_artifact_bytes:
         raise Refused(
-            "too_large",
+            outcomes.TOO_LARGE,
             f"{name}: wheelhouse is {wheelhouse.artifact.size} bytes, over the limit of "
             f"{max_artifact_bytes} ([updates] max_artifact_bytes)",
         )
@@ -267,7 +278,7 @@ def verify_agent_release(
     manifest = parse_agent_manifest(trust.verify(envelope, "agent"))
     try:
         if trust.expires <= moment:
-            raise Refused("expired", f"trust file v{trust.version} expired; rotate it")
+            raise Refused(outcomes.EXPIRED, f"trust file v{trust.version} expired; rotate it")
         wheelhouse = check_agent_release(
             manifest,
             now=moment,

@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import (
     _DEPLOYMENT_RE,
     ManifestError,
@@ -67,7 +68,7 @@ class Cancellation:
         """The refusal of a release this cancellation covers."""
         why = f": {self.reason}" if self.reason else ""
         return Refused(
-            "cancelled",
+            outcomes.CANCELLED,
             f"{manifest.model} {manifest.version} (serial {manifest.serial}): deployment "
             f"{self.deployment_id} was cancelled by the hub{why}; nothing installed",
         )
@@ -126,7 +127,7 @@ def verify_cancellation(
     cancellation = parse_cancellation(trust.verify(envelope, "release"))
     if cancellation.expires <= moment:
         raise Refused(
-            "expired",
+            outcomes.EXPIRED,
             f"cancellation of {cancellation.deployment_id}: expired at "
             f"{format_time(cancellation.expires)}",
         )

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from edgeagent import __version__
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.encryption import Encryption, parse_encryption
 from edgeagent.fleet.signing import (
@@ -86,7 +87,7 @@ class ManifestError(VerificationError):
     """A correctly signed payload that is not a valid release manifest (code ``malformed``, or
     ``unsupported_format`` for a release of another format)."""
 
-    def __init__(self, message: str, code: str = "malformed") -> None:
+    def __init__(self, message: str, code: str = outcomes.MALFORMED) -> None:
         super().__init__(code, message)
 
 
@@ -354,43 +355,45 @@ def check_release(
     """
     name = f"{manifest.model} {manifest.version}"
     if manifest.expires <= now:
-        raise Refused("expired", f"{name}: expired at {format_time(manifest.expires)}")
+        raise Refused(outcomes.EXPIRED, f"{name}: expired at {format_time(manifest.expires)}")
     if manifest.issued_at > now + timedelta(seconds=clock_skew_s):
         raise Refused(
-            "not_yet_valid",
+            outcomes.NOT_YET_VALID,
             f"{name}: issued at {format_time(manifest.issued_at)}, after this device's time "
             f"{format_time(now)} (check the device clock)",
         )
     mismatch = _target_mismatch(manifest.targets, device)
     if mismatch:
-        raise Refused("wrong_target", f"{name}: {mismatch}")
+        raise Refused(outcomes.WRONG_TARGET, f"{name}: {mismatch}")
     if version_tuple(device.agent_version) < version_tuple(manifest.min_agent_version):
         raise Refused(
-            "agent_too_old",
+            outcomes.AGENT_TOO_OLD,
             f"{name}: needs agent {manifest.min_agent_version}, this is {device.agent_version}",
         )
     version = version_tuple(manifest.version)
     if any(version_tuple(bad) == version for bad in bad_versions):
-        raise Refused("known_bad", f"{name}: failed its health check here before")
+        raise Refused(outcomes.KNOWN_BAD, f"{name}: failed its health check here before")
     if serial_floor is not None:
         if manifest.serial < serial_floor:
             raise Refused(
-                "replay",
+                outcomes.REPLAY,
                 f"{name}: serial {manifest.serial} is below serial {serial_floor} committed here",
             )
         if manifest.serial == serial_floor:
-            raise Refused("same_version", f"{name}: serial {serial_floor} is already installed")
+            raise Refused(
+                outcomes.SAME_VERSION, f"{name}: serial {serial_floor} is already installed"
+            )
         if floor is not None and version == version_tuple(floor):
-            raise Refused("same_version", f"{name}: version {floor} is already serving")
+            raise Refused(outcomes.SAME_VERSION, f"{name}: version {floor} is already serving")
     elif floor is not None:
         if version < version_tuple(floor):
-            raise Refused("rollback", f"{name}: older than the installed version {floor}")
+            raise Refused(outcomes.ROLLBACK, f"{name}: older than the installed version {floor}")
         if version == version_tuple(floor):
-            raise Refused("same_version", f"{name}: version {floor} is already installed")
+            raise Refused(outcomes.SAME_VERSION, f"{name}: version {floor} is already installed")
     largest = max([manifest.artifact, *(v.artifact for v in manifest.variants)], key=_size)
     if largest.size > max_artifact_bytes:
         raise Refused(
-            "too_large",
+            outcomes.TOO_LARGE,
             f"{name}: artifact {largest.url.rsplit('/', 1)[-1][:80]} is {largest.size} bytes, "
             f"over the limit of {max_artifact_bytes} ([updates] max_artifact_bytes)",
         )
@@ -441,7 +444,7 @@ def verify_release(
     try:
         if trust.expires <= moment:
             raise Refused(
-                "expired",
+                outcomes.EXPIRED,
                 f"trust file v{trust.version} expired at {format_time(trust.expires)}; "
                 "the hub must rotate it",
             )

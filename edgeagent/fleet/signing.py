@@ -27,6 +27,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from edgeagent.fleet import outcomes
+
 _KEYID_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
 _SIGNATURE_BYTES = 64
 _PUBLIC_KEY_BYTES = 32
@@ -90,7 +92,7 @@ def public_key_from_hex(value: Any, where: str) -> Ed25519PublicKey:
         raw = b""
     if len(raw) != _PUBLIC_KEY_BYTES:
         raise VerificationError(
-            "malformed", f"{where}: must be {2 * _PUBLIC_KEY_BYTES} hex digits (Ed25519 key)"
+            outcomes.MALFORMED, f"{where}: must be {2 * _PUBLIC_KEY_BYTES} hex digits (Ed25519 key)"
         )
     return Ed25519PublicKey.from_public_bytes(raw)
 
@@ -152,12 +154,12 @@ def loads_strict(data: bytes, what: str, *, max_depth: int = MAX_JSON_DEPTH) -> 
         result: dict[str, Any] = {}
         for key, value in pairs:
             if key in result:
-                raise VerificationError("malformed", f"{what}: key {key!r} appears twice")
+                raise VerificationError(outcomes.MALFORMED, f"{what}: key {key!r} appears twice")
             result[key] = value
         return result
 
     def no_constants(name: str) -> Any:
-        raise VerificationError("malformed", f"{what}: {name} is not valid JSON")
+        raise VerificationError(outcomes.MALFORMED, f"{what}: {name} is not valid JSON")
 
     def integer(digits: str) -> int:
         # Python refuses to convert more than sys.get_int_max_str_digits() digits (4,300) with
@@ -167,7 +169,7 @@ def loads_strict(data: bytes, what: str, *, max_depth: int = MAX_JSON_DEPTH) -> 
         except ValueError as exc:
             limit = sys.get_int_max_str_digits()
             raise VerificationError(
-                "malformed",
+                outcomes.MALFORMED,
                 f"{what}: an integer of {len(digits)} characters is too long (at most {limit} "
                 "digits)",
             ) from exc
@@ -175,50 +177,56 @@ def loads_strict(data: bytes, what: str, *, max_depth: int = MAX_JSON_DEPTH) -> 
     try:
         text = data.decode("utf-8")
         if json_depth(text) > max_depth:
-            raise VerificationError("malformed", f"{what}: nested deeper than {max_depth} levels")
+            raise VerificationError(
+                outcomes.MALFORMED, f"{what}: nested deeper than {max_depth} levels"
+            )
         return json.loads(
             text, object_pairs_hook=no_duplicates, parse_constant=no_constants, parse_int=integer
         )
     except UnicodeDecodeError as exc:
-        raise VerificationError("malformed", f"{what}: not UTF-8 ({exc.reason})") from exc
+        raise VerificationError(outcomes.MALFORMED, f"{what}: not UTF-8 ({exc.reason})") from exc
     except json.JSONDecodeError as exc:
-        raise VerificationError("malformed", f"{what}: not valid JSON ({exc})") from exc
+        raise VerificationError(outcomes.MALFORMED, f"{what}: not valid JSON ({exc})") from exc
     except RecursionError as exc:
-        raise VerificationError("malformed", f"{what}: nested too deeply") from exc
+        raise VerificationError(outcomes.MALFORMED, f"{what}: nested too deeply") from exc
 
 
 def _b64(value: Any, where: str) -> bytes:
     if not isinstance(value, str):
-        raise VerificationError("malformed", f"{where}: must be a base64 string")
+        raise VerificationError(outcomes.MALFORMED, f"{where}: must be a base64 string")
     try:
         return base64.b64decode(value.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as exc:
-        raise VerificationError("malformed", f"{where}: not valid base64 ({exc})") from exc
+        raise VerificationError(outcomes.MALFORMED, f"{where}: not valid base64 ({exc})") from exc
 
 
 def decode_envelope(data: bytes, *, max_bytes: int, what: str = "envelope") -> Envelope:
     """Check the size, then the envelope's shape; the payload stays opaque bytes."""
     if len(data) > max_bytes:
         raise VerificationError(
-            "too_large", f"{what}: {len(data)} bytes is over the limit of {max_bytes} bytes"
+            outcomes.TOO_LARGE, f"{what}: {len(data)} bytes is over the limit of {max_bytes} bytes"
         )
     document = loads_strict(data, what)
     if not isinstance(document, dict) or set(document) != {"payload", "signatures"}:
         raise VerificationError(
-            "malformed", f"{what}: must be an object with exactly 'payload' and 'signatures'"
+            outcomes.MALFORMED, f"{what}: must be an object with exactly 'payload' and 'signatures'"
         )
     payload = _b64(document["payload"], f"{what}: payload")
     entries = document["signatures"]
     if not isinstance(entries, list) or not entries:
-        raise VerificationError("malformed", f"{what}: signatures must be a non-empty list")
+        raise VerificationError(outcomes.MALFORMED, f"{what}: signatures must be a non-empty list")
     signatures = []
     for index, entry in enumerate(entries):
         where = f"{what}: signatures[{index}]"
         if not isinstance(entry, dict) or set(entry) != {"keyid", "sig"}:
-            raise VerificationError("malformed", f"{where}: must be an object with keyid and sig")
+            raise VerificationError(
+                outcomes.MALFORMED, f"{where}: must be an object with keyid and sig"
+            )
         keyid = entry["keyid"]
         if not isinstance(keyid, str) or not _KEYID_RE.match(keyid):
-            raise VerificationError("malformed", f"{where}.keyid: must be 64 lowercase hex digits")
+            raise VerificationError(
+                outcomes.MALFORMED, f"{where}.keyid: must be 64 lowercase hex digits"
+            )
         signatures.append(Signature(keyid, _b64(entry["sig"], f"{where}.sig")))
     return Envelope(payload, tuple(signatures))
 
@@ -264,25 +272,29 @@ def check_threshold(
     if bad - valid:
         ids = ", ".join(sorted(k[:12] for k in bad - valid))
         raise VerificationError(
-            "bad_signature", f"signature by {role} key {ids} is invalid; {counted}"
+            outcomes.BAD_SIGNATURE, f"signature by {role} key {ids} is invalid; {counted}"
         )
     if unknown and not valid:
         ids = ", ".join(sorted(k[:12] for k in unknown))
-        raise VerificationError("unknown_key", f"key {ids} is not a trusted {role} key; {counted}")
-    raise VerificationError("below_threshold", counted)
+        raise VerificationError(
+            outcomes.UNKNOWN_KEY, f"key {ids} is not a trusted {role} key; {counted}"
+        )
+    raise VerificationError(outcomes.BELOW_THRESHOLD, counted)
 
 
 def parse_time(value: Any, where: str) -> datetime:
     """An ISO-8601 timestamp with a zone ('Z' or an offset); naive times are ambiguous, refused."""
     if not isinstance(value, str):
-        raise VerificationError("malformed", f"{where}: must be an ISO-8601 string")
+        raise VerificationError(outcomes.MALFORMED, f"{where}: must be an ISO-8601 string")
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise VerificationError("malformed", f"{where}: {value!r} is not ISO-8601") from exc
+        raise VerificationError(outcomes.MALFORMED, f"{where}: {value!r} is not ISO-8601") from exc
     if moment.tzinfo is None:
-        raise VerificationError("malformed", f"{where}: {value!r} has no time zone (add 'Z')")
+        raise VerificationError(
+            outcomes.MALFORMED, f"{where}: {value!r} has no time zone (add 'Z')"
+        )
     return moment.astimezone(timezone.utc)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.signing import (
     Refused,
@@ -72,7 +73,7 @@ class TrustRoot:
 
 
 def _fail(where: str, problem: str) -> VerificationError:
-    return VerificationError("malformed", f"trust {where}: {problem}")
+    return VerificationError(outcomes.MALFORMED, f"trust {where}: {problem}")
 
 
 def _exact_keys(value: Any, expected: set[str], where: str) -> dict[str, Any]:
@@ -217,7 +218,9 @@ class TrustStore:
                 root = seeded
         if root is None:
             where = f"{path}" + (f" or {seed}" if seed is not None else "")
-            raise TrustError("no_trust", f"no trust file at {where}; provision one (hub keygen)")
+            raise TrustError(
+                outcomes.NO_TRUST, f"no trust file at {where}; provision one (hub keygen)"
+            )
         return cls(path, root, max_bytes=max_bytes)
 
     @property
@@ -236,7 +239,7 @@ class TrustStore:
             )
         if role not in self.root.roles:
             raise VerificationError(
-                "no_role",
+                outcomes.NO_ROLE,
                 f"trust v{self.version} names no {role!r} keys, so nothing signed for that role "
                 "is accepted; rotate to a trust file that has them (hub keygen --agent-keys)",
             )
@@ -280,16 +283,19 @@ class TrustStore:
             role=f"new (v{new.version}) root",
         )
         if new.version <= self.version:
-            code = "same_version" if new.version == self.version else "rollback"
+            code = outcomes.SAME_VERSION if new.version == self.version else outcomes.ROLLBACK
             raise Refused(
                 code, f"trust v{new.version} is not newer than the trusted v{self.version}"
             )
         if new.version != self.version + 1:
             raise Refused(
-                "version_gap", f"trust v{new.version} skips v{self.version + 1}; rotate one by one"
+                outcomes.VERSION_GAP,
+                f"trust v{new.version} skips v{self.version + 1}; rotate one by one",
             )
         if new.expires <= moment:
-            raise Refused("expired", f"trust v{new.version} expired at {format_time(new.expires)}")
+            raise Refused(
+                outcomes.EXPIRED, f"trust v{new.version} expired at {format_time(new.expires)}"
+            )
         return TrustStore(self.path, new, max_bytes=self.max_bytes)
 
     def _apply(self, envelopes: list[bytes], now: datetime | None) -> TrustStore:
@@ -314,7 +320,7 @@ class TrustStore:
         on_disk = _self_verified(_read(self.path, self.max_bytes), self.path, self.max_bytes)
         if on_disk.version != self.version:
             raise TrustError(
-                "stale_store",
+                outcomes.STALE_STORE,
                 f"{self.path} is at v{on_disk.version}, this copy at v{self.version}; reload it",
             )
 
@@ -329,7 +335,7 @@ class TrustStore:
         """
         if len(message) > self.max_bytes * MAX_CHAIN:
             raise VerificationError(
-                "too_large", f"trust message: {len(message)} bytes is over the chain limit"
+                outcomes.TOO_LARGE, f"trust message: {len(message)} bytes is over the chain limit"
             )
         claimed = [(_claimed_version(e), e) for e in _split_chain(message)]
         newer = sorted(
@@ -337,10 +343,12 @@ class TrustStore:
             key=lambda pair: pair[0],
         )
         if not newer:
-            raise Refused("same_version", f"trust message has nothing newer than v{self.version}")
+            raise Refused(
+                outcomes.SAME_VERSION, f"trust message has nothing newer than v{self.version}"
+            )
         if newer[0][0] > self.version + 1:  # a claim, so only ever grounds to refuse
             raise Refused(
-                "version_gap",
+                outcomes.VERSION_GAP,
                 f"trust message starts at v{newer[0][0]} but this device has v{self.version}; "
                 "publish it with 'edgeagent hub publish --trust-file', which sends every "
                 "archived rotation",
@@ -364,7 +372,7 @@ class TrustStore:
             return parse_time(document["last_verified"], f"{self.clock_path}: last_verified")
         except (TrustError, TypeError, KeyError) as exc:
             raise TrustError(
-                "corrupt_state", f"{self.clock_path}: unreadable ({exc}); delete it to reset"
+                outcomes.CORRUPT_STATE, f"{self.clock_path}: unreadable ({exc}); delete it to reset"
             ) from exc
 
     def effective_now(self, now: datetime | None = None) -> datetime:
@@ -390,7 +398,9 @@ def _read(path: Path, max_bytes: int) -> bytes:
         with path.open("rb") as handle:
             return handle.read(max_bytes + 1)
     except OSError as exc:
-        raise TrustError("no_trust", f"{path}: cannot read trust file ({exc.strerror})") from exc
+        raise TrustError(
+            outcomes.NO_TRUST, f"{path}: cannot read trust file ({exc.strerror})"
+        ) from exc
 
 
 def _split_chain(message: bytes) -> list[bytes]:
@@ -400,7 +410,7 @@ def _split_chain(message: bytes) -> list[bytes]:
     items = loads_strict(message, "trust chain")
     if not items or len(items) > MAX_CHAIN or not all(isinstance(i, dict) for i in items):
         raise VerificationError(
-            "malformed", f"trust chain: must be a list of 1-{MAX_CHAIN} trust envelopes"
+            outcomes.MALFORMED, f"trust chain: must be a list of 1-{MAX_CHAIN} trust envelopes"
         )
     return [json.dumps(item).encode("utf-8") for item in items]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.agent_manifest import (
     KIND,
     AgentManifest,
@@ -73,7 +74,7 @@ def _check_trust_current(trust: TrustStore, now: datetime | None) -> None:
     moment = now or datetime.now(timezone.utc)
     if trust.expires <= moment:
         raise Refused(
-            "expired",
+            outcomes.EXPIRED,
             f"trust file v{trust.version} expired at {format_time(trust.expires)}; "
             "rotate it (hub rotate) before releasing",
         )

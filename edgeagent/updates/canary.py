@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgeagent.engine.canary import INTERRUPTED, PROMOTED, Canary, CanaryPolicy, CanaryVerdict
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.manifest import VariantArtifact
 from edgeagent.fsutil import write_json_atomic
@@ -78,7 +79,7 @@ class CanaryStage:
             min_free_bytes=self.settings.canary_min_free_bytes,
         )
         if problem:
-            raise InstallFailed("insufficient_memory", problem)
+            raise InstallFailed(outcomes.INSUFFICIENT_MEMORY, problem)
         golden = self.settings.canary_without_traffic == "golden"
         defaults = self.registry.canary_policy(
             max_seconds=self.settings.canary_max_seconds,
@@ -100,9 +101,9 @@ class CanaryStage:
             raise
         except asyncio.TimeoutError as exc:
             message = f"loading and checking took over {timeout_s} s"
-            raise InstallFailed("load_failed", message, bad=True) from exc
+            raise InstallFailed(outcomes.LOAD_FAILED, message, bad=True) from exc
         except Exception as exc:
-            raise InstallFailed("load_failed", str(exc), bad=True) from exc
+            raise InstallFailed(outcomes.LOAD_FAILED, str(exc), bad=True) from exc
         self.reporter.progress(
             release,
             "canary",
@@ -126,10 +127,12 @@ class CanaryStage:
             return verdict
         details = {"canary": figures}
         if verdict.outcome == INTERRUPTED:
-            code = "canary_superseded" if waiting.superseded_by else "canary_interrupted"
+            code = (
+                outcomes.CANARY_SUPERSEDED if waiting.superseded_by else outcomes.CANARY_INTERRUPTED
+            )
             raise InstallFailed(code, verdict.reason, details=details)
         message = f"canary rolled back: {verdict.reason}; {verdict.summary()}"
-        raise InstallFailed("canary_failed", message, bad=True, details=details)
+        raise InstallFailed(outcomes.CANARY_FAILED, message, bad=True, details=details)
 
 
 @dataclass

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import aiohttp
 
+from edgeagent.fleet import outcomes
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 256 * 1024
@@ -103,7 +105,9 @@ class ArtifactDownload:
         progress: ProgressFn | None = None,
     ) -> None:
         if not re.fullmatch(r"[0-9a-f]{64}", sha256):
-            raise DownloadError("malformed", f"artifact sha256 {sha256!r} is not 64 hex digits")
+            raise DownloadError(
+                outcomes.MALFORMED, f"artifact sha256 {sha256!r} is not 64 hex digits"
+            )
         self.http = http
         self.url = url
         self.size = size
@@ -132,13 +136,15 @@ class ArtifactDownload:
                 done = await asyncio.wait_for(self._attempt(), remaining)
             except asyncio.TimeoutError as exc:
                 raise DownloadError(
-                    "timeout", f"{self.url}: not complete within {self.limits.timeout_s:.0f} s"
+                    outcomes.TIMEOUT,
+                    f"{self.url}: not complete within {self.limits.timeout_s:.0f} s",
                 ) from exc
             except _Retry as exc:
                 failures += 1
                 if failures > self.limits.retries:
                     raise DownloadError(
-                        "download_failed", f"{self.url}: gave up after {failures} tries: {exc}"
+                        outcomes.DOWNLOAD_FAILED,
+                        f"{self.url}: gave up after {failures} tries: {exc}",
                     ) from exc
                 log.info("download of %s interrupted (%s); resuming", self.url, exc)
                 done = False
@@ -181,23 +187,25 @@ class ArtifactDownload:
         """Decide from the status line where the body starts; return that offset."""
         if response.status == 416 and have:
             raise DownloadError(
-                "truncated", f"{self.url}: the server has fewer than the signed {self.size} bytes"
+                outcomes.TRUNCATED,
+                f"{self.url}: the server has fewer than the signed {self.size} bytes",
             )
         if response.status >= 500 or response.status in (408, 429):
             raise _Retry(f"HTTP {response.status}")
         if response.status not in (200, 206):
-            raise DownloadError("download_failed", f"{self.url}: HTTP {response.status}")
+            raise DownloadError(outcomes.DOWNLOAD_FAILED, f"{self.url}: HTTP {response.status}")
         offered = response.content_length
         if response.status == 200 and offered is not None and offered > self.size:
             raise DownloadError(
-                "too_large", f"{self.url}: {offered} bytes offered, {self.size} signed"
+                outcomes.TOO_LARGE, f"{self.url}: {offered} bytes offered, {self.size} signed"
             )
         if response.status == 206:
             match = _CONTENT_RANGE_RE.match(response.headers.get("Content-Range", ""))
             if match and int(match.group(1)) == have:
                 if match.group(3) != "*" and int(match.group(3)) > self.size:
                     raise DownloadError(
-                        "too_large", f"{self.url}: {match.group(3)} bytes, {self.size} signed"
+                        outcomes.TOO_LARGE,
+                        f"{self.url}: {match.group(3)} bytes, {self.size} signed",
                     )
                 self.resumed_from.append(have)
                 return have
@@ -222,7 +230,7 @@ class ArtifactDownload:
                     out.close()
                     self._restart()
                     raise DownloadError(
-                        "too_large", f"{self.url}: more than the signed {self.size} bytes"
+                        outcomes.TOO_LARGE, f"{self.url}: more than the signed {self.size} bytes"
                     )
                 out.write(chunk)
                 received += len(chunk)
@@ -236,7 +244,8 @@ class ArtifactDownload:
                     and received / elapsed < self.limits.min_rate_bps
                 ):
                     raise DownloadError(
-                        "slow", f"{self.url}: {received / elapsed:.0f} B/s is below the minimum"
+                        outcomes.SLOW,
+                        f"{self.url}: {received / elapsed:.0f} B/s is below the minimum",
                     )
                 if self.paused():
                     return False
@@ -250,7 +259,7 @@ class ArtifactDownload:
         if digest != self.sha256:
             self._restart()
             raise DownloadError(
-                "hash_mismatch",
+                outcomes.HASH_MISMATCH,
                 f"{self.url}: SHA-256 {digest} does not match the signed {self.sha256}",
             )
         self.part.replace(self.final)
@@ -268,7 +277,7 @@ class ArtifactDownload:
         need = self.size - have + self.limits.free_space_margin_bytes
         if free < need:
             raise DownloadError(
-                "no_space",
+                outcomes.NO_SPACE,
                 f"{self.part.parent}: {free} bytes free, {need} needed "
                 f"(artifact plus [updates] free_space_margin_bytes)",
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import ReleaseManifest, VariantArtifact
 from edgeagent.fleet.signing import TrustError
 from edgeagent.fsutil import write_file_atomic
@@ -30,7 +31,7 @@ def recipient_refusal(
     if not locked:
         return None
     return TrustError(
-        "not_a_recipient",
+        outcomes.NOT_A_RECIPIENT,
         f"{manifest.model} {manifest.version}: variant(s) {', '.join(locked)} are encrypted, "
         f"and no content key is wrapped for device {device_id!r} (the hub must collect its "
         "public key and sign the release with it among the --recipients)",

@@ -51,6 +51,7 @@ from prometheus_client import CollectorRegistry
 from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.engine.canary import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.agent_manifest import AGENT_SLOT, KIND, claimed_kind
 from edgeagent.fleet.cancel import KIND as CANCEL
 from edgeagent.fleet.manifest import (
@@ -146,19 +147,21 @@ async def health_check(model: Served, timeout_s: float, top_k: int = 1) -> None:
     try:
         golden = load_golden(package)
     except GoldenError as exc:
-        raise InstallFailed("health_check_failed", str(exc), bad=True) from exc
+        raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, str(exc), bad=True) from exc
     feeds = golden.feeds if golden is not None else sample_feeds(package)
     try:
         outputs = await model.infer(feeds, priority=0, timeout_s=timeout_s)
     except Exception as exc:
         message = f"golden inference failed: {exc}"
-        raise InstallFailed("health_check_failed", message, bad=True) from exc
+        raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, message, bad=True) from exc
     if not all(np.all(np.isfinite(np.asarray(value))) for value in outputs.values()):
-        raise InstallFailed("health_check_failed", "the model answers NaN or infinity", bad=True)
+        raise InstallFailed(
+            outcomes.HEALTH_CHECK_FAILED, "the model answers NaN or infinity", bad=True
+        )
     problem = golden.problem(outputs, top_k) if golden is not None else ""
     if problem:
         hint = " ([updates] golden_top_k)" if package.task == "classification" else ""
-        raise InstallFailed("health_check_failed", problem + hint, bad=True)
+        raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, problem + hint, bad=True)
 
 
 class Updater:
@@ -236,7 +239,7 @@ class Updater:
         try:  # the store bounds each envelope and the chain itself (max_bytes, MAX_CHAIN)
             self.trust = self.trust.update(envelope)  # one envelope, or a chain to catch up
         except TrustError as exc:
-            if exc.code != "same_version":
+            if exc.code != outcomes.SAME_VERSION:
                 self._refused(release, exc)
             return
         release["version"] = str(self.trust.version)
@@ -244,7 +247,7 @@ class Updater:
         for model, version in sorted(self.trust.floor_resets.items()):
             self.store.reset_floor(model, version)
             detail += f"; floor of {model} reset to {version}"
-        self.reporter.outcome(release, "succeeded", "rotated", detail)
+        self.reporter.outcome(release, "succeeded", outcomes.ROTATED, detail)
         self._remember(key)
 
     async def apply(
@@ -269,13 +272,17 @@ class Updater:
                 return await self._agent_release(envelope, topic)  # code: its own role
             manifest = self._verify(envelope)
         except TrustError as exc:
-            if isinstance(exc, ReleaseRefused) and exc.code == "replay" and release_model(topic):
+            if (
+                isinstance(exc, ReleaseRefused)
+                and exc.code == outcomes.REPLAY
+                and release_model(topic)
+            ):
                 return self._behind(exc, topic)
             return self._refused(self._describe(envelope, exc), exc)
         slot = release_model(topic)
         if slot is not None and slot != manifest.model:
             refusal = TrustError(
-                "wrong_topic",
+                outcomes.WRONG_TOPIC,
                 f"a release of {manifest.model} on the retained slot of {slot} ({topic})",
             )
             return self._refused(self._describe_manifest(manifest), refusal)
@@ -286,7 +293,7 @@ class Updater:
         if not variants:
             offered = ", ".join(v.key for v in manifest.variants)
             refusal = TrustError(
-                "no_variant",
+                outcomes.NO_VARIANT,
                 f"{manifest.model} {manifest.version}: none of its variants ({offered}) runs "
                 f"on profile {self.device.profile or '?'} with the runtimes installed here",
             )
@@ -300,7 +307,7 @@ class Updater:
                 return None
             if manifest.serial <= waiting.pending.serial:
                 refusal = TrustError(
-                    "canary_waiting",
+                    outcomes.CANARY_WAITING,
                     f"serial {manifest.serial} is not above serial {waiting.pending.serial} "
                     f"of {manifest.model} {waiting.pending.version}, whose canary is running",
                 )
@@ -318,9 +325,11 @@ class Updater:
         """An agent release (``selfupdate``): on the agent's slot or this device's topic only."""
         slot = release_model(topic)
         if slot is not None and slot != AGENT_SLOT:
-            raise TrustError("wrong_topic", f"an agent release on the slot of {slot} ({topic})")
+            raise TrustError(
+                outcomes.WRONG_TOPIC, f"an agent release on the slot of {slot} ({topic})"
+            )
         if self.agent is None:
-            raise TrustError("self_update_off", "agent releases need [updates] agent_root")
+            raise TrustError(outcomes.SELF_UPDATE_OFF, "agent releases need [updates] agent_root")
         return await self.agent.apply(envelope, self.trust)
 
     async def serves(self, name: str) -> None:
@@ -329,7 +338,7 @@ class Updater:
         try:
             model = self.registry.get(name)
         except Exception as exc:
-            raise InstallFailed("model_not_served", f"{name}: {exc}") from exc
+            raise InstallFailed(outcomes.MODEL_NOT_SERVED, f"{name}: {exc}") from exc
         await health_check(model, self.settings.health_timeout_s, self.settings.golden_top_k)
 
     def ready_models(self) -> list[str]:
@@ -370,7 +379,9 @@ class Updater:
             f"was committed here already ({key[8:20]}); nothing reinstalled"
         )
         release = self._describe_manifest(manifest)
-        return self.reporter.outcome(release, "refused", "same_version", message, persist=False)
+        return self.reporter.outcome(
+            release, "refused", outcomes.SAME_VERSION, message, persist=False
+        )
 
     def _behind(self, exc: ReleaseRefused, topic: str) -> dict[str, Any]:
         """Answer a group's retained slot holding a release older than the one committed here
@@ -419,7 +430,7 @@ class Updater:
         limit = self.settings.max_manifest_bytes
         if len(envelope) > limit:
             raise VerificationError(
-                "too_large",
+                outcomes.TOO_LARGE,
                 f"envelope: {len(envelope)} bytes is over the limit of {limit} bytes "
                 "([updates] max_manifest_bytes)",
             )
@@ -497,7 +508,7 @@ class Updater:
         except Exception as exc:  # nothing was changed yet: a refusal, the store as it was
             log.exception("cannot begin the install of %s %s", manifest.model, manifest.version)
             message = f"step 'begin' failed: {type(exc).__name__}: {str(exc)[:300]}"
-            self.reporter.outcome(release, "refused", "internal_error", message)
+            self.reporter.outcome(release, "refused", outcomes.INTERNAL_ERROR, message)
             return None
         self.reporter.progress(release, "verified")
         checkpoint("verified")
@@ -577,7 +588,9 @@ class Updater:
             self._discard(downloads)
             log.exception("update step %r of %s %s failed", step, manifest.model, manifest.version)
             message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
-            await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
+            await self._roll_back(
+                pending, release, swap_back, outcomes.INTERNAL_ERROR, message, bad=False
+            )
         return None
 
     async def _conclude(self, waiting: WaitingCanary, before: Path | None) -> None:
@@ -600,7 +613,9 @@ class Updater:
         except Exception as exc:
             log.exception("update step %r of %s %s failed", step, pending.model, pending.version)
             message = f"step {step!r} failed: {type(exc).__name__}: {str(exc)[:300]}"
-            await self._roll_back(pending, release, swap_back, "internal_error", message, bad=False)
+            await self._roll_back(
+                pending, release, swap_back, outcomes.INTERNAL_ERROR, message, bad=False
+            )
 
     async def _health(self, model: Served, name: str, installed: Path) -> None:
         """The health gate; a failure counts against the release only if it is its own fault.
@@ -614,7 +629,7 @@ class Updater:
         except InstallFailed as exc:
             if self._served_dir(name) != installed:
                 raise InstallFailed(
-                    "health_check_interrupted",
+                    outcomes.HEALTH_CHECK_INTERRUPTED,
                     f"{name} was unloaded or replaced during its health check ({exc})",
                 ) from exc
             raise
@@ -628,7 +643,7 @@ class Updater:
             )
         except asyncio.TimeoutError as exc:
             message = f"took over {timeout_s} s"
-            raise InstallFailed("health_check_failed", message, bad=True) from exc
+            raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, message, bad=True) from exc
 
     def _commit(
         self,
@@ -651,7 +666,7 @@ class Updater:
         if canary is not None:
             detail += f"; canary promoted ({canary.reason}): {canary.summary()}"
             details["canary"] = canary.figures()
-        self.reporter.outcome(release, "succeeded", "committed", detail, details=details)
+        self.reporter.outcome(release, "succeeded", outcomes.COMMITTED, detail, details=details)
         self._clear(pending)
         checkpoint("committed")
 
@@ -716,14 +731,14 @@ class Updater:
             package = await asyncio.to_thread(load_package, root)
         except UnpackError as exc:
             shutil.rmtree(destination, ignore_errors=True)
-            raise InstallFailed("unsafe_archive", str(exc)) from exc
+            raise InstallFailed(outcomes.UNSAFE_ARCHIVE, str(exc)) from exc
         except PackageError as exc:
             shutil.rmtree(destination, ignore_errors=True)
-            raise InstallFailed("bad_package", str(exc), bad=True) from exc
+            raise InstallFailed(outcomes.BAD_PACKAGE, str(exc), bad=True) from exc
         if (package.name, package.version) != (manifest.model, manifest.version):
             shutil.rmtree(destination, ignore_errors=True)
             raise InstallFailed(
-                "bad_package",
+                outcomes.BAD_PACKAGE,
                 f"the artifact holds {package.name} {package.version}, but the signed "
                 f"manifest says {manifest.model} {manifest.version}",
                 bad=True,
@@ -764,10 +779,12 @@ class Updater:
             )
         except asyncio.TimeoutError as exc:
             raise InstallFailed(
-                "load_failed", f"loading took over {self.settings.health_timeout_s} s", bad=True
+                outcomes.LOAD_FAILED,
+                f"loading took over {self.settings.health_timeout_s} s",
+                bad=True,
             ) from exc
         except Exception as exc:
-            raise InstallFailed("load_failed", str(exc), bad=True) from exc
+            raise InstallFailed(outcomes.LOAD_FAILED, str(exc), bad=True) from exc
 
     def _served_dir(self, model: str) -> Path | None:
         """The package directory serving ``model`` now (a store release or a seed package)."""
@@ -930,8 +947,11 @@ class UpdateService:
                 "version": pending.version,
                 "deployment_id": pending.deployment_id,
             }
-            result = "succeeded" if recovery.outcome == "committed" else "failed"
-            self.reporter.outcome(release, result, f"recovered_{recovery.outcome}", recovery.reason)
+            if recovery.outcome == "committed":  # the store's word for how recovery ended
+                result, code = "succeeded", outcomes.RECOVERED_COMMITTED
+            else:
+                result, code = "failed", outcomes.RECOVERED_ROLLED_BACK
+            self.reporter.outcome(release, result, code, recovery.reason)
         if self.updater.agent is not None:  # report a rollback; confirm a switch on trial
             self.updater.agent.start()
         self._tasks = [

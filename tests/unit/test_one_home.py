@@ -8,6 +8,7 @@ packages, the torch builder and the third-party models sent readers to the wrong
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,3 +135,109 @@ def test_nothing_under_scripts_imports_the_test_suite() -> None:
         if module == "tests" or module.startswith("tests.")
     ]
     assert imports == [], "move the helper to devtools/"
+
+
+# Outcome codes: where a code is spelled, it says why something ended (a refusal's or failure's
+# first argument, a ``code=``, a comparison with a ``code``, a set of codes in a constant).
+# The same word as another vocabulary (a deployment's status "cancelled", a download setting
+# "timeout") is not a code there and is left alone.
+CODE_HOMES = ("edgeagent/updates", "edgeagent/hub", "edgeagent/fleet")
+SAYS_WHY = re.compile(r"(Refused|Failed|Error|refuse|_fail|roll_back)$")
+
+
+def called_name(node: ast.AST) -> str:
+    return getattr(node, "attr", getattr(node, "id", ""))
+
+
+def code_literals(tree: ast.AST, codes: frozenset[str]) -> list[ast.Constant]:
+    """The string literals equal to an outcome code in the places a code goes."""
+    found: list[ast.Constant] = []
+
+    def take(node: ast.AST | None) -> None:
+        if isinstance(node, ast.Constant) and node.value in codes:
+            found.append(node)
+        elif isinstance(node, ast.IfExp):
+            take(node.body)
+            take(node.orelse)
+        elif isinstance(node, (ast.Set, ast.Tuple, ast.List)):
+            for item in node.elts:
+                take(item)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = called_name(node.func)
+            if SAYS_WHY.search(name):
+                for arg in node.args:
+                    take(arg)
+            if name == "outcome" and len(node.args) >= 3:  # (release, result, code, …)
+                take(node.args[2])
+            for keyword in node.keywords:
+                if keyword.arg == "code":
+                    take(keyword.value)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args.posonlyargs + node.args.args
+            defaults = zip(
+                args[len(args) - len(node.args.defaults) :], node.args.defaults, strict=True
+            )
+            for arg, default in [
+                *defaults,
+                *zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True),
+            ]:
+                if "code" in arg.arg:
+                    take(default)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any("code" in called_name(side).lower() for side in sides):
+                for side in sides:
+                    take(side)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [called_name(t) for t in targets]
+            constant_set = isinstance(node.value, (ast.Set, ast.Tuple, ast.List))
+            if any("code" in n.lower() or (constant_set and n.isupper()) for n in names):
+                take(node.value)
+    return found
+
+
+def test_outcome_codes_are_spelled_only_in_fleet_outcomes() -> None:
+    """The hub reads codes back (``same_version`` means done): a code spelled twice can drift
+    into two codes, and nothing would notice until a deployment stalled."""
+    from edgeagent.fleet.outcomes import CODES
+
+    spelled = [
+        f"{relative(path)}:{node.lineno} {node.value!r}"
+        for top in CODE_HOMES
+        for path in sorted((REPO / top).rglob("*.py"))
+        if relative(path) != "edgeagent/fleet/outcomes.py"
+        for node in code_literals(ast.parse(path.read_text(encoding="utf-8")), CODES)
+    ]
+    assert spelled == [], "use the constant of edgeagent.fleet.outcomes"
+
+
+def test_the_code_scan_recognises_codes_where_they_go() -> None:
+    """The guard above can fail: each place a code goes is recognised, other words are not."""
+    codes = frozenset({"malformed", "same_version"})
+    sample = """
+raise Refused("malformed", "x")
+self.reporter.outcome(release, "refused", "same_version", message)
+failure = InstallFailed(code="malformed")
+if exc.code != "same_version": pass
+ALREADY_DONE = {"same_version"}
+def parse(text, code="malformed"): pass
+status = "malformed"  # not a code's place
+log.info("malformed")
+"""
+    found = sorted(node.lineno for node in code_literals(ast.parse(sample), codes))
+    assert found == [2, 3, 4, 5, 6, 7]
+
+
+def test_the_messages_page_lists_exactly_the_outcome_codes() -> None:
+    from edgeagent.fleet.outcomes import CODES, MEANINGS
+
+    page = (REPO / "docs" / "fleet" / "messages.md").read_text(encoding="utf-8")
+    table = page.split("## Outcome codes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+    listed = [code for row in rows for code in re.findall(r"`([a-z_]+)`", row[2])]
+    assert sorted(listed) == sorted(CODES), "docs/fleet/messages.md's outcome-code table"
+    assert len(listed) == len(set(listed))
+    assert all(MEANINGS[code].strip() for code in CODES)

@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.messages import Outcome
 from edgeagent.hub.keys import HubError
 
 SUCCEEDED, FAILED, TIMED_OUT = "succeeded", "failed", "timed_out"
 FINISHED = (SUCCEEDED, FAILED, TIMED_OUT)  # a device's terminal statuses in a rollout
 FAILURES = (FAILED, TIMED_OUT)  # what the abort criteria count against the rollout
-ALREADY_DONE = {"same_version"}  # a refusal that means the device already has the release
+ALREADY_DONE = {outcomes.SAME_VERSION}  # a refusal that means the device already has the release
 
 
 class PolicyError(HubError):
