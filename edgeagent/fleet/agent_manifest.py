@@ -39,6 +39,7 @@ from edgeagent.fleet.manifest import (
     _targets,
     _validity_and_serial,
 )
+from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import (
     Refused,
     TrustError,
@@ -125,7 +126,11 @@ class AgentManifest:
 
     def describe(self) -> dict[str, str]:
         """The release as the update reports name it (``model`` is ``edgeagent``)."""
-        return {"model": "edgeagent", "version": self.version, "deployment_id": self.deployment_id}
+        return self.ref().as_dict()
+
+    def ref(self) -> ReleaseRef:
+        """The release as outcomes name it (``model`` is ``edgeagent``)."""
+        return ReleaseRef("edgeagent", self.version, self.deployment_id)
 
 
 def claimed_kind(envelope: bytes, max_bytes: int) -> str | None:

@@ -30,6 +30,7 @@ from edgeagent import __version__
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.encryption import Encryption, parse_encryption
+from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import (
     Refused,
     VerificationError,
@@ -174,6 +175,10 @@ class ReleaseManifest:
             "deployment_id": self.deployment_id,
             "min_agent_version": self.min_agent_version,
         }
+
+    def ref(self) -> ReleaseRef:
+        """The release as outcomes name it."""
+        return ReleaseRef(self.model, self.version, self.deployment_id)
 
     def to_payload(self) -> bytes:
         """The canonical bytes the hub signs (sorted keys, no spaces)."""

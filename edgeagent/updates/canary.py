@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +33,7 @@ from edgeagent.engine.canary import INTERRUPTED, PROMOTED, Canary, CanaryPolicy,
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.manifest import VariantArtifact
+from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.memory import memory_shortfall
@@ -87,9 +88,7 @@ class CanaryStage:
         )
         return dataclasses.replace(defaults, **requested.to_dict())
 
-    async def start(
-        self, installed: Path, policy: CanaryPolicy, release: Mapping[str, str]
-    ) -> Canary:
+    async def start(self, installed: Path, policy: CanaryPolicy, release: ReleaseRef) -> Canary:
         """Load beside the serving version and golden-check; the canary takes traffic when
         this returns. InstallFailed (``load_failed``, or the golden check's) otherwise."""
         timeout_s = self.settings.health_timeout_s
@@ -140,7 +139,7 @@ class WaitingCanary:
     """One parked install: its canary takes traffic, ``task`` concludes it on the verdict."""
 
     pending: PendingInstall
-    release: dict[str, str]
+    release: ReleaseRef
     key: str  # the envelope's handled key: a re-delivery of the same bytes changes nothing
     canary: Canary
     task: asyncio.Task[None] | None = None

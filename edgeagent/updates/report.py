@@ -49,6 +49,7 @@ from edgeagent.fleet.messages import (
     Updates,
     encode,
 )
+from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.wire import MessageError, dump, parse
 from edgeagent.fsutil import write_json_atomic
 
@@ -174,10 +175,10 @@ class UpdateReporter:
         self.publish_event = publish_event
         self.refresh()
 
-    def progress(self, release: Mapping[str, str], step: str, **detail: Any) -> None:
+    def progress(self, release: ReleaseRef | Mapping[str, str], step: str, **detail: Any) -> None:
         """An install reached ``step`` (verified, downloading, unpacked, installed, …)."""
-        model, version = release.get("model", ""), release.get("version", "")
-        deployment_id = release.get("deployment_id", "")
+        ref = ReleaseRef.of(release)
+        model, version, deployment_id = ref.model, ref.version, ref.deployment_id
         figures = dict(detail)
         event = Event(
             step,
@@ -197,7 +198,7 @@ class UpdateReporter:
 
     def outcome(
         self,
-        release: Mapping[str, str],
+        release: ReleaseRef | Mapping[str, str],
         result: str,
         code: str,
         message: str,
@@ -214,13 +215,14 @@ class UpdateReporter:
         """
         if result not in RESULTS:
             raise ValueError(f"result must be one of {RESULTS}, got {result!r}")
+        ref = ReleaseRef.of(release)  # an agent release still names itself with a dict
         outcome = Outcome(
             result,  # type: ignore[arg-type]  # checked against RESULTS above
             code,
             message,
-            model=release.get("model", ""),
-            version=release.get("version", ""),
-            deployment_id=release.get("deployment_id", ""),
+            model=ref.model,
+            version=ref.version,
+            deployment_id=ref.deployment_id,
             at=time.time(),
             canary=(details or {}).get("canary"),
         )

@@ -41,6 +41,7 @@ import os
 import shutil
 import signal
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -64,6 +65,7 @@ from edgeagent.fleet.manifest import (
     verify_release,
 )
 from edgeagent.fleet.mqtt import MqttLink
+from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError, VerificationError
 from edgeagent.fleet.topics import Topics, purpose_of, release_model
@@ -235,14 +237,14 @@ class Updater:
         key = self._handled_key("trust", envelope)
         if key in self._handled:
             return
-        release = {"model": "trust", "version": "", "deployment_id": f"trust-{key[6:18]}"}
+        release = ReleaseRef("trust", "", f"trust-{key[6:18]}")
         try:  # the store bounds each envelope and the chain itself (max_bytes, MAX_CHAIN)
             self.trust = self.trust.update(envelope)  # one envelope, or a chain to catch up
         except TrustError as exc:
             if exc.code != outcomes.SAME_VERSION:
                 self._refused(release, exc)
             return
-        release["version"] = str(self.trust.version)
+        release = replace(release, version=str(self.trust.version))
         detail = "trust file rotated"
         for model, version in sorted(self.trust.floor_resets.items()):
             self.store.reset_floor(model, version)
@@ -285,10 +287,10 @@ class Updater:
                 outcomes.WRONG_TOPIC,
                 f"a release of {manifest.model} on the retained slot of {slot} ({topic})",
             )
-            return self._refused(self._describe_manifest(manifest), refusal)
+            return self._refused(manifest.ref(), refusal)
         cancelled = self.cancels.refusal(manifest)
         if cancelled is not None:
-            return self._refused(self._describe_manifest(manifest), cancelled)
+            return self._refused(manifest.ref(), cancelled)
         variants = self._variants(manifest)
         if not variants:
             offered = ", ".join(v.key for v in manifest.variants)
@@ -297,10 +299,10 @@ class Updater:
                 f"{manifest.model} {manifest.version}: none of its variants ({offered}) runs "
                 f"on profile {self.device.profile or '?'} with the runtimes installed here",
             )
-            return self._refused(self._describe_manifest(manifest), refusal)
+            return self._refused(manifest.ref(), refusal)
         locked = recipient_refusal(manifest, variants, self.device.device_id)
         if locked is not None:
-            return self._refused(self._describe_manifest(manifest), locked)
+            return self._refused(manifest.ref(), locked)
         waiting = self.canaries.get(manifest.model)
         if waiting is not None:
             if waiting.key == key:  # its own re-delivery (a reconnect): nothing to do
@@ -311,7 +313,7 @@ class Updater:
                     f"serial {manifest.serial} is not above serial {waiting.pending.serial} "
                     f"of {manifest.model} {waiting.pending.version}, whose canary is running",
                 )
-                return self._refused(self._describe_manifest(manifest), refusal)
+                return self._refused(manifest.ref(), refusal)
             newer = f"{manifest.model} {manifest.version} (serial {manifest.serial})"
             await self.canaries.supersede(manifest.model, newer)
             # concluded: its verdict may have come first and raised the floor, so verify again
@@ -378,7 +380,7 @@ class Updater:
             f"{manifest.model} {manifest.version} (serial {manifest.serial}): this envelope "
             f"was committed here already ({key[8:20]}); nothing reinstalled"
         )
-        release = self._describe_manifest(manifest)
+        release = manifest.ref()
         return self.reporter.outcome(
             release, "refused", outcomes.SAME_VERSION, message, persist=False
         )
@@ -394,7 +396,7 @@ class Updater:
             f"; the slot {topic} lags behind this device: publish a newer release there "
             "(hub publish) or clear it (hub unpublish)"
         )
-        release = self._describe_manifest(exc.manifest)
+        release = exc.manifest.ref()
         return self.reporter.outcome(
             release, "refused", exc.code, exc.message + hint, persist=False
         )
@@ -435,26 +437,18 @@ class Updater:
                 "([updates] max_manifest_bytes)",
             )
 
-    def _refused(self, release: dict[str, str], exc: TrustError) -> dict[str, Any]:
+    def _refused(self, release: ReleaseRef, exc: TrustError) -> dict[str, Any]:
         """Report a refusal. Nothing is remembered, so it never suppresses a later delivery;
         bytes nobody trusted signing (junk) are not even persisted in the report history."""
         persist = not isinstance(exc, VerificationError) or isinstance(exc, ManifestError)
         return self.reporter.outcome(release, "refused", exc.code, exc.message, persist=persist)
 
     @staticmethod
-    def _describe(envelope: bytes, exc: TrustError) -> dict[str, str]:
+    def _describe(envelope: bytes, exc: TrustError) -> ReleaseRef:
         """Model, version and deployment of a refused release, when its signature was good."""
         if isinstance(exc, ReleaseRefused):
-            return Updater._describe_manifest(exc.manifest)
-        return {"model": "", "version": "", "deployment_id": ""}
-
-    @staticmethod
-    def _describe_manifest(manifest: ReleaseManifest) -> dict[str, str]:
-        return {
-            "model": manifest.model,
-            "version": manifest.version,
-            "deployment_id": manifest.deployment_id,
-        }
+            return exc.manifest.ref()
+        return ReleaseRef()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -482,11 +476,7 @@ class Updater:
         leaving ``pending.json`` behind and wedging every later install. A canary install
         returns the task that concludes it once its canary takes traffic (``_conclude``).
         """
-        release = {
-            "model": manifest.model,
-            "version": manifest.version,
-            "deployment_id": manifest.deployment_id,
-        }
+        release = manifest.ref()
         # A canary runs beside what serves (a first install has nothing to compare with);
         # a device that cannot hold both versions refuses before downloading anything.
         policy = None
@@ -648,7 +638,7 @@ class Updater:
     def _commit(
         self,
         pending: PendingInstall,
-        release: dict[str, str],
+        release: ReleaseRef,
         key: str,
         canary: CanaryVerdict | None = None,
     ) -> None:
@@ -675,7 +665,8 @@ class Updater:
         if not self.canaries.finish(pending):
             self.store.clear_pending()
 
-    async def _download(self, artifact: Artifact, release: dict[str, str]) -> Path:
+    async def _download(self, artifact: Artifact, release: ReleaseRef | Mapping[str, str]) -> Path:
+        """Fetch ``artifact`` with the device's limits (an agent release names itself by a dict)."""
         settings = self.settings
         limits = DownloadLimits(
             timeout_s=settings.download_timeout_s,
@@ -796,7 +787,7 @@ class Updater:
     async def _roll_back(
         self,
         pending: PendingInstall,
-        release: dict[str, str],
+        release: ReleaseRef,
         swap_back: Path | Literal[False] | None,
         code: str,
         message: str,
@@ -942,11 +933,7 @@ class UpdateService:
         self.reporter.connect(self.link.publish_state, self.link.publish_event)
         for recovery in self.recoveries:
             pending = recovery.pending
-            release = {
-                "model": pending.model,
-                "version": pending.version,
-                "deployment_id": pending.deployment_id,
-            }
+            release = ReleaseRef(pending.model, pending.version, pending.deployment_id)
             if recovery.outcome == "committed":  # the store's word for how recovery ended
                 result, code = "succeeded", outcomes.RECOVERED_COMMITTED
             else:

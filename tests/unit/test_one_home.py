@@ -241,3 +241,18 @@ def test_the_messages_page_lists_exactly_the_outcome_codes() -> None:
     assert sorted(listed) == sorted(CODES), "docs/fleet/messages.md's outcome-code table"
     assert len(listed) == len(set(listed))
     assert all(MEANINGS[code].strip() for code in CODES)
+
+
+def test_a_release_is_named_by_the_one_release_ref() -> None:
+    """An outcome names its release by model, version and deployment; a dict of those three
+    built by hand in one more place is one more place to forget a field."""
+    identity = {"model", "version", "deployment_id"}
+    built = [
+        f"{relative(path)}:{node.lineno}"
+        for top in ("edgeagent/updates", "edgeagent/fleet")
+        for path in sorted((REPO / top).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Dict)
+        and {k.value for k in node.keys if isinstance(k, ast.Constant)} == identity
+    ]
+    assert built == [], "use edgeagent.fleet.release_ref.ReleaseRef"
