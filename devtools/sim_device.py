@@ -27,8 +27,8 @@ from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hardware.choose import release_variants
 from edgeagent.hardware.profile import Profile
 from edgeagent.models.package import ModelPackage, load_package
+from edgeagent.updates.service import UpdateService
 from edgeagent.updates.settings import UpdateSettings
-from edgeagent.updates.updater import UpdateService
 
 
 @dataclass

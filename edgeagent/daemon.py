@@ -185,7 +185,7 @@ class Daemon:
         self.updates = None
         if config.updates.enabled:  # recovers a half-done install before any model loads
             from edgeagent.hardware.choose import release_variants
-            from edgeagent.updates.updater import UpdateService
+            from edgeagent.updates.service import UpdateService
 
             profile = self.accelerators.profile
 
@@ -228,7 +228,7 @@ class Daemon:
             if root is None:  # each step that rewrites files logs itself
                 log.debug("%s", prepare_state(state_dir, None))
             else:  # with the switch's crash-test hook (EDGEAGENT_UPDATE_KILL_AT)
-                from edgeagent.updates.updater import checkpoint
+                from edgeagent.updates.install import checkpoint
 
                 log.debug("%s", prepare_state(state_dir, root, checkpoint=checkpoint))
         except StateFormatError as exc:

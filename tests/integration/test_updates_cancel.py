@@ -88,14 +88,14 @@ async def test_a_cancellation_arriving_during_the_download_stops_the_install(
     await serving_v1(hub, device)
     envelope = hub.release("2")
     cancel = hub.signer().cancellation(cancellation_of(manifest_of(envelope)))
-    download = device.updater._download
+    download = device.updater.installer.download
 
     async def download_then_cancel(artifact: Any, release: dict[str, str]) -> Path:
         path = await download(artifact, release)
         await device.updater.on_message(DEVICE_TOPIC, cancel)  # as the link would hand it over
         return path
 
-    device.updater._download = download_then_cancel  # type: ignore[method-assign]
+    device.updater.installer.download = download_then_cancel  # type: ignore[method-assign]
     outcome = await device.apply(envelope)
 
     assert (outcome["result"], outcome["code"]) == ("refused", "cancelled"), outcome

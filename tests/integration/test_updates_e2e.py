@@ -28,7 +28,7 @@ from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.publish import publish
 from edgeagent.hub.status import collect_fleet
-from edgeagent.updates.updater import KILL_ENV
+from edgeagent.updates.install import KILL_ENV
 from tests.integration.test_updates_helpers import Hub, add_golden, hub_fixture  # noqa: F401
 from tests.support.helpers import write_tiny_package
 

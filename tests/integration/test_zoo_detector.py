@@ -23,7 +23,8 @@ from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.models.preprocess import prepare_image
 from edgeagent.models.session import open_variant
 from edgeagent.models.tasks.detection_map import mean_average_precision
-from edgeagent.updates.updater import InstallFailed, health_check
+from edgeagent.updates.errors import InstallFailed
+from edgeagent.updates.install import health_check
 from tests.integration.test_zoo import PRECISIONS, RUNTIMES, ZOO, zoo_package
 
 NAME = "shapes_grid_mnv2"
