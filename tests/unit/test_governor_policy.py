@@ -126,9 +126,9 @@ def test_actions_per_state() -> None:
     s = GovernorSettings()
     normal = serving_limits(s, State.NORMAL, 1.0, False, "")
     assert active_actions(normal, 1.0) == []
-    warm = serving_limits(s, State.WARM, 0.8, False, "warm: x", batch_seconds=0.01)
+    warm = serving_limits(s, State.WARM, 0.8, False, "warm: x")
     assert warm.max_batch_size == 4 and warm.max_concurrency == 2
-    assert warm.min_batch_interval_s == pytest.approx(0.0125)  # 10 ms batches at duty 0.8
+    assert warm.duty_cycle == 0.8 and normal.duty_cycle == 1.0  # the gate paces by busy time
     assert active_actions(warm, 0.8) == ["batch_cap", "concurrency_cap", "pacing"]
     hot = serving_limits(s, State.HOT, 1.0, False, "hot: x")
     assert hot.max_batch_size == 1 and hot.shed_priority_from == 3
