@@ -51,11 +51,10 @@ class DeviceGate:
     and wake-up delays do not erode the duty), but after a longer stall or an idle spell the
     schedule restarts from now, so the device never catches up on time it did not use with a
     burst of batches (at most one batch runs early, after one that started late). Each batch
-    reserves the busy
-    time of the device's last one when it starts, so a second batch (concurrency cap above 1)
-    waits for the first one's share; the reservation is replaced by the real busy time when the
-    batch ends (``release``). The duty is re-read from the limits in force while waiting, so a
-    relaxed limit takes effect at once.
+    reserves the busy time of the device's last one when it starts, so a second batch
+    (concurrency cap above 1) waits for the first one's share; the reservation is replaced by
+    the real busy time when the batch ends (``release``). The duty is re-read from the limits
+    in force while waiting, so a relaxed limit takes effect at once.
     """
 
     RECHECK_S = 0.25  # how often a paced batch re-reads the limits while it waits
@@ -128,8 +127,8 @@ class DeviceGate:
             # a start late by less than one period keeps its place on the schedule (a slow
             # wake-up must not lower the duty); after a longer stall the schedule restarts
             # from now: the time not used is forgotten, never made up in a burst
-            late = now - state.ready_at < period
-            state.ready_at = (state.ready_at if late else now) + period
+            keeps_place = now - state.ready_at < period
+            state.ready_at = (state.ready_at if keeps_place else now) + period
         else:  # unpaced: owes nothing, so pacing that starts later starts clean
             state.ready_at = -math.inf
 
