@@ -8,16 +8,16 @@ profile allows (instances × threads = cores) with each batch size is run closed
 process — each instance a session of its own with its own intra-op threads, every instance
 busy.
 
-The machine it measures on drifts: on a board shared with other work, or a CI machine, the
-same shape measured 2-4× apart within seconds (a search of single long windows picked a
-shape at 0.60 of the best). So no shape is measured in one long window: the shapes take turns in short
-windows (tens of milliseconds, a few runs each), each between two windows of one reference
-shape, round after round with the order reversed, and are compared only by these paired
-ratios, whose median over the rounds decides (``Sandwiches``). A shape whose rounds disagree
-about it by more than ``disagreement``, and that could still be the fastest, is measured again
-rather than trusted, while the time budget lasts; the budget ``search_s`` covers the loads too,
-whatever the model's speed: one row's time decides which shapes two rounds can afford (a model
-at 120 ms a row measures a few batch-1 shapes, or none and keeps the configured one).
+The machine it measures on drifts: on a board shared with other work, or a CI machine, the same
+shape measured 2-4× apart within seconds (a search of single long windows picked a shape at 0.60
+of the best). So no shape is measured in one long window: the shapes take turns in short windows
+(tens of milliseconds, a few runs each), each between two windows of one reference shape, round
+after round with the order reversed, and are compared only by these paired ratios, whose median
+over the rounds decides (``Sandwiches``). A shape whose rounds disagree about it by more than
+``disagreement``, and that could still be the fastest, is measured again rather than trusted,
+while the time budget lasts; the budget ``search_s`` covers the loads too, whatever the model's
+speed: one row's time decides which shapes two rounds can afford (a model at 120 ms a row
+measures a few batch-1 shapes, or none and keeps the configured one).
 The chosen plan and the figures that chose it are cached with the probe results
 (``ProbeCache.put_plan``). The agent serves a new model at once on a safe plan (``PENDING``)
 and searches afterwards, in the background (``engine.registry``).
