@@ -48,9 +48,15 @@ from edgeagent.selfupdate.state import PendingSwitch, SwitchState
 from tests.support.helpers import REPO
 from tests.support.supervisor import Supervisor
 
+pytestmark = pytest.mark.timeout(900)  # a few installs each (INSTALL_S), on a busy box
+
 PYTHON = Path(sys.executable)
 DEVICE = "dev-ab"
 BASE = "0.1.0"
+# The bound on a wait that spans an install (a venv with its pip, pip, the new version's checks:
+# about 30 s on a quiet 2-core box, several times that beside other jobs). Only a bound: every
+# wait ends as soon as its condition holds.
+INSTALL_S = 300.0
 
 
 Patch = tuple[str, str, str]  # file, text found there once ("": the end), text put instead
@@ -267,7 +273,7 @@ class Device:
         except Exception:  # between two starts: nothing listens
             return None
 
-    def wait_serving(self, version: str, timeout: float = 120.0) -> None:
+    def wait_serving(self, version: str, timeout: float = INSTALL_S) -> None:
         """A READY start of ``version`` answers its API, with no switch left pending."""
 
         def serving() -> bool:
@@ -337,8 +343,8 @@ def test_a_broken_agent_rolls_back_by_itself(device, version, code, max_boots, s
     device.write_config(agent_max_boots=max_boots)
     supervisor = device.run(start_timeout_s=start_timeout_s)
     device.send(device.sign(version))
-    wait_until(lambda: any(s.version == version for s in supervisor.starts), timeout=120)
-    device.wait_serving(BASE, timeout=120)
+    wait_until(lambda: any(s.version == version for s in supervisor.starts), timeout=INSTALL_S)
+    device.wait_serving(BASE, timeout=INSTALL_S)
     wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == version)
     outcome = device.last_agent_outcome()
     assert outcome["result"] == "failed" and outcome["code"] == code, outcome
@@ -356,7 +362,9 @@ def test_a_broken_agent_rolls_back_by_itself(device, version, code, max_boots, s
 def test_a_version_that_cannot_read_the_config_is_refused_before_the_switch(device: Device):
     supervisor = device.run()
     device.send(device.sign("0.6.0"))
-    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "config_refused")
+    wait_until(
+        lambda: (device.last_agent_outcome() or {}).get("code") == "config_refused", INSTALL_S
+    )
     assert "cannot read this config" in device.last_agent_outcome()["message"]
     assert device.agent_version() == BASE and len(supervisor.starts) == 1
     assert not (device.root / "versions" / "0.6.0").exists()
@@ -375,7 +383,7 @@ def test_a_version_that_cannot_read_the_config_is_refused_before_the_switch(devi
 def test_sigkill_at_each_step_of_the_switch_recovers(device: Device, step, start, final):
     device.run(extra_env={start: {"EDGEAGENT_UPDATE_KILL_AT": step}})
     device.send(device.sign("0.2.0"))
-    wait_until(lambda: len(device.supervisor.starts) > start, timeout=120)
+    wait_until(lambda: len(device.supervisor.starts) > start, timeout=INSTALL_S)
     assert device.supervisor.starts[start - 1].returncode == -9  # it did die there
     device.wait_serving(final)
     record = json.loads((device.root / "committed.json").read_text()) if final != BASE else {}
@@ -392,7 +400,7 @@ def test_a_version_whose_code_says_another_version_is_refused_and_blocks_nothing
     supervisor = device.run()
     monkeypatch.setattr("edgeagent.hub.agent_release.code_version", lambda directory, v: v)
     device.send(device.sign("0.9.0"))
-    wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == "0.9.0")
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == "0.9.0", INSTALL_S)
     outcome = device.last_agent_outcome()
     assert (outcome["result"], outcome["code"]) == ("refused", "version_mismatch"), outcome
     assert "__version__ is '0.2.0'" in outcome["message"]
@@ -415,7 +423,7 @@ def test_a_state_format_change_migrates_forwards_and_a_rollback_restores_it(devi
     key = device.status()["device_key"]["public_key"]
     assert _declared(state) == {"format": 1, "written_by": BASE}
     device.send(device.sign("0.8.0"))
-    wait_until(lambda: any(s.version == "0.8.0" for s in supervisor.starts), timeout=120)
+    wait_until(lambda: any(s.version == "0.8.0" for s in supervisor.starts), timeout=INSTALL_S)
     device.wait_serving(BASE)
     assert "migrated to format 2" in (device.tmp / "supervisor.log").read_text()
     wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == "0.8.0")
@@ -435,7 +443,9 @@ def test_a_state_format_change_migrates_forwards_and_a_rollback_restores_it(devi
 
     starts = len(supervisor.starts)
     device.send(device.sign("0.2.0"))  # a newer serial, but an older state format
-    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "state_refused")
+    wait_until(
+        lambda: (device.last_agent_outcome() or {}).get("code") == "state_refused", INSTALL_S
+    )
     assert "reads formats up to 1" in device.last_agent_outcome()["message"]
     assert len(supervisor.starts) == starts and device.agent_version() == "0.7.0"
     assert not (device.root / "versions" / "0.2.0").exists()

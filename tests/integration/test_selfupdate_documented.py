@@ -26,7 +26,7 @@ from devtools.broker import Broker
 from devtools.waiting import wait_until
 from edgeagent.fleet.agent_manifest import this_platform, this_python
 from tests.integration.test_hub import hub as hub_cli
-from tests.integration.test_selfupdate import BASE, Device, _build_wheel, committed
+from tests.integration.test_selfupdate import BASE, INSTALL_S, Device, _build_wheel, committed
 from tests.support.wheelhouse import dependency_wheels
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -107,14 +107,14 @@ def test_a_release_installs_commits_and_rolls_back_on_the_documented_layout(devi
     device.run()
 
     _release(device, GOOD)
-    device.wait_serving(GOOD, timeout=300)
+    device.wait_serving(GOOD)
     wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "committed", 60)
     assert committed(device)["version"] == GOOD
     _own(device, GOOD)  # installed by 0.1.0 with 0.2.0's own pip, offline
 
     _release(device, BROKEN)
     starts = device.supervisor.starts
-    wait_until(lambda: any(s.version == BROKEN for s in starts), timeout=300)
+    wait_until(lambda: any(s.version == BROKEN for s in starts), timeout=INSTALL_S)
     device.wait_serving(GOOD)  # rolled back
     wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == BROKEN)
     outcome = device.last_agent_outcome()
