@@ -177,11 +177,6 @@ def _reader(what: str = "manifest") -> Reader:
 _MANIFEST = _reader()
 
 
-def _string(document: dict[str, Any], key: str, pattern: re.Pattern[str], rule: str) -> str:
-    """Kept for callers of the old helper: ``document[key]`` matching ``pattern``."""
-    return _MANIFEST.text(document[key], key, pattern, rule)
-
-
 def _artifact(
     value: Any,
     where: str = "artifact",
@@ -261,9 +256,9 @@ def read_document(payload: bytes, what: str) -> tuple[Reader, dict[str, Any]]:
     return reader, reader.object(document, "", "must be a JSON object")
 
 
-def read_opening(reader: Reader, document: dict[str, Any]) -> Opening:
-    """The shared fields of a release document whose field set ``reader.fields`` has checked:
-    ``issued_at``, ``expires`` (later), ``serial`` (1..2^53-1), ``deployment_id``, ``targets``."""
+def read_validity(reader: Reader, document: dict[str, Any]) -> tuple[datetime, datetime, int]:
+    """``issued_at``, ``expires`` (later) and ``serial`` (1..2^53-1) of any signed document
+    (release, agent release, cancellation) whose field set ``reader.fields`` has checked."""
     what = reader.what
     try:
         issued_at = parse_time(document["issued_at"], f"{what} issued_at")
@@ -272,24 +267,27 @@ def read_opening(reader: Reader, document: dict[str, Any]) -> Opening:
         raise ManifestError(exc.message) from exc
     if expires <= issued_at:
         raise reader.fail("expires", "must be later than issued_at")
+    serial = reader.integer(document["serial"], "serial", 1, MAX_SERIAL, "an integer 1..2^53-1")
+    return issued_at, expires, serial
+
+
+def read_deployment_id(reader: Reader, document: dict[str, Any]) -> str:
+    """The rollout a signed document belongs to (a release's, or the one a cancellation stops)."""
+    rule = "1-128 letters, digits, '_', '.', ':', '-'"
+    return reader.text(document["deployment_id"], "deployment_id", _DEPLOYMENT_RE, rule)
+
+
+def read_opening(reader: Reader, document: dict[str, Any]) -> Opening:
+    """The shared fields of a release document whose field set ``reader.fields`` has checked:
+    validity and serial (``read_validity``), ``deployment_id``, ``targets``."""
+    issued_at, expires, serial = read_validity(reader, document)
     return Opening(
-        serial=reader.integer(document["serial"], "serial", 1, MAX_SERIAL, "an integer 1..2^53-1"),
+        serial=serial,
         issued_at=issued_at,
         expires=expires,
-        deployment_id=reader.text(
-            document["deployment_id"],
-            "deployment_id",
-            _DEPLOYMENT_RE,
-            "1-128 letters, digits, '_', '.', ':', '-'",
-        ),
+        deployment_id=read_deployment_id(reader, document),
         targets=_targets(document["targets"], reader),
     )
-
-
-def _validity_and_serial(document: dict[str, Any], what: str) -> tuple[datetime, datetime, int]:
-    """Kept for callers of the old helper: ``issued_at``, ``expires`` and ``serial``."""
-    opening = read_opening(_reader(what), document)
-    return opening.issued_at, opening.expires, opening.serial
 
 
 def parse_manifest(payload: bytes) -> ReleaseManifest:

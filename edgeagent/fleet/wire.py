@@ -299,6 +299,17 @@ def integer_in(value: Any, low: float = -math.inf, high: float = math.inf) -> in
     return None
 
 
+def number_of(value: Any) -> float | None:
+    """A JSON number (never a bool) as a float, ``inf`` for an integer beyond any float (so a
+    range check refuses it); None for anything that is no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def is_object(value: Any) -> bool:
     """Whether ``value`` is a decoded JSON object."""
     return isinstance(value, dict)
@@ -357,6 +368,12 @@ class Reader:
         """A string matching ``pattern`` (anchored ``\\A…\\Z``, so no trailing newline slips by)."""
         if not isinstance(value, str) or not pattern.match(value):
             raise self.fail(where, f"{str(value)[:80]!r} is not {rule}")
+        return value
+
+    def bounded_text(self, value: Any, where: str, most: int, problem: str) -> str:
+        """Free text (a reason shown to people) of at most ``most`` characters."""
+        if not isinstance(value, str) or len(value) > most:
+            raise self.fail(where, problem)
         return value
 
     def digest(self, value: Any, where: str) -> str:
