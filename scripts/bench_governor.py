@@ -3,10 +3,11 @@
 
 The real serving engine (ModelRegistry + batcher) runs a real onnxruntime model; the governor
 reads a simulated thermal zone whose temperature follows the engine's measured busy fraction
-(first-order model, limit 70 °C). Requests arrive open-loop at twice the rate the chip could
-sustain forever. Reported:
+(first-order model, limit 70 °C). Requests arrive open-loop
+at twice the rate the chip could sustain forever. Reported:
 
-* the peak temperature, overall and after the first transient (target: ≤ limit + 1 °C);
+* the peak temperature, overall (target: ≤ limit + 0.5 °C, the first transient included) and
+  after the first transient;
 * delivered throughput against the best constant rate that stays under the limit, computed
   from the model: utilisation u* = (limit − ambient) / heat, i.e. u* / (per-inference time)
   inferences/s, with the per-inference time measured over the same settled window
@@ -14,16 +15,24 @@ sustain forever. Reported:
 
 Machine speed drifts on a shared host, so every rate is relative to the service time measured
 in the same run. ``--plot out.png`` draws temperature and throughput over time.
+
+``--background N`` runs the loop beside N other onnxruntime inference processes (each a larger
+convolutional network on the default thread pool, so they contend for cores, caches and memory
+bandwidth as a board's other inference jobs would): a board is never busier than when it is
+hot, so the limit must hold there too.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +59,7 @@ from edgeagent.models.package import Preprocess, ServingHints, TensorSpec  # noq
 from edgeagent.models.session import open_variant  # noqa: E402
 
 LIMIT_C = 70.0
+PEAK_MARGIN_C = 0.5  # the target: never above the limit by more than this, transient included
 
 
 @dataclass
@@ -110,6 +120,39 @@ def write_conv_package(root: Path, size: int, channels: int) -> Path:
     )
     write_manifest(root, manifest)
     return root
+
+
+def _infer_forever(model: str, size: int) -> None:
+    """A background inference process: the same network as fast as it will go, until killed."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    frame = np.random.default_rng(2).standard_normal((1, 3, size, size)).astype(np.float32)
+    while True:
+        session.run(None, {"input": frame})
+
+
+@contextlib.contextmanager
+def background_inference(count: int, root: Path, size: int = 128) -> Iterator[None]:
+    """``count`` onnxruntime processes inferring beside the bench for as long as the block runs."""
+    if count <= 0:
+        yield
+        return
+    model = write_conv_package(root, size, 64) / "benchconv.fp32.onnx"
+    spawn = multiprocessing.get_context("spawn")
+    workers = [
+        spawn.Process(target=_infer_forever, args=(str(model), size), daemon=True)
+        for _ in range(count)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        yield
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(10)
 
 
 class Load:
@@ -306,16 +349,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     parser.add_argument("--calibrate", type=float, default=4.0, help="calibration seconds")
     parser.add_argument("--calibrate-rate", type=float, default=2000.0)
+    parser.add_argument(
+        "--background", type=int, default=0, help="onnxruntime inference processes beside it"
+    )
     parser.add_argument("--plot", type=Path, help="write temperature/throughput PNG here")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    result = asyncio.run(run(args))
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-governor-bg-") as tmp,
+        background_inference(args.background, Path(tmp)),
+    ):
+        result = asyncio.run(run(args))
+    result["background_processes"] = args.background
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(
             f"peak {result['peak_c']} °C overall, {result['peak_after_transient_c']} °C after "
-            f"the first transient (limit {LIMIT_C:.0f} °C, target ≤ {LIMIT_C + 1:.0f})"
+            f"the first transient (limit {LIMIT_C:.0f} °C, target ≤ {LIMIT_C + PEAK_MARGIN_C:g})"
         )
         print(
             f"delivered {result['delivered_per_s']}/s vs best constant "
@@ -323,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(target ≥ 85%); device busy {result['utilisation']:.1%} of the time, "
             f"{result['sustainable_utilisation']:.0%} sustainable"
         )
-    ok = result["peak_after_transient_c"] <= LIMIT_C + 1 and result["throughput_ratio"] >= 0.85
+    ok = result["peak_c"] <= LIMIT_C + PEAK_MARGIN_C and result["throughput_ratio"] >= 0.85
     return 0 if ok else 1
 
 

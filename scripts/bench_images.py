@@ -35,7 +35,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from devtools.daemon_process import running_daemon  # noqa: E402
+from devtools.agent_process import running_daemon  # noqa: E402
 
 CLASSIFY = "/v1/models/tiny/classify"
 

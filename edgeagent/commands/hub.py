@@ -492,14 +492,22 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         "publish",
         formatter_class=DefaultsFormatter,
         help="publish a verified release to a device group (and/or single devices)",
-        description="Publish RELEASE (a *.release.json from 'hub sign') with QoS 1: retained on "
-        "<prefix>/group/<GROUP>/release/<MODEL>, and on <prefix>/device/<ID>/release for each "
+        description="Publish RELEASE (a *.release.json from 'hub sign', or an "
+        "*.agent-release.json from 'hub sign --agent') with QoS 1: retained on "
+        "<prefix>/group/<GROUP>/release/<MODEL> (an agent release: .../release/_agent), and on "
+        "<prefix>/device/<ID>/release for each "
         "--device. The release is verified first, against --trust (the trust file devices have) "
         "or --trust-file (published with it, before it), and refused when devices would refuse "
         "it. --trust-file without RELEASE publishes only the trust file. 'hub unpublish' clears "
         "a retained release.",
     )
-    parser.add_argument("release", type=Path, metavar="RELEASE", nargs="?", help="a *.release.json")
+    parser.add_argument(
+        "release",
+        type=Path,
+        metavar="RELEASE",
+        nargs="?",
+        help="a *.release.json or *.agent-release.json",
+    )
     parser.add_argument("--group", help="device group ([updates] group on the devices)")
     parser.add_argument("--device", action="append", default=[], help="a device id")
     parser.add_argument("--trust", type=Path, help="the trust file devices have: verify against it")
@@ -508,7 +516,8 @@ def _publish(commands: argparse._SubParsersAction) -> None:
     _broker_arguments(parser)
 
     async def work(args: argparse.Namespace) -> int:
-        from edgeagent.hub.publish import publish, read_release, release_topics
+        from edgeagent.hub.publish import publish, read_any_release, release_topics, slot_of
+        from edgeagent.hub.verify import model_of
 
         settings = mqtt_settings(args)
         release = None
@@ -519,7 +528,7 @@ def _publish(commands: argparse._SubParsersAction) -> None:
                     "say which trust file the devices verify against: --trust FILE "
                     "(or --trust-file FILE to publish it with the release)"
                 )
-            release = read_release(args.release, trust)
+            release = read_any_release(args.release, trust)
         elif args.trust_file is None:
             raise HubError("say which RELEASE to publish (a *.release.json from 'hub sign')")
         if args.trust_file is not None:
@@ -531,12 +540,12 @@ def _publish(commands: argparse._SubParsersAction) -> None:
         if release is None:
             return 0
         envelope, manifest = release
-        topics = release_topics(settings.topic_prefix, args.group, args.device, manifest.model)
+        topics = release_topics(settings.topic_prefix, args.group, args.device, slot_of(manifest))
         await publish(settings, topics, envelope)
         names = [topic.name for topic in topics]
         data = {"deployment_id": manifest.deployment_id, "serial": manifest.serial, "topics": names}
         text = (
-            f"published {manifest.model} {manifest.version} serial {manifest.serial} "
+            f"published {model_of(manifest)} {manifest.version} serial {manifest.serial} "
             f"(deployment {manifest.deployment_id}) to {', '.join(names)}"
         )
         _emit(args, data, text)
@@ -554,7 +563,9 @@ def _unpublish(commands: argparse._SubParsersAction) -> None:
         "devices that join later no longer receive that release. Devices that installed it keep "
         "serving it.",
     )
-    parser.add_argument("model", metavar="MODEL", help="the model whose release to clear")
+    parser.add_argument(
+        "model", metavar="MODEL", help="the model whose release to clear (_agent: the agent's)"
+    )
     parser.add_argument("--group", required=True, help="device group ([updates] group)")
     _broker_arguments(parser)
 

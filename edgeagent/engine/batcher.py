@@ -315,7 +315,7 @@ class Batcher:
         batch = self._take(self._cap(self._limits()))
         if not batch:
             placement.cancel()
-            await self._gate.release(placement.device)
+            await self._gate.release(placement.device, 0.0)  # nothing ran: no device time
             return False
         task = spawn(self._run_batch(batch, placement), name=f"batch-run:{self.model}")
         self._executing += 1
@@ -333,11 +333,12 @@ class Batcher:
 
     async def _run_batch(self, batch: list[_Request], placement: Placement) -> None:
         """One batch on one instance; frees the gate and the instance whatever happens."""
+        busy_s: float | None = None
         try:
-            await self._execute(batch, placement)
+            busy_s = await self._execute(batch, placement)
         finally:
             placement.cancel()  # a no-op once the batch ran
-            await self._gate.release(placement.device)
+            await self._gate.release(placement.device, busy_s)  # pacing charges what it used
             self._executing -= 1
             self._finished.set()
             self._free.release()
@@ -428,7 +429,8 @@ class Batcher:
             )
         return series
 
-    async def _execute(self, batch: list[_Request], placement: Placement) -> None:
+    async def _execute(self, batch: list[_Request], placement: Placement) -> float | None:
+        """Run the batch and answer its requests; the device seconds it took (None: failed)."""
         loop = asyncio.get_running_loop()
         start = time.monotonic()
         series = self._series(placement.session)
@@ -444,7 +446,7 @@ class Batcher:
             for request in batch:
                 if not request.future.done():
                     request.future.set_exception(error)
-            return
+            return None
         self._last_batch_requests = len(batch)
         rows = sum(r.rows for r in batch)
         self._stats.record_batch(rows, len(batch), input_ns, infer_ns, output_ns)
@@ -466,6 +468,7 @@ class Batcher:
                 int((start - request.enqueued) * 1e9),
                 service_ns=input_ns + infer_ns + output_ns,
             )
+        return busy_s
 
     def _compute(
         self, batch: list[_Request], placement: Placement
@@ -483,7 +486,7 @@ class Batcher:
 
 def _throttles(limits: ServingLimits) -> bool:
     """Whether the governor paces batches or caps how many run at once."""
-    return limits.min_batch_interval_s > 0 or limits.max_concurrency is not None
+    return limits.duty_cycle < 1.0 or limits.max_concurrency is not None
 
 
 def _shed(limits: ServingLimits, priority: int) -> bool:

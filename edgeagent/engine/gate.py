@@ -23,26 +23,46 @@ LimitsProvider = Callable[[], ServingLimits]
 
 
 class _Device:
-    """One device's admission state: batches running on it and when the last one started."""
+    """One device's admission state: batches running on it and its pacing account.
+
+    ``ready_at`` is the earliest time the next batch may start under pacing (a virtual
+    finishing time, as in GCRA): each batch pushes it on by its busy time divided by the duty,
+    so the device is busy at most ``duty`` of the time whatever its batches' sizes or speeds.
+    """
 
     def __init__(self) -> None:
         self.running = 0
-        self.last_start = -math.inf
+        self.ready_at = -math.inf
+        self.last_busy_s = 0.0  # the busy time of its last batch: what a new one reserves
+        self.reserved_s = 0.0  # busy seconds reserved by the batches running now
+        self.reservations = 0
+        self.duty = 1.0  # the duty in force when the last batch started
 
 
 class DeviceGate:
     """Admits batches to their device: the governor's concurrency cap and pacing, per device.
 
-    Pacing keeps batch starts on a device ``min_batch_interval_s`` apart (the governor's duty
-    cycle). The wait is re-read from the limits in force while waiting, so a relaxed limit
-    takes effect at once rather than after a slot reserved under the old one.
+    Pacing holds the device to the governor's duty cycle in busy time, not in batch starts: a
+    batch that was busy ``b`` seconds lets the next one start ``b / duty`` after it began. So a
+    batch of more rows, or one slowed by a busy machine, earns a longer rest, and the device's
+    real busy fraction is the duty the governor asked for, not a guess from the mean batch time
+    that a batch of another size or a contended moment would exceed. Almost nothing is banked:
+    a batch that starts late by less than one period keeps its place on the schedule (event-loop
+    and wake-up delays do not erode the duty), but after a longer stall or an idle spell the
+    schedule restarts from now, so the device never catches up on time it did not use with a
+    burst of batches (at most one batch runs early, after one that started late). Each batch
+    reserves the busy time of the device's last one when it starts, so a second batch
+    (concurrency cap above 1) waits for the first one's share; the reservation is replaced by
+    the real busy time when the batch ends (``release``). The duty is re-read from the limits
+    in force while waiting, so a relaxed limit takes effect at once.
     """
 
     RECHECK_S = 0.25  # how often a paced batch re-reads the limits while it waits
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._devices: dict[str, _Device] = {}
         self._changed: asyncio.Condition | None = None
+        self._clock = clock
 
     def _condition(self) -> asyncio.Condition:
         if self._changed is None:  # created lazily: it belongs to the running loop
@@ -62,8 +82,9 @@ class DeviceGate:
 
     def wait_s(self, device: str, limits: ServingLimits) -> float:
         """How long pacing would hold a batch back on ``device`` now."""
-        state = self._device(device)
-        return max(0.0, state.last_start + limits.min_batch_interval_s - time.monotonic())
+        if limits.duty_cycle >= 1.0:
+            return 0.0
+        return max(0.0, self._device(device).ready_at - self._clock())
 
     async def admit(
         self, session: Session, limits: LimitsProvider, rows: int, waiting: int = 0
@@ -89,15 +110,40 @@ class DeviceGate:
 
             await changed.wait_for(free)
             state.running += 1
-        while True:
-            wait = state.last_start + limits().min_batch_interval_s - time.monotonic()
-            if wait <= 0:
-                break
-            await asyncio.sleep(min(wait, self.RECHECK_S))
-        state.last_start = time.monotonic()
+        try:
+            while (wait := self.wait_s(device, limits())) > 0:
+                await asyncio.sleep(min(wait, self.RECHECK_S))
+        except BaseException:  # given up while paced: it holds no reservation
+            async with changed:
+                state.running -= 1
+                changed.notify_all()
+            raise
+        state.duty = limits().duty_cycle
+        state.reserved_s += state.last_busy_s
+        state.reservations += 1
+        now = self._clock()
+        if state.duty < 1.0:
+            period = state.last_busy_s / state.duty
+            # a start late by less than one period keeps its place on the schedule (a slow
+            # wake-up must not lower the duty); after a longer stall the schedule restarts
+            # from now: the time not used is forgotten, never made up in a burst
+            keeps_place = now - state.ready_at < period
+            state.ready_at = (state.ready_at if keeps_place else now) + period
+        else:  # unpaced: owes nothing, so pacing that starts later starts clean
+            state.ready_at = -math.inf
 
-    async def release(self, device: str = "") -> None:
+    async def release(self, device: str = "", busy_s: float | None = None) -> None:
+        """An admitted batch on ``device`` ended after ``busy_s`` seconds of device time
+        (None: not known, e.g. it failed, so its reservation stands for it)."""
         changed = self._condition()
+        state = self._device(device)
         async with changed:
-            self._device(device).running -= 1
+            reserved = state.reserved_s / max(1, state.reservations)  # its share, on average
+            state.reserved_s = max(0.0, state.reserved_s - reserved)
+            state.reservations = max(0, state.reservations - 1)
+            if busy_s is not None:
+                if state.duty < 1.0:
+                    state.ready_at += (busy_s - reserved) / state.duty
+                state.last_busy_s = busy_s
+            state.running -= 1
             changed.notify_all()

@@ -15,7 +15,7 @@ class ServingLimits:
 
     max_batch_size: int | None = None  # cap on the batch size; None = the model's own limit
     max_concurrency: int | None = None  # batches running at once across all models
-    min_batch_interval_s: float = 0.0  # pacing: least time between batch starts (duty cycle)
+    duty_cycle: float = 1.0  # pacing: the most each device may be busy, a fraction of time
     shed_priority_from: int | None = None  # shed requests whose priority >= this (1 = highest)
     retry_after_s: int = 5  # Retry-After for shed or throttled requests
     pause_downloads: bool = False  # updates wait while this is set

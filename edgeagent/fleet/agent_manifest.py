@@ -26,18 +26,17 @@ from typing import Any, Protocol
 
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import (
-    _DEPLOYMENT_RE,
     DEFAULT_CLOCK_SKEW_S,
     FORMAT,
+    OPENING_FIELDS,
     Artifact,
     DeviceIdentity,
     ManifestError,
     Targets,
     _artifact,
-    _string,
     _target_mismatch,
-    _targets,
-    _validity_and_serial,
+    read_document,
+    read_opening,
 )
 from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import (
@@ -48,6 +47,7 @@ from edgeagent.fleet.signing import (
     loads_strict,
 )
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.wire import Reader, integer_in, is_object, text_field
 from edgeagent.models.names import VERSION_RE, version_tuple
 
 KIND = "agent_release"  # the payload's "type"; model releases are "release"
@@ -55,18 +55,7 @@ AGENT_SLOT = "_agent"  # the retained release slot of agent releases (no model n
 MAX_PLATFORMS = 16
 _PLATFORM_RE = re.compile(r"\A[a-z0-9]+_[a-z0-9_]{1,30}\Z", re.ASCII)
 _PYTHON_RE = re.compile(r"\A3\.[0-9]{1,3}\Z", re.ASCII)
-_FIELDS = {
-    "type",
-    "format",
-    "serial",
-    "version",
-    "python",
-    "wheelhouses",
-    "targets",
-    "issued_at",
-    "expires",
-    "deployment_id",
-}
+_FIELDS = OPENING_FIELDS | {"version", "python", "wheelhouses"}
 _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
 
@@ -140,56 +129,43 @@ def claimed_kind(envelope: bytes, max_bytes: int) -> str | None:
         document = loads_strict(decode_envelope(envelope, max_bytes=max_bytes).payload, "kind")
     except TrustError:
         return None
-    kind = document.get("type") if isinstance(document, dict) else None
-    return kind if isinstance(kind, str) else None
+    return text_field(document.get("type")) if is_object(document) else None
 
 
-def _wheelhouses(value: Any) -> tuple[Wheelhouse, ...]:
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_PLATFORMS:
-        raise ManifestError(f"manifest wheelhouses: must be a list of 1-{MAX_PLATFORMS} entries")
+def _wheelhouses(reader: Reader, value: Any) -> tuple[Wheelhouse, ...]:
+    problem = f"must be a list of 1-{MAX_PLATFORMS} entries"
     found = []
-    for index, item in enumerate(value):
-        where = f"wheelhouses[{index}]"
-        artifact = _artifact(item, where, frozenset({"platform"}))
-        tag = _string(item, "platform", _PLATFORM_RE, "a platform such as linux_aarch64")
-        found.append(Wheelhouse(tag, artifact))
-    if len({w.platform for w in found}) != len(found):
-        raise ManifestError("manifest wheelhouses: a platform is listed twice")
+    for index, item in enumerate(reader.items(value, "wheelhouses", 1, MAX_PLATFORMS, problem)):
+        artifact = _artifact(item, f"wheelhouses[{index}]", frozenset({"platform"}), reader)
+        rule = "a platform such as linux_aarch64"
+        found.append(
+            Wheelhouse(reader.text(item["platform"], "platform", _PLATFORM_RE, rule), artifact)
+        )
+    reader.distinct([w.platform for w in found], "wheelhouses", "a platform is listed twice")
     return tuple(found)
 
 
 def parse_agent_manifest(payload: bytes) -> AgentManifest:
     """Validate every field of an agent release payload; call only on signature-checked bytes."""
-    try:
-        document = loads_strict(payload, "agent manifest")
-    except TrustError as exc:
-        raise ManifestError(exc.message) from exc
-    if not isinstance(document, dict):
-        raise ManifestError("agent manifest: must be a JSON object")
-    missing, extra = sorted(_FIELDS - set(document)), sorted(set(document) - _FIELDS)
-    if missing or extra:
-        raise ManifestError(
-            f"agent manifest: missing field(s) {', '.join(missing) or '-'}; "
-            f"unknown field(s) {', '.join(extra) or '-'}"
-        )
-    if document["type"] != KIND or type(document["format"]) is not int:
-        raise ManifestError(f"agent manifest type: must be {KIND!r} of format {FORMAT}")
-    if document["format"] != FORMAT:
-        raise ManifestError(
-            f"agent manifest format: {document['format']} is not {FORMAT}", "unsupported_format"
-        )
-    issued_at, expires, serial = _validity_and_serial(document, "agent manifest")
+    reader, document = read_document(payload, "agent manifest")
+    reader.fields(document, _FIELDS)
+    form = integer_in(document["format"])
+    if document["type"] != KIND or form is None:
+        raise reader.fail("type", f"must be {KIND!r} of format {FORMAT}")
+    if form != FORMAT:
+        raise ManifestError(f"agent manifest format: {form} is not {FORMAT}", "unsupported_format")
+    opening = read_opening(reader, document)
     return AgentManifest(
-        version=_string(document, "version", VERSION_RE, "MAJOR.MINOR.PATCH"),
-        serial=serial,
-        python=_string(document, "python", _PYTHON_RE, "a Python version such as 3.11"),
-        wheelhouses=_wheelhouses(document["wheelhouses"]),
-        issued_at=issued_at,
-        expires=expires,
-        deployment_id=_string(
-            document, "deployment_id", _DEPLOYMENT_RE, "1-128 letters, digits, '_', '.', ':', '-'"
+        version=reader.text(document["version"], "version", VERSION_RE, "MAJOR.MINOR.PATCH"),
+        serial=opening.serial,
+        python=reader.text(
+            document["python"], "python", _PYTHON_RE, "a Python version such as 3.11"
         ),
-        targets=_targets(document["targets"]),
+        wheelhouses=_wheelhouses(reader, document["wheelhouses"]),
+        issued_at=opening.issued_at,
+        expires=opening.expires,
+        deployment_id=opening.deployment_id,
+        targets=opening.targets,
     )
 
 

@@ -28,14 +28,14 @@ from datetime import datetime
 
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import (
-    _DEPLOYMENT_RE,
     ManifestError,
     ReleaseManifest,
-    _string,
-    _validity_and_serial,
+    read_deployment_id,
+    read_validity,
 )
 from edgeagent.fleet.signing import Refused, format_time, loads_strict
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.wire import Reader, integer_in, is_object
 from edgeagent.models.names import NAME_RE
 
 KIND = "cancel"  # the payload's "type": what ``agent_manifest.claimed_kind`` routes on
@@ -91,26 +91,23 @@ class Cancellation:
 def parse_cancellation(payload: bytes) -> Cancellation:
     """Validate every field of a cancellation payload; call only on signature-checked bytes."""
     document = loads_strict(payload, "cancellation")
-    if not isinstance(document, dict) or document.get("type") != KIND:
-        raise ManifestError("cancellation: must be a JSON object of type 'cancel'")
-    if type(document.get("format")) is not int or document["format"] != FORMAT:
+    reader = Reader("cancellation", ManifestError)
+    if not is_object(document) or document.get("type") != KIND:
+        raise reader.fail("", "must be a JSON object of type 'cancel'")
+    if integer_in(document.get("format"), FORMAT, FORMAT) is None:
         raise ManifestError(
             f"cancellation format: {str(document.get('format'))[:20]!r} is not {FORMAT}",
             "unsupported_format",
         )
-    if set(document) != _FIELDS:
-        missing = ", ".join(sorted(_FIELDS - set(document))) or "-"
-        extra = ", ".join(sorted(set(document) - _FIELDS)) or "-"
-        raise ManifestError(f"cancellation: missing field(s) {missing}; unknown field(s) {extra}")
-    issued_at, expires, serial = _validity_and_serial(document, "cancellation")
-    reason = document["reason"]
-    if not isinstance(reason, str) or len(reason) > MAX_REASON_CHARS:
-        raise ManifestError(f"cancellation reason: must be text of at most {MAX_REASON_CHARS}")
+    reader.fields(document, _FIELDS)
+    issued_at, expires, serial = read_validity(reader, document)
+    problem = f"must be text of at most {MAX_REASON_CHARS}"
+    reason = reader.bounded_text(document["reason"], "reason", MAX_REASON_CHARS, problem)
     return Cancellation(
-        model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
-        deployment_id=_string(
-            document, "deployment_id", _DEPLOYMENT_RE, "1-128 letters, digits, '_', '.', ':', '-'"
+        model=reader.text(
+            document["model"], "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"
         ),
+        deployment_id=read_deployment_id(reader, document),
         serial=serial,
         issued_at=issued_at,
         expires=expires,

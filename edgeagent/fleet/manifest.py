@@ -19,12 +19,12 @@ has checked its signatures, and then refused for policy reasons — expiry, targ
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from edgeagent import __version__
 from edgeagent.fleet import outcomes
@@ -39,6 +39,7 @@ from edgeagent.fleet.signing import (
     parse_time,
 )
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.wire import Reader, integer_in, is_object
 from edgeagent.models.names import NAME_RE, VERSION_RE, version_tuple
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
 ]
 
 DEFAULT_CLOCK_SKEW_S = 300.0
-_SHA256_RE = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
 _DEPLOYMENT_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 _TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 MAX_VARIANTS = 64
@@ -66,20 +66,11 @@ MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its d
 MAX_URL_CHARS = 2048
 FORMAT = 2
 MAX_SERIAL = 2**53 - 1  # exact in every JSON parser
-_FIELDS = {
-    "type",
-    "format",
-    "serial",
-    "model",
-    "version",
-    "artifact",
-    "variants",
-    "targets",
-    "issued_at",
-    "expires",
-    "deployment_id",
-    "min_agent_version",
-}
+# the fields every release shares (``read_opening``), then a model release's own
+OPENING_FIELDS = frozenset(
+    {"type", "format", "serial", "targets", "issued_at", "expires", "deployment_id"}
+)
+_FIELDS = OPENING_FIELDS | {"model", "version", "artifact", "variants", "min_agent_version"}
 _OPTIONAL_FIELDS = {"canary"}  # written only when set, so a release without one signs as before
 _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
@@ -185,42 +176,40 @@ class ReleaseManifest:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def _string(document: dict[str, Any], key: str, pattern: re.Pattern[str], rule: str) -> str:
-    value = document[key]
-    if not isinstance(value, str) or not pattern.match(value):
-        raise ManifestError(f"manifest {key}: {str(value)[:80]!r} is not {rule}")
-    return value
+def _reader(what: str = "manifest") -> Reader:
+    return Reader(what, ManifestError)
 
 
-def _artifact(value: Any, where: str = "artifact", extra: frozenset[str] = frozenset()) -> Artifact:
-    if not isinstance(value, dict) or set(value) != {"url", "size", "sha256"} | extra:
-        fields = ", ".join(sorted({"url", "size", "sha256"} | extra))
-        raise ManifestError(f"manifest {where}: must be an object with {fields}")
-    url = value["url"]
-    parts = urlsplit(url) if isinstance(url, str) and len(url) <= MAX_URL_CHARS else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ManifestError(
-            f"manifest {where}.url: {str(url)[:80]!r} is not an http(s) URL "
-            f"of at most {MAX_URL_CHARS} characters"
-        )
-    size = value["size"]
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ManifestError(f"manifest {where}.size: {str(size)[:40]!r} is not a positive integer")
-    sha256 = _string(value, "sha256", _SHA256_RE, "64 lowercase hex digits")
-    return Artifact(url=url, size=size, sha256=sha256)
+_MANIFEST = _reader()
+
+
+def _artifact(
+    value: Any,
+    where: str = "artifact",
+    extra: frozenset[str] = frozenset(),
+    reader: Reader = _MANIFEST,
+) -> Artifact:
+    """A pinned download: ``url``, ``size`` and ``sha256``, beside the ``extra`` keys of the
+    object it is part of (a variant's runtime, a wheelhouse's platform)."""
+    item = reader.exact_object(value, where, {"url", "size", "sha256"} | extra)
+    return Artifact(
+        url=reader.url(item["url"], f"{where}.url", MAX_URL_CHARS),
+        size=reader.integer(item["size"], f"{where}.size", 1, math.inf, "a positive integer"),
+        sha256=reader.digest(item["sha256"], "sha256"),
+    )
 
 
 def _variants(value: Any) -> tuple[VariantArtifact, ...]:
-    if not isinstance(value, list) or not 1 <= len(value) <= MAX_VARIANTS:
-        raise ManifestError(f"manifest variants: must be a list of 1-{MAX_VARIANTS} variants")
+    reader = _MANIFEST
+    problem = f"must be a list of 1-{MAX_VARIANTS} variants"
     variants = []
-    for index, item in enumerate(value):
+    for index, item in enumerate(reader.items(value, "variants", 1, MAX_VARIANTS, problem)):
         where = f"variants[{index}]"
-        sealed = isinstance(item, dict) and "encryption" in item
+        sealed = is_object(item) and "encryption" in item
         extra = {"runtime", "precision"} | ({"encryption"} if sealed else set())
         artifact = _artifact(item, where, frozenset(extra))
         runtime, precision = (
-            _string(item, key, _VARIANT_FIELD_RE, "1-32 lowercase letters, digits or '_'")
+            reader.text(item[key], key, _VARIANT_FIELD_RE, "1-32 lowercase letters, digits or '_'")
             for key in ("runtime", "precision")
         )
         try:
@@ -228,91 +217,114 @@ def _variants(value: Any) -> tuple[VariantArtifact, ...]:
         except ValueError as exc:
             raise ManifestError(f"manifest {exc}") from exc
         variants.append(VariantArtifact(runtime, precision, artifact, encryption))
-    keys = [variant.key for variant in variants]
-    if len(set(keys)) != len(keys):
-        raise ManifestError("manifest variants: a runtime/precision is listed twice")
+    reader.distinct([v.key for v in variants], "variants", "a runtime/precision is listed twice")
     return tuple(variants)
 
 
-def _targets(value: Any) -> Targets:
-    if not isinstance(value, dict):
-        raise ManifestError("manifest targets: must be an object")
-    unknown = sorted(set(value) - set(_TARGET_FIELDS))
+def _targets(value: Any, reader: Reader = _MANIFEST) -> Targets:
+    criteria = reader.object(value, "targets")
+    unknown = sorted(set(criteria) - set(_TARGET_FIELDS))
     if unknown:
-        raise ManifestError(
-            f"manifest targets: unknown criterion {', '.join(unknown)} (cannot be checked here)"
+        raise reader.fail(
+            "targets", f"unknown criterion {', '.join(unknown)} (cannot be checked here)"
         )
-    lists = {}
-    for name in _TARGET_FIELDS:
-        items = value.get(name, [])
-        if (
-            not isinstance(items, list)
-            or len(items) > MAX_TARGETS
-            or not all(isinstance(i, str) and _TARGET_RE.match(i) for i in items)
-        ):
-            raise ManifestError(
-                f"manifest targets.{name}: must be a list of at most {MAX_TARGETS} names "
-                "(1-128 letters, digits, '_', '.', ':', '-')"
-            )
-        lists[name] = tuple(items)
+    problem = (
+        f"must be a list of at most {MAX_TARGETS} names (1-128 letters, digits, '_', '.', ':', '-')"
+    )
+    lists = {
+        name: reader.texts(
+            criteria.get(name, []), f"targets.{name}", MAX_TARGETS, _TARGET_RE, problem
+        )
+        for name in _TARGET_FIELDS
+    }
     return Targets(**lists)
 
 
-def _validity_and_serial(document: dict[str, Any], what: str) -> tuple[datetime, datetime, int]:
-    """A signed document's ``issued_at``, ``expires`` (later) and ``serial`` (1..2^53-1): the
-    fields model and agent release manifests share, read by the same rules."""
+@dataclass(frozen=True)
+class Opening:
+    """The fields every signed release shares, model or agent, read by the same rules: who it
+    is for, when it is valid, its place in the anti-rollback order and its rollout."""
+
+    serial: int
+    issued_at: datetime
+    expires: datetime
+    deployment_id: str
+    targets: Targets
+
+
+def read_document(payload: bytes, what: str) -> tuple[Reader, dict[str, Any]]:
+    """A signed payload as a JSON object, and the reader that names ``what`` in its refusals."""
+    try:
+        document = loads_strict(payload, what)
+    except VerificationError as exc:
+        raise ManifestError(exc.message) from exc
+    reader = _reader(what)
+    return reader, reader.object(document, "", "must be a JSON object")
+
+
+def read_validity(reader: Reader, document: dict[str, Any]) -> tuple[datetime, datetime, int]:
+    """``issued_at``, ``expires`` (later) and ``serial`` (1..2^53-1) of any signed document
+    (release, agent release, cancellation) whose field set ``reader.fields`` has checked."""
+    what = reader.what
     try:
         issued_at = parse_time(document["issued_at"], f"{what} issued_at")
         expires = parse_time(document["expires"], f"{what} expires")
     except VerificationError as exc:
         raise ManifestError(exc.message) from exc
     if expires <= issued_at:
-        raise ManifestError(f"{what} expires: must be later than issued_at")
-    serial = document["serial"]
-    if isinstance(serial, bool) or not isinstance(serial, int) or not 1 <= serial <= MAX_SERIAL:
-        raise ManifestError(f"{what} serial: {str(serial)[:40]!r} is not an integer 1..2^53-1")
+        raise reader.fail("expires", "must be later than issued_at")
+    serial = reader.integer(document["serial"], "serial", 1, MAX_SERIAL, "an integer 1..2^53-1")
     return issued_at, expires, serial
+
+
+def read_deployment_id(reader: Reader, document: dict[str, Any]) -> str:
+    """The rollout a signed document belongs to (a release's, or the one a cancellation stops)."""
+    rule = "1-128 letters, digits, '_', '.', ':', '-'"
+    return reader.text(document["deployment_id"], "deployment_id", _DEPLOYMENT_RE, rule)
+
+
+def read_opening(reader: Reader, document: dict[str, Any]) -> Opening:
+    """The shared fields of a release document whose field set ``reader.fields`` has checked:
+    validity and serial (``read_validity``), ``deployment_id``, ``targets``."""
+    issued_at, expires, serial = read_validity(reader, document)
+    return Opening(
+        serial=serial,
+        issued_at=issued_at,
+        expires=expires,
+        deployment_id=read_deployment_id(reader, document),
+        targets=_targets(document["targets"], reader),
+    )
 
 
 def parse_manifest(payload: bytes) -> ReleaseManifest:
     """Validate every field of a release payload; call only on signature-checked bytes."""
-    try:
-        document = loads_strict(payload, "manifest")
-    except VerificationError as exc:
-        raise ManifestError(exc.message) from exc
-    if not isinstance(document, dict):
-        raise ManifestError("manifest: must be a JSON object")
+    reader, document = read_document(payload, "manifest")
     form = document.get("format")
-    if document.get("type") == "release" and (type(form) is not int or form != FORMAT):
+    if document.get("type") == "release" and integer_in(form, FORMAT, FORMAT) is None:
         raise ManifestError(
             f"manifest format: {str(form)[:20]!r} is not {FORMAT}; this agent "
             "takes only release format 2 (sign it with a hub of this version)",
             "unsupported_format",
         )
-    missing = sorted(_FIELDS - set(document))
-    extra = sorted(set(document) - _FIELDS - _OPTIONAL_FIELDS)
-    if missing or extra:
-        raise ManifestError(
-            f"manifest: missing field(s) {', '.join(missing) or '-'}; "
-            f"unknown field(s) {', '.join(extra) or '-'}"
-        )
+    reader.fields(document, _FIELDS, _OPTIONAL_FIELDS)
     if document["type"] != "release":
-        raise ManifestError(f"manifest type: must be 'release', got {document['type']!r}")
-    issued_at, expires, serial = _validity_and_serial(document, "manifest")
+        raise reader.fail("type", f"must be 'release', got {document['type']!r}")
+    opening = read_opening(reader, document)
+    version_rule = "an integer or MAJOR.MINOR.PATCH"
     return ReleaseManifest(
-        serial=serial,
-        model=_string(document, "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"),
-        version=_string(document, "version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"),
+        serial=opening.serial,
+        model=reader.text(
+            document["model"], "model", NAME_RE, "1-64 letters, digits, '_', '-' or '.'"
+        ),
+        version=reader.text(document["version"], "version", VERSION_RE, version_rule),
         artifact=_artifact(document["artifact"]),
         variants=_variants(document["variants"]),
-        targets=_targets(document["targets"]),
-        issued_at=issued_at,
-        expires=expires,
-        deployment_id=_string(
-            document, "deployment_id", _DEPLOYMENT_RE, "1-128 letters, digits, '_', '.', ':', '-'"
-        ),
-        min_agent_version=_string(
-            document, "min_agent_version", VERSION_RE, "an integer or MAJOR.MINOR.PATCH"
+        targets=opening.targets,
+        issued_at=opening.issued_at,
+        expires=opening.expires,
+        deployment_id=opening.deployment_id,
+        min_agent_version=reader.text(
+            document["min_agent_version"], "min_agent_version", VERSION_RE, version_rule
         ),
         canary=_canary(document["canary"]) if "canary" in document else None,
     )

@@ -29,6 +29,8 @@ INSUFFICIENT_MEMORY: Final = "insufficient_memory"
 MODEL_NOT_SERVED: Final = "model_not_served"
 INTERNAL_ERROR: Final = "internal_error"
 DEADLINE: Final = "deadline"
+NO_COMMIT: Final = "no_commit"
+VERSION_MISMATCH: Final = "version_mismatch"
 
 # --- the download or the package failed; nothing was installed ------------------------------
 DOWNLOAD_FAILED: Final = "download_failed"
@@ -42,6 +44,10 @@ BAD_PACKAGE: Final = "bad_package"
 BAD_WHEELHOUSE: Final = "bad_wheelhouse"
 VENV_FAILED: Final = "venv_failed"
 IN_USE: Final = "in_use"
+INSTALL_FAILED: Final = "install_failed"
+CONFIG_REFUSED: Final = "config_refused"
+STATE_REFUSED: Final = "state_refused"
+NOT_AB_LAYOUT: Final = "not_ab_layout"
 
 # --- refused before anything was downloaded ------------------------------------------------
 SAME_VERSION: Final = "same_version"
@@ -87,6 +93,8 @@ MEANINGS: Final[dict[str, str]] = {
     MODEL_NOT_SERVED: "a new agent could not serve a model that served before its switch",
     INTERNAL_ERROR: "an unexpected error in the updater; the release was rolled back",
     DEADLINE: "a new agent was not healthy within its switch deadline",
+    NO_COMMIT: "a new agent started its boot limit without confirming its switch",
+    VERSION_MISMATCH: "the installed agent's code says another version than its release",
     DOWNLOAD_FAILED: "the artifact could not be fetched",
     TIMEOUT: "the download took longer than allowed",
     SLOW: "the download stayed below the minimum rate",
@@ -98,6 +106,10 @@ MEANINGS: Final[dict[str, str]] = {
     BAD_WHEELHOUSE: "the agent's wheelhouse is incomplete or unreadable",
     VENV_FAILED: "the new agent's environment could not be built",
     IN_USE: "the agent's target directory is in use",
+    INSTALL_FAILED: "the new agent version could not be installed into its environment",
+    CONFIG_REFUSED: "the new agent version refuses the live config",
+    STATE_REFUSED: "the new agent version cannot read the state directory",
+    NOT_AB_LAYOUT: "the agent root is not the A/B layout self-updates switch",
     SAME_VERSION: "the device already has it (a re-send of what it committed)",
     REPLAY: "its serial is below the one committed here",
     ROLLBACK: "its version is below the one installed (before a first serial)",

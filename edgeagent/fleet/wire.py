@@ -11,6 +11,12 @@ a string, got 3``.
 
 A dict field whose metadata has ``rest=True`` collects the top-level keys the dataclass does not
 declare (free-form step details such as a canary's figures) and is written back flattened.
+
+Signed documents (release manifests) are stricter than device messages: every field is required
+or explicitly optional, an unknown one is refused (a criterion the device cannot check must not
+be skipped silently), strings match an anchored pattern, integers lie in a range, lists are
+bounded. ``Reader`` (at the end) reads them by those rules, so the manifests hold no type checks
+of their own and every manifest refuses the same fault in the same words.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ import functools
 import math
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 T = TypeVar("T")
 Scalar = Union[str, int, float, bool, None]  # noqa: UP007 (a runtime value, read by the walker)
@@ -277,3 +284,136 @@ def _schema_of_object(cls: type, definitions: dict[str, Any]) -> dict[str, Any]:
         schema_of_object["required"] = required
     schema_of_object["additionalProperties"] = rest
     return schema_of_object
+
+
+# ---- reading signed documents field by field ----------------------------------------------
+
+
+SHA256_HEX = re.compile(r"\A[0-9a-f]{64}\Z", re.ASCII)
+
+
+def integer_in(value: Any, low: float = -math.inf, high: float = math.inf) -> int | None:
+    """``value`` when it is a JSON integer (never a bool or a float) in ``low..high``."""
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    return None
+
+
+def number_of(value: Any) -> float | None:
+    """A JSON number (never a bool) as a float, ``inf`` for an integer beyond any float (so a
+    range check refuses it); None for anything that is no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def is_object(value: Any) -> bool:
+    """Whether ``value`` is a decoded JSON object."""
+    return isinstance(value, dict)
+
+
+def text_field(value: Any) -> str | None:
+    """``value`` when it is a string (a claim read before any rule is known)."""
+    return value if isinstance(value, str) else None
+
+
+class Reader:
+    """Reads one kind of signed document by declared rules; the first field that breaks its rule
+    raises ``refuse(message)``, the message naming the document, the field and the rule:
+    ``manifest version: 'latest' is not an integer or MAJOR.MINOR.PATCH``.
+
+    ``what`` names the document (``manifest``, ``agent manifest``); ``where`` names a field by
+    its path (``artifact.url``, ``variants[2]``). A value is shown truncated, so a refusal of a
+    hostile document stays one short line.
+    """
+
+    def __init__(self, what: str, refuse: Callable[[str], Exception]) -> None:
+        self.what, self.refuse = what, refuse
+
+    def fail(self, where: str, problem: str) -> Exception:
+        """The refusal of ``where`` (empty: the whole document) for ``problem``."""
+        return self.refuse(
+            f"{self.what} {where}: {problem}" if where else f"{self.what}: {problem}"
+        )
+
+    def object(self, value: Any, where: str, problem: str = "must be an object") -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, problem)
+        return value
+
+    def fields(
+        self, document: dict[str, Any], required: Collection[str], optional: Collection[str] = ()
+    ) -> None:
+        """Unknown-field policy of a signed document: each required field present, nothing
+        outside ``required`` and ``optional``; the refusal lists both kinds of fault."""
+        missing = sorted(set(required) - set(document))
+        extra = sorted(set(document) - set(required) - set(optional))
+        if missing or extra:
+            raise self.fail(
+                "",
+                f"missing field(s) {', '.join(missing) or '-'}; "
+                f"unknown field(s) {', '.join(extra) or '-'}",
+            )
+
+    def exact_object(self, value: Any, where: str, keys: Collection[str]) -> dict[str, Any]:
+        """A nested object with exactly ``keys`` (a pinned artifact: url, size, sha256)."""
+        if not isinstance(value, dict) or set(value) != set(keys):
+            raise self.fail(where, f"must be an object with {', '.join(sorted(keys))}")
+        return value
+
+    def text(self, value: Any, where: str, pattern: re.Pattern[str], rule: str) -> str:
+        """A string matching ``pattern`` (anchored ``\\A…\\Z``, so no trailing newline slips by)."""
+        if not isinstance(value, str) or not pattern.match(value):
+            raise self.fail(where, f"{str(value)[:80]!r} is not {rule}")
+        return value
+
+    def bounded_text(self, value: Any, where: str, most: int, problem: str) -> str:
+        """Free text (a reason shown to people) of at most ``most`` characters."""
+        if not isinstance(value, str) or len(value) > most:
+            raise self.fail(where, problem)
+        return value
+
+    def digest(self, value: Any, where: str) -> str:
+        """A SHA-256 digest in lowercase hex."""
+        return self.text(value, where, SHA256_HEX, "64 lowercase hex digits")
+
+    def integer(self, value: Any, where: str, low: float, high: float, rule: str) -> int:
+        found = integer_in(value, low, high)
+        if found is None:
+            raise self.fail(where, f"{str(value)[:40]!r} is not {rule}")
+        return found
+
+    def url(self, value: Any, where: str, max_chars: int) -> str:
+        """An absolute http(s) URL of at most ``max_chars`` characters."""
+        short = isinstance(value, str) and len(value) <= max_chars
+        parts = urlsplit(value) if short else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            raise self.fail(
+                where,
+                f"{str(value)[:80]!r} is not an http(s) URL of at most {max_chars} characters",
+            )
+        return str(value)
+
+    def items(self, value: Any, where: str, low: int, high: int, problem: str) -> list[Any]:
+        """A list of ``low..high`` entries (each read by the caller)."""
+        if not isinstance(value, list) or not low <= len(value) <= high:
+            raise self.fail(where, problem)
+        return value
+
+    def texts(
+        self, value: Any, where: str, most: int, pattern: re.Pattern[str], problem: str
+    ) -> tuple[str, ...]:
+        """A list of at most ``most`` strings, each matching ``pattern``."""
+        if not isinstance(value, list) or len(value) > most:
+            raise self.fail(where, problem)
+        if not all(isinstance(item, str) and pattern.match(item) for item in value):
+            raise self.fail(where, problem)
+        return tuple(value)
+
+    def distinct(self, keys: list[str], where: str, problem: str) -> None:
+        """Refuse a list whose entries' ``keys`` repeat (a variant or platform listed twice)."""
+        if len(set(keys)) != len(keys):
+            raise self.fail(where, problem)

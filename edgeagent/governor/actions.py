@@ -27,12 +27,12 @@ def serving_limits(
     duty: float,
     power_save: bool,
     reason: str,
-    batch_seconds: float | None = None,
 ) -> ServingLimits:
     """The limits for one state and (effective) duty; power-save adds its own caps.
 
-    The duty cycle reaches the engine as pacing: batches of ``batch_seconds`` started
-    ``batch_seconds / duty`` apart keep the device busy a fraction ``duty`` of the time.
+    The duty cycle reaches the engine as it is: the device gate paces each device's batches by
+    the busy time they really took (``engine/gate.py``), so no estimate of a batch's length
+    stands between the controller and the device's busy fraction.
     """
     batch_caps: list[int] = []
     concurrency: int | None = None
@@ -44,16 +44,13 @@ def serving_limits(
         concurrency = settings.hot_max_concurrency
     if power_save:
         batch_caps.append(settings.power_save_max_batch_size)
-    interval = 0.0
-    if duty < 1.0 and batch_seconds:
-        interval = round(batch_seconds / duty, 6)
     low_power_from = (
         None if settings.low_power_from == "never" else State[settings.low_power_from.upper()]
     )
     return ServingLimits(
         max_batch_size=min(batch_caps) if batch_caps else None,
         max_concurrency=concurrency,
-        min_batch_interval_s=interval,
+        duty_cycle=round(min(1.0, duty), 6),
         shed_priority_from={State.HOT: settings.shed_priority_from, State.CRITICAL: SHED_ALL}.get(
             state
         ),

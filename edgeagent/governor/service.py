@@ -60,7 +60,9 @@ class GovernorService:
             self.sensors = SensorSet.from_profile(root, settings, profile, clock)
         now = clock()
         self.policy = StatePolicy(settings.hysteresis_c, settings.min_dwell_s, now)
-        self.thermal_loop = DutyController(settings.kp, settings.ki, settings.min_duty)
+        self.thermal_loop = DutyController(
+            settings.kp, settings.ki, settings.min_duty, settings.predict_periods
+        )
         self.power_loop = DutyController(settings.power_kp, settings.power_ki, settings.min_duty)
         self.metrics = GovernorMetrics(metrics_registry)
         self._load = load
@@ -108,13 +110,11 @@ class GovernorService:
         self,
         readings: Readings,
         now: float,
-        batch_seconds: float | None = None,
         utilisation: float | None = None,
     ) -> ServingLimits:
         """Decide from one round of readings; public so tests can drive it with fake clocks.
 
-        ``batch_seconds`` (the engine's mean batch time) turns the duty cycle into pacing;
-        ``utilisation`` (its measured busy fraction) is where the loop starts throttling from.
+        ``utilisation`` (the engine's measured busy fraction) is where the loop throttles from.
         """
         if self._last_apply is not None and active_actions(self._limits, self.duty):
             elapsed = max(0.0, now - self._last_apply)
@@ -144,9 +144,7 @@ class GovernorService:
         elif not reason and self.duty < 1.0:
             held = self._power_text() if power_duty < thermal_duty else self._hottest_text()
             reason = f"pacing to duty {self.duty:.2f} to hold {held}"
-        self._limits = serving_limits(
-            self.settings, state, self.duty, self.power_save, reason, batch_seconds
-        )
+        self._limits = serving_limits(self.settings, state, self.duty, self.power_save, reason)
         actions = active_actions(self._limits, self.duty)
         self.metrics.observe(readings, state, self._limits, self.duty, actions, elapsed)
         if changed or self.power_save != before[1]:
@@ -219,7 +217,7 @@ class GovernorService:
     async def tick(self) -> ServingLimits:
         readings = await asyncio.to_thread(self.sensors.read)
         self.utilisation = self.engine_load.sample()
-        return self.apply(readings, self.clock(), self.engine_load.batch_seconds, self.utilisation)
+        return self.apply(readings, self.clock(), self.utilisation)
 
     async def _step(self) -> None:
         try:

@@ -32,6 +32,12 @@ class GovernorSettings:
     )
     kp: float = setting(0.05, "proportional gain: duty per °C of error", "1/°C")
     ki: float = setting(0.01, "integral gain: duty per °C·s of accumulated error", "1/(°C·s)")
+    predict_periods: float = setting(
+        2.0,
+        "the thermal loop acts on the temperature expected this many of its real periods ahead "
+        "(a rise only; 0 = on the reading)",
+        "periods",
+    )
     min_duty: float = setting(
         0.05, "never pace below this duty cycle (critical sheds instead)", "ratio"
     )
@@ -91,7 +97,7 @@ class GovernorSettings:
         require(self.hysteresis_c >= 0, g, "hysteresis_c", "must not be negative")
         require(self.min_dwell_s >= 0, g, "min_dwell_s", "must not be negative")
         require(self.setpoint_margin_c >= 0, g, "setpoint_margin_c", "must not be negative")
-        for key in ("kp", "ki", "power_kp", "power_ki"):
+        for key in ("kp", "ki", "predict_periods", "power_kp", "power_ki"):
             require(getattr(self, key) >= 0, g, key, "must not be negative")
         require(0 < self.min_duty <= 1, g, "min_duty", "must be in (0, 1]")
         require(0 < self.power_save_duty <= 1, g, "power_save_duty", "must be in (0, 1]")

@@ -1,8 +1,8 @@
 """Several execution instances of one variant — on one device or several — behind one Session.
 
 An instance is an independent session with its own intra-op threads (``plan_search``): two
-single-threaded instances of MobileNetV2 on two cores beat one two-threaded one by 1.49×
-(issue 28), because while one instance finishes a batch the other already runs the next. With
+single-threaded instances of MobileNetV2 on two cores beat one two-threaded one by 1.49×,
+because while one instance finishes a batch the other already runs the next. With
 ``[hardware] spread`` the instances sit on several devices (``spread``), a *lane* per device
 with that device's own plan. The batcher runs up to ``instances`` batches at once (every lane's
 instances together); each batch is placed (``place``) on the instance expected to finish it

@@ -1,23 +1,23 @@
 """The execution plan's bounded measurement: which instances × threads × batch this board likes.
 
-The same model on the same two cores spans 1:2 in throughput depending on how it is run (issue
-28: batch 8 slower per image than batch 1 on one board, two single-threaded callers 1.49× the
-one two-threaded caller the agent used to run), so the plan is measured, not assumed. The
+The same model on the same two cores spans 1:2 in throughput depending on how it is run (batch
+8 slower per image than batch 1 on one board, two single-threaded callers 1.49× one
+two-threaded caller), so the plan is measured, not assumed. The
 search runs at probe time, never on the request path: every shape that uses the cores the
 profile allows (instances × threads = cores) with each batch size is run closed-loop in
 process — each instance a session of its own with its own intra-op threads, every instance
 busy.
 
-The machine it measures on drifts: on a board shared with other work, or a CI machine, the
-same shape measured 2-4× apart within seconds (issue 28's first search picked a shape at 0.60
-of the best). So no shape is measured in one long window: the shapes take turns in short
-windows (tens of milliseconds, a few runs each), each between two windows of one reference
-shape, round after round with the order reversed, and are compared only by these paired
-ratios, whose median over the rounds decides (``Sandwiches``). A shape whose rounds disagree
-about it by more than ``disagreement``, and that could still be the fastest, is measured again
-rather than trusted, while the time budget lasts; the budget ``search_s`` covers the loads too,
-whatever the model's speed: one row's time decides which shapes two rounds can afford (a model
-at 120 ms a row measures a few batch-1 shapes, or none and keeps the configured one).
+The machine it measures on drifts: on a board shared with other work, or a CI machine, the same
+shape measured 2-4× apart within seconds (a search of single long windows picked a shape at 0.60
+of the best). So no shape is measured in one long window: the shapes take turns in short windows
+(tens of milliseconds, a few runs each), each between two windows of one reference shape, round
+after round with the order reversed, and are compared only by these paired ratios, whose median
+over the rounds decides (``Sandwiches``). A shape whose rounds disagree about it by more than
+``disagreement``, and that could still be the fastest, is measured again rather than trusted,
+while the time budget lasts; the budget ``search_s`` covers the loads too, whatever the model's
+speed: one row's time decides which shapes two rounds can afford (a model at 120 ms a row
+measures a few batch-1 shapes, or none and keeps the configured one).
 The chosen plan and the figures that chose it are cached with the probe results
 (``ProbeCache.put_plan``). The agent serves a new model at once on a safe plan (``PENDING``)
 and searches afterwards, in the background (``engine.registry``).

@@ -7,16 +7,26 @@ the Python version they were built for and the next serial of the ``edgeagent`` 
 signed by the *agent* key(s): the trust file's ``agent`` role, which the model release key is
 not part of. With a trust file the envelope is verified as devices will before anything but
 the serial counter is written.
+
+Nothing is signed that a device could not install: every wheel must carry a tag for the
+platform and Python it is signed for (a ``pip wheel`` run on an x86_64 box gives x86_64
+wheels, whatever ``--platform`` says), and the agent's code must say the version its wheel is
+(``__version__``), or the new agent could never confirm its switch.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 import secrets
+import zipfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from edgeagent.fleet.agent_manifest import (
     AgentManifest,
@@ -46,6 +56,66 @@ def agent_version_of(directory: Path) -> str:
             f"{sorted(found) or 'none'} (build it with 'pip wheel . -w {directory}')"
         )
     return found.pop()
+
+
+def _python_fits(tag: Tag, python: str) -> bool:
+    """Whether ``tag``'s interpreter and ABI run on CPython ``python`` (``3.11``)."""
+    minor = int(python.split(".")[1])
+    found = re.fullmatch(r"(py|cp)3([0-9]*)", tag.interpreter)
+    if found is None:
+        return False
+    kind, built_for = found.group(1), int(found.group(2) or 0)
+    if kind == "py" or tag.abi == "abi3":
+        return built_for <= minor  # pure Python, or the stable ABI of that version and later
+    return built_for == minor  # an extension module for exactly one CPython
+
+
+def _platform_fits(tag: Tag, platform_tag: str) -> bool:
+    """Whether ``tag``'s platform runs on ``platform_tag`` (``linux_aarch64``)."""
+    if tag.platform == "any":
+        return True
+    system, _, machine = platform_tag.partition("_")
+    families = ("linux_", "manylinux", "musllinux_") if system == "linux" else (f"{system}_",)
+    return tag.platform.startswith(families) and tag.platform.endswith(f"_{machine}")
+
+
+def check_wheels(directory: Path, platform_tag: str, python: str) -> None:
+    """Refuse (HubError naming them) the wheels of ``directory`` that pip would not install on
+    ``platform_tag`` under CPython ``python``: no tag of theirs fits both."""
+    unfit = []
+    for path in sorted(directory.glob("*.whl")):
+        try:
+            tags = parse_wheel_filename(path.name)[3]
+        except InvalidWheelFilename as exc:
+            raise HubError(f"{path}: not a wheel's name ({exc})") from exc
+        if not any(_python_fits(t, python) and _platform_fits(t, platform_tag) for t in tags):
+            unfit.append(path.name)
+    if unfit:
+        shown = ", ".join(unfit[:5]) + (f" and {len(unfit) - 5} more" if len(unfit) > 5 else "")
+        raise HubError(
+            f"{directory}: {shown} cannot install on {platform_tag} with Python {python}: "
+            "build the wheelhouse on (or for) that platform and Python, or sign it as the one "
+            "it is for (--platform, --python)"
+        )
+
+
+def code_version(directory: Path, version: str) -> str | None:
+    """The ``__version__`` that ``edgeagent/__init__.py`` sets in the agent wheel of
+    ``version`` in ``directory`` (None: it sets none)."""
+    wheel = next(directory.glob(f"edgeagent-{version}-*.whl"))
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            tree = ast.parse(archive.read("edgeagent/__init__.py"))
+    except (zipfile.BadZipFile, KeyError, SyntaxError, ValueError, OSError) as exc:
+        raise HubError(f"{wheel}: cannot read edgeagent/__init__.py ({exc})") from exc
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["__version__"]
+            and isinstance(node.value, ast.Constant)
+        ):
+            return str(node.value.value)
+    return None
 
 
 def wheelhouse_tar(directory: Path) -> bytes:
@@ -83,6 +153,16 @@ def sign_agent_release(
     if len(versions) != 1:
         raise HubError(f"the wheelhouses hold different agent versions: {sorted(versions)}")
     version = versions.pop()
+    python = python or this_python()
+    for tag, directory in sorted(wheelhouses.items()):
+        said = code_version(Path(directory), version)
+        if said != version:
+            raise HubError(
+                f"{directory}: the wheel is edgeagent {version} but its code says "
+                f"__version__ = {said!r}: devices would switch to it and never confirm it; "
+                "build it again (the version lives in edgeagent/__init__.py only)"
+            )
+        check_wheels(Path(directory), tag, python)
     data = {tag: wheelhouse_tar(Path(d)) for tag, d in sorted(wheelhouses.items())}
     names = {tag: f"edgeagent-{version}-{tag}.wheelhouse.tar.gz" for tag in data}
     base = base_url.rstrip("/")
@@ -91,7 +171,7 @@ def sign_agent_release(
     manifest = AgentManifest(
         version=version,
         serial=counter.next(SERIAL_NAME),
-        python=python or this_python(),
+        python=python,
         wheelhouses=tuple(
             Wheelhouse(
                 tag,

@@ -14,6 +14,9 @@ replayed older envelope there (say, after a rollback) would put it on the versio
 just left. There is no ``--force``: a new release is signed with a fresh serial (``hub sign``,
 ``hub rollback``). MQTT has no compare-and-set, so two hubs publishing the same slot at the
 same moment are not caught; one hub publishing at a time is.
+
+An agent release (``hub sign --agent``) goes the same way without a hub server: into the
+group's agent slot (``_agent``) and to single devices, relayed exactly as signed.
 """
 
 from __future__ import annotations
@@ -27,15 +30,15 @@ from pathlib import Path
 
 import aiomqtt
 
-from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
-from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
+from edgeagent.fleet.agent_manifest import AGENT_SLOT, AgentManifest
+from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.mqtt import client_options, connect_properties
 from edgeagent.fleet.settings import MqttSettings
-from edgeagent.fleet.signing import TrustError, decode_envelope
+from edgeagent.fleet.signing import TrustError
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
-from edgeagent.hub.verify import AnyRelease, authentic, check_for_fleet, read_manifest
+from edgeagent.hub.verify import AnyRelease, authentic, check_for_fleet, model_of, read_manifest
 
 MAX_REPORT_BYTES = 256 * 1024  # a device's state report or event is a few KiB
 
@@ -73,21 +76,27 @@ def read_any_release(
 def read_release(
     path: Path, trust: Path | None = None, *, now: datetime | None = None
 ) -> tuple[bytes, ReleaseManifest]:
-    """A model release (``read_any_release``); an agent release is refused here: it goes
-    through the hub server (``hub rollout --server``), which never re-signs code."""
+    """A model release (``read_any_release``); an agent release is refused here (the commands
+    that call this re-sign or roll out models; ``hub publish`` takes either kind)."""
     envelope, manifest = read_any_release(path, trust, now=now)
     if not isinstance(manifest, ReleaseManifest):
         raise HubError(
-            f"{path}: an agent release, not a model's: deploy it with hub rollout --server"
+            f"{path}: an agent release, not a model's: publish it with hub publish, or deploy "
+            "it with hub rollout --server"
         )
     return envelope, manifest
 
 
+def slot_of(manifest: AnyRelease) -> str:
+    """The group release slot ``manifest`` goes into: its model's, or the agent's."""
+    return AGENT_SLOT if isinstance(manifest, AgentManifest) else manifest.model
+
+
 @dataclass(frozen=True)
 class ReleaseSlot(Topic):
-    """A group's retained slot of one model, as ``hub publish`` fills it: ``publish`` reads
-    what it holds first and refuses a release whose serial is not above it (module docstring).
-    Plain ``Topic`` objects are published as they are."""
+    """A group's retained slot of one model (or the agent's, ``_agent``), as ``hub publish``
+    fills it: ``publish`` reads what it holds first and refuses a release whose serial is not
+    above it (module docstring). Plain ``Topic`` objects are published as they are."""
 
     model: str
 
@@ -153,27 +162,28 @@ async def _retained(client: aiomqtt.Client, slot: Topic, settings: MqttSettings)
     )
 
 
-def _release_in(payload: bytes | None, model: str) -> ReleaseManifest | None:
-    """The manifest of a retained envelope of ``model``, or None: an empty slot, bytes that are
-    no release, or another model's release (devices take none of them, so none is a floor).
-    Read unverified: it can only make ``hub publish`` refuse, never send anything."""
+def _release_in(payload: bytes | None, slot: str) -> AnyRelease | None:
+    """The manifest of a retained envelope that belongs in ``slot``, or None: an empty slot,
+    bytes that are no release, or another model's release (devices take none of them, so none
+    is a floor). Read unverified: it can only make ``hub publish`` refuse, never send anything."""
     if not payload:
         return None
     try:
-        manifest = parse_manifest(decode_envelope(payload, max_bytes=MAX_ENVELOPE_BYTES).payload)
+        manifest = read_manifest(payload)
     except TrustError:
         return None
-    return manifest if manifest.model == model else None
+    return manifest if slot_of(manifest) == slot else None
 
 
 def _check_slot(slot: ReleaseSlot, held: bytes | None, envelope: bytes) -> None:
     new = _release_in(envelope, slot.model)
     if new is None:
-        raise HubError(f"{slot.name}: only a release of {slot.model} can go in this slot")
+        what = "an agent release" if slot.model == AGENT_SLOT else f"a release of {slot.model}"
+        raise HubError(f"{slot.name}: only {what} can go in this slot")
     current = _release_in(held, slot.model)
     if current is not None and new.serial <= current.serial:
         raise HubError(
-            f"{slot.name} holds {current.model} {current.version} serial {current.serial} "
+            f"{slot.name} holds {model_of(current)} {current.version} serial {current.serial} "
             f"(deployment {current.deployment_id}); this release's serial {new.serial} is not "
             "above it: devices that have it refuse it, but a device that starts later would "
             "install it. Sign a new release instead (hub sign; hub rollback for an older "

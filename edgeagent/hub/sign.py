@@ -95,7 +95,7 @@ HUB_ONLY_FILES = frozenset(
 def device_needs(package: ModelPackage, variant_keys: Sequence[str]) -> list[Path]:
     """What a device running ``variant_keys`` needs of the package: model.toml, the files it
     names (labels, golden inputs, anchors), its declared device files and those variants'
-    files — the denominator of the bytes-per-device goal (issue 23: at most 1.05×)."""
+    files — the denominator of the bytes-per-device goal (at most 1.05× what it serves)."""
     files = [package.root / "model.toml", *package.named_files, *(package.device_files or ())]
     files += [path for v in package.variants if v.key in variant_keys for path in v.files]
     return list(dict.fromkeys(files))

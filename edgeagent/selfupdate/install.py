@@ -6,11 +6,16 @@ ever lands on disk. The venv is created in its final place (venvs are not reloca
 scripts name their interpreter), and a version counts as installed only once
 ``installed.json`` is written last, fsynced; ``Layout.prune`` removes anything without it.
 
-pip runs from the *running* agent's interpreter against the new venv (``pip --python``, pip >=
-22.3) with ``--no-index``: the device never asks a package index for anything. Before any link
-moves, the new version's own ``edgeagent config check`` must accept the live config and its
-``edgeagent agent-update check-state`` the state directory that config names, so a new version
-that cannot read either is refused with the old one untouched.
+Every venv is made with its own pip (``python -m venv``: the interpreter's bundled pip, from
+``ensurepip``, no network), and that pip installs the version with ``--no-index``: the device
+never asks a package index for anything, and no version needs another version's (or the
+system's) pip — the next release is installed the same way by whichever version runs then.
+Each child interpreter gets the environment without ``PYTHONPATH`` / ``PYTHONHOME``, so a venv
+reads only what it holds. The installed code must say it is the version its wheel is
+(``version_mismatch``: a version that does not know itself could never confirm its switch).
+Before any link moves, the new version's own ``edgeagent config check`` must accept the live
+config and its ``edgeagent agent-update check-state`` the state directory that config names, so
+a new version that cannot read either is refused with the old one untouched.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ class InstallSettings:
     timeout_s: float
     max_unpacked_bytes: int
     extra_site_dirs: Sequence[Path] = ()
-    python: str = sys.executable  # whose pip installs (and whose base the venv takes)
+    python: str = sys.executable  # whose base interpreter (and bundled pip) the venv takes
 
 
 def is_installed(layout: Layout, version: str) -> bool:
@@ -83,16 +88,24 @@ def unpack_wheelhouse(archive: Path, into: Path, max_bytes: int) -> list[Path]:
     return wheels
 
 
-def _run(
-    command: list[str],
-    timeout_s: float,
-    code: str,
-    what: str,
-    env: dict[str, str] | None = None,
-) -> str:
+_NOT_INHERITED = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "NOTIFY_SOCKET")
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, less what would make a child interpreter read outside its venv (or
+    talk to the service manager as if it were the service)."""
+    return {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+
+
+def _run(command: list[str], timeout_s: float, code: str, what: str) -> str:
     try:
         done = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=_child_env(),
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise InstallError(code, f"{what}: still running after {timeout_s:.0f} s") from exc
@@ -118,11 +131,12 @@ def install_version(
     else:
         wheels = unpack_wheelhouse(wheelhouse, directory / "wheels", settings.max_unpacked_bytes)
     venv = layout.venv(version)
+    python = str(venv / "bin" / "python")
     _run(
-        [settings.python, "-m", "venv", "--without-pip", str(venv)],
+        [settings.python, "-m", "venv", str(venv)],  # with pip: ensurepip's, offline
         settings.timeout_s,
         "venv_failed",
-        "python -m venv",
+        "python -m venv (with its bundled pip: on Debian/Ubuntu apt install python3-venv)",
     )
     if settings.extra_site_dirs:
         site = _site_packages(venv)
@@ -130,11 +144,9 @@ def install_version(
         (site / "edgeagent-extra-sites.pth").write_text(lines, encoding="utf-8")
     _run(
         [
-            settings.python,
+            python,
             "-m",
             "pip",
-            "--python",
-            str(venv / "bin" / "python"),
             "install",
             "--no-index",
             "--no-cache-dir",
@@ -147,6 +159,18 @@ def install_version(
         "install_failed",
         "pip install",
     )
+    said = _run(
+        [python, "-I", "-c", "import edgeagent; print(edgeagent.__version__)"],
+        settings.timeout_s,
+        "version_mismatch",
+        "import edgeagent",
+    ).strip()
+    if said != version:
+        raise InstallError(
+            "version_mismatch",
+            f"the wheel of edgeagent {version} holds an agent whose __version__ is {said!r}: "
+            "it would never confirm its switch (build it again from one version)",
+        )
     shutil.rmtree(directory / "wheels", ignore_errors=True)
     fsync_tree(directory)
     write_json_atomic(directory / MARKER, {"version": version})
@@ -164,8 +188,7 @@ def _judge(
     layout: Layout, version: str, args: list[str], code: str, what: str, timeout_s: float
 ) -> None:
     """Run one of the new version's own checks; non-zero exit → InstallError ``code``."""
-    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}  # not the service
-    _run([str(layout.executable(version)), *args], timeout_s, code, f"agent {version} {what}", env)
+    _run([str(layout.executable(version)), *args], timeout_s, code, f"agent {version} {what}")
 
 
 def check_config(layout: Layout, version: str, config_file: Path, timeout_s: float) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import os
 import re
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 from edgeagent.fsutil import fsync_dir, write_text_atomic
@@ -120,14 +121,22 @@ class Layout:
         self.point(self.current_link, version)
         write_text_atomic(self.boot_script, BOOT_SCRIPT, mode=0o755)
 
-    def prune(self, keep: int) -> list[str]:
-        """Delete unfinished installs and all but the ``keep`` newest versions, never the ones
-        ``current`` or ``previous`` name; return the versions deleted."""
+    def prune(self, keep: int, bad: Collection[str] = ()) -> list[str]:
+        """Delete unfinished installs, the ``bad`` versions (they failed their switch and are
+        never tried again) and all but the ``keep`` newest good versions, never the ones
+        ``current`` or ``previous`` name; return the versions deleted.
+
+        After a rollback ``previous`` names the version that is current again, so the good
+        version before it is protected by nothing but this order: a failed version must never
+        take its place."""
         protected = {self.current(), self.previous()}
-        unfinished = [v for v in self._dirs() if v not in protected and v not in self.installed()]
-        spare = [v for v in self.installed() if v not in protected]
+        installed = self.installed()
+        mine = [v for v in self._dirs() if v not in protected]
+        unfinished = [v for v in mine if v not in installed]
+        failed = [v for v in mine if v in installed and v in bad]
+        spare = [v for v in mine if v in installed and v not in bad]
         room = max(0, keep - len(protected - {None}))
-        doomed = unfinished + spare[: max(0, len(spare) - room)]
+        doomed = unfinished + failed + spare[: max(0, len(spare) - room)]
         for version in doomed:
             shutil.rmtree(self.version_dir(version), ignore_errors=True)
         if doomed:

@@ -3,7 +3,7 @@
 In the **old** version (``apply``, from the update worker): verify the envelope under the
 ``agent`` role, download the wheelhouse, install it into its own venv, let the new version's
 ``config check`` judge the live config and its ``agent-update check-state`` the state directory
-(refused → nothing switched), record the pending switch,
+(any failure up to here is reported ``refused``: nothing switched), record the pending switch,
 flip ``current``, and stop so the service manager restarts into the new version (systemd
 ``Restart=always``; the boot check counts that start first).
 
@@ -15,7 +15,9 @@ switch deadline — then commits: the serial becomes the floor, the state snapsh
 left (``stateformat``) and the pending record go, old versions are pruned, and the outcome is
 reported. A failure writes the verdict and stops the
 agent: the boot check, from the old code, rolls back. ``start`` also reports an outcome the boot
-check left behind (a rollback), so the hub hears of every switch.
+check left behind (a rollback), so the hub hears of every switch, and holds a switch that this
+process cannot confirm to its deadline while it runs (a version whose code says another
+version fails at once): a switch on trial refuses every later agent release until it ends.
 
 ``checkpoint(name)`` is the crash-test hook of the model updater (``EDGEAGENT_UPDATE_KILL_AT``):
 ``agent_downloaded``, ``agent_prepared``, ``agent_pending``, ``agent_switched_previous``,
@@ -31,6 +33,7 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -123,6 +126,7 @@ class AgentUpdates:
         self.checkpoint = checkpoint
         self.restart = restart
         self.confirming: asyncio.Task[None] | None = None
+        self.watching: asyncio.Task[None] | None = None  # a switch this process cannot confirm
 
     # --- the old version: take a release and switch ------------------------------------
     async def apply(self, envelope: bytes, trust: TrustStore) -> dict[str, Any]:
@@ -155,18 +159,18 @@ class AgentUpdates:
                 "run it from the A/B root (edgeagent agent-update init)",
             )
         self.reporter.progress(release, "verified")
+        # Until the links move nothing has changed here: a download, install or check that
+        # fails is a refusal ("refused" = nothing changed; "failed" = rolled back).
         try:
             archive = await self.download(wheelhouse.artifact, release)
         except Exception as exc:
-            return self.reporter.outcome(
-                release, "failed", getattr(exc, "code", "download_failed"), str(exc)
-            )
+            return self._refuse(release, getattr(exc, "code", "download_failed"), str(exc))
         self.checkpoint("agent_downloaded")
         try:
             await asyncio.to_thread(self._prepare, manifest.version, archive)
         except InstallError as exc:
             shutil.rmtree(self.layout.version_dir(manifest.version), ignore_errors=True)
-            return self.reporter.outcome(release, "failed", exc.code, str(exc))
+            return self._refuse(release, exc.code, str(exc))
         finally:
             archive.unlink(missing_ok=True)
         self.checkpoint("agent_prepared")
@@ -198,14 +202,40 @@ class AgentUpdates:
 
     # --- the new version: confirm and commit -------------------------------------------
     def start(self) -> None:
-        """Report what the boot check left; confirm a switch to this version if one is on."""
+        """Report what the boot check left; confirm a switch to this version if one is on.
+
+        A switch on trial that this process does not confirm — its code says another version
+        than the directory it runs from, or it is not the version switched to — still ends by
+        its deadline while the agent runs (``_expire``), not at the next start only: until it
+        ends every later agent release is refused (``switch_pending``)."""
         left = self.state.take_outcome()
         if left is not None:
             self.reporter.outcome(left["release"], left["result"], left["code"], left["message"])
         pending = self.state.pending()
-        ours = pending is not None and pending.to_version == __version__
-        if pending is not None and ours and self.layout.current() == __version__:
+        if pending is None:
+            return
+        on_trial = self.layout.current() == pending.to_version
+        if on_trial and pending.to_version == __version__:
             self.confirming = spawn(self._confirm(pending), name="agent-confirm")
+        elif on_trial and _runs_from(self.layout.venv(pending.to_version)):
+            self.watching = spawn(self._mismatch(pending), name="agent-version-mismatch")
+        else:
+            self.watching = spawn(self._expire(pending), name="agent-switch-deadline")
+
+    async def _mismatch(self, pending: PendingSwitch) -> None:
+        self._fail(
+            pending,
+            "version_mismatch",
+            f"{self.layout.venv(pending.to_version)} runs agent {__version__}, not "
+            f"{pending.to_version}: it cannot confirm the switch",
+        )
+
+    async def _expire(self, pending: PendingSwitch) -> None:
+        """At the switch's deadline, fail it unless it was decided meanwhile."""
+        await asyncio.sleep(max(0.0, pending.deadline - time.time()))
+        now = self.state.pending()
+        if now is not None and not now.verdict and now.serial == pending.serial:
+            self._fail(now, "deadline", "not committed within the switch deadline")
 
     async def _confirm(self, pending: PendingSwitch) -> None:
         self.checkpoint("agent_confirming")
@@ -229,7 +259,7 @@ class AgentUpdates:
         snapshot.discard(self.layout.root)  # no way back to the old format from here on
         self.state.clear_pending()
         self.checkpoint("agent_committed")
-        pruned = self.layout.prune(self.settings.keep_versions)
+        pruned = self.layout.prune(self.settings.keep_versions, bad=self.state.record().bad)
         if self.state.take_outcome() is not None:
             pruning = f"; pruned {', '.join(pruned)}" if pruned else ""
             self.reporter.outcome(pending.release, "succeeded", "committed", message + pruning)
@@ -244,9 +274,10 @@ class AgentUpdates:
         self.restart()
 
     async def stop(self) -> None:
-        if self.confirming is not None and not self.confirming.done():
-            self.confirming.cancel()
-            await asyncio.gather(self.confirming, return_exceptions=True)
+        for task in (self.confirming, self.watching):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     def status(self) -> dict[str, Any]:
         pending = self.state.pending()
@@ -260,6 +291,14 @@ class AgentUpdates:
             "bad": record.bad,
             "pending": None if pending is None else pending.release | {"boots": pending.boots},
         }
+
+
+def _runs_from(venv: Path) -> bool:
+    """Whether this interpreter is the one of ``venv`` (a version's own venv)."""
+    try:
+        return Path(sys.prefix).resolve() == venv.resolve()
+    except OSError:
+        return False
 
 
 def _anonymous() -> dict[str, str]:

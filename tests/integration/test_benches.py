@@ -96,10 +96,12 @@ def test_every_bench_has_a_smoke_test() -> None:
 
 @pytest.mark.slow
 def test_governor_reports_its_closed_loop() -> None:
-    # A 1 s thermal time constant settles within a few seconds; the targets (peak ≤ limit +
-    # 1 °C, ≥ 85 % of the best constant rate) need the default 80 s, so exit 1 (missed) is
-    # accepted here; a dead recorder leaves no report at all.
-    report = run_bench("bench_governor.py --duration 6 --tau 1 --calibrate 1 --json", ok=(0, 1))
+    # A 1 s thermal time constant settles within a few seconds (the figures are read from
+    # 3 time constants after the chip nears its limit, which takes it up to 4 s on a loaded
+    # machine, so 10 s leave a window); the targets (peak ≤ limit + 0.5 °C, ≥ 85 % of the
+    # best constant rate) need the default 80 s, so exit 1 (missed) is accepted here; a dead
+    # recorder leaves no report at all.
+    report = run_bench("bench_governor.py --duration 10 --tau 1 --calibrate 1 --json", ok=(0, 1))
     assert_figures(
         report,
         "calibration_service_ms",

@@ -15,6 +15,7 @@ import pytest
 
 from devtools.package import rehash_files
 from devtools.waiting import until
+from edgeagent.governor.engine_load import EngineLoad
 from edgeagent.governor.service import GovernorService
 from edgeagent.governor.settings import GovernorSettings
 from edgeagent.hardware.profile import load_profiles
@@ -193,16 +194,27 @@ def write_busy_package(root: Path, layers: int = 24, width: int = 1024) -> Path:
     return package
 
 
+def calibrated_chip(utilisation: float, limit: float, ambient: float) -> tuple[float, float]:
+    """(heat_c, tau_s) of a simulated chip that the load measured unthrottled
+    (``utilisation``) would heat to 15 °C above ``limit``, however loaded the machine running
+    the test is, and that heats at 25 °C per second of device time whatever its heat (the
+    time constant grows with it): one batch moves it as much on a slow machine as on a fast
+    one, and a batch the OS stretched to 40 ms by 1 °C, not the 4 °C at which no controller
+    could hold a 1 °C bound."""
+    heat = (limit + 15.0 - ambient) / utilisation
+    return heat, heat / 25.0
+
+
 @pytest.mark.slow
 async def test_closed_loop_holds_the_simulated_chip_under_its_limit(tmp_path: Path) -> None:
-    limit = 70.0
+    limit, ambient = 70.0, 40.0
     settings = GovernorSettings(
         simulate=True,
         sim_root=tmp_path / "sim",
         interval_s=0.2,
         min_dwell_s=1.0,
-        sim_ambient_c=40.0,
-        sim_heat_c=100.0,  # flat out would settle near 40 + 100·u: far above the limit
+        sim_ambient_c=ambient,
+        sim_heat_c=0.0,  # cold until the load is measured (below)
         sim_tau_s=2.0,
         sim_noise_c=0.0,
         sim_warm_c=limit - 10,
@@ -222,9 +234,19 @@ async def test_closed_loop_holds_the_simulated_chip_under_its_limit(tmp_path: Pa
                     async with http.post("/v2/models/busy/infer", json=infer_body()) as reply:
                         await reply.read()
 
+            # How busy this load keeps the device on this machine now, unthrottled: the chip
+            # is sized to it, so that the same load overheats it on a fast or a loaded machine.
+            probe = EngineLoad(agent.engine_load)
+            end = time.monotonic() + 16.0
+            clients = [asyncio.create_task(client()) for _ in range(6)]
+            await asyncio.sleep(0.5)  # the clients' first requests are in
+            probe.sample()
+            await asyncio.sleep(1.5)
+            unthrottled = probe.sample()
+            assert unthrottled > 0.05, "the load hardly ran: nothing to throttle"
+            simulator.heat_c, simulator.tau_s = calibrated_chip(unthrottled, limit, ambient)
             start = time.monotonic()
             end = start + 14.0
-            clients = [asyncio.create_task(client()) for _ in range(6)]
             while time.monotonic() < end:
                 trace.append(
                     (time.monotonic() - start, simulator.temperature_c, agent.governor.utilisation)
@@ -237,7 +259,7 @@ async def test_closed_loop_holds_the_simulated_chip_under_its_limit(tmp_path: Pa
         agent.stop()
     early = [u for t, _, u in trace if 0.5 < t < 1.5]
     # the control experiment: unthrottled, this load would settle far above the limit
-    assert simulator.steady_state_c(max(early)) > limit + 5, early
+    assert simulator.steady_state_c(max(early)) > limit + 5, (early, unthrottled)
     assert max(c for _, c, _ in trace) > limit - 10  # the load really heated the chip
     assert max(c for _, c, _ in trace) <= limit + 1.0  # ...and the governor held it
     assert governor["simulator"]["temperature_c"] <= limit + 1.0

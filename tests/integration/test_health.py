@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,36 @@ def test_the_socket_comes_from_the_config_as_for_status(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 1
     assert f"cannot reach the agent at {tmp_path}/agent.sock" in result.stderr
+
+
+def test_model_asks_about_one_model_and_wait_outlasts_a_reload(tmp_path: Path) -> None:
+    """``systemctl reload`` returns when the signal is sent; ``--model --wait`` is how a script
+    waits for the package it just installed, where one question answers "not ready"."""
+    models = tmp_path / "models"
+    models.mkdir()
+    agent = Agent(tmp_path, config_serving(tmp_path, models))
+    try:
+        once = health("--socket", str(agent.socket), "--model", "tiny", cwd=tmp_path)
+        assert once.returncode == 1
+        assert once.stderr == (
+            f"edgeagent health: not ready: {agent.socket}: model tiny is not ready to serve yet\n"
+        )
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "edgeagent.cli", "health", "--socket", str(agent.socket),
+             "--model", "tiny", "--wait", "120"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        write_tiny_package(models / "tiny")
+        agent.process.send_signal(signal.SIGHUP)
+        out, err = waiting.communicate(timeout=180)
+        assert waiting.returncode == 0, err
+        assert out == f"ready: model tiny at {agent.socket}\n"
+    finally:
+        agent.stop()
+
+
+def test_wait_must_be_a_sane_number_of_seconds(tmp_path: Path) -> None:
+    for bad in ("soon", "-1", "1e9"):
+        refused = health("--wait", bad, cwd=tmp_path)
+        assert refused.returncode == 2 and "--wait" in refused.stderr, (bad, refused.stderr)

@@ -1,11 +1,13 @@
 """The agent updates itself (issue 27), with real wheels, venvs, processes, broker and HTTP.
 
 This repository is built as wheels at several versions once per session (a copy of the tree
-with ``__version__`` and pyproject's version bumped, ``pip wheel --no-deps``; some versions
-broken on purpose). Each version's venv reads the test environment's dependencies through
-``[updates] agent_extra_site_dirs`` — a directory of links to this .venv's site-packages minus
-the editable edgeagent — so the wheelhouses hold only the agent wheel (the device path is the
-same: ``pip install --no-index --find-links``, dependencies found already installed).
+with ``__version__`` bumped, ``pip wheel --no-deps``; some versions broken on purpose). To keep
+the many switches here cheap, each version's venv reads the test environment's dependencies
+through ``[updates] agent_extra_site_dirs`` — a directory of links to this .venv's
+site-packages minus the editable edgeagent and pip — so the wheelhouses hold only the agent
+wheel, and each venv installs it with its *own* pip (``pip install --no-index --find-links``,
+dependencies found already installed). tests/integration/test_selfupdate_documented.py runs a
+switch and a rollback with nothing borrowed: every dependency wheel in the wheelhouse.
 
 A supervisor that behaves like systemd for the A/B drop-in (``tests.support.supervisor``) runs
 ``<root>/boot-check`` then ``<root>/current/venv/bin/edgeagent run``; the release reaches the
@@ -46,9 +48,15 @@ from edgeagent.selfupdate.state import PendingSwitch, SwitchState
 from tests.support.helpers import REPO
 from tests.support.supervisor import Supervisor
 
+pytestmark = pytest.mark.timeout(900)  # a few installs each (INSTALL_S), on a busy box
+
 PYTHON = Path(sys.executable)
 DEVICE = "dev-ab"
 BASE = "0.1.0"
+# The bound on a wait that spans an install (a venv with its pip, pip, the new version's checks:
+# about 30 s on a quiet 2-core box, several times that beside other jobs). Only a bound: every
+# wait ends as soon as its condition holds.
+INSTALL_S = 300.0
 
 
 Patch = tuple[str, str, str]  # file, text found there once ("": the end), text put instead
@@ -110,6 +118,12 @@ _PATCHES: dict[str, list[Patch]] = {
     ],
     "0.7.0": _FORMAT_2,  # migrates the state to format 2, and serves on it
     "0.8.0": [*_FORMAT_2, _FAILS_HEALTH_CHECK],  # migrates, then fails its health check
+    # the version bumped in pyproject only, as when it was written in two places
+    "0.9.0": [
+        ("pyproject.toml", 'dynamic = ["version"]', 'version = "0.9.0"'),
+        ("pyproject.toml", 'version = { attr = "edgeagent.__version__" }\n', ""),
+        ("edgeagent/__init__.py", '__version__ = "0.9.0"', '__version__ = "0.2.0"'),
+    ],
 }
 
 
@@ -129,15 +143,12 @@ def _build_wheel(version: str, work: Path) -> Path:
     shutil.copytree(REPO / "edgeagent", tree / "edgeagent", ignore=ignore)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, tree / name)
-    for name, pattern in (
-        ("pyproject.toml", r'(?m)^version = "[^"]+"'),
-        ("edgeagent/__init__.py", r'(?m)^__version__ = "[^"]+"'),
-    ):
-        path = tree / name
-        key = "version" if name == "pyproject.toml" else "__version__"
-        text, count = re.subn(pattern, f'{key} = "{version}"', path.read_text(), count=1)
-        assert count == 1, name
-        path.write_text(text)
+    init = tree / "edgeagent" / "__init__.py"  # the one place the version is written
+    text, count = re.subn(
+        r'(?m)^__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text(), count=1
+    )
+    assert count == 1
+    init.write_text(text)
     _break(tree, version)
     wheels = work / f"wheels-{version}"
     subprocess.run(
@@ -153,19 +164,19 @@ def _build_wheel(version: str, work: Path) -> Path:
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The agent's wheel directory per version, built once per session."""
     work = tmp_path_factory.mktemp("agent-wheels")
-    versions = (BASE, "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0")
+    versions = (BASE, "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "0.9.0")
     return {v: _build_wheel(v, work) for v in versions}
 
 
 @pytest.fixture(scope="session")
 def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This venv's site-packages as links, minus the editable edgeagent (see module doc)."""
+    """This venv's site-packages as links, minus the editable edgeagent and pip (see module
+    doc): each version installs the next with the pip of its own venv."""
     site = next(Path(p) for p in sys.path if p.endswith("site-packages"))
     links = tmp_path_factory.mktemp("deps")
+    left_out = ("edgeagent", "__editable__", "_virtualenv", "pip")
     for entry in site.iterdir():
-        if entry.name.startswith(("edgeagent", "__editable__", "_virtualenv")) or entry.suffix in (
-            ".pth",
-        ):
+        if entry.name.startswith(left_out) or entry.suffix == ".pth":
             continue
         (links / entry.name).symlink_to(entry)
     return links
@@ -174,7 +185,9 @@ def site_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 class Device:
     """An A/B root, its config, the hub's keys and artifact site, and the supervisor."""
 
-    def __init__(self, tmp: Path, broker: Broker, site_dir: Path, wheels: dict[str, Path]):
+    def __init__(
+        self, tmp: Path, broker: Broker, site_dir: Path | None, wheels: dict[str, Path]
+    ) -> None:
         self.tmp, self.broker, self.wheels = tmp, broker, wheels
         self.root = tmp / "opt"
         self.hub = tmp / "hub"
@@ -196,7 +209,7 @@ class Device:
         keys = {
             "agent_root": str(self.root),
             "agent_config_file": str(self.config),
-            "agent_extra_site_dirs": [str(self.site_dir)],
+            "agent_extra_site_dirs": [str(self.site_dir)] if self.site_dir else [],
             "agent_max_boots": 2,
             "agent_commit_deadline_s": 90.0,
             **agent,
@@ -212,14 +225,18 @@ class Device:
             "reconnect_max_s = 1.0\n"
         )
 
-    def init(self) -> None:
+    def init(self) -> str:
+        """``agent-update init`` as the docs say (with the borrowed dependencies, if any);
+        what it printed."""
+        extra = ["--extra-site-dir", str(self.site_dir)] if self.site_dir else []
         done = subprocess.run(
             [PYTHON, "-m", "edgeagent.cli", "agent-update", "init", "--root", self.root,
-             "--wheelhouse", self.wheels[BASE], "--extra-site-dir", self.site_dir],
-            capture_output=True, text=True, timeout=300,
+             "--wheelhouse", self.wheels[BASE], *extra],
+            capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert "ExecStartPre=" in done.stdout
+        return done.stdout
 
     def run(self, start_timeout_s: float = 30.0, extra_env=None) -> Supervisor:
         self.supervisor = Supervisor(
@@ -256,7 +273,7 @@ class Device:
         except Exception:  # between two starts: nothing listens
             return None
 
-    def wait_serving(self, version: str, timeout: float = 120.0) -> None:
+    def wait_serving(self, version: str, timeout: float = INSTALL_S) -> None:
         """A READY start of ``version`` answers its API, with no switch left pending."""
 
         def serving() -> bool:
@@ -326,8 +343,8 @@ def test_a_broken_agent_rolls_back_by_itself(device, version, code, max_boots, s
     device.write_config(agent_max_boots=max_boots)
     supervisor = device.run(start_timeout_s=start_timeout_s)
     device.send(device.sign(version))
-    wait_until(lambda: any(s.version == version for s in supervisor.starts), timeout=120)
-    device.wait_serving(BASE, timeout=120)
+    wait_until(lambda: any(s.version == version for s in supervisor.starts), timeout=INSTALL_S)
+    device.wait_serving(BASE, timeout=INSTALL_S)
     wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == version)
     outcome = device.last_agent_outcome()
     assert outcome["result"] == "failed" and outcome["code"] == code, outcome
@@ -345,7 +362,9 @@ def test_a_broken_agent_rolls_back_by_itself(device, version, code, max_boots, s
 def test_a_version_that_cannot_read_the_config_is_refused_before_the_switch(device: Device):
     supervisor = device.run()
     device.send(device.sign("0.6.0"))
-    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "config_refused")
+    wait_until(
+        lambda: (device.last_agent_outcome() or {}).get("code") == "config_refused", INSTALL_S
+    )
     assert "cannot read this config" in device.last_agent_outcome()["message"]
     assert device.agent_version() == BASE and len(supervisor.starts) == 1
     assert not (device.root / "versions" / "0.6.0").exists()
@@ -364,12 +383,31 @@ def test_a_version_that_cannot_read_the_config_is_refused_before_the_switch(devi
 def test_sigkill_at_each_step_of_the_switch_recovers(device: Device, step, start, final):
     device.run(extra_env={start: {"EDGEAGENT_UPDATE_KILL_AT": step}})
     device.send(device.sign("0.2.0"))
-    wait_until(lambda: len(device.supervisor.starts) > start, timeout=120)
+    wait_until(lambda: len(device.supervisor.starts) > start, timeout=INSTALL_S)
     assert device.supervisor.starts[start - 1].returncode == -9  # it did die there
     device.wait_serving(final)
     record = json.loads((device.root / "committed.json").read_text()) if final != BASE else {}
     assert record.get("version") == (None if final == BASE else final)
     assert Path(device.root / "current").resolve().name == final
+
+
+def test_a_version_whose_code_says_another_version_is_refused_and_blocks_nothing(
+    device: Device, monkeypatch: pytest.MonkeyPatch
+):
+    """0.9.0's wheel holds code that says 0.2.0 (signed by a hub that did not check it): the
+    device installs it, finds it would never confirm itself, refuses it — nothing switched —
+    and takes the next release."""
+    supervisor = device.run()
+    monkeypatch.setattr("edgeagent.hub.agent_release.code_version", lambda directory, v: v)
+    device.send(device.sign("0.9.0"))
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == "0.9.0", INSTALL_S)
+    outcome = device.last_agent_outcome()
+    assert (outcome["result"], outcome["code"]) == ("refused", "version_mismatch"), outcome
+    assert "__version__ is '0.2.0'" in outcome["message"]
+    assert len(supervisor.starts) == 1 and not (device.root / "versions" / "0.9.0").exists()
+    device.send(device.sign("0.2.0"))
+    device.wait_serving("0.2.0")
+    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "committed")
 
 
 def _declared(state: Path) -> dict:
@@ -385,7 +423,7 @@ def test_a_state_format_change_migrates_forwards_and_a_rollback_restores_it(devi
     key = device.status()["device_key"]["public_key"]
     assert _declared(state) == {"format": 1, "written_by": BASE}
     device.send(device.sign("0.8.0"))
-    wait_until(lambda: any(s.version == "0.8.0" for s in supervisor.starts), timeout=120)
+    wait_until(lambda: any(s.version == "0.8.0" for s in supervisor.starts), timeout=INSTALL_S)
     device.wait_serving(BASE)
     assert "migrated to format 2" in (device.tmp / "supervisor.log").read_text()
     wait_until(lambda: (device.last_agent_outcome() or {}).get("version") == "0.8.0")
@@ -405,7 +443,9 @@ def test_a_state_format_change_migrates_forwards_and_a_rollback_restores_it(devi
 
     starts = len(supervisor.starts)
     device.send(device.sign("0.2.0"))  # a newer serial, but an older state format
-    wait_until(lambda: (device.last_agent_outcome() or {}).get("code") == "state_refused")
+    wait_until(
+        lambda: (device.last_agent_outcome() or {}).get("code") == "state_refused", INSTALL_S
+    )
     assert "reads formats up to 1" in device.last_agent_outcome()["message"]
     assert len(supervisor.starts) == starts and device.agent_version() == "0.7.0"
     assert not (device.root / "versions" / "0.2.0").exists()

@@ -9,15 +9,13 @@ from edgeagent.fleet.agent_manifest import this_platform
 from edgeagent.hub.agent_release import sign_agent_release
 from edgeagent.hub.keys import keygen
 from tests.integration.test_updates_helpers import make_device
+from tests.unit.test_selfupdate import _wheels
 
 
 async def test_an_agent_release_goes_to_the_self_updater_only(tmp_path: Path) -> None:
     keygen(tmp_path / "keys", agent_keys=1)
-    wheels = tmp_path / "wh"
-    wheels.mkdir()
-    (wheels / "edgeagent-9.0.0-py3-none-any.whl").write_bytes(b"PK")
     envelope = sign_agent_release(
-        {this_platform(): wheels},
+        {this_platform(): _wheels(tmp_path / "wh", "9.0.0")},
         key_paths=[tmp_path / "keys" / "agent.key"],
         base_url="http://127.0.0.1:9",
         out_dir=tmp_path / "out",

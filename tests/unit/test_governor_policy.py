@@ -126,9 +126,9 @@ def test_actions_per_state() -> None:
     s = GovernorSettings()
     normal = serving_limits(s, State.NORMAL, 1.0, False, "")
     assert active_actions(normal, 1.0) == []
-    warm = serving_limits(s, State.WARM, 0.8, False, "warm: x", batch_seconds=0.01)
+    warm = serving_limits(s, State.WARM, 0.8, False, "warm: x")
     assert warm.max_batch_size == 4 and warm.max_concurrency == 2
-    assert warm.min_batch_interval_s == pytest.approx(0.0125)  # 10 ms batches at duty 0.8
+    assert warm.duty_cycle == 0.8 and normal.duty_cycle == 1.0  # the gate paces by busy time
     assert active_actions(warm, 0.8) == ["batch_cap", "concurrency_cap", "pacing"]
     hot = serving_limits(s, State.HOT, 1.0, False, "hot: x")
     assert hot.max_batch_size == 1 and hot.shed_priority_from == 3
@@ -180,3 +180,35 @@ def test_controller_starts_throttling_from_the_measured_utilisation() -> None:
     slow = DutyController(kp=0.05, ki=0.01, min_duty=0.05)
     slow.update(-1.0, 0.0)
     assert slow.update(0.5, 1.0) > 0.9  # without the measurement it would still be near 1
+
+
+def test_controller_starts_from_the_measured_utilisation_at_any_crossing() -> None:
+    """On the way up the proportional term lowers the duty before the set-point, but not below
+    what a demand-limited engine uses: the crossing still starts from the measured value."""
+    controller = DutyController(kp=0.05, ki=0.01, min_duty=0.05)
+    for step, excess in enumerate((-10.0, -6.0, -3.0, -1.0)):
+        controller.update(excess, float(step), utilisation=0.5)
+    assert 0.5 < controller.duty < 1.0  # lowered on the way up, still binding nothing
+    assert controller.update(0.2, 4.0, utilisation=0.5) == pytest.approx(0.5)
+    # still above the set-point: no second snap to a (noisy) measurement, the PI goes on
+    assert 0.4 < controller.update(0.3, 5.0, utilisation=0.2) < 0.5
+
+
+def test_controller_looks_ahead_over_its_real_period() -> None:
+    """With ``predict_periods`` the loop acts on where a rising reading will be when its
+    decision shows; a loop that ran late looks further ahead; a fall is taken as it is."""
+
+    def duties(predict: float, times: list[float], excesses: list[float]) -> list[float]:
+        controller = DutyController(kp=0.05, ki=0.0, min_duty=0.05, predict_periods=predict)
+        return [controller.update(e, t) for t, e in zip(times, excesses, strict=True)]
+
+    rising = [-4.0, -3.0, -2.0, -1.0]  # 2 °C/s at a 0.5 s period...
+    on_time = [0.0, 0.5, 1.0, 1.5]
+    late = [0.0, 1.0, 2.0, 3.0]  # ...and 1 °C/s read by a loop running twice as slow
+    gain_on_time = duties(0.0, on_time, rising)[-1] - duties(2.0, on_time, rising)[-1]
+    assert gain_on_time > 0  # throttles before the rise arrives
+    slow_rise = [-4.0, -3.0, -2.0, -1.0]
+    gain_late = duties(0.0, late, slow_rise)[-1] - duties(2.0, late, slow_rise)[-1]
+    assert gain_late == pytest.approx(gain_on_time)  # half the rate, twice the look-ahead
+    falling = [4.0, 3.0, 2.0, 1.0]
+    assert duties(2.0, on_time, falling)[-1] == pytest.approx(duties(0.0, on_time, falling)[-1])

@@ -136,12 +136,12 @@ async def test_power_budget_paces_inference(tmp_path: Path) -> None:
     duties = []
     for _ in range(5):  # the engine is busy 60 % of the time: the loop throttles from there
         clock.now += 1.0
-        governor.apply(governor.sensors.read(), clock.now, batch_seconds=0.01, utilisation=0.6)
+        governor.apply(governor.sensors.read(), clock.now, utilisation=0.6)
         duties.append(governor.duty)
     assert duties[0] <= 0.6 and duties[-1] < duties[0]
     assert governor.snapshot()["state"] == "normal"
     assert "pacing" in governor.snapshot()["actions"]  # type: ignore[operator]
-    assert governor.limits().min_batch_interval_s == pytest.approx(0.01 / governor.duty, 1e-3)
+    assert governor.limits().duty_cycle == pytest.approx(governor.duty, abs=1e-6)
     assert governor.limits().reason.endswith("to hold the power budget 5 W")
 
 

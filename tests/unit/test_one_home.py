@@ -256,3 +256,32 @@ def test_a_release_is_named_by_the_one_release_ref() -> None:
         and {k.value for k in node.keys if isinstance(k, ast.Constant)} == identity
     ]
     assert built == [], "use edgeagent.fleet.release_ref.ReleaseRef"
+
+
+SIGNED_DOCUMENT_READERS = (
+    "edgeagent/fleet/manifest.py",
+    "edgeagent/fleet/agent_manifest.py",
+    "edgeagent/fleet/cancel.py",
+)
+# what a hand-written check of an untrusted field looks like: a type test, a pattern match,
+# a URL split; each has its one home in fleet/wire.py's Reader
+HAND_CHECKS = {"isinstance", "type", "urlsplit", "match", "fullmatch"}
+
+
+def hand_checks(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            if name in HAND_CHECKS:
+                found.append(f"{relative(path)}:{node.lineno} {name}(")
+    return found
+
+
+def test_signed_documents_are_read_only_through_the_wire_reader() -> None:
+    """Release manifests (model and agent) and cancellations are security-critical and share
+    their opening: a type or pattern check written beside a field drifts from the same check
+    of the other documents, so every one goes through ``fleet.wire.Reader``."""
+    checks = [c for name in SIGNED_DOCUMENT_READERS for c in hand_checks(REPO / name)]
+    assert checks == [], "read the field with fleet.wire.Reader (add the rule there)"
+    assert hand_checks(REPO / "edgeagent/fleet/wire.py")  # the criterion sees the checks it moves

@@ -19,8 +19,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from edgeagent.fleet.agent_manifest import parse_agent_manifest
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
-from edgeagent.fleet.manifest import ManifestError, parse_manifest
+from edgeagent.fleet.manifest import OPENING_FIELDS, ManifestError, parse_manifest
 from edgeagent.fleet.signing import (
     TrustError,
     VerificationError,
@@ -187,3 +188,50 @@ def test_the_unpacker_writes_only_inside_its_destination(items) -> None:
         outside = {p.name for p in root.iterdir()}
         assert outside <= {"a.tar.gz", "box"}
         assert {p.name for p in (root / "box").iterdir()} <= {"out"}
+
+
+def _agent_doc(release: dict[str, Any]) -> dict[str, Any]:
+    """A valid agent release with ``release``'s opening (serial, validity, rollout, targets)."""
+    opening = {k: release[k] for k in OPENING_FIELDS - {"type", "format"}}
+    wheelhouse = {"platform": "linux_x86_64", **release["artifact"]}
+    body = {"version": "1.2.3", "python": "3.11", "wheelhouses": [wheelhouse]}
+    return {"type": "agent_release", "format": 2, **opening, **body}
+
+
+_OPENING_PATHS = sorted(OPENING_FIELDS - {"type", "format"}) + [
+    f"targets.{name}" for name in ("profiles", "device_classes", "device_ids", "regions")
+]
+_opening_values = json_values | st.sampled_from(
+    [0, 1, 2**53 - 1, 2**53, "dep-1\n", "a/+/#", ["dev-1"], ["dev-1\n"], ["x"] * 1025]
+)
+
+
+@EXAMPLES
+@given(st.sampled_from(_OPENING_PATHS), _opening_values, st.booleans())
+def test_both_manifests_refuse_a_bad_opening_in_the_same_words(
+    path: str, value: Any, remove: bool
+) -> None:
+    """The opening is read by one function: a fault in it is refused by a model and an agent
+    manifest alike, in the same words after the document's name."""
+    release = Simulator().release_doc()
+    outcomes = []
+    for what, document, parse in (
+        ("manifest", release, parse_manifest),
+        ("agent manifest", _agent_doc(release), parse_agent_manifest),
+    ):
+        *parents, last = path.split(".")
+        target = document
+        for key in parents:
+            target = target[key]
+        if remove:
+            target.pop(last, None)
+        else:
+            target[last] = value
+        try:
+            parse(dumps(document))
+        except ManifestError as exc:
+            assert exc.message.startswith(what + " ") or exc.message.startswith(what + ":")
+            outcomes.append((exc.code, exc.message[len(what) :]))
+        else:
+            outcomes.append(("accepted", ""))
+    assert outcomes[0] == outcomes[1]

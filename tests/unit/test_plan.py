@@ -130,7 +130,7 @@ async def test_instances_keep_deadlines_and_drain_on_close(tmp_path: Path, execu
     ("limits", "formed_ahead"),
     [
         (ServingLimits(), 2),
-        (ServingLimits(min_batch_interval_s=1e-3), 0),
+        (ServingLimits(duty_cycle=0.999), 0),
         (ServingLimits(max_concurrency=8), 0),
     ],
 )

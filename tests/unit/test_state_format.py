@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import signal
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,7 +312,8 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, Path]:
     keygen(hub, agent_keys=1)
     wheels = hub / "wheels"
     wheels.mkdir()
-    (wheels / f"edgeagent-{NEW}-py3-none-any.whl").write_bytes(b"PK")
+    with zipfile.ZipFile(wheels / f"edgeagent-{NEW}-py3-none-any.whl", "w") as wheel:
+        wheel.writestr("edgeagent/__init__.py", f'__version__ = "{NEW}"\n')  # hub sign reads it
     path = sign_agent_release(
         {this_platform(): wheels},
         key_paths=[hub / "agent.key"],

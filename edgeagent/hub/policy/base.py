@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.messages import Outcome
+from edgeagent.fleet.wire import integer_in, number_of
 from edgeagent.hub.keys import HubError
 
 SUCCEEDED, FAILED, TIMED_OUT = "succeeded", "failed", "timed_out"
@@ -115,12 +116,9 @@ class RolloutPolicy(ABC):
 def number(fields: Mapping[str, Any], key: str, default: float, low: float, high: float) -> float:
     """A finite JSON number in (``low``, ``high``]; booleans are not numbers here."""
     value = fields.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    result = number_of(value)
+    if result is None:
         raise PolicyError(key, f"must be a number, got {shown(value)}")
-    try:
-        result = float(value)
-    except OverflowError:  # an integer beyond any float
-        result = math.inf
     if not math.isfinite(result) or not low < result <= high:
         raise PolicyError(key, f"must be in ({low:g}, {high:g}], got {shown(value)}")
     return result
@@ -129,11 +127,12 @@ def number(fields: Mapping[str, Any], key: str, default: float, low: float, high
 def integer(fields: Mapping[str, Any], key: str, default: int, low: int, high: int) -> int:
     """A JSON integer in [``low``, ``high``]: ``2.7`` and ``true`` are refused, not truncated."""
     value = fields.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
+    result = integer_in(value)
+    if result is None:
         raise PolicyError(key, f"must be an integer, got {shown(value)}")
-    if not low <= value <= high:
+    if not low <= result <= high:
         raise PolicyError(key, f"must be in [{low}, {high}], got {shown(value)}")
-    return value
+    return result
 
 
 def shown(value: Any) -> str:

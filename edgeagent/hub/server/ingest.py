@@ -194,7 +194,7 @@ class Ingest:
         await fleetdb.append_events(connection, history)
         answered = False
         # in device-id order, the order the controller locks the same rows in (deploydb.
-        # lock_devices): in arrival order the two deadlocked on PostgreSQL (issue 23)
+        # lock_devices): in arrival order the two can deadlock on PostgreSQL
         for report in sorted(reports, key=lambda r: r.device_id):
             event = report.event
             if event is not None and event.outcome and event.deployment_id:

@@ -5,7 +5,7 @@ A schema is a plain OpenAPI 3.0 schema object limited to the keywords in ``KEYWO
 ``check`` enforces every one of them: a schema naming any other keyword is refused when the
 document is built (a test builds it), so no constraint can be written down and then ignored.
 
-Why these rules: each was a 500 or a silent misreading (issue 23, finding 10). Booleans are
+Why these rules: without each, a hostile body gets a 500 or is silently misread. Booleans are
 not integers (``true`` was release 1); an integer is ASCII digits (``٣`` was 3) within the
 column it is compared with (PostgreSQL's int4 raised on 2**31); numbers are finite (``1e400``
 was inf); integers are never truncated (2.7 became 2); a string holds no control character

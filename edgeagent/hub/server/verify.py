@@ -1,8 +1,8 @@
 """The hub server's gate for uploads: nothing is stored — so nothing is signed or sent — unless
 every device would take it.
 
-A server started with ``--release-key`` re-signs each upload with the fleet's key, so an
-upload it did not verify is a forgery laundered (issue 23, finding 1): the gate checks each one
+A server started with ``--release-key`` re-signs each upload with the fleet's key, so an upload
+it did not verify would be a forgery laundered into a valid signature: the gate checks each one
 with the devices' own code (``hub.verify``) against ``--trust``, and its serial against the
 highest serial of the model the server already holds (a replay of an older release is refused;
 the very same bytes again are the same row, not a replay). The trust file is read for every

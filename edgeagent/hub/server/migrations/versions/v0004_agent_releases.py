@@ -1,4 +1,4 @@
-"""Agent releases (issue 27): each release's kind, with an agent release's platforms and Python;
+"""Agent releases: each release's kind, with an agent release's platforms and Python;
 each device's platform and Python from its state report; an agent deployment's left-out devices.
 
 Every release stored before this revision is a model's (``kind`` defaults to "model").
