@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeagent.fleet import outcomes
 from edgeagent.fsutil import fsync_tree, write_json_atomic
 from edgeagent.selfupdate.layout import MARKER, Layout
 
@@ -68,11 +69,13 @@ def unpack_wheelhouse(archive: Path, into: Path, max_bytes: int) -> list[Path]:
                 if member.isdir() and name in ("", "."):
                     continue
                 if not member.isfile() or "/" in name or not name.endswith(".whl"):
-                    raise InstallError("bad_wheelhouse", f"{member.name[:80]!r}: not a wheel file")
+                    raise InstallError(
+                        outcomes.BAD_WHEELHOUSE, f"{member.name[:80]!r}: not a wheel file"
+                    )
                 total += member.size
                 if total > max_bytes or len(wheels) >= MAX_WHEELS:
                     raise InstallError(
-                        "bad_wheelhouse",
+                        outcomes.BAD_WHEELHOUSE,
                         f"over {max_bytes} bytes or {MAX_WHEELS} wheels ([updates] "
                         "max_unpacked_bytes)",
                     )
@@ -82,9 +85,9 @@ def unpack_wheelhouse(archive: Path, into: Path, max_bytes: int) -> list[Path]:
                     shutil.copyfileobj(source, target)
                 wheels.append(into / name)
     except (tarfile.TarError, OSError, EOFError) as exc:
-        raise InstallError("bad_wheelhouse", f"{archive.name}: {exc}") from exc
+        raise InstallError(outcomes.BAD_WHEELHOUSE, f"{archive.name}: {exc}") from exc
     if not wheels:
-        raise InstallError("bad_wheelhouse", f"{archive.name}: holds no wheel")
+        raise InstallError(outcomes.BAD_WHEELHOUSE, f"{archive.name}: holds no wheel")
     return wheels
 
 
@@ -124,7 +127,7 @@ def install_version(
     for the first install) under ``layout``; return its venv."""
     directory = layout.version_dir(version)
     if version in (layout.current(), layout.previous()):
-        raise InstallError("in_use", f"{directory} is in use (current or previous)")
+        raise InstallError(outcomes.IN_USE, f"{directory} is in use (current or previous)")
     shutil.rmtree(directory, ignore_errors=True)  # an unfinished or pruned-late attempt
     if wheelhouse.is_dir():
         wheels = sorted(wheelhouse.glob("*.whl")) or [wheelhouse / "none.whl"]
@@ -167,7 +170,7 @@ def install_version(
     ).strip()
     if said != version:
         raise InstallError(
-            "version_mismatch",
+            outcomes.VERSION_MISMATCH,
             f"the wheel of edgeagent {version} holds an agent whose __version__ is {said!r}: "
             "it would never confirm its switch (build it again from one version)",
         )
@@ -180,7 +183,7 @@ def install_version(
 def _site_packages(venv: Path) -> Path:
     found = sorted((venv / "lib").glob("python3*/site-packages"))
     if not found:
-        raise InstallError("venv_failed", f"{venv}: no lib/python3*/site-packages")
+        raise InstallError(outcomes.VENV_FAILED, f"{venv}: no lib/python3*/site-packages")
     return found[0]
 
 

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 from edgeagent import __version__
 from edgeagent.aio import spawn
+from edgeagent.fleet import outcomes
 from edgeagent.fleet.agent_manifest import AgentRefused, verify_agent_release
 from edgeagent.fleet.manifest import Artifact, DeviceIdentity, ManifestError
 from edgeagent.fleet.signing import TrustError, VerificationError
@@ -59,7 +60,8 @@ from edgeagent.selfupdate.state import PendingSwitch, SwitchState
 
 log = logging.getLogger(__name__)
 
-_QUIET = ("same_version", "known_bad")  # a retained copy re-delivered on every reconnect
+# A retained copy is re-delivered on every reconnect: these answers are not worth a report.
+_QUIET = (outcomes.SAME_VERSION, outcomes.KNOWN_BAD)
 
 
 class Reporter(Protocol):
@@ -150,11 +152,13 @@ class AgentUpdates:
         release = manifest.describe()
         current = self.layout.current()
         if self.state.pending() is not None:
-            return self._refuse(release, "switch_pending", "a switch of the agent is on trial")
+            return self._refuse(
+                release, outcomes.SWITCH_PENDING, "a switch of the agent is on trial"
+            )
         if current != __version__:
             return self._refuse(
                 release,
-                "not_ab_layout",
+                outcomes.NOT_AB_LAYOUT,
                 f"{self.layout.current_link} names {current}, this agent is {__version__}: "
                 "run it from the A/B root (edgeagent agent-update init)",
             )
@@ -225,7 +229,7 @@ class AgentUpdates:
     async def _mismatch(self, pending: PendingSwitch) -> None:
         self._fail(
             pending,
-            "version_mismatch",
+            outcomes.VERSION_MISMATCH,
             f"{self.layout.venv(pending.to_version)} runs agent {__version__}, not "
             f"{pending.to_version}: it cannot confirm the switch",
         )
@@ -235,7 +239,7 @@ class AgentUpdates:
         await asyncio.sleep(max(0.0, pending.deadline - time.time()))
         now = self.state.pending()
         if now is not None and not now.verdict and now.serial == pending.serial:
-            self._fail(now, "deadline", "not committed within the switch deadline")
+            self._fail(now, outcomes.DEADLINE, "not committed within the switch deadline")
 
     async def _confirm(self, pending: PendingSwitch) -> None:
         self.checkpoint("agent_confirming")
@@ -243,7 +247,7 @@ class AgentUpdates:
         try:
             await asyncio.wait_for(self._check(pending), max(0.0, pending.deadline - time.time()))
         except asyncio.TimeoutError:
-            self._fail(pending, "deadline", "not healthy within the switch deadline")
+            self._fail(pending, outcomes.DEADLINE, "not healthy within the switch deadline")
             return
         except Exception as exc:
             self._fail(pending, getattr(exc, "code", "health_check_failed"), str(exc))
@@ -262,7 +266,9 @@ class AgentUpdates:
         pruned = self.layout.prune(self.settings.keep_versions, bad=self.state.record().bad)
         if self.state.take_outcome() is not None:
             pruning = f"; pruned {', '.join(pruned)}" if pruned else ""
-            self.reporter.outcome(pending.release, "succeeded", "committed", message + pruning)
+            self.reporter.outcome(
+                pending.release, "succeeded", outcomes.COMMITTED, message + pruning
+            )
 
     async def _check(self, pending: PendingSwitch) -> None:
         for name in pending.models:

@@ -141,7 +141,7 @@ def test_nothing_under_scripts_imports_the_test_suite() -> None:
 # first argument, a ``code=``, a comparison with a ``code``, a set of codes in a constant).
 # The same word as another vocabulary (a deployment's status "cancelled", a download setting
 # "timeout") is not a code there and is left alone.
-CODE_HOMES = ("edgeagent/updates", "edgeagent/hub", "edgeagent/fleet")
+CODE_HOMES = ("edgeagent/updates", "edgeagent/hub", "edgeagent/fleet", "edgeagent/selfupdate")
 SAYS_WHY = re.compile(r"(Refused|Failed|Error|refuse|_fail|roll_back)$")
 
 
