@@ -1,6 +1,6 @@
 """``edgeagent hub server`` and the ``--server`` mode of ``hub status`` / ``hub rollout``.
 
-Kept apart from ``commands/hub.py`` (which only calls ``register``): the server's flags, and a
+Kept apart from ``commands/hub/`` (which only calls ``register``): the server's flags, and a
 wrapper that sends ``status`` and ``rollout`` to a running server when ``--server URL`` or
 ``$EDGEAGENT_HUB_SERVER`` is given, leaving their stand-alone behaviour untouched otherwise.
 """

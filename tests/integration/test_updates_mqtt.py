@@ -14,7 +14,7 @@ from aiohttp import web
 
 from devtools.broker import Broker
 from devtools.waiting import until
-from edgeagent.commands.hub import trust_message
+from edgeagent.commands.hub.publish import trust_message
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics
