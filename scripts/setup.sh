@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up edgeagent from a fresh clone: the runtime environment (.venv, every extra), the
+# Set up edgeagent from a fresh clone: the runtime environment (.venv, every extra; llama.cpp's
+# bindings compiled once for a portable CPU baseline by scripts/llama_cpp_wheel.sh), the
 # build-only environment (.venv-build: torch for making models, never a runtime dependency),
 # the TensorFlow converter (.venv-tf: tensorflow-cpu + tf2onnx, for `edgeagent package model.pb`),
 # and the model zoo (zoo/, built once and cached by a build key).
@@ -22,6 +23,9 @@ environment() {  # environment DIR PIP-ARGS…: a venv at DIR with a current pip
 
 run_step "runtime environment (.venv)" venv \
   environment .venv -e ".[litert,openvino,hub,package,dev]"
+llama_version=$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
+run_step "llama.cpp (llama-cpp-python $llama_version compiled once, portable, cached in .wheels/) + the llm extras" \
+  llama-cpp scripts/llama_cpp_wheel.sh .venv -e ".[llm,llm-openvino,bench]"
 run_step "DeepStack SDK for the client tests (without the GUI OpenCV it asks for)" deepstack-sdk \
   .venv/bin/python "${PIP[@]}" --no-deps deepstack-sdk==0.2.1
 torch_version=$(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3)
