@@ -25,10 +25,12 @@ from edgeagent.api.http.app_keys import (
     DATAPLANE,
     JSON_DECODER,
     JSON_HELPER,
+    LANGUAGE,
     METRICS,
     SETTINGS,
     SHARED_MEMORY,
     STATUS,
+    LanguagePlane,
 )
 from edgeagent.api.http.body import BodyTooSlow
 from edgeagent.api.http.deepstack_routes import deepstack_routes
@@ -149,11 +151,13 @@ def create_app(
     metrics: CollectorRegistry,
     status: Callable[[], dict],
     shared_memory: SharedMemoryRegistry | None = None,
+    language: LanguagePlane | None = None,
 ) -> web.Application:
     """The HTTP application over ``dataplane``; serve it on any listener.
 
     ``shared_memory`` is the daemon's region registry (shared with gRPC, released by the
-    daemon); without one the app keeps its own and releases it on cleanup.
+    daemon); without one the app keeps its own and releases it on cleanup. ``language`` is the
+    language plane: given, the OpenAI and Ollama routes are served over it.
     """
     http_metrics = HttpMetrics(metrics)
     app = web.Application(
@@ -182,6 +186,8 @@ def create_app(
     app.add_routes(
         [*v2_routes(), *edge_routes(), *detect_routes(), *deepstack_routes(), *shm_routes()]
     )
+    if language is not None:
+        app[LANGUAGE] = language
     return app
 
 
