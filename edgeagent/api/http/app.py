@@ -37,6 +37,8 @@ from edgeagent.api.http.deepstack_routes import deepstack_routes
 from edgeagent.api.http.detect_routes import detect_routes
 from edgeagent.api.http.edge_routes import edge_routes
 from edgeagent.api.http.listener_guard import agent_guard
+from edgeagent.api.http.ollama_routes import ollama_routes
+from edgeagent.api.http.openai_routes import openai_errors, openai_routes
 from edgeagent.api.http.shm_routes import shm_routes
 from edgeagent.api.http.v2_routes import v2_routes
 from edgeagent.api.jsonparse.helper import JsonHelper
@@ -160,10 +162,14 @@ def create_app(
     language plane: given, the OpenAI and Ollama routes are served over it.
     """
     http_metrics = HttpMetrics(metrics)
+    # OpenAI's clients read their own error shape: its middleware sits inside the agent's (which
+    # still catches what it lets through) and outside the guard and token check it re-shapes.
+    shapes = [openai_errors] if language is not None else []
     app = web.Application(
         middlewares=[
             http_metrics.middleware(),
             errors_middleware,
+            *shapes,
             agent_guard(settings).middleware(),
             auth_middleware(settings),
         ],
@@ -188,6 +194,7 @@ def create_app(
     )
     if language is not None:
         app[LANGUAGE] = language
+        app.add_routes([*openai_routes(), *ollama_routes()])
     return app
 
 
