@@ -8,6 +8,7 @@ rate, the KV cache in use and allocated, and sequences running and waiting, per 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -18,50 +19,47 @@ RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 
 class LanguageMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.first_token = Histogram(
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, ["model"], registry=registry, buckets=buckets)
+
+        def by(label: str, kind: type[Counter] | type[Gauge], name: str, doc: str) -> Any:
+            return kind(name, doc, ["model", label], registry=registry)
+
+        self.first_token = histogram(
             "edgeagent_llm_time_to_first_token_seconds",
             "From admission to the first generated token",
-            ["model"],
-            registry=registry,
-            buckets=(*LATENCY_BUCKETS, 30.0),
+            (*LATENCY_BUCKETS, 30.0),
         )
-        self.inter_token = Histogram(
+        self.inter_token = histogram(
             "edgeagent_llm_inter_token_seconds",
             "Between consecutive generated tokens of one sequence",
-            ["model"],
-            registry=registry,
-            buckets=LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
         )
-        self.rate = Histogram(
+        self.rate = histogram(
             "edgeagent_llm_tokens_per_second",
             "Each generation's decode rate (tokens after the first / their time)",
-            ["model"],
-            registry=registry,
-            buckets=RATE_BUCKETS,
+            RATE_BUCKETS,
         )
-        self.tokens = Counter(
+        self.tokens = by(
+            "kind",
+            Counter,
             "edgeagent_llm_tokens",
             "Tokens processed, by kind (prompt, completion, prompt_cached)",
-            ["model", "kind"],
-            registry=registry,
         )
-        self.generations = Counter(
+        self.generations = by(
+            "outcome",
+            Counter,
             "edgeagent_llm_generations",
             "Generations ended, by outcome (stop, length, cancelled, deadline, shed, failed)",
-            ["model", "outcome"],
-            registry=registry,
         )
-        self.kv_bytes = Gauge(
+        self.kv_bytes = by(
+            "state",
+            Gauge,
             "edgeagent_llm_kv_cache_bytes",
             "KV-cache bytes, by state (used, allocated)",
-            ["model", "state"],
-            registry=registry,
         )
-        self.sequences = Gauge(
-            "edgeagent_llm_sequences",
-            "Sequences by state (running, waiting)",
-            ["model", "state"],
-            registry=registry,
+        self.sequences = by(
+            "state", Gauge, "edgeagent_llm_sequences", "Sequences, by state (running, waiting)"
         )
 
     def forget(self, model: str) -> None:

@@ -121,6 +121,7 @@ class Scheduler:
         self._task: asyncio.Task[None] | None = None
         self.steps = 0
         self.kv = session.kv_bytes()  # (used, allocated) after the last step
+        self._tick: asyncio.Future[None] | None = None
 
     # ---- admission (the plane calls these) -------------------------------------------------
 
@@ -200,6 +201,7 @@ class Scheduler:
                 if self._frees or self._copies:
                     await loop.run_in_executor(self._executor, self._compute, [])
                 self._gauges()
+                self._ticked()
                 self._wake.clear()
                 if self._closing and not self._running and not self._waiting:
                     break
@@ -220,6 +222,18 @@ class Scheduler:
             self.steps += 1
             self._deliver(events)
             self._gauges()
+            self._ticked()
+
+    def _ticked(self) -> None:
+        if self._tick is not None and not self._tick.done():
+            self._tick.set_result(None)
+
+    async def iteration(self) -> None:
+        """Until the loop ends its next iteration (a step, or the frees before it idles): a
+        sequence cancelled now is freed by the end of the second one at the latest."""
+        if self._tick is None or self._tick.done():
+            self._tick = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._tick)
 
     async def _wait_for_work(self) -> None:
         """Sleep until a request, a cancellation or the nearest waiting deadline."""
