@@ -7,6 +7,7 @@ two shared cores.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,39 @@ def smollm2_gguf() -> Path:
     if not path.is_file():
         pytest.skip(f"{SMOLLM2} not in {MODELS}: run scripts/fetch_models.py (scripts/setup.sh)")
     return path
+
+
+MANIFEST = """\
+name = "{name}"
+version = "{version}"
+task = "text-generation"
+description = "SmolLM2 135M Instruct"
+
+[text]
+architecture = "llama"
+context = 8192
+chat_template = true
+bos = "<|im_start|>"
+eos = "<|im_end|>"
+stop = ["<|im_end|>"]
+
+[[variant]]
+runtime = "llama_cpp"
+precision = "q4_1"
+files = ["smollm2-135m-instruct-q4_1.gguf"]
+"""
+
+
+def write_text_package(root: Path, name: str = "smollm2", version: str = "1.0.0") -> Path:
+    """A text-generation package of the SmolLM2 GGUF in ``root`` (the file hard-linked where
+    the file system allows, else copied: a package may not point outside itself)."""
+    source = smollm2_gguf()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.toml").write_text(MANIFEST.format(name=name, version=version))
+    target = root / SMOLLM2
+    if not target.exists():
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+    return root

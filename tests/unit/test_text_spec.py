@@ -9,27 +9,12 @@ import pytest
 
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.text_spec import TextSpec
+from tests.support import language
 
-MANIFEST = """\
-name = "smollm2"
-version = "1.0.0"
-task = "text-generation"
-description = "SmolLM2 135M Instruct"
-golden = "golden.json"
-
-[text]
-architecture = "llama"
-context = 8192
-chat_template = true
-bos = "<|im_start|>"
-eos = "<|im_end|>"
-stop = ["<|im_end|>"]
-
-[[variant]]
-runtime = "llama_cpp"
-precision = "q4_1"
-files = ["smollm2.q4_1.gguf"]
-"""
+GGUF = "smollm2-135m-instruct-q4_1.gguf"
+MANIFEST = language.MANIFEST.format(name="smollm2", version="1.0.0").replace(
+    "\n\n[text]", '\ngolden = "golden.json"\n\n[text]'
+)
 
 
 @pytest.fixture
@@ -37,7 +22,7 @@ def package(tmp_path: Path) -> Path:
     root = tmp_path / "smollm2"
     root.mkdir()
     (root / "model.toml").write_text(MANIFEST)
-    (root / "smollm2.q4_1.gguf").write_bytes(b"GGUF" + bytes(60))
+    (root / GGUF).write_bytes(b"GGUF" + bytes(60))
     (root / "golden.json").write_text("{}")
     return root
 
@@ -55,7 +40,7 @@ def test_a_text_generation_package_is_read(package: Path) -> None:
         "llama", 8192, True, "<|im_start|>", "<|im_end|>", ("<|im_end|>",)
     )
     assert [v.key for v in loaded.variants] == ["llama_cpp/q4_1"]
-    assert loaded.variants[0].files == (package / "smollm2.q4_1.gguf",)
+    assert loaded.variants[0].files == (package / GGUF,)
     assert loaded.inputs == () and loaded.golden == package / "golden.json"
 
 
@@ -79,11 +64,11 @@ def test_an_embedding_package_is_read(package: Path) -> None:
         ('runtime = "llama_cpp"', 'runtime = "onnxruntime"', r"variant\[0\].runtime: onnxrunt"),
         ('runtime = "llama_cpp"', 'runtime = "llama"', r"variant\[0\].runtime: 'llama' is not one"),
         (
-            'files = ["smollm2.q4_1.gguf"]',
+            f'files = ["{GGUF}"]',
             'files = ["x.onnx"]',
             r"'x.onnx' is not a llama_cpp file",
         ),
-        ('files = ["smollm2.q4_1.gguf"]', 'files = ["../a.gguf"]', r"points outside the package"),
+        (f'files = ["{GGUF}"]', 'files = ["../a.gguf"]', r"points outside the package"),
         ('golden = "golden.json"', 'golden = "nope.json"', r"golden: file 'nope.json' does not"),
         ('task = "text-generation"', 'task = "chat"', r"task: 'chat' is not one of classification"),
         ("[text]", "[texts]", r"unknown field\(s\) texts"),
