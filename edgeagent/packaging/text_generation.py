@@ -9,8 +9,9 @@ held-out text and kept only when
     perplexity on the held-out text ≤ ``max_perplexity_ratio`` × the reference's.
 
 A dropped variant is reported with its figures and never written. The model is driven through
-the generative runtime plugin (``runtimes.llama_cpp``) exactly as the agent serves it, so what
-is recorded is what a device will replay in its health check (``models.text_golden``).
+the generative runtime plugin (``runtimes.llama_cpp``) and the chat rendered by the language
+plane's own template code, so what is recorded is what a device will replay in its health
+check (``models.text_golden``).
 """
 
 from __future__ import annotations
@@ -162,23 +163,23 @@ class Prompts:
 def _render(reference: GgufFacts, session: GenerativeSession) -> Prompts:
     """The golden chats in the model's own chat template, and every text's token ids.
 
-    Rendered by llama-cpp-python's Jinja2 formatter, as its server renders a chat; a file
-    without a template gets the user's words as they are.
+    Rendered and tokenized by the language plane's own code, so the recorded prompt is the
+    one the agent feeds the model for the same chat; a file without a template gets the
+    user's words as they are.
     """
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+    from edgeagent.engine.language.chat import render_chat
+    from edgeagent.engine.text_requests import ChatMessage
 
     chats = []
     for chat in GOLDEN_CHATS:
         if reference.chat_template:
-            formatter = Jinja2ChatFormatter(
-                reference.chat_template, eos_token=reference.eos, bos_token=reference.bos
+            messages = [ChatMessage(m["role"], m["content"]) for m in chat]
+            text = render_chat(
+                reference.chat_template, messages, bos=reference.bos, eos=reference.eos
             )
-            text = formatter(messages=list(chat)).prompt  # type: ignore[arg-type]
         else:
             text = "\n".join(m["content"] for m in chat) + "\n"
-        # The template writes the BOS text itself where the model wants one.
-        starts = bool(reference.bos) and text.startswith(reference.bos)
-        chats.append((text, tuple(session.tokenize(text, add_special=not starts))))
+        chats.append((text, tuple(session.tokenize(text, add_special=True))))
     heldout = tuple(session.tokenize(HELD_OUT, add_special=True))
     return Prompts(tuple(chats), heldout)
 
