@@ -19,7 +19,7 @@ with the model loaded (its process tree, after the warm-up). Ratios come from on
 this process is the client and shares the cores, so absolute figures move with the machine.
 
     .venv/bin/python scripts/bench_llm.py                  # SmolLM2 Q4_1, 2 threads, cores 0,1
-    .venv/bin/python scripts/bench_llm.py --rounds 7 --json bench-out/llm.json
+    .venv/bin/python scripts/bench_llm.py --rounds 7 --out bench-out/llm.json
     .venv/bin/python scripts/bench_llm.py --gguf third-party-models/gemma-3-270m-q4_k_m.gguf \
         --skip agent                                       # a second architecture (--bench fetch)
 """
@@ -29,231 +29,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import psutil  # noqa: E402
-
-from devtools.agent_process import spawn_agent  # noqa: E402
 from devtools.bench_daemon import stop_tree  # noqa: E402
-from devtools.http_endpoint import http_client  # noqa: E402
-from devtools.ports import free_port  # noqa: E402
-from devtools.waiting import until  # noqa: E402
+from devtools.llm_servers import (  # noqa: E402
+    Server,
+    Stream,
+    pinned,
+    prompt,
+    served_round,
+    start_agent,
+    start_peer,
+    wait_serving,
+)
 
 GGUF = REPO / "third-party-models" / "smollm2-135m-instruct-q4_1.gguf"
 ZOO_PACKAGE = REPO / "zoo" / "smollm2"
-PROMPT = (
-    "Write a short story about a lighthouse keeper who finds a message in a bottle. "
-    "The story begins on a stormy night, when"
-)
 SIDES = ("agent", "peer", "in-process", "openvino")
-_serial = itertools.count(1)
-
-
-def prompt() -> str:
-    """The prompt with a number of its own in front: no request reuses another's cached
-    prefix (the agent's prefix cache and llama.cpp's prompt reuse would measure a cache)."""
-    return f"{next(_serial)}. {PROMPT}"
-
-
-@dataclass
-class Stream:
-    """One streamed completion as its client saw it."""
-
-    ttft_s: float
-    tokens: int
-    decode_s: float  # first chunk → last chunk
-    gaps: list[float] = field(default_factory=list)  # between successive chunks
-
-    @property
-    def decode_tps(self) -> float:
-        return (self.tokens - 1) / self.decode_s if self.decode_s > 0 and self.tokens > 1 else 0.0
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] if ordered else 0.0
-
-
-# ---- the servers ---------------------------------------------------------------------------
-
-
-@dataclass
-class Server:
-    name: str
-    port: int
-    process: subprocess.Popen
-    model: str
-    headers: dict[str, str]
-    log: Path
-
-    def rss_mb(self) -> float:
-        try:
-            root = psutil.Process(self.process.pid)
-            tree = [root, *root.children(recursive=True)]
-            return sum(p.memory_info().rss for p in tree) / 2**20
-        except psutil.NoSuchProcess:
-            return 0.0
-
-
-def pinned(cores: str) -> list[str]:
-    return ["taskset", "-c", cores] if cores else []
-
-
-def start_peer(gguf: Path, work: Path, args: argparse.Namespace) -> Server:
-    port = free_port()
-    log = work / "peer.log"
-    command = [
-        *pinned(args.cores),
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(gguf),
-        "--model_alias",
-        "peer",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--n_threads",
-        str(args.threads),
-        "--n_threads_batch",
-        str(args.threads),
-        "--n_ctx",
-        str(args.context),
-        "--interrupt_requests",
-        "False",
-    ]
-    with log.open("w") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=work)
-    return Server("peer", port, process, "peer", {}, log)
-
-
-def start_agent(package: Path, work: Path, args: argparse.Namespace) -> Server:
-    port = free_port()
-    token = secrets.token_hex(16)
-    models = work / "models"
-    models.mkdir()
-    (models / package.name).symlink_to(package.resolve())
-    config = work / "agent.toml"
-    config.write_text(
-        f"[hardware]\nthreads = {args.threads}\n[server]\ntoken = '{token}'\n"
-        f"[llm]\nthreads = {args.threads}\ncontext = {args.context}\n"
-        f"sequences = {args.streams}\n"
-    )
-    log = work / "agent.log"
-    argv = ["--config", str(config), "--models-dir", str(models)]
-    argv += ["--socket", str(work / "agent.sock"), "--port", str(port)]
-    with log.open("w") as sink:
-        process = spawn_agent(
-            argv,
-            state=work / "state",
-            prefix=pinned(args.cores),
-            stdout=subprocess.DEVNULL,
-            stderr=sink,
-            cwd=work,
-        )
-    name = _package_name(package)
-    return Server("agent", port, process, name, {"Authorization": f"Bearer {token}"}, log)
-
-
-def _package_name(package: Path) -> str:
-    import tomllib
-
-    return str(tomllib.loads((package / "model.toml").read_text())["name"])
-
-
-async def wait_serving(server: Server, timeout: float = 300) -> None:
-    """Until /v1/models lists the model; SystemExit with the log's end if the server dies."""
-
-    async def listed() -> bool:
-        if server.process.poll() is not None:
-            tail = server.log.read_text(errors="replace")[-2000:]
-            raise SystemExit(f"{server.name} exited with {server.process.returncode}:\n{tail}")
-        try:
-            async with (
-                http_client(server.port) as client,
-                client.get("/v1/models", headers=server.headers) as answer,
-            ):
-                if answer.status != 200:
-                    return False
-                body = await answer.json()
-            return any(m.get("id") == server.model for m in body.get("data", []))
-        except (OSError, ValueError, asyncio.TimeoutError):
-            return False
-        except Exception as exc:  # aiohttp's connection errors before it listens
-            return "Cannot connect" in str(exc) or "Server disconnected" in str(exc)
-
-    try:
-        await until(listed, timeout, poll_s=0.1)
-    except AssertionError:
-        raise SystemExit(f"{server.name} did not list its model within {timeout} s") from None
-
-
-async def stream_completion(server: Server, client: Any, max_tokens: int) -> Stream:
-    """POST /v1/completions with stream=true; times of the chunks that carry text."""
-    body = {
-        "model": server.model,
-        "prompt": prompt(),
-        "max_tokens": max_tokens,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    started = time.perf_counter()
-    stamps: list[float] = []
-    tokens = 0  # from the usage chunk where the server sends one; else one per text chunk
-    async with client.post("/v1/completions", json=body, headers=server.headers) as answer:
-        if answer.status != 200:
-            raise SystemExit(f"{server.name}: {answer.status} {await answer.text()}")
-        async for raw in answer.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                break
-            chunk = json.loads(data)
-            tokens = (chunk.get("usage") or {}).get("completion_tokens", tokens)
-            choices = chunk.get("choices") or []
-            if choices and choices[0].get("text"):
-                stamps.append(time.perf_counter())
-    if not stamps:
-        raise SystemExit(f"{server.name}: the stream carried no text")
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    return Stream(stamps[0] - started, tokens or len(stamps), stamps[-1] - stamps[0], gaps)
-
-
-async def served_round(server: Server, args: argparse.Namespace) -> dict[str, Any]:
-    """One stream, then ``streams`` concurrent ones."""
-    async with http_client(server.port, limit=args.streams + 1) as client:
-        one = await stream_completion(server, client, args.max_tokens)
-        started = time.perf_counter()
-        many = await asyncio.gather(
-            *(stream_completion(server, client, args.max_tokens) for _ in range(args.streams))
-        )
-        wall = time.perf_counter() - started
-    return {
-        "tps": one.decode_tps,
-        "ttft_s": one.ttft_s,
-        "aggregate_tps": sum(s.tokens for s in many) / wall,
-        "inter_token_p95_s": [p95(s.gaps) for s in many],
-    }
 
 
 # ---- in this process -----------------------------------------------------------------------
@@ -330,15 +134,61 @@ def openvino_round(pipeline: Any, args: argparse.Namespace) -> dict[str, Any]:
     return {"tps": one.decode_tps, "ttft_s": one.ttft_s}
 
 
+class Child:
+    """OpenVINO GenAI in a process of its own, on the same cores: its runtime's worker threads
+    keep spinning after a generation and would slow llama.cpp in this process."""
+
+    def __init__(self, gguf: Path, args: argparse.Namespace) -> None:
+        command = [*pinned(args.cores), sys.executable, __file__, "--child", "openvino"]
+        command += ["--gguf", str(gguf), "--threads", str(args.threads)]
+        command += ["--max-tokens", str(args.max_tokens)]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the OpenVINO child exited with {self.process.wait()}")
+        return dict(json.loads(line))
+
+    def round(self) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(30)
+
+
+def child(args: argparse.Namespace) -> int:
+    """--child openvino: load, say whether it could, then one round per line read."""
+    pipeline, why = openvino_pipeline(Path(args.gguf), args)
+    print(json.dumps({"ok": pipeline is not None, "why": why}), flush=True)
+    if pipeline is None:
+        return 0
+    for _ in sys.stdin:
+        print(json.dumps(openvino_round(pipeline, args)), flush=True)
+    return 0
+
+
 # ---- the run -------------------------------------------------------------------------------
 
 
 def package_for(gguf: Path, work: Path, args: argparse.Namespace) -> Path:
-    if args.package:
-        return Path(args.package)
-    if gguf == GGUF and (ZOO_PACKAGE / "model.toml").is_file():
+    """--package when it holds one; else the zoo's for its GGUF; else packaged now (into
+    --package when given, so a second run reuses it)."""
+    given = Path(args.package) if args.package else None
+    if given is not None and (given / "model.toml").is_file():
+        return given
+    if given is None and gguf == GGUF and (ZOO_PACKAGE / "model.toml").is_file():
         return ZOO_PACKAGE
-    out = work / "package"
+    out = given or work / "package"
     subprocess.run(
         [
             sys.executable,
@@ -379,6 +229,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
         work = Path(tmp)
         servers: dict[str, Server] = {}
+        local: dict[str, Any] = {}  # the in-process Llama, the OpenVINO child
         try:
             if "peer" in sides:
                 (work / "peer").mkdir()
@@ -389,24 +240,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 servers["agent"] = start_agent(package, work / "agent", args)
             for server in servers.values():
                 await wait_serving(server)
-            local: dict[str, Any] = {}
             if "in-process" in sides:
                 local["in-process"] = llama_in_process(gguf, args)
             if "openvino" in sides:
-                pipeline, why = openvino_pipeline(gguf, args)
-                if pipeline is None:
-                    result["notes"]["openvino"] = why
+                local["openvino"] = Child(gguf, args)
+                if not local["openvino"].ready["ok"]:
+                    result["notes"]["openvino"] = local.pop("openvino").ready["why"]
                     sides.remove("openvino")
-                else:
-                    local["openvino"] = pipeline
             rounds: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
 
             async def measure(side: str) -> dict[str, Any]:
                 if side in servers:
                     return await served_round(servers[side], args)
+                if side == "openvino":
+                    return await asyncio.to_thread(local[side].round)
                 with on_cores(args.cores):
-                    if side == "openvino":
-                        return await asyncio.to_thread(openvino_round, local[side], args)
                     return await asyncio.to_thread(llama_round, local[side], args)
 
             for side in sides:  # warm-up: first requests load pages and build graphs
@@ -420,6 +268,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             for server in servers.values():
                 stop_tree(server.process)
+            if "openvino" in local:
+                local["openvino"].close()
     result["sides"] = {side: _summary(samples) for side, samples in rounds.items()}
     result["ratios"] = _ratios(result["sides"], result.get("rss_mb", {}))
     return result
@@ -487,7 +337,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gguf", default=str(GGUF), help="the model file every side runs")
     parser.add_argument(
-        "--package", help="the agent's package of it (default: zoo/smollm2 or packaged here)"
+        "--package",
+        help="the agent's package of it; packaged into this directory when it holds none "
+        "(default: zoo/smollm2, else packaged in a temporary directory)",
     )
     parser.add_argument("--threads", type=int, default=2, help="threads of every side")
     parser.add_argument("--cores", default="0,1", help="taskset cores of every side ('' = any)")
@@ -498,13 +350,18 @@ def main() -> int:
     parser.add_argument(
         "--skip", action="append", default=[], choices=SIDES, help="leave a side out"
     )
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--out", type=Path, help="also write the JSON figures to this file")
+    parser.add_argument("--child", choices=("openvino",), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        return child(args)
     result = asyncio.run(run(args))
-    print(table(result))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    text = json.dumps(result, indent=2) + "\n"
+    print(text if args.json else table(result), end="" if args.json else "\n")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
     return 0
 
 
