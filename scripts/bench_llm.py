@@ -202,6 +202,7 @@ def package_for(gguf: Path, work: Path, args: argparse.Namespace) -> Path:
             str(args.threads),
         ],
         check=True,
+        stdout=sys.stderr,  # stdout is the report's
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
