@@ -89,6 +89,7 @@ class Scheduler:
         self.steps = 0
         self.kv = session.kv_bytes()  # (used, allocated) after the last step
         self._tick: asyncio.Future[None] | None = None
+        self._idle = False  # parked with nothing to do
 
     # ---- admission (the plane calls these) -------------------------------------------------
 
@@ -186,7 +187,9 @@ class Scheduler:
                 self._wake.clear()
                 if self._closing and not self._running and not self._waiting:
                     break
+                self._idle = True
                 await self._wait_for_work()
+                self._idle = False
                 continue
             await self._gate.acquire(self._limits, self.device)
             started = time.perf_counter()
@@ -211,7 +214,10 @@ class Scheduler:
 
     async def iteration(self) -> None:
         """Until the loop ends its next iteration (a step, or the frees before it idles): a
-        sequence cancelled now is freed by the end of the second one at the latest."""
+        sequence cancelled now is freed by the end of the second one at the latest. At once
+        when the loop is parked with nothing to do (there is no next iteration to wait for)."""
+        if self._idle and not self._wake.is_set():
+            return
         if self._tick is None or self._tick.done():
             self._tick = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._tick)
@@ -414,21 +420,31 @@ class Scheduler:
             self._release(sequence, keep=False)
 
     def _gauges(self) -> None:
-        self._metrics.kv_bytes.labels(self.model, "used").set(self.kv[0])
-        self._metrics.kv_bytes.labels(self.model, "allocated").set(self.kv[1])
+        active, cached, allocated = self._kv_split()
+        self._metrics.kv_bytes.labels(self.model, "used").set(active)
+        self._metrics.kv_bytes.labels(self.model, "cached").set(cached)
+        self._metrics.kv_bytes.labels(self.model, "allocated").set(allocated)
         self._metrics.sequences.labels(self.model, "running").set(len(self._running))
         self._metrics.sequences.labels(self.model, "waiting").set(len(self._waiting))
 
     # ---- status and shutdown -------------------------------------------------------------------
 
+    def _kv_split(self) -> tuple[int, int, int]:
+        """KV bytes (held by running sequences, kept as prefixes for reuse, allocated): the
+        kept ones are given back whenever a sequence needs the room."""
+        total, allocated = self.kv
+        cached = min(total, self._retained.tokens * self._per_token)
+        return total - cached, cached, allocated
+
     def status(self) -> dict:
-        used, allocated = self.kv
+        used, cached, allocated = self._kv_split()
         return {
             "device": self.device,
             "sequences": self.session.sequences,
             "running": len(self._running),
             "waiting": len(self._waiting),
             "kv_bytes_used": used,
+            "kv_bytes_cached": cached,
             "kv_bytes_allocated": allocated,
             "kv_tokens_budget": self.capacity,
             "context": self.sequence_context,
