@@ -270,6 +270,8 @@ class Scheduler:
     def _admit(self) -> None:
         """Waiting sequences into free slots, by priority, while the KV budget allows."""
         while self._waiting:
+            if not self._free_slots and not self._retained:
+                return  # every slot runs a sequence: nothing to look up this step
             sequence = self._waiting[0]
             source = best_source(
                 sequence.prompt,
