@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
+import ollama
+import openai
 import pytest
 import requests
 
+from devtools.agent_process import TOKEN
 from devtools.waiting import until
 from tests.support.language_agent import LIMITS, MODEL, LanguageAgent, language_agent
 
@@ -161,3 +167,33 @@ async def test_a_client_that_leaves_before_a_whole_answer_frees_its_sequence(
     await until(lambda: _cancelled(agent) > before, what="the generation cancelled")
     await until(lambda: agent.model_status()["running"] == 0, what="the sequence freed")
     assert await reader.read() == b""  # no answer was sent
+
+
+def test_a_model_removed_mid_stream_ends_each_stream_with_its_apis_error(
+    tmp_path: Path,
+) -> None:
+    """Once the status line went, an error can only be the stream's last frame: the openai
+    client raises it from its SSE ``error`` event, the ollama client from its ``error`` line."""
+    long = 200  # two such answers fit the KV budget together (context 512)
+    with language_agent(tmp_path, server="drain_timeout_s = 0", max_tokens=CAP) as agent:
+        client = openai.OpenAI(base_url=f"{agent.url}/v1", api_key=TOKEN, max_retries=0)
+        stream = client.completions.create(
+            model=MODEL, prompt="Once upon a time", max_tokens=long, stream=True
+        )
+        lines = ollama.Client(host=agent.url, headers=agent.headers).generate(
+            model=MODEL,
+            prompt="Once upon a time",
+            raw=True,
+            options={"num_predict": long},
+            stream=True,
+        )
+        next(iter(stream)), next(lines)  # both run
+        shutil.rmtree(tmp_path / "models" / MODEL)
+        agent.process.send_signal(signal.SIGHUP)  # the operator took the model away
+        with pytest.raises(openai.APIError, match="unloaded"):
+            for _ in stream:
+                pass
+        with pytest.raises(ollama.ResponseError, match="unloaded"):
+            for _ in lines:
+                pass
+        assert agent.alive()
