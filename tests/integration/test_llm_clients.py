@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
+import httpx
 import ollama
 import openai
 import pytest
@@ -173,3 +174,18 @@ def test_the_agents_own_model_routes_keep_the_agents_shape(agent: LanguageAgent)
         f"{agent.url}/v1/models/{MODEL}/classify", headers=agent.headers, data=b"x", timeout=30
     )
     assert response.status_code == 404 and isinstance(response.json()["error"], str)
+
+
+def test_the_unix_socket_serves_the_same_apis_without_a_token(agent: LanguageAgent) -> None:
+    """The socket's file mode is its access control (no token), as for every other API."""
+    transport = httpx.HTTPTransport(uds=str(agent.socket))
+    client = openai.OpenAI(
+        base_url="http://agent/v1",
+        api_key="unused",
+        http_client=httpx.Client(transport=transport),
+        max_retries=0,
+    )
+    answer = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+    assert answer.choices[0].message.content
+    local = ollama.Client(host="http://agent", transport=httpx.HTTPTransport(uds=str(agent.socket)))
+    assert [m.model for m in local.list().models] == [f"{MODEL}:latest"]
