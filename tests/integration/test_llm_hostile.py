@@ -197,3 +197,24 @@ def test_a_model_removed_mid_stream_ends_each_stream_with_its_apis_error(
             for _ in lines:
                 pass
         assert agent.alive()
+
+
+def test_the_listeners_own_refusals_come_in_openais_shape_on_its_paths(
+    agent: LanguageAgent,
+) -> None:
+    """A form or text body a web page could send (415, the guard), a wrong method (405) and a
+    missing token (401) are answered before any route runs, and still in OpenAI's shape."""
+    text = requests.post(
+        f"{agent.url}/v1/chat/completions",
+        data=json.dumps(CHAT),
+        headers={**agent.headers, "Content-Type": "text/plain"},
+        timeout=30,
+    )
+    method = requests.get(f"{agent.url}/v1/chat/completions", headers=agent.headers, timeout=30)
+    token = requests.get(f"{agent.url}/v1/models", timeout=30)
+    for response, status in ((text, 415), (method, 405), (token, 401)):
+        assert response.status_code == status
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert "POST" in method.headers["Allow"] and token.headers["WWW-Authenticate"] == "Bearer"
+    assert isinstance(requests.get(f"{agent.url}/api/tags", timeout=30).json()["error"], str)
