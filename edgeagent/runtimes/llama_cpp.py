@@ -171,6 +171,9 @@ class LlamaCppSession(GenerativeSession):
         params.kv_unified = True
         params.n_threads = params.n_threads_batch = request.threads or default_threads()
         params.embeddings = request.embedding
+        if request.embedding:  # the file's own pooling; a decoder-only model's: the mean
+            pooling = _meta(model, f"{self.facts.architecture}.pooling_type")
+            params.pooling_type = int(pooling) if pooling else lc.LLAMA_POOLING_TYPE_MEAN
         params.no_perf = True
         self._ctx = lc.llama_init_from_model(model, params)
         if not self._ctx:
@@ -230,7 +233,10 @@ class LlamaCppSession(GenerativeSession):
                 raise InferenceError(f"sequence {item.sequence}: no tokens to feed")
         return self._decode(inputs)
 
-    def _decode(self, inputs: Sequence[SequenceInput]) -> dict[int, np.ndarray]:
+    def _decode(
+        self, inputs: Sequence[SequenceInput], every_output: bool = False
+    ) -> dict[int, np.ndarray]:
+        """``every_output``: every token's state is an output (pooled embeddings need them)."""
         with self._lock:
             if self._closed:
                 raise InferenceError("the session is closed")
@@ -249,7 +255,7 @@ class LlamaCppSession(GenerativeSession):
                     batch.pos[index] = position
                     batch.n_seq_id[index] = 1
                     batch.seq_id[index][0] = sequence
-                    batch.logits[index] = last
+                    batch.logits[index] = last or every_output
                     if last:
                         outputs.append((sequence, index))
                 batch.n_tokens = len(part)
@@ -302,7 +308,7 @@ class LlamaCppSession(GenerativeSession):
         if len(tokens) > self.batch_tokens:
             raise InferenceError(f"{len(tokens)} tokens exceed the batch of {self.batch_tokens}")
         try:
-            self._decode([SequenceInput(spare, tuple(tokens), 0)])
+            self._decode([SequenceInput(spare, tuple(tokens), 0)], every_output=True)
             with self._lock:
                 row = lc.llama_get_embeddings_seq(self._ctx, spare)
                 size = self.facts.embedding_length

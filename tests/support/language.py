@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from edgeagent.models.manifest_writer import write_table
 from tests.support.helpers import REPO
 
 MODELS = Path(os.environ.get("EDGEAGENT_THIRD_PARTY", REPO / "third-party-models"))
@@ -26,25 +28,23 @@ def smollm2_gguf() -> Path:
     return path
 
 
-MANIFEST = """\
-name = "{name}"
-version = "{version}"
-task = "text-generation"
-description = "SmolLM2 135M Instruct"
-
-[text]
-architecture = "llama"
-context = 8192
-chat_template = true
-bos = "<|im_start|>"
-eos = "<|im_end|>"
-stop = ["<|im_end|>"]
-
-[[variant]]
-runtime = "llama_cpp"
-precision = "q4_1"
-files = ["smollm2-135m-instruct-q4_1.gguf"]
-"""
+def text_table(name: str = "smollm2", version: str = "1.0.0") -> dict[str, Any]:
+    """model.toml of SmolLM2's text-generation package, as tables (what the GGUF says)."""
+    return {
+        "name": name,
+        "version": version,
+        "task": "text-generation",
+        "description": "SmolLM2 135M Instruct",
+        "text": {
+            "architecture": "llama",
+            "context": 8192,
+            "chat_template": True,
+            "bos": "<|im_start|>",
+            "eos": "<|im_end|>",
+            "stop": ["<|im_end|>"],
+        },
+        "variant": [{"runtime": "llama_cpp", "precision": "q4_1", "files": [SMOLLM2]}],
+    }
 
 
 def write_text_package(root: Path, name: str = "smollm2", version: str = "1.0.0") -> Path:
@@ -52,7 +52,7 @@ def write_text_package(root: Path, name: str = "smollm2", version: str = "1.0.0"
     the file system allows, else copied: a package may not point outside itself)."""
     source = smollm2_gguf()
     root.mkdir(parents=True, exist_ok=True)
-    (root / "model.toml").write_text(MANIFEST.format(name=name, version=version))
+    write_table(root, text_table(name, version))
     target = root / SMOLLM2
     if not target.exists():
         try:

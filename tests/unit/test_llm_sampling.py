@@ -51,4 +51,4 @@ def test_top_p_keeps_the_smallest_head_reaching_the_mass() -> None:
 def test_temperature_sharpens_and_flattens() -> None:
     _, cold = Sampler(Sampling(temperature=0.2)).candidates(LOGITS)
     _, hot = Sampler(Sampling(temperature=5.0)).candidates(LOGITS)
-    assert cold[0] > hot[0]  # the likeliest token's share
+    assert cold.max() > 0.3 > 0.01 > hot.max()  # the likeliest token's share

@@ -205,6 +205,8 @@ async def test_the_governor_sheds_the_lowest_priority(package: Path) -> None:
 async def test_a_repeated_prompt_reuses_the_cached_prefix(plane: LanguagePlane) -> None:
     registry = plane._metrics.tokens
     first = await _text(await plane.generate(_chat("What is the capital of Italy?")))
+    kept = _status(plane)
+    assert kept["kv_bytes_used"] == 0 and kept["kv_bytes_cached"] > 0  # reusable, not in use
     again = await plane.generate(_chat("What is the capital of Italy?"))
     assert await _text(again) == first
     cached = registry.labels("smollm2", "prompt_cached")._value.get()

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.names import TENSOR_TASKS
+from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.tasks import golden_problem, golden_record
 
 

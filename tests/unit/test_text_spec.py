@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from edgeagent.models.manifest_writer import dumps
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.text_spec import TextSpec
 from tests.support import language
 
 GGUF = "smollm2-135m-instruct-q4_1.gguf"
-MANIFEST = language.MANIFEST.format(name="smollm2", version="1.0.0").replace(
-    "\n\n[text]", '\ngolden = "golden.json"\n\n[text]'
-)
+MANIFEST = dumps({**language.text_table(), "golden": "golden.json"})
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ class LanguageMetrics:
             "state",
             Gauge,
             "edgeagent_llm_kv_cache_bytes",
-            "KV-cache bytes, by state (used, allocated)",
+            "KV-cache bytes, by state (used by running sequences, cached prefixes, allocated)",
         )
         self.sequences = by(
             "state", Gauge, "edgeagent_llm_sequences", "Sequences, by state (running, waiting)"
@@ -65,7 +65,7 @@ class LanguageMetrics:
     def forget(self, model: str) -> None:
         """Drop an unloaded model's gauges (its histograms keep their history)."""
         for gauge, states in (
-            (self.kv_bytes, ("used", "allocated")),
+            (self.kv_bytes, ("used", "cached", "allocated")),
             (self.sequences, ("running", "waiting")),
         ):
             for state in states:

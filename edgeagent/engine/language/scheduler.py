@@ -18,63 +18,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TypeVar
 
+from edgeagent.aio import spawn
 from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.errors import DeadlineExceeded, NotReady, QueueFull, ServingError, Throttled
 from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.language.metrics import LanguageMetrics
 from edgeagent.engine.language.prefix import Retained, best_source
 from edgeagent.engine.language.sampling import Sampler
+from edgeagent.engine.language.sequence import SequenceState, StepEvent
 from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.language.stream import GenerationStream
 from edgeagent.engine.language.text import TextAssembler
 from edgeagent.engine.text_requests import FINISH_LENGTH, FINISH_STOP, Sampling, TextChunk, Usage
 from edgeagent.runtimes.generative import GenerativeSession, SequenceInput
 
+log = logging.getLogger(__name__)
 MIB = 1 << 20
 T = TypeVar("T")
-
-
-@dataclass(eq=False)
-class _Sequence:
-    prompt: list[int]
-    max_tokens: int
-    sampler: Sampler
-    text: TextAssembler
-    priority: int
-    order: int
-    deadline: float | None  # monotonic; the whole generation (None: none)
-    admit_by: float  # monotonic; the wait for a slot
-    stream: GenerationStream
-    reserve: int  # KV tokens held for it: prompt + max_tokens, capped by the context
-    slot: int = -1
-    fed: int = 0  # positions in its KV cache
-    cached_from: int = 0  # prompt tokens shared from another sequence's cache
-    generated: list[int] = field(default_factory=list)
-    pending_tokens: int = 0  # generated tokens not yet reported in a chunk
-    admitted_at: float = 0.0
-    first_at: float | None = None
-    last_at: float = 0.0
-
-    @property
-    def tokens(self) -> list[int]:
-        """Its tokens whose KV is cached (the last sampled one is not fed yet)."""
-        return (self.prompt + self.generated)[: self.fed]
-
-
-@dataclass
-class _Event:
-    """What one step produced for one sequence."""
-
-    sequence: _Sequence
-    text: str
-    finish: str | None
 
 
 class Scheduler:
@@ -108,8 +75,8 @@ class Scheduler:
         self.capacity = min(session.context, settings.cache_mib * MIB // self._per_token)
         self.sequence_context = min(self.capacity, session.facts.context_trained)
         self._free_slots = list(range(session.sequences))
-        self._waiting: list[_Sequence] = []
-        self._running: dict[int, _Sequence] = {}
+        self._waiting: list[SequenceState] = []
+        self._running: dict[int, SequenceState] = {}
         self._retained = Retained()
         self._frees: list[int] = []
         self._copies: list[tuple[int, int, int]] = []
@@ -122,11 +89,26 @@ class Scheduler:
         self.steps = 0
         self.kv = session.kv_bytes()  # (used, allocated) after the last step
         self._tick: asyncio.Future[None] | None = None
+        self._idle = False  # parked with nothing to do
 
     # ---- admission (the plane calls these) -------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"llm-{self.model}")
+        self._task = spawn(self._guarded(), name=f"llm-{self.model}")
+
+    async def _guarded(self) -> None:
+        """The loop; should it ever fail, every stream hears why and new requests get 503."""
+        try:
+            await self._run()
+        except Exception as exc:
+            log.exception("the scheduler of %s stopped", self.model)
+            self._closing = True
+            failure = NotReady(f"model {self.model!r}: its scheduler stopped: {exc}")
+            for sequence in [*self._waiting, *self._running.values()]:
+                sequence.stream.fail(failure)
+            self._waiting.clear()
+            self._running.clear()
+            raise
 
     async def submit(
         self,
@@ -155,7 +137,7 @@ class Scheduler:
             )
         now = time.monotonic()
         stream = GenerationStream(self._wake.set)
-        sequence = _Sequence(
+        sequence = SequenceState(
             prompt=prompt,
             max_tokens=max_tokens,
             sampler=Sampler(sampling),
@@ -205,7 +187,9 @@ class Scheduler:
                 self._wake.clear()
                 if self._closing and not self._running and not self._waiting:
                     break
+                self._idle = True
                 await self._wait_for_work()
+                self._idle = False
                 continue
             await self._gate.acquire(self._limits, self.device)
             started = time.perf_counter()
@@ -230,7 +214,10 @@ class Scheduler:
 
     async def iteration(self) -> None:
         """Until the loop ends its next iteration (a step, or the frees before it idles): a
-        sequence cancelled now is freed by the end of the second one at the latest."""
+        sequence cancelled now is freed by the end of the second one at the latest. At once
+        when the loop is parked with nothing to do (there is no next iteration to wait for)."""
+        if self._idle and not self._wake.is_set():
+            return
         if self._tick is None or self._tick.done():
             self._tick = asyncio.get_running_loop().create_future()
         await asyncio.shield(self._tick)
@@ -283,6 +270,8 @@ class Scheduler:
     def _admit(self) -> None:
         """Waiting sequences into free slots, by priority, while the KV budget allows."""
         while self._waiting:
+            if not self._free_slots and not self._retained:
+                return  # every slot runs a sequence: nothing to look up this step
             sequence = self._waiting[0]
             source = best_source(
                 sequence.prompt,
@@ -318,7 +307,7 @@ class Scheduler:
             self._frees.append(slot)
             self._free_slots.append(slot)
 
-    def _plan(self) -> list[tuple[_Sequence, SequenceInput]]:
+    def _plan(self) -> list[tuple[SequenceState, SequenceInput]]:
         """This step's batch: every decode token, then prompt chunks within prefill_chunk."""
         budget = self._settings.prefill_chunk
         inputs = []
@@ -336,7 +325,7 @@ class Scheduler:
 
     # ---- the session's thread ----------------------------------------------------------------
 
-    def _compute(self, inputs: list[tuple[_Sequence, SequenceInput]]) -> list[_Event]:
+    def _compute(self, inputs: list[tuple[SequenceState, SequenceInput]]) -> list[StepEvent]:
         """Free, share, decode, sample, assemble: everything that touches the session."""
         frees, self._frees = self._frees, []
         copies, self._copies = self._copies, []
@@ -356,7 +345,7 @@ class Scheduler:
                 continue  # a prompt chunk: no token yet
             token = sequence.sampler(logits[sequence.slot])
             if self.session.is_end(token):
-                events.append(_Event(sequence, sequence.text.finish(), FINISH_STOP))
+                events.append(StepEvent(sequence, sequence.text.finish(), FINISH_STOP))
                 continue
             sequence.generated.append(token)
             sequence.pending_tokens += 1
@@ -369,12 +358,12 @@ class Scheduler:
             ):
                 finish = FINISH_LENGTH
                 text += sequence.text.finish()
-            events.append(_Event(sequence, text, finish))
+            events.append(StepEvent(sequence, text, finish))
         return events
 
     # ---- back on the loop --------------------------------------------------------------------
 
-    def _deliver(self, events: list[_Event]) -> None:
+    def _deliver(self, events: list[StepEvent]) -> None:
         now = time.monotonic()
         for event in events:
             sequence = event.sequence
@@ -392,7 +381,7 @@ class Scheduler:
             if event.finish is not None:
                 self._finish(sequence, event.finish, now)
 
-    def _finish(self, sequence: _Sequence, reason: str, now: float) -> None:
+    def _finish(self, sequence: SequenceState, reason: str, now: float) -> None:
         first = (sequence.first_at or now) - sequence.admitted_at
         usage = Usage(
             len(sequence.prompt), len(sequence.generated), first, now - sequence.admitted_at
@@ -414,7 +403,7 @@ class Scheduler:
         self._mean_s = 0.8 * self._mean_s + 0.2 * usage.total_s
         self._release(sequence, keep=True)
 
-    def _release(self, sequence: _Sequence, *, keep: bool) -> None:
+    def _release(self, sequence: SequenceState, *, keep: bool) -> None:
         """A sequence left its slot: kept for its prefix, or freed in the next step."""
         del self._running[sequence.slot]
         if keep and not self._closing and sequence.fed > 0:
@@ -433,21 +422,31 @@ class Scheduler:
             self._release(sequence, keep=False)
 
     def _gauges(self) -> None:
-        self._metrics.kv_bytes.labels(self.model, "used").set(self.kv[0])
-        self._metrics.kv_bytes.labels(self.model, "allocated").set(self.kv[1])
+        active, cached, allocated = self._kv_split()
+        self._metrics.kv_bytes.labels(self.model, "used").set(active)
+        self._metrics.kv_bytes.labels(self.model, "cached").set(cached)
+        self._metrics.kv_bytes.labels(self.model, "allocated").set(allocated)
         self._metrics.sequences.labels(self.model, "running").set(len(self._running))
         self._metrics.sequences.labels(self.model, "waiting").set(len(self._waiting))
 
     # ---- status and shutdown -------------------------------------------------------------------
 
+    def _kv_split(self) -> tuple[int, int, int]:
+        """KV bytes (held by running sequences, kept as prefixes for reuse, allocated): the
+        kept ones are given back whenever a sequence needs the room."""
+        total, allocated = self.kv
+        cached = min(total, self._retained.tokens * self._per_token)
+        return total - cached, cached, allocated
+
     def status(self) -> dict:
-        used, allocated = self.kv
+        used, cached, allocated = self._kv_split()
         return {
             "device": self.device,
             "sequences": self.session.sequences,
             "running": len(self._running),
             "waiting": len(self._waiting),
             "kv_bytes_used": used,
+            "kv_bytes_cached": cached,
             "kv_bytes_allocated": allocated,
             "kv_tokens_budget": self.capacity,
             "context": self.sequence_context,
@@ -459,7 +458,7 @@ class Scheduler:
         """Finish what runs (up to ``drain_s``), refuse the rest, free the session."""
         self._closing = True
         self._wake.set()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():
             done, _ = await asyncio.wait({self._task}, timeout=drain_s)
             if not done:
                 self._task.cancel()
