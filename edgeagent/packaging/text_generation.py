@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeagent.models.manifest_writer import MANIFEST, dumps
+from edgeagent.models.manifest_writer import write_table
 from edgeagent.models.package import PackageError, file_sha256, load_package
 from edgeagent.models.text_golden import (
     GOLDEN_FILE,
@@ -299,7 +299,7 @@ def _write(
                 for j in kept
             ],
         }
-        (staging / MANIFEST).write_text(dumps(table), encoding="utf-8")
+        write_table(staging, table)
         try:
             load_package(staging)  # the result must load exactly as the agent will load it
         except PackageError as exc:
