@@ -152,6 +152,10 @@ def _same_model(files: Sequence[GgufFacts]) -> None:
     twin = next((p for p in precisions if precisions.count(p) > 1), None)
     if twin:
         raise PackagingError(f"two files are {twin}: one file per quantization")
+    names = [f.path.name for f in files]
+    same = next((n for n in names if names.count(n) > 1), None)
+    if same:
+        raise PackagingError(f"two files are named {same}: the package holds them side by side")
 
 
 @dataclass(frozen=True)

@@ -148,3 +148,12 @@ def test_a_gguf_and_an_onnx_file_are_not_one_package(tmp_path: Path) -> None:
     onnx.write_bytes(b"x")
     status, _, err = package(str(smollm2_gguf()), str(onnx), "--out", str(tmp_path / "o"))
     assert status == 2 and "package them apart" in err
+
+
+def test_one_quantization_given_twice_is_refused(tmp_path: Path) -> None:
+    twin = tmp_path / "copy" / "again.gguf"
+    twin.parent.mkdir()
+    twin.symlink_to(smollm2_gguf())
+    status, _, err = package(str(smollm2_gguf()), str(twin), "--out", str(tmp_path / "out"))
+    assert status == 2 and "two files are q4_1" in err
+    assert not (tmp_path / "out").exists()
