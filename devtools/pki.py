@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +83,27 @@ def make_pki(directory: Path, name: str = "edgeagent test CA") -> Pki:
         cert = _certificate(subject, key, ca_name, ca_key, ca=False, san=names)
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return pki
+
+
+def peer_certificate(
+    port: int, ca: Path, client: Pki | None = None, alpn: str | None = None
+) -> bytes:
+    """The DER certificate a fresh TLS handshake with 127.0.0.1:``port`` is given, verified
+    against ``ca`` (offering ``client``'s certificate, and ``alpn`` — gRPC wants ``h2``)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    if client is not None:
+        context.load_cert_chain(client.client_cert, client.client_key)
+    if alpn:
+        context.set_alpn_protocols([alpn])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def der(path: Path) -> bytes:
+    """The DER form of the PEM certificate at ``path`` (what ``peer_certificate`` returns)."""
+    return ssl.PEM_cert_to_DER_cert(path.read_text())

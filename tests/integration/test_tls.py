@@ -24,7 +24,7 @@ import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 from devtools.agent_process import Agent
-from devtools.pki import Pki, make_pki
+from devtools.pki import Pki, der, make_pki, peer_certificate
 from devtools.ports import free_port
 from devtools.tiny import write_tiny_package
 from tests.support.http_agent import BearerToken
@@ -114,23 +114,9 @@ def grpc_infer(port: int, pki: Pki, cert: Pki | None = None) -> np.ndarray:
 
 
 def served_certificate(port: int, pki: Pki, *, alpn: str | None = None) -> bytes:
-    """The DER certificate a fresh handshake on ``port`` is given (a client certificate from
-    ``pki`` is offered, for listeners that ask for one)."""
-    context = ssl.create_default_context(cafile=str(pki.ca))
-    context.load_cert_chain(pki.client_cert, pki.client_key)
-    if alpn:
-        context.set_alpn_protocols([alpn])
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return der
-
-
-def pem_to_der(path: Path) -> bytes:
-    return ssl.PEM_cert_to_DER_cert(path.read_text())
+    """The certificate a fresh handshake gets, offering ``pki``'s client certificate (for
+    listeners that ask for one)."""
+    return peer_certificate(port, pki.ca, client=pki, alpn=alpn)
 
 
 # ---- TLS with a CA: the stock clients --------------------------------------------------------
@@ -256,14 +242,14 @@ def test_sighup_swaps_the_served_certificate_on_both_listeners(
 ) -> None:
     """Runs last on ``mutual``: its certificate files are replaced by another CA's."""
     old = mutual.pki
-    assert served_certificate(mutual.https_port, old) == pem_to_der(old.server_cert)
-    assert served_certificate(mutual.grpc_port, old, alpn="h2") == pem_to_der(old.server_cert)
+    assert served_certificate(mutual.https_port, old) == der(old.server_cert)
+    assert served_certificate(mutual.grpc_port, old, alpn="h2") == der(old.server_cert)
     renewed = make_pki(tmp_path / "renewed", "the renewed CA")
     shutil.copyfile(renewed.server_cert, old.server_cert)
     shutil.copyfile(renewed.server_key, old.server_key)
     shutil.copyfile(renewed.ca, old.ca)  # clients of the new CA, too
     mutual.agent.hup_and_wait_for("TLS: new connections get the certificate")
-    new = pem_to_der(renewed.server_cert)
+    new = der(renewed.server_cert)
     assert served_certificate(mutual.https_port, renewed) == new
     assert served_certificate(mutual.grpc_port, renewed, alpn="h2") == new
     assert grpc_infer(mutual.grpc_port, renewed, cert=renewed).shape == (2, 4)
