@@ -13,7 +13,9 @@ hundred slow clients exhaust the process's file descriptors and take every liste
 - a client that stops reading its answers (the agent's send buffer stays full for
   ``[server] send_timeout_s``) is disconnected, so it cannot pin a handler and a slot for ever;
 - errors the event loop reports (``accept()`` failing with EMFILE) are logged at most once per
-  ``LOG_EVERY_S`` per kind, with a count of those suppressed.
+  ``LOG_EVERY_S`` per kind, with a count of those suppressed;
+- a TCP listener whose ``tls`` is "auto" serves the ``[tls]`` certificate (``edgeagent.tls``),
+  read once and shared with the gRPC listener, so one SIGHUP renews both.
 
 ``GuardedSite`` is an aiohttp site, so ``AppRunner.cleanup()`` stops it like any other.
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from devtools.pki import make_pki
+from edgeagent.api.listeners import ListenerError, Listeners
 from edgeagent.cli import main
 from edgeagent.config import parse_config
 from edgeagent.hub.server.settings import ServerSettings as HubSettings
@@ -128,3 +129,17 @@ def test_mismatched_files_are_refused_at_start_and_on_reload(pki, tmp_path: Path
     assert served.reload()
     generation, pem = served.snapshot()
     assert generation == 1 and pem.cert == other.server_cert.read_bytes()
+
+
+def test_config_check_and_the_listeners_refuse_a_key_that_is_not_the_certificates(
+    pki, tmp_path: Path, capsys
+) -> None:
+    other = make_pki(tmp_path / "other", "another CA")
+    config = tmp_path / "agent.toml"
+    config.write_text(f"[tls]\ncert_file = '{pki.server_cert}'\nkey_file = '{other.server_key}'\n")
+    assert main(["config", "check", str(config)]) != 0
+    assert "[tls] TLS certificate" in capsys.readouterr().err
+    listeners = Listeners(TlsSettings(pki.server_cert, other.server_key))
+    with pytest.raises(ListenerError, match=r"with key .*\(\[tls\] cert_file"):
+        listeners.server_tls("auto")
+    assert listeners.server_tls("off") is None  # a listener with tls = "off" reads no file
