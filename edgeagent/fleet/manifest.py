@@ -53,6 +53,7 @@ __all__ = [
     "Targets",
     "VariantArtifact",
     "check_release",
+    "judge_release",
     "parse_manifest",
     "verify_release",
 ]
@@ -455,8 +456,35 @@ def verify_release(
     with a ``code``) and changes nothing on disk when it does. On success the verified time
     moves up to the manifest's ``issued_at``.
     """
+    manifest, refusal = judge_release(
+        trust.verify(envelope, "release"),
+        trust,
+        device=device,
+        history=history,
+        max_artifact_bytes=max_artifact_bytes,
+        clock_skew_s=clock_skew_s,
+        now=now,
+    )
+    if refusal is not None:
+        raise ReleaseRefused(refusal, manifest)
+    return manifest
+
+
+def judge_release(
+    payload: bytes,
+    trust: TrustStore,
+    *,
+    device: DeviceIdentity,
+    history: ReleaseHistory,
+    max_artifact_bytes: int,
+    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
+    now: datetime | None = None,
+) -> tuple[ReleaseManifest, Refused | None]:
+    """``verify_release`` after the signatures (``payload`` is what ``trust.verify`` returned):
+    parse, then policy. The authentic manifest comes back with the policy's refusal, or None
+    once the release may be taken, and only then does the verified time move up to its
+    ``issued_at``. A payload that is no valid manifest raises ``ManifestError``."""
     moment = trust.effective_now(now)
-    payload = trust.verify(envelope, "release")
     manifest = parse_manifest(payload)
     try:
         if trust.expires <= moment:
@@ -476,6 +504,6 @@ def verify_release(
             clock_skew_s=clock_skew_s,
         )
     except Refused as exc:
-        raise ReleaseRefused(exc, manifest) from exc
+        return manifest, exc
     trust.record_verified(manifest.issued_at)
-    return manifest
+    return manifest, None

@@ -70,10 +70,10 @@ from edgeagent.updates.download import ArtifactDownload, DownloadError, Download
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.release_memory import ReleaseMemory
 from edgeagent.updates.report import UpdateReporter
-from edgeagent.updates.sealed import install_wrapped_keys
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
 from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
+from edgeagent.updates.wrapped_keys import install_wrapped_keys
 
 log = logging.getLogger(__name__)
 
