@@ -440,31 +440,15 @@ class ReleaseHistory(Protocol):
     def bad_versions(self, model: str) -> set[str]: ...
 
 
-def verify_release(
-    envelope: bytes,
-    trust: TrustStore,
-    *,
-    device: DeviceIdentity,
-    history: ReleaseHistory,
-    max_artifact_bytes: int,
-    clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
-    now: datetime | None = None,
-) -> ReleaseManifest:
+def verify_release(envelope: bytes, trust: TrustStore, **checks: Any) -> ReleaseManifest:
     """The whole pre-download check: signatures, then parse, then policy; then trust the time.
 
-    Raises ``VerificationError`` / ``ManifestError`` / ``ReleaseRefused`` (all ``TrustError``,
-    with a ``code``) and changes nothing on disk when it does. On success the verified time
-    moves up to the manifest's ``issued_at``.
+    ``checks`` are ``judge_release``'s (the device, its history, its limits). Raises
+    ``VerificationError`` / ``ManifestError`` / ``ReleaseRefused`` (all ``TrustError``, with a
+    ``code``) and changes nothing on disk when it does. On success the verified time moves up
+    to the manifest's ``issued_at``.
     """
-    manifest, refusal = judge_release(
-        trust.verify(envelope, "release"),
-        trust,
-        device=device,
-        history=history,
-        max_artifact_bytes=max_artifact_bytes,
-        clock_skew_s=clock_skew_s,
-        now=now,
-    )
+    manifest, refusal = judge_release(trust.verify(envelope, "release"), trust, **checks)
     if refusal is not None:
         raise ReleaseRefused(refusal, manifest)
     return manifest
