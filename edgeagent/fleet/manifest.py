@@ -11,9 +11,9 @@ inputs) and one per variant (``variants``: runtime, precision) — by URL, exact
 SHA-256 (so a download can be capped at the signed length and checked before unpacking), and
 says which devices it is for, when it was issued, when it expires and which agent it needs; an
 optional ``canary`` table asks the device to judge the new version on live traffic beside the
-old one before committing it (``fleet.canary``). It is parsed only after ``TrustStore.verify``
-has checked its signatures, and then refused for policy reasons — expiry, target, version floor
-— *before* anything is downloaded: the MQTT message is only a hint.
+old one before committing it (``fleet.release_canary``). It is parsed only after
+``TrustStore.verify`` has checked its signatures, and then refused for policy reasons —
+expiry, target, version floor — *before* anything is downloaded: the MQTT message is only a hint.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 from edgeagent import __version__
 from edgeagent.fleet import outcomes
-from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.encryption import Encryption, parse_encryption
+from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import (
     Refused,

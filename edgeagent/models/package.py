@@ -94,7 +94,7 @@ class Variant:
     layout: str | None  # input layout of this file when it differs from the package's
     sha256: Mapping[str, str]
     # A sealed variant's encrypted files, one per entry of ``files`` (which are then absent:
-    # the plaintext exists only in memory, see ``edgeagent.models.sealed``); () when plain.
+    # the plaintext exists only in memory, see ``edgeagent.models.unsealer``); () when plain.
     sealed_files: tuple[Path, ...] = ()
 
     @property

@@ -47,7 +47,7 @@ import aiohttp
 import numpy as np
 
 from edgeagent.aio import spawn
-from edgeagent.engine.canary import CanaryVerdict
+from edgeagent.engine.canary_judge import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact
@@ -59,7 +59,7 @@ from edgeagent.models.package import (
     PackageError,
     load_package,
 )
-from edgeagent.updates.canary import (
+from edgeagent.updates.canary_step import (
     CanaryRegistry,
     CanaryStage,
     WaitingCanaries,

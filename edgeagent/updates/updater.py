@@ -42,7 +42,7 @@ from edgeagent.fleet.topics import purpose_of, release_model
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.models.names import VERSION_RE
 from edgeagent.selfupdate.service import AgentUpdates
-from edgeagent.updates.canary import WaitingCanaries
+from edgeagent.updates.canary_step import WaitingCanaries
 from edgeagent.updates.cancels import Cancellations
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.install import Activator, Installer, health_check
@@ -136,7 +136,7 @@ class Updater:
 
     async def run(self) -> None:
         """Install queued releases one after the other, until cancelled; a canary's verdict
-        is awaited outside this loop (``updates.canary``), so it holds no other release."""
+        is awaited outside this loop (``updates.canary_step``), so it holds no other release."""
         while True:
             topic, envelope = await self.memory.next_hint()
             try:

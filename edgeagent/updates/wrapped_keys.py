@@ -4,7 +4,7 @@ A device takes a sealed variant only when the signed manifest wraps its content 
 device id (the updater refuses it as ``not_a_recipient`` otherwise, before anything is
 downloaded). An installed sealed variant keeps its ciphertext and, beside it, the wrapped key
 for this device (``package.WRAPPED_KEY``): useless without the device's private key, and all
-``models.sealed.Unsealer`` needs to decrypt it into memory at each load.
+``models.unsealer.Unsealer`` needs to decrypt it into memory at each load.
 """
 
 from __future__ import annotations

@@ -62,12 +62,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.topics import Topics
 from edgeagent.hub.policy import RolloutPolicy, stored_policy
+from edgeagent.hub.release_checks import AnyRelease
 from edgeagent.hub.rollout import stage_manifest
 from edgeagent.hub.server import deploydb, deployreads
 from edgeagent.hub.server.cancel import Canceller, ClearSlot, SignCancel
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.releasedb import DeploymentError, next_serial, release_manifest
-from edgeagent.hub.verify import AnyRelease
 
 log = logging.getLogger(__name__)
 

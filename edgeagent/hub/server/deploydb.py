@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy
+from edgeagent.hub.release_checks import AnyRelease
 from edgeagent.hub.server.releasedb import (
     DeploymentError,
     check_serial,
@@ -44,7 +45,6 @@ from edgeagent.hub.server.releasedb import (
 )
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
 from edgeagent.hub.server.targets import TargetSpec, agent_devices, left_out_text, resolve_targets
-from edgeagent.hub.verify import AnyRelease
 
 ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
