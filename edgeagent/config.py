@@ -13,6 +13,7 @@ from edgeagent._toml import tomllib
 from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.settings import SharedMemorySettings
+from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
@@ -71,6 +72,7 @@ class Config:
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
+    llm: LanguageSettings = field(default_factory=LanguageSettings)
 
     def __post_init__(self) -> None:
         # The one rule across sections: gRPC's TCP listener takes [server]'s token rule, so
@@ -105,6 +107,7 @@ SECTIONS: dict[str, dict[str, type]] = {
     "grpc": {"grpc": GrpcSettings},
     "shared_memory": {"shared_memory": SharedMemorySettings},
     "tls": {"tls": TlsSettings},
+    "llm": {"llm": LanguageSettings},
 }
 
 

@@ -32,6 +32,7 @@ from typing import Protocol
 from aiohttp import web
 
 from edgeagent import __version__
+from edgeagent._toml import tomllib
 from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.api.http.app import create_app
 from edgeagent.api.http.deepstack_routes import deepstack_model_problem
@@ -42,6 +43,7 @@ from edgeagent.config import Config
 from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges
+from edgeagent.engine.language.plane import LanguagePlane
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.plan import plan_request
@@ -53,6 +55,7 @@ from edgeagent.hardware.service import Accelerators
 from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
 from edgeagent.models.locate import find_packages
+from edgeagent.models.names import TEXT_TASKS
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
@@ -98,6 +101,20 @@ def package_dirs(config: Config) -> list[Path]:
             f"(found: {', '.join(found) or 'none'})"
         )
     return [found[name] for name in config.agent.models]
+
+
+def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(tensor packages, language-model packages): each goes to its own plane. A package that
+    cannot be read stays with the tensor registry, which reports why."""
+    tensors: list[Path] = []
+    texts: list[Path] = []
+    for directory in directories:
+        try:  # the task only: reading the package (hashing its files) is its plane's job
+            task = tomllib.loads((directory / "model.toml").read_text("utf-8")).get("task")
+        except (OSError, ValueError):
+            task = None
+        (texts if task in TEXT_TASKS else tensors).append(directory)
+    return tensors, texts
 
 
 class Daemon:
@@ -175,6 +192,15 @@ class Daemon:
             ),
         )
         self.dataplane = DataPlane(self.registry, config.engine, self.engine_metrics)
+        # Language models: their own plane over the same gate, governor limits and load count.
+        self.language = LanguagePlane(
+            config.llm,
+            engine=config.engine,
+            metrics=self.metrics,
+            gate=factory.gate,
+            limits=self.limits_provider,
+            load=self.engine_load,
+        )
         self.status_providers: dict[str, Callable[[], dict]] = {
             "profile": self.accelerators.report,
             "models": self.registry.status,
@@ -270,11 +296,14 @@ class Daemon:
         """
         self._background.append(spawn(self.notifier.watchdog_loop(), name="watchdog"))
         self.notifier.status("loading models")
-        for directory in package_dirs(self.config):
+        seeds, texts = split_text(package_dirs(self.config))
+        installed, installed_texts = split_text(self.updates.package_dirs() if self.updates else [])
+        for directory in seeds:
             self._seeded[self.registry.add(directory)] = directory
-        for directory in self.updates.package_dirs() if self.updates else []:
+        for directory in installed:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
+        await self._load_language(texts + installed_texts)
         served = [
             *package_dirs(self.config),
             *(self.updates.package_dirs() if self.updates else []),
@@ -288,6 +317,7 @@ class Daemon:
             metrics=self.metrics,
             status=self.status,
             shared_memory=self.shared_memory,
+            language=self.language,
         )
         self._runner = web.AppRunner(
             app,
@@ -345,6 +375,8 @@ class Daemon:
                 except ConfigError as exc:
                     log.error("reload refused: %s", exc)
                     return
+            wanted_dirs, texts = split_text(wanted_dirs)
+            await self._reload_language(texts)
             wanted = {self.registry.add(d): d for d in wanted_dirs}
             for name in set(self._seeded) - set(wanted):
                 await self.registry.unload(name)
@@ -364,6 +396,29 @@ class Daemon:
             ]
             self.notifier.status(f"reloaded: serving {', '.join(ready) or 'nothing'}")
             log.info("reloaded: serving %s", ", ".join(ready) or "no models")
+
+    async def _load_language(self, directories: list[Path]) -> None:
+        """Load (or hot-swap) language-model packages; one that fails is logged, not fatal."""
+        for directory in directories:
+            if self.language.serves(directory):
+                continue
+            try:
+                info = await self.language.load(directory)
+                log.info("language model %s %s on %s", info.name, info.version, info.device)
+            except Exception as exc:
+                log.error("language model in %s is unavailable: %s", directory, exc)
+
+    async def _reload_language(self, directories: list[Path]) -> None:
+        """SIGHUP: new and changed language packages load, removed ones unload."""
+        wanted: set[str] = set()
+        for directory in directories:
+            try:
+                wanted.add(load_package(directory).name)
+            except PackageError:
+                continue
+        for name in set(self.language.names()) - wanted:
+            await self.language.unload(name)
+        await self._load_language(directories)
 
     def _locate(self, name: str) -> Path | None:
         """The models directory's package ``name`` (repository load of one added after start)."""
@@ -397,6 +452,7 @@ class Daemon:
         if self._runner is not None:
             await self._runner.cleanup()  # stop accepting, then wait for in-flight handlers
         self.shared_memory.close()
+        await self.language.close()
         await self.registry.close()
         await cancel_and_wait(self._background)
         self.executor.shutdown(wait=True)

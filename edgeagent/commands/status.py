@@ -29,6 +29,8 @@ from edgeagent.hardware.plan_shape import PENDING, PlanShape
 from edgeagent.sections import ConfigError
 
 LATENCY = "edgeagent_inference_latency_seconds"
+TOKEN_RATE = "edgeagent_llm_tokens_per_second"  # each generation's decode rate, per model
+MIB = 1024 * 1024
 LABEL = 10  # the width of the label column ("models", "governor" …) every line starts with
 MIN_CELL = 3  # a column cut to fit the terminal keeps at least this many characters
 
@@ -41,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Ask the running agent (GET /v1/status and /metrics) and print a summary: the board "
             "profile; per model version its backend (runtime/device/precision), requests "
-            "answered and median latency; the governor's state and actions; the update state; "
+            "answered and median latency; each language model's sequences running and waiting, "
+            "KV cache in use and median tokens/s; the governor's state and actions; the update "
+            "state; "
             "the device's public key (for 'hub sign --encrypt --recipients'). "
             "--json prints the whole status document. Connects to the Unix socket of the "
             "agent's config unless --socket or --url says otherwise. Exit status 2: bad "
@@ -61,20 +65,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def latency_by_version(metrics_text: str) -> dict[tuple[str, str], tuple[int, float | None]]:
     """(model, version) → (requests answered, median latency in ms or None) from /metrics."""
-    buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    medians = histogram_medians(metrics_text, LATENCY, ("model", "version"))
+    return {
+        (key[0], key[1]): (count, None if median is None else median * 1000)
+        for key, (count, median) in medians.items()
+    }
+
+
+def histogram_medians(
+    metrics_text: str, family_name: str, labels: tuple[str, ...]
+) -> dict[tuple[str, ...], tuple[int, float | None]]:
+    """The values of ``labels`` → (observations, interpolated median or None) of a histogram."""
+    buckets: dict[tuple[str, ...], list[tuple[float, float]]] = {}
     for family in text_string_to_metric_families(metrics_text):
-        if family.name != LATENCY:
+        if family.name != family_name:
             continue
         for sample in family.samples:
-            if sample.name == f"{LATENCY}_bucket":
-                key = (sample.labels["model"], sample.labels["version"])
+            if sample.name == f"{family_name}_bucket":
+                key = tuple(sample.labels[label] for label in labels)
                 bound = float(sample.labels["le"])
                 buckets.setdefault(key, []).append((bound, sample.value))
     return {key: _median(sorted(rows)) for key, rows in buckets.items()}
 
 
 def _median(rows: list[tuple[float, float]]) -> tuple[int, float | None]:
-    """Count and interpolated median (ms) of cumulative buckets sorted by upper bound."""
+    """Count and interpolated median of cumulative buckets sorted by upper bound."""
     total = int(rows[-1][1]) if rows else 0
     if total == 0:
         return 0, None
@@ -83,9 +98,9 @@ def _median(rows: list[tuple[float, float]]) -> tuple[int, float | None]:
     for bound, cumulative in rows:
         if cumulative >= rank:
             if math.isinf(bound):
-                return total, lower * 1000  # above the last finite bucket: its bound
+                return total, lower  # above the last finite bucket: its bound
             share = (rank - below) / (cumulative - below) if cumulative > below else 0.0
-            return total, (lower + (bound - lower) * share) * 1000
+            return total, lower + (bound - lower) * share
         lower, below = bound, cumulative
     return total, None
 
@@ -145,6 +160,7 @@ def summary(
     latencies: Mapping[tuple[str, str], tuple[int, float | None]],
     where: str,
     width: int = 80,
+    rates: Mapping[str, float | None] | None = None,
 ) -> str:
     """The status as a few lines for a terminal ``width`` characters wide (see the module)."""
     agent = status.get("agent", {})
@@ -185,6 +201,7 @@ def summary(
             break_long_words=False,
             break_on_hyphens=False,
         )
+    lines += language_lines(status.get("language"), rates or {})
     governor = status.get("governor", {})
     if governor:
         actions = ", ".join(governor.get("actions") or []) or "none"
@@ -198,6 +215,38 @@ def summary(
     if key.get("public_key"):  # what 'hub sign --encrypt --recipients' wraps keys for
         lines.append(f"key       {key['public_key']} ({key.get('scheme', '?')})")
     return "\n".join(lines)
+
+
+def language_lines(
+    language: Mapping[str, Any] | None, rates: Mapping[str, float | None]
+) -> list[str]:
+    """One line per language model: its state, sequences running and waiting of the batch,
+    the KV cache in use of what is allocated, and the median decode rate (``rates``, from
+    /metrics) of the generations so far."""
+    lines: list[str] = []
+    for name, model in sorted(((language or {}).get("models") or {}).items()):
+        label = f"{'language' if not lines else '':<{LABEL}}{name} {model.get('version', '')}"
+        state = model.get("state", "?")
+        if state != "READY":
+            error = f": {model['error']}" if model.get("error") else ""
+            lines.append(f"{label.rstrip()} {state}{error}")
+            continue
+        used = model.get("kv_bytes_used", 0) / MIB
+        allocated = model.get("kv_bytes_allocated", 0) / MIB
+        rate = rates.get(name)
+        speed = f"{rate:.0f} tokens/s median" if rate is not None else "no generations yet"
+        lines.append(
+            f"{label} {model.get('runtime', '?')}/{model.get('device', '?')}: "
+            f"{model.get('running', 0)}/{model.get('sequences', '?')} running, "
+            f"{model.get('waiting', 0)} waiting; KV {used:.1f}/{allocated:.1f} MiB; {speed}"
+        )
+    return lines
+
+
+def token_rates(metrics_text: str) -> dict[str, float | None]:
+    """model → median decode tokens/s of its generations, from /metrics."""
+    medians = histogram_medians(metrics_text, TOKEN_RATE, ("model",))
+    return {key[0]: median for key, (_, median) in medians.items()}
 
 
 def _print_socket_path(args: argparse.Namespace) -> int:
@@ -236,8 +285,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2, default=str))
         return 0
-    latencies = latency_by_version(metrics.decode("utf-8", "replace"))
+    text = metrics.decode("utf-8", "replace")
     # $COLUMNS, else the terminal's width, else 80 (piped output: a log, a mail, a ticket).
     width = shutil.get_terminal_size().columns
-    print(summary(status, latencies, client.where, width))
+    print(summary(status, latency_by_version(text), client.where, width, token_rates(text)))
     return 0

@@ -137,6 +137,11 @@ class ModelFactory:
         self._limits = limits_provider
         self._gate = DeviceGate()
 
+    @property
+    def gate(self) -> DeviceGate:
+        """The device gate every batch passes, language models' decode steps included."""
+        return self._gate
+
     def plan(self, package: ModelPackage, session: Session) -> ServingPlan:
         """The session's execution plan under [server] keys where set, else [serving] hints."""
         settings, hints = self._settings, package.serving

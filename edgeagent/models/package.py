@@ -8,6 +8,7 @@ error message is all an operator gets.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from edgeagent.models.detection_table import read_detection
 
 # Names, versions and the seal scheme live in the leaf the hub and fleet read; the reader
 # re-exports them for the device-side modules that already import it.
-from edgeagent.models.names import NAME_RE, TASK_NAMES, VERSION_RE
+from edgeagent.models.names import NAME_RE, TASK_NAMES, TEXT_TASKS, VERSION_RE
 from edgeagent.models.names import SEAL_SCHEME as SEAL_SCHEME
 from edgeagent.models.names import version_tuple as version_tuple
 
@@ -29,13 +30,22 @@ from edgeagent.models.serving_hints import MAX_SPREAD as MAX_SPREAD
 from edgeagent.models.serving_hints import ServingHints, read_serving
 from edgeagent.models.serving_hints import spread_problem as spread_problem
 from edgeagent.models.toml_fields import Fields, PackageError, floats, inside
-from edgeagent.runtimes.facts import RUNTIME_FACTS, RUNTIME_NAMES, weights_file
+from edgeagent.runtimes.facts import (
+    GENERATIVE_RUNTIMES,
+    RUNTIME_FACTS,
+    RUNTIME_NAMES,
+    weights_file,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from edgeagent.models.text_spec import TextSpec
+
 RUNTIMES = RUNTIME_NAMES
 PRECISIONS = ("fp32", "fp16", "int8")
+# A language model's precision is its quantization's own name (q4_0, q4_k_m, int4 …).
+TEXT_PRECISION_RE = re.compile(r"\A[a-z0-9][a-z0-9_]{0,15}\Z", re.ASCII)
 DTYPES = (
     "float32",
     "float16",
@@ -128,6 +138,7 @@ class ModelPackage:
     # (labels, golden inputs, anchors, …); None when the package does not say (an older one)
     device_files: tuple[Path, ...] | None = None
     named_files: tuple[Path, ...] = ()  # what model.toml names besides variants: labels, …
+    text: TextSpec | None = None  # a language model's [text] table (tasks TEXT_TASKS)
 
     @property
     def input_layout(self) -> str:
@@ -185,6 +196,9 @@ def _load(root: Path) -> ModelPackage:
         raise PackageError(f"{manifest}: not valid TOML: {exc}") from exc
 
     top = Fields(manifest, "", data)
+    if data.get("task") in TEXT_TASKS:
+        return _load_text(root, manifest, top)
+    task = top.get("task", str, "classification", choices=TASKS)  # before its tables' names
     top.unknown(
         {
             "name",
@@ -203,14 +217,7 @@ def _load(root: Path) -> ModelPackage:
             "device_files",
         }
     )
-    name = top.get("name", str)
-    if not NAME_RE.match(name):
-        top.fail("must be 1-64 letters, digits, '_', '-' or '.'", "name")
-    raw_version = top.get("version", (int, str))
-    version = str(raw_version)
-    if not VERSION_RE.match(version):
-        top.fail(f"{version!r} is not an integer or MAJOR.MINOR.PATCH", "version")
-    task = top.get("task", str, "classification", choices=TASKS)
+    name, version = _identity(top)
     description = top.get("description", str, "")
 
     inputs = _tensors(manifest, "inputs", top.get("inputs", list))
@@ -238,31 +245,15 @@ def _load(root: Path) -> ModelPackage:
                 "labels",
             )
 
-    golden = None
-    golden_name = top.get("golden", str, None)
-    if golden_name is not None:
-        golden = inside(root, manifest, "golden", golden_name)
-        if not golden.is_file():
-            top.fail(f"file {golden_name!r} does not exist", "golden")
-
-    raw_variants = top.get("variant", list)
-    if not raw_variants:
-        top.fail("at least one [[variant]] is required", "variant")
-    raw_variants = _installed_subset(root, raw_variants)
-    variants = tuple(
-        _variant(root, manifest, index, table) for index, table in enumerate(raw_variants)
-    )
+    golden = _golden(root, manifest, top)
+    variants = _variants(root, manifest, top, text=False)
     logical_layout = inputs[0].layout or "NCHW"
-    seen: set[str] = set()
     for index, variant in enumerate(variants):
         if logical_layout == "NHWC" and variant.layout == "NCHW":
             raise PackageError(
                 f"{manifest}: variant[{index}].layout: an NCHW file cannot serve the NHWC input "
                 f"{inputs[0].name!r} (the agent transposes NCHW requests to NHWC files only)"
             )
-        if variant.key in seen:
-            raise PackageError(f"{manifest}: variant: {variant.key} is declared twice")
-        seen.add(variant.key)
 
     # A detector without [detection] is served as raw tensors (its head unknown to the agent).
     detection, anchors = None, None
@@ -291,6 +282,59 @@ def _load(root: Path) -> ModelPackage:
         anchors=anchors,
         device_files=device_files,
         named_files=tuple(named.values()),
+    )
+
+
+def _identity(top: Fields) -> tuple[str, str]:
+    """The package's name and version, checked."""
+    name = top.get("name", str)
+    if not NAME_RE.match(name):
+        top.fail("must be 1-64 letters, digits, '_', '-' or '.'", "name")
+    version = str(top.get("version", (int, str)))
+    if not VERSION_RE.match(version):
+        top.fail(f"{version!r} is not an integer or MAJOR.MINOR.PATCH", "version")
+    return name, version
+
+
+def _golden(root: Path, manifest: Path, top: Fields) -> Path | None:
+    golden_name = top.get("golden", str, None)
+    if golden_name is None:
+        return None
+    golden = inside(root, manifest, "golden", golden_name)
+    if not golden.is_file():
+        top.fail(f"file {golden_name!r} does not exist", "golden")
+    return golden
+
+
+def _load_text(root: Path, manifest: Path, top: Fields) -> ModelPackage:
+    """A language model's package (models.text_spec): [text] and generative variants, no
+    tensor tables."""
+    from edgeagent.models.text_spec import TENSOR_ONLY, parse_text
+
+    misplaced = [key for key in TENSOR_ONLY if key in top.table]
+    if misplaced:
+        top.fail(f"a {top.table['task']} package has no {', '.join(misplaced)} (tensor tables)")
+    top.unknown(
+        {"name", "version", "task", "description", "text", "variant", "golden", "device_files"}
+    )
+    name, version = _identity(top)
+    named = _named_files(root, manifest, top.table)
+    return ModelPackage(
+        root=root,
+        name=name,
+        version=version,
+        task=top.get("task", str, choices=TEXT_TASKS),
+        description=top.get("description", str, ""),
+        inputs=(),
+        outputs=(),
+        preprocess=None,
+        postprocess=Postprocess(softmax=False, top_k=1),
+        labels=(),
+        variants=_variants(root, manifest, top, text=True),
+        golden=_golden(root, manifest, top),
+        device_files=_device_files(root, manifest, top, named),
+        named_files=tuple(named.values()),
+        text=parse_text(Fields(manifest, "text", top.get("text", dict))),
     )
 
 
@@ -441,11 +485,36 @@ def _postprocess(manifest: Path, table: dict) -> Postprocess:
     return Postprocess(softmax=fields.get("softmax", bool, True), top_k=top_k)
 
 
-def _variant(root: Path, manifest: Path, index: int, table: Any) -> Variant:
+def _variants(root: Path, manifest: Path, top: Fields, *, text: bool) -> tuple[Variant, ...]:
+    """The installed ``[[variant]]`` tables; a language model's only on generative runtimes,
+    a tensor model's never."""
+    tables = top.get("variant", list)
+    if not tables:
+        top.fail("at least one [[variant]] is required", "variant")
+    tables = _installed_subset(root, tables)
+    variants = tuple(_variant(root, manifest, i, table, text) for i, table in enumerate(tables))
+    keys = [variant.key for variant in variants]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice:
+        raise PackageError(f"{manifest}: variant: {twice} is declared twice")
+    return variants
+
+
+def _variant(root: Path, manifest: Path, index: int, table: Any, text: bool) -> Variant:
     fields = Fields(manifest, f"variant[{index}]", table)
     fields.unknown({"runtime", "precision", "files", "layout", "sha256"})
     runtime = fields.get("runtime", str, choices=RUNTIMES)
-    precision = fields.get("precision", str, choices=PRECISIONS)
+    if text != (runtime in GENERATIVE_RUNTIMES):
+        kinds = "a language model" if runtime in GENERATIVE_RUNTIMES else "a tensor model"
+        fields.fail(f"{runtime} runs {kinds}, not this package's task", "runtime")
+    if text:
+        precision = fields.get("precision", str)
+        if not TEXT_PRECISION_RE.match(precision):
+            fields.fail(
+                f"{precision!r} is not a lower-case quantization name (q4_1, f16 …)", "precision"
+            )
+    else:
+        precision = fields.get("precision", str, choices=PRECISIONS)
     names = fields.get("files", list)
     if not names or not all(isinstance(n, str) for n in names):
         fields.fail("must be a non-empty list of file names", "files")

@@ -58,8 +58,19 @@ RUNTIME_FACTS: dict[str, RuntimeFacts] = {
             "openvino",
             weights=".bin",
         ),
+        # A generative runtime (runtimes.generative): served by the language plane, never
+        # by the tensor registry or the vision probe.
+        RuntimeFacts(
+            "llama_cpp",
+            "edgeagent.runtimes.llama_cpp",
+            ("llama-cpp-python",),
+            (".gguf",),
+            "llama_cpp",
+        ),
     )
 }
+# Runtimes that load language models (runtimes.generative) rather than tensor models.
+GENERATIVE_RUNTIMES: tuple[str, ...] = ("llama_cpp",)
 RUNTIME_NAMES: tuple[str, ...] = tuple(RUNTIME_FACTS)
 # Which runtime's own format each file suffix is (.onnx is onnxruntime's, though OpenVINO reads it).
 NATIVE_SUFFIXES: dict[str, str] = {f.native_suffix: f.name for f in RUNTIME_FACTS.values()}

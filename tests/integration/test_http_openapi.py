@@ -17,7 +17,15 @@ METHODS = {"get", "post", "put", "delete", "patch"}
 
 
 def _app_routes() -> set[tuple[str, str]]:
-    app = create_app(object(), settings=ServerSettings(), metrics=CollectorRegistry(), status=dict)
+    # Given a language plane, the app serves the OpenAI and Ollama routes too (all of them
+    # documented); registering routes does not call the plane.
+    app = create_app(
+        object(),
+        settings=ServerSettings(),
+        metrics=CollectorRegistry(),
+        status=dict,
+        language=object(),  # type: ignore[arg-type]
+    )
     return {
         (route.method.lower(), resource.canonical)
         for resource in app.router.resources()

@@ -86,9 +86,16 @@ def test_corrupt_model_bytes_fail_the_checksum(tiny_package: Path) -> None:
         load_package(tiny_package)
 
 
-def test_wrong_file_kind_for_runtime(tiny_package: Path) -> None:
-    _edit(tiny_package, 'runtime = "onnxruntime"', 'runtime = "litert"')
-    with pytest.raises(PackageError, match=r"is not a litert file \(\.tflite\)"):
+@pytest.mark.parametrize(
+    ("runtime", "error"),
+    [
+        ("litert", r"is not a litert file \(\.tflite\)"),
+        ("llama_cpp", r"variant\[0\].runtime: llama_cpp runs a language model, not this"),
+    ],
+)
+def test_wrong_file_kind_for_runtime(tiny_package: Path, runtime: str, error: str) -> None:
+    _edit(tiny_package, 'runtime = "onnxruntime"', f'runtime = "{runtime}"')
+    with pytest.raises(PackageError, match=error):
         load_package(tiny_package)
 
 

@@ -45,7 +45,7 @@ def test_a_file_of_another_kind(tmp_path: Path, capsys: pytest.CaptureFixture[st
     weights = tmp_path / "model.pt"
     weights.write_bytes(b"\x80\x02")
     err = refusal(capsys, str(weights), "--out", str(tmp_path / "p"))
-    assert f"{weights}: not a model file this tool reads (.onnx, .tflite, .xml" in err
+    assert f"{weights}: not a model file this tool reads (.gguf, .onnx, .tflite, .xml" in err
     assert not (tmp_path / "p").exists()
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeagent.models.names import TENSOR_TASKS
 from edgeagent.models.package import PackageError, load_package
-from edgeagent.models.tasks import TASK_NAMES, golden_problem, golden_record
+from edgeagent.models.tasks import golden_problem, golden_record
 
 
 def _edit(package: Path, old: str, new: str) -> None:
@@ -18,7 +19,7 @@ def _edit(package: Path, old: str, new: str) -> None:
     manifest.write_text(text.replace(old, new))
 
 
-@pytest.mark.parametrize("task", TASK_NAMES)
+@pytest.mark.parametrize("task", TENSOR_TASKS)
 def test_every_task_is_accepted(tiny_package: Path, task: str) -> None:
     _edit(tiny_package, 'task = "classification"', f'task = "{task}"')
     assert load_package(tiny_package).task == task

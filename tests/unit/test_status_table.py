@@ -87,3 +87,40 @@ def test_a_version_whose_plan_is_searched_says_what_it_serves_on_meanwhile() -> 
     versions["1"]["plan"]["source"] = "pending"
     text = " ".join(summary(searched, {}, "agent.sock", 120).split())
     assert "tiny 1: execution plan pending: serving 1x2:b8 (1 instance x 2 threads" in text
+
+
+def test_each_language_model_shows_its_batch_kv_cache_and_decode_rate() -> None:
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from edgeagent.commands.status import token_rates
+
+    registry = CollectorRegistry()
+    rate = Histogram(
+        "edgeagent_llm_tokens_per_second", "", ["model"], registry=registry, buckets=(50, 100, 200)
+    )
+    for value in (60, 80, 120):  # the median falls in the 50–100 bucket
+        rate.labels("smollm2").observe(value)
+    rates = token_rates(generate_latest(registry).decode())
+    assert 50 < (rates["smollm2"] or 0) <= 100
+    language = {
+        "models": {
+            "smollm2": {
+                "version": "1.0.0",
+                "state": "READY",
+                "runtime": "llama_cpp",
+                "device": "CPU",
+                "sequences": 8,
+                "running": 2,
+                "waiting": 5,
+                "kv_bytes_used": 3 * 1024 * 1024,
+                "kv_bytes_allocated": 24 * 1024 * 1024,
+            },
+            "gemma": {"state": "FAILED", "error": "does not fit: 900 MiB > 256 MiB"},
+        }
+    }
+    text = summary({**STATUS, "language": language}, {}, "s", 120, rates)
+    lines = [line for line in text.splitlines() if "smollm2" in line or "gemma" in line]
+    assert lines[0].startswith("language  gemma") and "FAILED: does not fit" in lines[0]
+    assert "llama_cpp/CPU: 2/8 running, 5 waiting; KV 3.0/24.0 MiB" in lines[1]
+    assert lines[1].endswith(f"{rates['smollm2']:.0f} tokens/s median")
+    assert "language" not in summary(STATUS, {}, "s", 120)  # none served: no line

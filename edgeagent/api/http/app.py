@@ -25,16 +25,20 @@ from edgeagent.api.http.app_keys import (
     DATAPLANE,
     JSON_DECODER,
     JSON_HELPER,
+    LANGUAGE,
     METRICS,
     SETTINGS,
     SHARED_MEMORY,
     STATUS,
+    LanguagePlane,
 )
 from edgeagent.api.http.body import BodyTooSlow
 from edgeagent.api.http.deepstack_routes import deepstack_routes
 from edgeagent.api.http.detect_routes import detect_routes
 from edgeagent.api.http.edge_routes import edge_routes
 from edgeagent.api.http.listener_guard import agent_guard
+from edgeagent.api.http.ollama_routes import ollama_routes
+from edgeagent.api.http.openai_routes import openai_errors, openai_routes
 from edgeagent.api.http.shm_routes import shm_routes
 from edgeagent.api.http.v2_routes import v2_routes
 from edgeagent.api.jsonparse.helper import JsonHelper
@@ -149,17 +153,23 @@ def create_app(
     metrics: CollectorRegistry,
     status: Callable[[], dict],
     shared_memory: SharedMemoryRegistry | None = None,
+    language: LanguagePlane | None = None,
 ) -> web.Application:
     """The HTTP application over ``dataplane``; serve it on any listener.
 
     ``shared_memory`` is the daemon's region registry (shared with gRPC, released by the
-    daemon); without one the app keeps its own and releases it on cleanup.
+    daemon); without one the app keeps its own and releases it on cleanup. ``language`` is the
+    language plane: given, the OpenAI and Ollama routes are served over it.
     """
     http_metrics = HttpMetrics(metrics)
+    # OpenAI's clients read their own error shape: its middleware sits inside the agent's (which
+    # still catches what it lets through) and outside the guard and token check it re-shapes.
+    shapes = [openai_errors] if language is not None else []
     app = web.Application(
         middlewares=[
             http_metrics.middleware(),
             errors_middleware,
+            *shapes,
             agent_guard(settings).middleware(),
             auth_middleware(settings),
         ],
@@ -182,6 +192,9 @@ def create_app(
     app.add_routes(
         [*v2_routes(), *edge_routes(), *detect_routes(), *deepstack_routes(), *shm_routes()]
     )
+    if language is not None:
+        app[LANGUAGE] = language
+        app.add_routes([*openai_routes(), *ollama_routes()])
     return app
 
 

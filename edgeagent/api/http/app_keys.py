@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -14,6 +14,29 @@ from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.regions import SharedMemoryRegistry
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
+from edgeagent.engine.text_requests import (
+    Embeddings,
+    Generation,
+    GenerationRequest,
+    LanguageModelInfo,
+)
+
+
+class LanguagePlane(Protocol):
+    """What the OpenAI and Ollama routes ask of the engine's language plane
+    (``edgeagent.engine.language.plane.LanguagePlane``): named by its calls here, so the routes
+    depend on the contract of ``text_requests`` and not on the scheduler behind it."""
+
+    def models(self) -> list[LanguageModelInfo]: ...
+
+    def info(self, name: str) -> LanguageModelInfo: ...
+
+    async def generate(self, request: GenerationRequest) -> Generation: ...
+
+    async def embed(self, model: str, inputs: Sequence[str]) -> Embeddings: ...
+
+    def status(self) -> dict[str, Any]: ...
+
 
 DATAPLANE = web.AppKey("dataplane", DataPlane)
 SETTINGS = web.AppKey("settings", ServerSettings)
@@ -27,3 +50,5 @@ SHARED_MEMORY = web.AppKey("shared_memory", SharedMemoryRegistry)
 JSON_DECODER = web.AppKey("json_decoder", Executor)
 # The helper process that parses large JSON bodies outside the daemon's GIL.
 JSON_HELPER = web.AppKey("json_helper", JsonHelper)
+# The language plane, when the daemon serves language models (absent: no OpenAI/Ollama routes).
+LANGUAGE = web.AppKey("language", LanguagePlane)

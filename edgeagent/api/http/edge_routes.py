@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.exposition import generate_latest
 
-from edgeagent.api.http.app_keys import DATAPLANE, METRICS, STATUS
+from edgeagent.api.http.app_keys import DATAPLANE, LANGUAGE, METRICS, STATUS
 from edgeagent.api.http.body import received_body
 
 
@@ -25,9 +25,11 @@ async def classify_image(request: web.Request) -> web.Response:
 
 
 async def status_report(request: web.Request) -> web.Response:
-    return web.json_response(
-        request.app[STATUS](), dumps=lambda value: json.dumps(value, default=str)
-    )
+    document = request.app[STATUS]()
+    language = request.app.get(LANGUAGE)
+    if language is not None:  # KV-cache use, sequences running and waiting, tokens/s
+        document = {**document, "language": language.status()}
+    return web.json_response(document, dumps=lambda value: json.dumps(value, default=str))
 
 
 async def metrics_text(request: web.Request) -> web.Response:

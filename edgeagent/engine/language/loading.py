@@ -1,0 +1,115 @@
+"""Placing a language model: every variant × device a generative runtime offers, proved by
+generating a few tokens, ranked by the decode rate it measured.
+
+The vision probe proves a candidate with one inference; a language model is proved the same
+way in its own terms: it must load within the memory budget (the plugin refuses with the
+numbers otherwise), tokenize, and greedily decode ``PROBE_TOKENS`` tokens. The fastest
+candidate serves; the others are closed at once. A candidate that fails is reported with
+its reason, and the model fails to load only when every one did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from edgeagent.engine.language.settings import LanguageSettings
+from edgeagent.models.package import ModelPackage, Variant
+from edgeagent.runtimes import RuntimeLoadError, RuntimeUnavailable, get_runtime
+from edgeagent.runtimes.generative import (
+    GenerativeLoadRequest,
+    GenerativeRuntime,
+    GenerativeSession,
+    SequenceInput,
+)
+
+log = logging.getLogger(__name__)
+PROBE_TOKENS = 8
+PROBE_PROMPT = "The capital of France is"
+
+
+class NoCandidate(RuntimeError):
+    """No variant of the package loaded and generated on any device; says why for each."""
+
+
+@dataclass(frozen=True)
+class Placed:
+    session: GenerativeSession
+    variant: Variant
+    runtime: str
+    device: str
+    tokens_per_s: float
+    tried: tuple[str, ...]  # every candidate with its figure or its reason
+
+
+def load_request(
+    package: ModelPackage, variant: Variant, device: str, settings: LanguageSettings
+) -> GenerativeLoadRequest:
+    trained = package.text.context if package.text else settings.context
+    return GenerativeLoadRequest(
+        files=variant.files,
+        device=device,
+        context=min(settings.context, trained),
+        sequences=settings.sequences,
+        # every decode token plus one prefill chunk fit one llama_decode
+        batch_tokens=settings.prefill_chunk + settings.sequences,
+        threads=settings.threads or None,
+        embedding=package.task == "embedding",
+    )
+
+
+def probe(session: GenerativeSession, count: int = PROBE_TOKENS) -> float:
+    """Greedy-decode ``count`` tokens on sequence 0; decode tokens per second (then freed)."""
+    prompt = session.tokenize(PROBE_PROMPT, add_special=True)
+    try:
+        logits = session.step([SequenceInput(0, tuple(prompt), 0)])[0]
+        started = time.perf_counter()
+        for index in range(count):
+            token = int(logits.argmax())
+            logits = session.step([SequenceInput(0, (token,), len(prompt) + index)])[0]
+        return count / max(time.perf_counter() - started, 1e-9)
+    finally:
+        session.free(0)
+
+
+def place(package: ModelPackage, settings: LanguageSettings) -> Placed:
+    """Load every candidate, probe it, keep the fastest (blocking: run it off the loop)."""
+    tried: list[str] = []
+    best: Placed | None = None
+    for variant in package.variants:
+        try:
+            runtime = get_runtime(variant.runtime)
+        except RuntimeUnavailable as exc:
+            tried.append(f"{variant.key}: {exc}")
+            continue
+        if not isinstance(runtime, GenerativeRuntime):
+            tried.append(f"{variant.key}: {variant.runtime} is not a generative runtime")
+            continue
+        for device in runtime.devices():
+            where = f"{variant.key} on {device}"
+            try:
+                session = runtime.load(load_request(package, variant, device, settings))
+            except (RuntimeLoadError, OSError) as exc:
+                tried.append(f"{where}: {exc}")
+                continue
+            try:
+                rate = probe(session) if package.task == "text-generation" else 0.0
+            except Exception as exc:
+                session.close()
+                tried.append(f"{where}: the probe failed: {exc}")
+                continue
+            tried.append(f"{where}: {rate:.1f} tokens/s")
+            candidate = Placed(session, variant, variant.runtime, device, rate, ())
+            if best is None or rate > best.tokens_per_s:
+                if best is not None:
+                    best.session.close()
+                best = candidate
+            else:
+                session.close()
+    if best is None:
+        raise NoCandidate(f"{package.name} {package.version}: " + "; ".join(tried or ["none"]))
+    log.info("%s %s: %s", package.name, package.version, "; ".join(tried))
+    return Placed(
+        best.session, best.variant, best.runtime, best.device, best.tokens_per_s, tuple(tried)
+    )
