@@ -148,7 +148,7 @@ class ReleaseManifest:
     deployment_id: str
     targets: Targets = field(default_factory=Targets)
     min_agent_version: str = "0.0.0"
-    canary: ReleaseCanary | None = None  # on-device canary before the commit (fleet.canary)
+    canary: ReleaseCanary | None = None  # on-device canary before the commit (fleet.release_canary)
 
     def to_dict(self) -> dict[str, Any]:
         optional = {} if self.canary is None else {"canary": self.canary.to_dict()}
