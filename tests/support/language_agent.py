@@ -1,0 +1,71 @@
+"""The agent serving the tests' language model: ``edgeagent run`` in a process, on a Unix socket
+and a loopback TCP port with a token, as an operator starts it (``devtools.agent_process``).
+
+The package is the fetched SmolLM2 GGUF's (``tests/support/language.py``); the ``[llm]``
+limits are small (a 512-token context, 2 threads) so every test takes seconds on two shared
+cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from devtools.agent_process import RunningDaemon, running_daemon
+from devtools.waiting import wait_until
+from tests.support.language import write_text_package
+
+MODEL = "smollm2"
+LIMITS = {"context": 512, "sequences": 4, "threads": 2, "max_tokens": 64, "default_max_tokens": 16}
+
+
+class LanguageAgent(RunningDaemon):
+    """The running daemon, and what the tests read of its language plane."""
+
+    def status(self) -> dict[str, Any]:
+        response = requests.get(f"{self.url}/v1/status", headers=self.headers, timeout=30)
+        response.raise_for_status()
+        return response.json()
+
+    def model_status(self) -> dict[str, Any]:
+        return self.status()["language"]["models"][MODEL]
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of /metrics (0 when the series does not exist yet)."""
+        text = requests.get(f"{self.url}/metrics", headers=self.headers, timeout=30).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return sample.value
+        return 0.0
+
+
+@contextmanager
+def language_agent(root: Path, server: str = "", **limits: Any) -> Iterator[LanguageAgent]:
+    """The daemon (``running_daemon``: its tiny package, a socket, loopback TCP with the token)
+    also serving SmolLM2 with ``[llm]`` = ``LIMITS`` | ``limits``; ``server``: more lines for
+    its ``[server]`` table. Ready once the model is."""
+    write_text_package(root / "models" / MODEL, MODEL)
+    llm = "\n".join(f"{key} = {value}" for key, value in (LIMITS | limits).items())
+    with running_daemon(root, f"{server}\n[llm]\n{llm}\n") as daemon:
+        agent = LanguageAgent(daemon.process, daemon.socket, daemon.url, daemon.log)
+        wait_until(lambda: _ready(agent), timeout=120)
+        yield agent
+
+
+def _ready(agent: LanguageAgent) -> bool:
+    if not agent.alive():
+        raise AssertionError(
+            f"the agent exited {agent.process.returncode}: {agent.log.read_text()}"
+        )
+    try:
+        return agent.model_status().get("state") == "READY"
+    except (requests.RequestException, KeyError):
+        return False
