@@ -4,7 +4,7 @@
 # entrypoint (deploy/container/entrypoint.sh) starts as root only to give it /run/edgeagent and
 # /var/lib/edgeagent (a bind-mounted host directory is root's), then drops to it with setpriv.
 #
-#   docker build -t edgeagent .                                   # extras: litert,openvino
+#   docker build -t edgeagent .                                   # extras: litert,openvino,grpc
 #   docker build -t edgeagent --build-arg EXTRAS=litert .         # a Raspberry Pi / RK3588
 #   sudo install -d /run/edgeagent     # podman, unlike docker, makes no missing bind source
 #   docker run -d --name edgeagent -v "$PWD/zoo:/models:ro" -v edgeagent-state:/var/lib/edgeagent \
@@ -27,7 +27,7 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # ---- runtime --------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
-ARG EXTRAS=litert,openvino
+ARG EXTRAS=litert,openvino,grpc
 ARG ONNXRUNTIME=""
 # The agent's uid and gid, which the host sees on a bind-mounted /run/edgeagent: whoever has
 # that gid on the host may use the socket. 61000 is above what useradd and groupadd hand out
@@ -57,8 +57,9 @@ ENV PATH=/opt/edgeagent/bin:$PATH \
     PYTHONUNBUFFERED=1
 VOLUME ["/models", "/var/lib/edgeagent", "/run/edgeagent"]
 # TCP listens on the container's loopback unless the mounted /etc/edgeagent/agent.toml sets
-# tcp_host = "0.0.0.0" and a token (the agent refuses a non-loopback listener without one).
-EXPOSE 8080
+# tcp_host = "0.0.0.0", a token and [tls] or tls = "off" (the agent refuses a non-loopback
+# listener without them). 8081: KServe v2 gRPC when [grpc] enabled (deploy/kserve, deploy/helm).
+EXPOSE 8080 8081
 # No USER: the entrypoint drops to $EDGEAGENT_USER after preparing the directories (with
 # `docker run --user edgeagent` it prepares nothing, and they must already be writable).
 WORKDIR /var/lib/edgeagent

@@ -37,12 +37,17 @@ class Daemon:
 
 
 def start_daemon(
-    package_dir: Path, work: Path, threads: int, peers: bool = False, server: str = ""
+    package_dir: Path,
+    work: Path,
+    threads: int,
+    peers: bool = False,
+    server: str = "",
+    tables: str = "",
 ) -> Daemon:
     """``edgeagent run`` on just this package; ``threads`` = [hardware] threads (0: all cores).
 
     With ``peers`` it also listens on TCP and serves gRPC (TCP and its own Unix socket);
-    ``server`` holds extra lines of its [server] table.
+    ``server`` holds extra lines of its [server] table, ``tables`` whole tables ([tls] …).
     """
     tcp_port = free_port() if peers else 0
     grpc_port = free_port() if peers else 0
@@ -54,7 +59,7 @@ def start_daemon(
         text += f"{server}\n"
     if peers:
         text += f"[grpc]\nenabled = true\nport = {grpc_port}\nunix_socket = '{grpc_sock}'\n"
-    config.write_text(text)
+    config.write_text(text + tables)
     models = work / "models"
     models.mkdir()
     (models / package_dir.name).symlink_to(package_dir.resolve())

@@ -18,21 +18,14 @@ central one — and the path to a broker cluster, where the cluster does this it
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import shutil
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
+from devtools.pki import make_pki
 from devtools.ports import free_port
 from edgeagent.fleet.settings import MqttSettings
 
@@ -44,70 +37,6 @@ def mosquitto_binary() -> str | None:
     return shutil.which("mosquitto") or (
         "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
     )
-
-
-@dataclass(frozen=True)
-class Pki:
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _write_key(path: Path) -> ec.EllipticCurvePrivateKey:
-    key = ec.generate_private_key(ec.SECP256R1())
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
-    return key
-
-
-def _certificate(subject: str, key, issuer_name: x509.Name, issuer_key, *, ca: bool, san=None):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if san:
-        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def make_pki(directory: Path) -> Pki:
-    """A CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_key = _write_key(directory / "ca.key")
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgeagent test CA")])
-    ca_cert = _certificate("edgeagent test CA", ca_key, ca_name, ca_key, ca=True)
-    pki = Pki(
-        ca=directory / "ca.crt",
-        server_cert=directory / "server.crt",
-        server_key=directory / "server.key",
-        client_cert=directory / "client.crt",
-        client_key=directory / "client.key",
-    )
-    pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    for subject, cert_path, key_path, names in (
-        ("localhost", pki.server_cert, pki.server_key, san),
-        ("dev-tls", pki.client_cert, pki.client_key, None),
-    ):
-        key = _write_key(key_path)
-        cert = _certificate(subject, key, ca_name, ca_key, ca=False, san=names)
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return pki
 
 
 def _bridge(remote: Broker, prefix: str, local_port: int) -> str:

@@ -32,6 +32,7 @@ from edgeagent.sections import (
     setting,
     unknown_keys,
 )
+from edgeagent.tls import TlsSettings, plain_listener_problem
 from edgeagent.updates.settings import UpdateSettings
 
 DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
@@ -70,6 +71,7 @@ class Config:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
+    tls: TlsSettings = field(default_factory=TlsSettings)
     llm: LanguageSettings = field(default_factory=LanguageSettings)
 
     def __post_init__(self) -> None:
@@ -84,6 +86,13 @@ class Config:
             "host",
             f"[server] tcp_auth = 'none' is only allowed on loopback, not {self.grpc.host!r}",
         )
+        # Every TCP listener shares [tls]; none serves plain off loopback unless told to.
+        for section, host, mode, listening in (
+            ("server", self.server.tcp_host, self.server.tls, self.server.tcp_port != 0),
+            ("grpc", self.grpc.host, self.grpc.tls, self.grpc.enabled and self.grpc.port != 0),
+        ):
+            problem = plain_listener_problem(host, mode, self.tls) if listening else None
+            require(problem is None, section, "tls", problem or "")
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -97,6 +106,7 @@ SECTIONS: dict[str, dict[str, type]] = {
     "mqtt": {"mqtt": MqttSettings},
     "grpc": {"grpc": GrpcSettings},
     "shared_memory": {"shared_memory": SharedMemorySettings},
+    "tls": {"tls": TlsSettings},
     "llm": {"llm": LanguageSettings},
 }
 

@@ -7,9 +7,10 @@ in-flight HTTP requests finish (``[server] drain_timeout_s``) → batchers drain
 → socket removed. Parts never import each other sideways; what one needs of another is passed
 here (``limits_provider``, ``status_providers``, one CollectorRegistry).
 
-SIGHUP (``systemctl reload``) re-reads the config and the models directory: new packages load,
-changed ones hot-swap, removed ones unload; config keys other than ``[agent] models_dir``,
-``models`` and ``log_level`` are reported as needing a restart.
+SIGHUP (``systemctl reload``) re-reads the TLS certificate (new handshakes get it), the config
+and the models directory: new packages load, changed ones hot-swap, removed ones unload; config
+keys other than ``[agent] models_dir``, ``models`` and ``log_level`` are reported as needing a
+restart.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from edgeagent.models.device_key import DeviceKeyError, open_device_key
 from edgeagent.models.locate import find_packages
 from edgeagent.models.names import TEXT_TASKS
 from edgeagent.models.package import PackageError, load_package
-from edgeagent.models.sealed import Unsealer
+from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
@@ -237,7 +238,7 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
-        self.listeners = Listeners()
+        self.listeners = Listeners(config.tls)
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
@@ -344,9 +345,12 @@ class Daemon:
     async def reload(self) -> None:
         """SIGHUP: apply the config's [agent] model keys and serve the models directory anew.
 
-        A config that no longer validates is refused (logged) and the running one kept.
+        A config that no longer validates is refused (logged) and the running one kept. The
+        TLS certificate and key are read again first (a renewed certificate needs no new
+        config), for new handshakes on every TCP listener.
         """
         async with self._reloading:
+            self.listeners.reload_tls()
             if self._reread is not None:
                 try:
                     config = self._reread()

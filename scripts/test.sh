@@ -30,6 +30,10 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   run_step "installing Chromium and its driver (Debian packages; the dashboard tests)" \
     chromium apt_install - chromium chromium-driver
 fi
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  run_step "installing HAProxy (Debian package; the replica tests start their own)" \
+    haproxy apt_install haproxy haproxy
+fi
 printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/ruff check edgeagent tests scripts devtools
 .venv/bin/ruff format --check --quiet edgeagent tests scripts devtools

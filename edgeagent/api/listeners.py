@@ -13,7 +13,9 @@ hundred slow clients exhaust the process's file descriptors and take every liste
 - a client that stops reading its answers (the agent's send buffer stays full for
   ``[server] send_timeout_s``) is disconnected, so it cannot pin a handler and a slot for ever;
 - errors the event loop reports (``accept()`` failing with EMFILE) are logged at most once per
-  ``LOG_EVERY_S`` per kind, with a count of those suppressed.
+  ``LOG_EVERY_S`` per kind, with a count of those suppressed;
+- a TCP listener whose ``tls`` is "auto" serves the ``[tls]`` certificate (``edgeagent.tls``),
+  read once and shared with the gRPC listener, so one SIGHUP renews both.
 
 ``GuardedSite`` is an aiohttp site, so ``AppRunner.cleanup()`` stops it like any other.
 
@@ -33,6 +35,7 @@ import logging
 import os
 import resource
 import socket
+import ssl
 import stat
 import time
 from collections.abc import Awaitable, Callable
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from edgeagent.api.settings import ServerSettings
+from edgeagent.tls import ServerTls, TlsError, TlsMode, TlsSettings
 
 if TYPE_CHECKING:  # the grpc extra is optional: imported when [grpc] enabled
     from edgeagent.api.grpc.server import GrpcServer
@@ -177,13 +181,28 @@ def unix_site(runner: web.BaseRunner, path: Path, settings: ServerSettings) -> G
     return GuardedSite(runner, f"unix:{path}", opener, settings)
 
 
-def tcp_site(runner: web.BaseRunner, host: str, port: int, settings: ServerSettings) -> GuardedSite:
-    """The TCP listener on ``host:port`` (port 0: any free port, see ``GuardedSite.sockets``)."""
+def tcp_site(
+    runner: web.BaseRunner,
+    host: str,
+    port: int,
+    settings: ServerSettings,
+    tls: ssl.SSLContext | None = None,
+) -> GuardedSite:
+    """The TCP listener on ``host:port`` (port 0: any free port, see ``GuardedSite.sockets``),
+    HTTPS with ``tls``. asyncio hands a TLS connection to the guard once its handshake is
+    done, so a handshake gets ``header_timeout_s`` (not asyncio's 60 s): a client that opens
+    connections and never finishes the handshake holds each no longer than a slow head."""
 
     async def opener(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
-        return await asyncio.get_running_loop().create_server(factory, host, port)
+        loop = asyncio.get_running_loop()
+        if tls is None:
+            return await loop.create_server(factory, host, port)
+        return await loop.create_server(
+            factory, host, port, ssl=tls, ssl_handshake_timeout=settings.header_timeout_s
+        )
 
-    return GuardedSite(runner, f"http://{host}:{port}", opener, settings)
+    scheme = "https" if tls is not None else "http"
+    return GuardedSite(runner, f"{scheme}://{host}:{port}", opener, settings)
 
 
 class QuietLoopErrors:
@@ -221,11 +240,30 @@ class ListenerError(RuntimeError):
 class Listeners:
     """Every listener of one daemon: the HTTP sites, the gRPC server, where clients reach us."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: TlsSettings | None = None) -> None:
+        """``tls``: the [tls] certificate the TCP listeners whose ``tls`` is "auto" serve."""
         self.addresses: list[str] = []  # for the operator (status, the READY line)
         self.sites: list[GuardedSite] = []
         self.grpc: GrpcServer | None = None
         self._socket_path: Path | None = None
+        self._tls_settings = tls or TlsSettings()
+        self.tls: ServerTls | None = None  # read once, shared by HTTP and gRPC
+
+    def server_tls(self, mode: TlsMode) -> ServerTls | None:
+        """The shared certificate for a TCP listener in ``mode`` (None: plain TCP)."""
+        if mode == "off" or not self._tls_settings.enabled:
+            return None
+        if self.tls is None:
+            try:
+                self.tls = ServerTls(self._tls_settings)
+            except TlsError as exc:
+                raise ListenerError(f"{exc} ([tls] cert_file / key_file / client_ca_file)") from exc
+        return self.tls
+
+    def reload_tls(self) -> None:
+        """SIGHUP: new TLS handshakes on every listener get the files as they are now."""
+        if self.tls is not None:
+            self.tls.reload()
 
     async def open_http(self, runner: web.AppRunner, server: ServerSettings) -> None:
         """The Unix socket and the TCP port that ``[server]`` asks for; at least one."""
@@ -238,12 +276,20 @@ class Listeners:
             self._socket_path = path
             self.addresses.append(str(path))
         if server.tcp_port:
+            tls = self.server_tls(server.tls)
             await self._start(
-                tcp_site(runner, server.tcp_host, server.tcp_port, server),
+                tcp_site(
+                    runner,
+                    server.tcp_host,
+                    server.tcp_port,
+                    server,
+                    tls.context if tls is not None else None,
+                ),
                 "[server] tcp_host / tcp_port, --port",
             )
             host = f"[{server.tcp_host}]" if ":" in server.tcp_host else server.tcp_host
-            self.addresses.append(f"http://{host}:{server.tcp_port}")
+            scheme = "https" if tls is not None else "http"
+            self.addresses.append(f"{scheme}://{host}:{server.tcp_port}")
             if server.tcp_auth == "token" and not server.token:
                 log.warning(
                     "TCP listener %s refuses every request: no [server] token is set "
@@ -259,7 +305,7 @@ class Listeners:
         try:
             await site.start()
         except OSError as exc:
-            where = site.name.removeprefix("unix:").removeprefix("http://")
+            where = site.name.split("//")[-1].removeprefix("unix:")
             raise ListenerError(f"cannot listen on {where}: {exc.strerror} ({settings})") from exc
         self.sites.append(site)
 
@@ -279,7 +325,9 @@ class Listeners:
             raise ListenerError(
                 f"[grpc] enabled needs the grpc extra (pip install 'edgeagent[grpc]'): {exc}"
             ) from exc
-        self.grpc = GrpcServer(dataplane, settings, server=server, regions=regions)
+        self.grpc = GrpcServer(
+            dataplane, settings, server=server, regions=regions, tls=self.server_tls(settings.tls)
+        )
         try:
             self.addresses += await self.grpc.start()
         except RuntimeError as exc:  # grpc reports a port it cannot bind as RuntimeError

@@ -21,6 +21,7 @@ from edgeagent.api.secret_files import (
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_socket_path
 from edgeagent.sections import computed_setting, require, setting
+from edgeagent.tls import TlsMode
 
 
 def _token_ok(token: str) -> bool:
@@ -42,6 +43,12 @@ class ServerSettings:
     )
     tcp_host: str = setting("127.0.0.1", "TCP listen address")
     tcp_port: int = setting(8080, "TCP port; 0 disables the TCP listener")
+    tls: TlsMode = setting(
+        "auto",
+        "auto: HTTPS with the [tls] certificate when one is set, else plain HTTP (refused on "
+        'a non-loopback tcp_host); "off": plain HTTP wherever it listens (a TLS-terminating '
+        "proxy in front)",
+    )
     tcp_auth: Literal["token", "none"] = setting(
         "token",
         "token: every TCP request needs Authorization: Bearer <token>, loopback included; "

@@ -25,6 +25,7 @@ from edgeagent.config import (
 )
 from edgeagent.hardware.profile import ProfileError, board_profiles
 from edgeagent.sections import ConfigError, KeyDoc
+from edgeagent.tls import ServerTls, TlsError
 
 EXIT_INVALID = 2
 
@@ -94,6 +95,11 @@ def check(path: Path | None) -> list[str]:
         board_profiles(config.hardware.profiles_dir)
     except ProfileError as exc:
         return [f"[hardware] profiles_dir: {exc}"]
+    if config.tls.enabled:  # a key that does not match its certificate would stop the start
+        try:
+            ServerTls(config.tls)
+        except TlsError as exc:
+            return [f"[tls] {exc}"]
     if config.server.deepstack_model:  # every DeepStack request would fail: say so now
         # The daemon's module loads the whole serving stack; only this check needs it.
         from edgeagent.api.http.deepstack_routes import deepstack_model_problem

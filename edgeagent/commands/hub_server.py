@@ -108,6 +108,21 @@ def _server(
         "STATE_DIR/keys/release.key)",
     )
     parser.add_argument("--client-id", default="edgeagent-hub-server", help="MQTT session id")
+    tls = parser.add_argument_group("TLS (HTTPS; the files are re-read on SIGHUP)")
+    tls.add_argument("--tls-cert", type=Path, help="PEM certificate chain, leaf first")
+    tls.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    tls.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="PEM CA: clients must also present a certificate it signs (mTLS, beside tokens)",
+    )
+    tls.add_argument(
+        "--tls",
+        choices=("auto", "off"),
+        default="auto",
+        help="off: plain HTTP even off loopback (a TLS-terminating proxy in front); auto: "
+        "HTTPS with --tls-cert, plain HTTP on loopback only",
+    )
     limits = parser.add_argument_group("limits")
     for flag, attr, kind, what in (
         ("--retention-days", "retention_days", float, "event history kept"),
@@ -131,6 +146,7 @@ def _server(
 
     async def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.server.settings import default_database_url
+        from edgeagent.tls import TlsSettings
 
         database_url = args.db or default_database_url(args.state_dir)
         missing = missing_extra("hub", *_database_modules(database_url))
@@ -166,6 +182,8 @@ def _server(
             state_dir=args.state_dir or defaults.state_dir,
             open=args.open,
             allowed_hosts=tuple(args.allowed_host),
+            tls=TlsSettings(args.tls_cert, args.tls_key, args.tls_client_ca),
+            tls_mode=args.tls,
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -30,8 +30,14 @@ def find_packages(directory: Path) -> dict[str, Path]:
     (``load_package``) then fails with the reason, so one bad package is reported as such
     instead of stopping whoever lists them. Raises PackageError when ``directory`` itself does
     not exist, is not a directory or cannot be read.
+
+    A directory that is itself a package is that one package: KServe's storage initializer
+    puts one model's files straight into ``/mnt/models``, which the container serves as its
+    models directory.
     """
     try:
+        if (directory / "model.toml").is_file():
+            return {directory.name: directory}
         entries = sorted(directory.iterdir())
     except FileNotFoundError as exc:
         raise PackageError(f"models directory {directory} does not exist") from exc

@@ -22,7 +22,7 @@ TENSOR_TASKS = ("classification", "detection", "segmentation", "tensor")
 # Language models: served by the language plane from a [text] table, not from tensors.
 TEXT_TASKS = ("text-generation", "embedding")
 TASK_NAMES = (*TENSOR_TASKS, *TEXT_TASKS)
-# How content keys are wrapped and files sealed (edgeagent.models.sealing implements it).
+# How content keys are wrapped and files sealed (edgeagent.models.seal_crypto implements it).
 SEAL_SCHEME = "x25519-hkdf-sha256-aes256gcm"
 # The words of a ``[detection]`` table that both its parsed form (models.detection_head) and
 # its numpy decoder (models.tasks.decode) speak.

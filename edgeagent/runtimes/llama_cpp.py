@@ -193,6 +193,8 @@ class LlamaCppSession(GenerativeSession):
     # ---- vocabulary -----------------------------------------------------------------------
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool = True) -> list[int]:
+        if self._closed:  # the vocabulary went with the model
+            raise InferenceError("the session is closed")
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buffer = (lc.llama_token * capacity)()

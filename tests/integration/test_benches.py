@@ -197,6 +197,16 @@ def test_ab_pairs_two_daemon_settings(tiny_package: Path) -> None:
 
 
 @pytest.mark.slow
+def test_ab_measures_what_tls_costs_over_tcp(tiny_package: Path) -> None:
+    report = run_bench(
+        f"bench_ab.py {served(tiny_package)} --seconds 0.3 --concurrency 2 --mode 'v2 binary' "
+        "--b-tls --a '' --b ''"
+    )
+    assert report["transport"] == "https"
+    assert_figures(report, "daemons.A.requests_per_s", "b_over_a_requests_per_s")
+
+
+@pytest.mark.slow
 def test_soak_reports_errors_memory_and_descriptors() -> None:
     report = run_bench("bench_soak.py --minutes 0.03 --concurrency 2 --json")
     assert report["errors"] == 0, report["error_kinds"]

@@ -149,7 +149,7 @@ def test_the_image_is_multi_stage_with_volumes_health_and_ports() -> None:
     assert "FROM ${PYTHON_IMAGE} AS build" in lines
     assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in lines
     assert 'VOLUME ["/models", "/var/lib/edgeagent", "/run/edgeagent"]' in lines
-    assert "EXPOSE 8080" in lines
+    assert "EXPOSE 8080 8081" in lines  # v2 HTTP and gRPC: KServe's ports
     # the agent never runs as root: the entrypoint drops to this user (checked below)
     assert image_env()["EDGEAGENT_USER"] == "edgeagent"
     assert 'useradd --system --uid "$EDGEAGENT_UID" --gid edgeagent' in DOCKERFILE

@@ -69,5 +69,7 @@ def test_bad_grpc_and_shm_config_is_refused_by_key(text: str, words: str) -> Non
 
 
 def test_grpc_beyond_loopback_with_the_token_rule_is_accepted() -> None:
-    config = parse_config("[server]\ntoken = 't'\n[grpc]\nenabled = true\nhost = '0.0.0.0'\n")
+    config = parse_config(
+        "[server]\ntoken = 't'\n[grpc]\nenabled = true\nhost = '0.0.0.0'\ntls = 'off'\n"
+    )
     assert config.grpc.host == "0.0.0.0" and config.server.tcp_auth == "token"

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from devtools.broker import make_pki
+from devtools.pki import make_pki
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.hub.keys import generate_key, keygen

@@ -30,6 +30,7 @@ LAYERS: list[set[str]] = [
     {"hardware"},
     {"models"},
     {"runtimes"},
+    {"tls"},
     {
         "sections",
         "paths",

@@ -143,3 +143,15 @@ def test_a_model_over_the_memory_budget_is_refused_with_the_numbers() -> None:
         r" for 1024 tokens .* budget is 100 MiB",
     ):
         get_runtime("llama_cpp").load(request)
+
+
+def test_a_closed_session_refuses_instead_of_reading_freed_memory() -> None:
+    from edgeagent.runtimes import InferenceError
+
+    closed = get_runtime("llama_cpp").load(_request(smollm2_gguf(), context=64, sequences=1))
+    closed.close()
+    closed.close()  # twice is harmless
+    with pytest.raises(InferenceError, match="closed"):
+        closed.tokenize("hi", add_special=False)
+    with pytest.raises(InferenceError, match="closed"):
+        closed.step([SequenceInput(0, (1,), 0)])

@@ -139,6 +139,10 @@ async def test_bad_requests_are_refused_before_any_chunk_naming_the_limits(
         match=r"the prompt is \d{3,} tokens but the context of model 'smollm2' is 512 tokens",
     ):
         await plane.generate(GenerationRequest("smollm2", prompt="word " * 600))
+    with pytest.raises(InvalidInput, match=r"the prompt is \d{4,} tokens but the context"):
+        await plane.generate(GenerationRequest("smollm2", prompt="word " * 5000))  # off the loop
+    with pytest.raises(InvalidInput, match=r"stop: at most 16 strings of 1 to 256 characters"):
+        await plane.generate(_chat("hi", Sampling(stop=("x" * 257,))))
     with pytest.raises(
         InvalidInput, match=r"max_tokens: 5000 is not between 1 and the agent's cap of 2048"
     ):

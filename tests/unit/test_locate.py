@@ -25,3 +25,10 @@ def test_a_missing_directory_or_a_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(PackageError, match="is not a directory"):
         find_packages(tmp_path / "file")
+
+
+def test_a_models_directory_that_is_a_package_is_that_one_package(tmp_path: Path) -> None:
+    """KServe's storage initializer puts one model's files straight into /mnt/models."""
+    write_tiny_package(tmp_path / "models")
+    write_tiny_package(tmp_path / "models" / "nested")  # inside a package: not another one
+    assert find_packages(tmp_path / "models") == {"models": tmp_path / "models"}

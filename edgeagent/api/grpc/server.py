@@ -32,6 +32,7 @@ from edgeagent.api import v2
 from edgeagent.api.auth import presented_token, scope_problem
 from edgeagent.api.grpc.proto import inference_pb2 as pb
 from edgeagent.api.grpc.settings import GrpcSettings
+from edgeagent.api.grpc.tls import server_credentials
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.callers import grpc_caller
 from edgeagent.api.shm.regions import Caller, CallerRegions, SharedMemoryRegistry, shm_ref
@@ -44,6 +45,7 @@ from edgeagent.engine.requests import (
     tensor_from_buffer,
     tensor_from_values,
 )
+from edgeagent.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -337,9 +339,12 @@ class GrpcServer:
         server: ServerSettings,
         regions: SharedMemoryRegistry,
         tcp_port: int | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
-        """``tcp_port`` overrides ``settings.port`` (0 there: an ephemeral port, for tests)."""
+        """``tcp_port`` overrides ``settings.port`` (0 there: an ephemeral port, for tests);
+        ``tls``: the TCP port serves TLS with that certificate (the Unix socket never does)."""
         self.settings = settings
+        self.tls = tls
         self._bind_tcp = settings.port != 0 or tcp_port is not None
         self._tcp_port = settings.port if tcp_port is None else tcp_port
         self.server = server
@@ -373,8 +378,12 @@ class GrpcServer:
         listening = []
         if self._bind_tcp:
             host = f"[{self.settings.host}]" if ":" in self.settings.host else self.settings.host
-            self.port = server.add_insecure_port(f"{host}:{self._tcp_port}")
-            listening.append(f"grpc://{host}:{self.port}")
+            address = f"{host}:{self._tcp_port}"
+            if self.tls is None:
+                self.port = server.add_insecure_port(address)
+            else:
+                self.port = server.add_secure_port(address, server_credentials(self.tls))
+            listening.append(f"grpc{'s' if self.tls else ''}://{host}:{self.port}")
         path = self.settings.unix_socket
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o750)

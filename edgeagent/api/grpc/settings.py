@@ -11,6 +11,7 @@ from pathlib import Path
 
 from edgeagent.paths import default_socket_path
 from edgeagent.sections import computed_setting, require, setting
+from edgeagent.tls import TlsMode
 
 
 def _default_grpc_socket() -> Path:
@@ -24,6 +25,11 @@ class GrpcSettings:
     enabled: bool = setting(False, "serve KServe v2 gRPC (needs the grpc extra)")
     host: str = setting("127.0.0.1", "gRPC TCP listen address")
     port: int = setting(8001, "gRPC TCP port; 0 disables the TCP listener")
+    tls: TlsMode = setting(
+        "auto",
+        "auto: TLS with the [tls] certificate when one is set, else plain (refused on a "
+        'non-loopback host); "off": plain wherever it listens',
+    )
     unix_socket: Path | None = computed_setting(
         _default_grpc_socket, "gRPC Unix socket: grpc.sock beside the HTTP API's agent.sock"
     )

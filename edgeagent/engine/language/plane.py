@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -38,8 +39,12 @@ from edgeagent.engine.text_requests import (
     Sampling,
 )
 from edgeagent.models.package import ModelPackage, file_sha256, load_package
+from edgeagent.runtimes.generative import GenerativeSession
 
 log = logging.getLogger(__name__)
+INLINE_CHARACTERS = 16_384  # prompts rendered and tokenized on the event loop, up to this
+MAX_STOP = 16  # stop strings a request may give
+MAX_STOP_CHARS = 256  # each is matched against held-back text after every token
 
 
 @dataclass
@@ -103,22 +108,15 @@ class LanguagePlane:
                 f"model {request.model!r} is an embedding model: it generates no text"
             )
         scheduler = loaded.scheduler
-        session = scheduler.session
         if (request.messages is None) == (request.prompt is None):
             raise InvalidInput("give either messages (a chat) or a prompt, not both or neither")
-        if request.messages is not None:
-            text = render_chat(
-                session.facts.chat_template,
-                request.messages,
-                bos=session.facts.bos_token,
-                eos=session.facts.eos_token,
-            )
-        else:
-            text = request.prompt or ""
         sampling = request.sampling
         max_tokens = self._max_tokens(sampling)
         _check_sampling(sampling)
-        prompt = session.tokenize(text, add_special=True)
+        if _characters(request) <= INLINE_CHARACTERS:  # microseconds: at once, on the loop
+            prompt = _prompt(scheduler.session, request)
+        else:  # milliseconds or more: on the session's own thread, which a swap closes it on
+            prompt = await scheduler.run(_prompt, scheduler.session, request)
         if not prompt:
             raise InvalidInput("the prompt is empty")
         context = scheduler.sequence_context
@@ -153,7 +151,7 @@ class LanguagePlane:
         session = loaded.scheduler.session
         vectors, count = [], 0
         for index, text in enumerate(inputs):
-            tokens = session.tokenize(text, add_special=True)
+            tokens = await loaded.scheduler.run(partial(session.tokenize, add_special=True), text)
             if not tokens or len(tokens) > loaded.scheduler.sequence_context:
                 raise InvalidInput(
                     f"input[{index}]: {len(tokens)} tokens; 1 to "
@@ -260,8 +258,30 @@ def _check_sampling(sampling: Sampling) -> None:
         raise InvalidInput(f"top_p: {sampling.top_p} is not in (0, 1]")
     if sampling.top_k < 0:
         raise InvalidInput(f"top_k: {sampling.top_k} must not be negative")
-    if any(not s for s in sampling.stop) or len(sampling.stop) > 16:
-        raise InvalidInput("stop: at most 16 non-empty strings")
+    if len(sampling.stop) > MAX_STOP or not all(
+        0 < len(s) <= MAX_STOP_CHARS for s in sampling.stop
+    ):
+        raise InvalidInput(
+            f"stop: at most {MAX_STOP} strings of 1 to {MAX_STOP_CHARS} characters each"
+        )
+
+
+def _characters(request: GenerationRequest) -> int:
+    if request.messages is not None:
+        return sum(len(message.content) for message in request.messages)
+    return len(request.prompt or "")
+
+
+def _prompt(session: GenerativeSession, request: GenerationRequest) -> list[int]:
+    """The request's prompt tokens: its chat in the model's own template, or its text."""
+    if request.messages is not None:
+        facts = session.facts
+        text = render_chat(
+            facts.chat_template, request.messages, bos=facts.bos_token, eos=facts.eos_token
+        )
+    else:
+        text = request.prompt or ""
+    return session.tokenize(text, add_special=True)
 
 
 def _digest(placed: Placed) -> str:

@@ -164,7 +164,12 @@ class Scheduler:
     async def run(self, call: Callable[..., T], *args: object) -> T:
         """``call`` on the session's thread (embeddings), between two decode steps."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, call, *args)
+        try:
+            return await loop.run_in_executor(self._executor, call, *args)
+        except RuntimeError as exc:
+            if not self._closing:
+                raise
+            raise NotReady(f"model {self.model!r} is unloading", retry_after=1) from exc
 
     def retry_after(self) -> int:
         """Seconds until a sequence is likely free: the waiting queue's turn, at least 1."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import signal
 import time
 from collections.abc import Callable
 
@@ -27,8 +28,9 @@ from edgeagent.hub.server.database import open_engine, upgrade
 from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.link import HubLink
 from edgeagent.hub.server.settings import ServerSettings
-from edgeagent.hub.server.verify import open_trust
+from edgeagent.hub.server.upload_gate import open_trust
 from edgeagent.hub.sign import ManifestSigner
+from edgeagent.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -104,12 +106,17 @@ async def serve(
     )
     link.on_connect = controller.wake
     context = HubContext(engine, settings, ingest, changes, controller.wake, settings.trust_file)
+    tls = ServerTls(settings.tls) if settings.tls_mode != "off" and settings.tls.enabled else None
     runner = web.AppRunner(create_app(context, tokens), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port)
+    site = web.TCPSite(
+        runner, settings.host, settings.port, ssl_context=tls.context if tls else None
+    )
     await site.start()
+    if tls is not None:  # a renewed certificate: new handshakes get it, nothing restarts
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, tls.reload)
     port = runner.addresses[0][1] if runner.addresses else settings.port
-    url = f"http://{settings.host}:{port}"
+    url = f"{'https' if tls else 'http'}://{settings.host}:{port}"
     log.info("hub server on %s, database %s", url, engine.url.render_as_string())
     tasks = [
         asyncio.create_task(job, name=name)
@@ -130,6 +137,8 @@ async def serve(
             if task in tasks and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
     finally:
+        if tls is not None:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
         await cancel_and_wait(tasks, settings.mqtt.connect_timeout_s + 5.0)
         await runner.cleanup()
         await engine.dispose()

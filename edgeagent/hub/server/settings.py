@@ -10,6 +10,7 @@ from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hub.policy.staged import MAX_STAGES
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
+from edgeagent.tls import TlsMode, TlsSettings, plain_listener_problem
 
 MAX_CHART_POINTS = 100_000  # more is a typo: each point is a row read for every device page
 
@@ -61,6 +62,8 @@ class ServerSettings:
     state_dir: Path = field(default_factory=lambda: default_state_dir() / "hub")  # admin.token
     open: bool = False  # no tokens at all: anyone who reaches the port is admin (loopback only)
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides the listener's own
+    tls: TlsSettings = field(default_factory=TlsSettings)  # --tls-cert / -key / -client-ca
+    tls_mode: TlsMode = "auto"  # --tls off: plain HTTP off loopback (a TLS proxy in front)
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
@@ -105,6 +108,18 @@ class ServerSettings:
                 self.token_file is not None or is_loopback(self.host),
                 f"listening on {self.host} needs --token-file (bearer tokens with scopes)",
             ),
+        ]
+        plain = plain_listener_problem(self.host, self.tls_mode, self.tls)
+        checks += [
+            (
+                (self.tls.cert_file is None) == (self.tls.key_file is None),
+                "--tls-cert and --tls-key go together",
+            ),
+            (
+                self.tls.client_ca_file is None or self.tls.cert_file is not None,
+                "--tls-client-ca needs --tls-cert and --tls-key",
+            ),
+            (plain is None, (plain or "").replace('tls = "off"', "--tls off")),
         ]
         for ok, message in checks:
             if not ok:
