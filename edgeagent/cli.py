@@ -51,7 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "package": (
         "edgeagent.commands.package",
-        "turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
+        "turn ONNX / TFLite / OpenVINO / PyTorch / GGUF models into a validated package",
     ),
     "agent-update": (
         "edgeagent.commands.selfupdate",

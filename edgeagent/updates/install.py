@@ -72,6 +72,7 @@ from edgeagent.updates.release_memory import ReleaseMemory
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
+from edgeagent.updates.text_health import text_health_check
 from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
 from edgeagent.updates.wrapped_keys import install_wrapped_keys
 
@@ -108,15 +109,20 @@ def checkpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def health_check(model: Served, timeout_s: float, top_k: int = 1) -> None:
+async def health_check(
+    model: Served, timeout_s: float, top_k: int = 1, llm_floor: float = 0.0
+) -> None:
     """Run the package's golden inputs and hold the answers to the task's golden record: each
     expected class in the model's top-k for a classifier, every golden box found again
     (IoU-matched, score within the recorded tolerance, no extra confident box) for a detector
     whose golden file holds boxes, tensors within the recorded tolerance otherwise.
 
     Without golden inputs the model must at least answer the sample feeds with finite outputs.
+    A language model replays its golden chats instead (``updates.text_health``).
     """
     package = model.package
+    if package.text is not None:
+        return await text_health_check(package, timeout_s, llm_floor)
     try:
         golden = load_golden(package)
     except GoldenError as exc:
@@ -324,10 +330,12 @@ class Installer:
 
     async def _golden(self, model: Served) -> None:
         """The golden check within ``health_timeout_s``; InstallFailed when it fails."""
-        timeout_s = self.settings.health_timeout_s
+        settings = self.settings
+        timeout_s = settings.health_timeout_s
+        floor = settings.llm_tokens_per_second_floor
         try:
             await asyncio.wait_for(
-                health_check(model, timeout_s, self.settings.golden_top_k), timeout_s
+                health_check(model, timeout_s, settings.golden_top_k, floor), timeout_s
             )
         except asyncio.TimeoutError as exc:
             message = f"took over {timeout_s} s"

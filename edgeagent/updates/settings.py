@@ -48,6 +48,11 @@ class UpdateSettings:
     golden_top_k: int = setting(
         5, "a golden input passes when its expected class is in the top-k (1 = exact top-1)"
     )
+    llm_tokens_per_second_floor: float = setting(
+        0.1,
+        "a language model's health check: its golden chats must decode at least this × the "
+        "tokens/s recorded at packaging (0 = no floor; the record is the packaging machine's)",
+    )
     cpu_fallback_variant: bool = setting(
         True,
         "also download a release's best CPU variant when the chosen one needs an accelerator",
@@ -147,6 +152,12 @@ class UpdateSettings:
             require(getattr(self, key) > 0, "updates", key, "must be positive")
         require(self.keep_releases >= 1, "updates", "keep_releases", "must be at least 1")
         require(self.golden_top_k >= 1, "updates", "golden_top_k", "must be at least 1")
+        require(
+            self.llm_tokens_per_second_floor >= 0,
+            "updates",
+            "llm_tokens_per_second_floor",
+            "must be at least 0",
+        )
         require(self.download_retries >= 0, "updates", "download_retries", "must be >= 0")
         require(
             self.state_interval_s == 0 or 1 <= self.state_interval_s <= 86400,

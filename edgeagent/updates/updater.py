@@ -254,7 +254,13 @@ class Updater:
             model = self.registry.get(name)
         except Exception as exc:
             raise InstallFailed(outcomes.MODEL_NOT_SERVED, f"{name}: {exc}") from exc
-        await health_check(model, self.settings.health_timeout_s, self.settings.golden_top_k)
+        settings = self.settings
+        await health_check(
+            model,
+            settings.health_timeout_s,
+            settings.golden_top_k,
+            settings.llm_tokens_per_second_floor,
+        )
 
     def ready_models(self) -> list[str]:
         """The models serving now (READY), which a new agent must serve too."""

@@ -42,6 +42,7 @@ COVERED = {
     "bench_update.py",
     "bench_plan.py",
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
+    "bench_llm.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -294,3 +295,22 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
     report = json.loads(out.read_text())
     assert_figures(report["searches"][0], "pick_over_best", "seconds")
     assert "search 1:" in done.stdout and "| instances x threads" in done.stdout
+
+
+@pytest.mark.slow
+def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp.server.app", reason="the peer needs edgeagent[bench]")
+    from tests.support.language import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    report = run_bench(
+        f"bench_llm.py --gguf {gguf} --package {tmp_path / 'pkg'} --rounds 1 --max-tokens 8 "
+        "--streams 2 --context 512 --skip openvino --json"
+    )
+    for side in ("agent", "peer", "in-process"):
+        assert_figures(report["sides"][side], "tps", "ttft_ms")
+    for side in ("agent", "peer"):
+        assert_figures(report["sides"][side], "aggregate_tps")
+        assert_figures(report["rss_mb"], side)
+        assert len(report["sides"][side]["inter_token_p95_ms"]) == 2
+    assert_figures(report["ratios"], "one_stream_tps_agent_over_peer", "ttft_agent_over_peer")
