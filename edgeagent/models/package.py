@@ -96,6 +96,8 @@ class ServingHints:
     # Devices serving the model at once (hardware.spread): up to N, or those named; None =
     # [hardware] spread.
     spread: int | tuple[str, ...] | None = None
+    # True: never sent to a peer (hardware.peers); a sealed model never is, whatever this says.
+    local_only: bool = False
 
 
 MAX_SPREAD = 16  # devices one model may be spread over
@@ -542,6 +544,7 @@ def _serving(manifest: Path, table: dict) -> ServingHints:
             "instances",
             "threads",
             "spread",
+            "local_only",
         }
     )
     spread = fields.get("spread", (int, list), None)
@@ -555,6 +558,7 @@ def _serving(manifest: Path, table: dict) -> ServingHints:
         instances=fields.get("instances", int, None),
         threads=fields.get("threads", int, None),
         spread=tuple(spread) if isinstance(spread, list) else spread,
+        local_only=fields.get("local_only", bool, False),
     )
     for key in ("instances", "threads"):
         if getattr(hints, key) is not None and not 1 <= getattr(hints, key) <= 256:

@@ -1,0 +1,364 @@
+"""A peer as one more device: another edgeagent and the naive v2 server (a server we did not
+write) take a throttled board's overflow; hostile peers (slow, wrongly shaped, refusing) leave
+the rotation within one request and the request is served locally, answered once; local_only
+and sealed models never reach a peer. Loopback only; every wait is on a condition."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from devtools.package import read_model_toml, write_model_toml
+from devtools.simulated_runtime import install_simulated
+from devtools.waiting import until
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.hardware.instances import InstanceGroup
+from edgeagent.hardware.peers import PeerSettings, with_peers
+from edgeagent.hardware.service import Accelerators
+from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.models.package import load_package
+from edgeagent.runtimes.remote import RemoteSession
+from tests.support.hardware import FIXTURES, write_profile
+from tests.support.helpers import REPO, serving_registry, write_tiny_package
+from tests.support.http_agent import TOKEN, direct_run, tiny_agent
+
+LOCAL_S = 0.2  # the local device's service time: a peer on loopback is far faster
+THROTTLED = ServingLimits(duty_cycle=0.1, reason="hot (simulated)")
+
+
+@pytest.fixture
+def executor():
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
+
+
+def board(tmp_path: Path, peers: list[PeerSettings]) -> Accelerators:
+    """This board: one simulated device SIM0, and ``peers``."""
+    write_profile(tmp_path / "profiles", "test", ["onnxruntime:SIM0:fp32"])
+    settings = HardwareSettings(
+        root=FIXTURES / "generic-x86_64", profiles_dir=tmp_path / "profiles", profile="test"
+    )
+    return Accelerators(settings, tmp_path / "state", peers=peers)
+
+
+def frames(count: int, seed: int = 5) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((1, 3, 8, 8)).astype(np.float32) for _ in range(count)]
+
+
+def serving(root: Path, **values: object) -> Path:
+    data = read_model_toml(root)
+    data.setdefault("serving", {}).update(values)
+    write_model_toml(root, data)
+    return root
+
+
+@asynccontextmanager
+async def served(
+    tmp_path: Path, executor, root: Path, peers: list[PeerSettings], limits=UNTHROTTLED
+) -> AsyncIterator:
+    """The tiny model served on this board (SIM0) with ``peers``, batches of one row."""
+    registry = serving_registry(
+        board(tmp_path, peers).open, executor=executor, limits=lambda: limits
+    )
+    registry.add(serving(root, max_batch_size=1))
+    await registry.load_all()
+    try:
+        yield registry.get("tiny")
+    finally:
+        await registry.close()
+
+
+def lanes(model) -> tuple[list, list]:
+    """(local instances, peer instances) of a served model's group."""
+    group = model.session
+    assert isinstance(group, InstanceGroup)
+    instances = group.scheduler.instances
+    remote = [i for i in instances if isinstance(i.session, RemoteSession)]
+    return [i for i in instances if i not in remote], remote
+
+
+async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
+    tmp_path, executor, monkeypatch
+):
+    sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with tiny_agent(tmp_path / "peer") as peer, direct_run(root) as reference:
+        peers = [PeerSettings(url=peer.url, token=TOKEN, name="b")]
+        async with served(tmp_path, executor, root, peers, THROTTLED) as model:
+            before = sim.sim["SIM0"].batches  # the probe's runs
+            xs = frames(24)
+            answers = await asyncio.gather(*(model.infer({"input": x}) for x in xs))
+            for x, answer in zip(xs, answers, strict=True):  # each its own, correct answer
+                np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            _, remote = lanes(model)
+            served_there = sum(i.batches for i in remote)
+            served_here = sim.sim["SIM0"].batches - before
+            assert served_there > served_here  # the hot board sent most away
+            assert served_here + served_there == len(xs)  # each batch ran once
+            answered, _, faults = peer.registry.get("tiny").stats.health()
+            assert (answered, faults) == (served_there + 1, 0)  # + the lane's warm-up
+
+
+# ---------------------------------------------------------------------------------------------
+# The naive v2 server from the serving benchmark: a server we did not write
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def naive_peer(tmp_path) -> Iterator[str]:
+    """``scripts/bench_peers.py naive`` serving the tiny model's file, as a separate process."""
+    model = write_tiny_package(tmp_path / "naive") / "tiny.fp32.onnx"
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "bench_peers.py"), "naive", "--model", str(model),
+         "--name", "tiny", "--threads", "1", "--socket", str(tmp_path / "naive.sock"),
+         "--port", str(port)],
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_the_naive_v2_server_takes_the_overflow(tmp_path, executor, monkeypatch, naive_peer):
+    sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+
+    async def ready() -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", urlsplit(naive_peer).port)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    await until(ready, what="the naive server listening")
+    peers = [PeerSettings(url=naive_peer, name="naive")]
+    async with served(tmp_path, executor, root, peers, THROTTLED) as model:
+        before = sim.sim["SIM0"].batches
+        xs = frames(16, seed=9)
+        with direct_run(root) as reference:
+            answers = await asyncio.gather(*(model.infer({"input": x}) for x in xs))
+            for x, answer in zip(xs, answers, strict=True):
+                np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+        _, remote = lanes(model)
+        assert sum(i.batches for i in remote) > sim.sim["SIM0"].batches - before
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile peers
+
+
+class HostilePeer:
+    """A v2 server on loopback that answers well (the warm-up) until told to misbehave:
+    ``slow`` never answers in time, ``misshapen`` answers a tensor of the wrong shape."""
+
+    def __init__(self, reference, tls: ssl.SSLContext | None = None) -> None:
+        self.reference = reference
+        self.tls = tls
+        self.port = 0
+        self.mode = "good"
+        self.requests = {"good": 0, "slow": 0, "misshapen": 0}
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._release: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    async def _infer(self, request: web.Request) -> web.Response:
+        mode = self.mode
+        self.requests[mode] += 1
+        body = await request.read()
+        length = int(request.headers["Inference-Header-Content-Length"])
+        x = np.frombuffer(body[length:], np.float32).reshape(1, 3, 8, 8)
+        logits = self.reference(x)
+        if mode == "slow":
+            assert self._release is not None
+            await self._release.wait()  # far past the peer's latency budget
+        if mode == "misshapen":
+            logits = np.concatenate([logits, logits], axis=1)
+        return web.json_response(
+            {
+                "model_name": "tiny",
+                "outputs": [
+                    {
+                        "name": "logits",
+                        "datatype": "FP32",
+                        "shape": list(logits.shape),
+                        "data": logits.ravel().tolist(),
+                    }
+                ],
+            }
+        )
+
+    async def _ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _start(self) -> None:
+        self._release = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v2/models/{name}/infer", self._infer)
+        app.router.add_get("/v2/health/ready", self._ready)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await self._listen()
+        scheme = "https" if self.tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+
+    async def _listen(self) -> None:
+        self._site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls)
+        await self._site.start()
+        self.port = self._site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def close_port(self) -> None:
+        """Stop listening and close open connections, as a peer that dies does: connections
+        are refused."""
+        asyncio.run_coroutine_threadsafe(self._site.stop(), self._loop).result(10)
+        server = self._runner.server
+        assert server is not None
+        asyncio.run_coroutine_threadsafe(server.shutdown(1), self._loop).result(10)
+
+    def open_port(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._listen(), self._loop).result(10)
+
+    async def _stop(self) -> None:
+        assert self._release is not None
+        self._release.set()
+        await self._runner.cleanup()
+
+    def __enter__(self) -> HostilePeer:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+@pytest.mark.parametrize("mode", ["slow", "misshapen"])
+async def test_a_hostile_peer_leaves_the_rotation_and_the_request_is_served_locally(
+    tmp_path, executor, monkeypatch, mode
+):
+    sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with direct_run(root) as reference, HostilePeer(reference) as hostile:
+        peers = [PeerSettings(url=hostile.url, name="hostile", latency_budget_ms=500)]
+        async with served(tmp_path, executor, root, peers) as model:
+            _, remote = lanes(model)
+            before = sim.sim["SIM0"].batches
+            assert hostile.requests["good"] == 1 and remote[0].session.state.up  # warm-up
+            hostile.mode = mode
+            x = frames(1, seed=11)[0]
+            answer = await model.infer({"input": x})  # the peer is faster: it is tried first
+            np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            assert answer["logits"].shape == (1, 4)  # the local answer, not the misshapen one
+            assert hostile.requests[mode] == 1 and sim.sim["SIM0"].batches == before + 1
+            state = remote[0].session.state
+            assert not state.up and state.failures == 1  # out of the rotation after one request
+            for x in frames(3, seed=12):
+                await model.infer({"input": x})
+            assert hostile.requests[mode] == 1 and sim.sim["SIM0"].batches == before + 4
+
+
+async def test_a_refusing_peer_is_out_within_one_request_and_reprobed_back(
+    tmp_path, executor, monkeypatch
+):
+    sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with direct_run(root) as reference, HostilePeer(reference) as hostile:
+        peers = [PeerSettings(url=hostile.url, name="flaky", reprobe_backoff_s=0.05)]
+        async with served(tmp_path, executor, root, peers) as model:
+            _, remote = lanes(model)
+            state = remote[0].session.state
+            before = sim.sim["SIM0"].batches
+            hostile.close_port()  # connection refused from now on
+            x = frames(1, seed=13)[0]
+            answer = await model.infer({"input": x})
+            np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            assert not state.up and "refused" in state.last_error.lower()
+            assert sim.sim["SIM0"].batches == before + 1
+            # Re-probed after its back-off: the port is still closed, so it stays out …
+            assert not remote[0].available
+            await until(lambda: state.probes >= 1 and not remote[0].available, what="re-probe")
+            assert state.failures == 1 and "readiness probe" in state.last_error
+            hostile.open_port()  # … until it answers again: back in the rotation
+            await until(lambda: remote[0].available, what="peer back after a re-probe")
+            good = hostile.requests["good"]
+            await asyncio.gather(*(model.infer({"input": x}) for x in frames(8, seed=14)))
+            assert hostile.requests["good"] > good
+
+
+async def test_a_connection_the_peer_closed_while_idle_is_not_a_failure(
+    tmp_path, executor, monkeypatch
+):
+    install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with direct_run(root) as reference, HostilePeer(reference) as peer:
+        peers = [PeerSettings(url=peer.url, name="b", concurrency=1)]
+        async with served(tmp_path, executor, root, peers) as model:
+            _, remote = lanes(model)
+            peer.close_port()  # its keep-alive connection is closed (a restart, an idle time-out)
+            peer.open_port()
+            good = peer.requests["good"]
+            await model.infer({"input": frames(1, seed=15)[0]})
+            state = remote[0].session.state
+            assert peer.requests["good"] == good + 1  # served there, on a new connection
+            assert state.up and state.failures == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Models that never leave the device
+
+
+@pytest.mark.parametrize("why", ["local_only", "sealed"])
+async def test_a_local_only_or_sealed_model_never_reaches_a_peer(
+    tmp_path, executor, monkeypatch, why
+):
+    install_simulated(monkeypatch, {"SIM0": 0.0})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    if why == "local_only":
+        serving(root, local_only=True)
+    with direct_run(root) as reference, HostilePeer(reference) as peer:
+        peers = [PeerSettings(url=peer.url, name="b")]
+        plain = load_package(root)
+        session = board(tmp_path, [] if why == "sealed" else peers).open(plain)
+        try:
+            if why == "sealed":  # its variant's files exist only encrypted on this device
+                variant = dataclasses.replace(
+                    plain.variants[0], sealed_files=plain.variants[0].files
+                )
+                sealed = dataclasses.replace(plain, variants=(variant,))
+                assert with_peers(sealed, session, peers) is session
+                assert sum(peer.requests.values()) == 0
+                assert with_peers(plain, session, peers) is not session  # the plain one would go
+            else:
+                assert not isinstance(session, InstanceGroup)  # no peer lane at all
+            for x in frames(4):
+                np.testing.assert_allclose(
+                    session.run({"input": x})["logits"], reference(x), rtol=1e-5, atol=1e-6
+                )
+            assert sum(peer.requests.values()) == (1 if why == "sealed" else 0)
+        finally:
+            session.close()
