@@ -14,15 +14,19 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
+import aiohttp
 import numpy as np
 import pytest
 
 from devtools.simulated_runtime import install_simulated
 from devtools.waiting import until
+from edgeagent.config import parse_config
+from edgeagent.daemon import Daemon
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings, with_peers
 from edgeagent.models.package import load_package
+from tests.support.hardware import FIXTURES, write_profile
 from tests.support.helpers import REPO, write_tiny_package
 from tests.support.http_agent import TOKEN, direct_run, tiny_agent
 from tests.support.peers import HostilePeer, board, frames, lanes, served, serving
@@ -220,3 +224,39 @@ async def test_a_local_only_or_sealed_model_never_reaches_a_peer(
             assert sum(peer.requests.values()) == (1 if why == "sealed" else 0)
         finally:
             session.close()
+
+
+async def test_the_daemon_takes_its_peers_from_config_and_shows_them(tmp_path, monkeypatch):
+    install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    write_profile(tmp_path / "profiles", "test", ["onnxruntime:SIM0:fp32"])
+    serving(write_tiny_package(tmp_path / "models" / "tiny"), plan="fixed", instances=1)
+    with tiny_agent(tmp_path / "peer") as peer:
+        daemon = Daemon(
+            parse_config(
+                f"[agent]\nstate_dir = '{tmp_path / 'state'}'\n"
+                f"models_dir = '{tmp_path / 'models'}'\n"
+                f"[server]\nunix_socket = '{tmp_path / 'agent.sock'}'\ntcp_port = 0\n"
+                f"[hardware]\nroot = '{FIXTURES / 'generic-x86_64'}'\n"
+                f"profiles_dir = '{tmp_path / 'profiles'}'\nprofile = 'test'\n"
+                f"[[peer]]\nurl = '{peer.url}'\nname = 'b'\ntoken = '{TOKEN}'\nconcurrency = 1\n"
+            )
+        )
+        await daemon.start()
+        connector = aiohttp.UnixConnector(path=str(tmp_path / "agent.sock"))
+        try:
+            async with aiohttp.ClientSession(connector=connector, base_url="http://agent") as http:
+                for x in frames(4):
+                    tensor = {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32"}
+                    body = {"inputs": [{**tensor, "data": x.ravel().tolist()}]}
+                    async with http.post("/v2/models/tiny/infer", json=body) as response:
+                        assert response.status == 200, await response.text()
+                async with http.get("/v1/status") as response:
+                    status = await response.json()
+                shown = status["models"]["tiny"]["versions"]["1"]["session"]["instances"]
+                assert [s["device"] for s in shown] == ["SIM0", "peer:b"]
+                assert shown[1]["batches"] >= 1 and shown[1]["active"]["device"] == "peer:b"
+                async with http.get("/metrics") as response:
+                    text = await response.text()
+                assert 'edgeagent_execution_instance{device="peer:b",field="share"' in text
+        finally:
+            await daemon.stop()
