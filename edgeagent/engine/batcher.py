@@ -53,6 +53,7 @@ from edgeagent.engine.stats import ModelStats
 from edgeagent.hardware.instances import Placement
 from edgeagent.models.package import TensorSpec
 from edgeagent.runtimes.base import Backend, ManagedSession, Session
+from edgeagent.runtimes.remote import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -454,7 +455,8 @@ class Batcher:
         series.compute.observe(infer_ns / 1e9)
         busy_s = (input_ns + infer_ns + output_ns) / 1e9
         series.busy.inc(busy_s)
-        self._load.record_batch(busy_s)
+        if not is_remote(placement.device):  # a peer's work heats the peer, not this board
+            self._load.record_batch(busy_s)
         end = time.monotonic()
         for request, answer in zip(batch, answers, strict=True):
             if request.future.done():  # the caller's deadline passed while it ran

@@ -22,6 +22,7 @@ from devtools.simulated_runtime import install_simulated
 from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings, with_peers
@@ -48,7 +49,8 @@ async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
     root = write_tiny_package(tmp_path / "models" / "tiny")
     with tiny_agent(tmp_path / "peer") as peer, direct_run(root) as reference:
         peers = [PeerSettings(url=peer.url, token=TOKEN, name="b")]
-        async with served(tmp_path, executor, root, peers, THROTTLED) as model:
+        load = LoadCounter()  # what the governor reads: this board's own work
+        async with served(tmp_path, executor, root, peers, THROTTLED, load) as model:
             before = sim.sim["SIM0"].batches  # the probe's runs
             xs = frames(24)
             answers = await asyncio.gather(*(model.infer({"input": x}) for x in xs))
@@ -59,6 +61,7 @@ async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
             served_here = sim.sim["SIM0"].batches - before
             assert served_there > served_here  # the hot board sent most away
             assert served_here + served_there == len(xs)  # each batch ran once
+            assert load.totals()[1] == served_here  # what heats this board: not the peer's
             answered, _, faults = peer.registry.get("tiny").stats.health()
             assert (answered, faults) == (served_there + 1, 0)  # + the lane's warm-up
 

@@ -15,6 +15,7 @@ import numpy as np
 from aiohttp import web
 
 from devtools.package import read_model_toml, write_model_toml
+from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings
@@ -48,11 +49,16 @@ def serving(root: Path, **values: object) -> Path:
 
 @asynccontextmanager
 async def served(
-    tmp_path: Path, executor, root: Path, peers: list[PeerSettings], limits=UNTHROTTLED
+    tmp_path: Path,
+    executor,
+    root: Path,
+    peers: list[PeerSettings],
+    limits=UNTHROTTLED,
+    load: LoadCounter | None = None,
 ) -> AsyncIterator:
     """The tiny model served on this board (SIM0) with ``peers``, batches of one row."""
     registry = serving_registry(
-        board(tmp_path, peers).open, executor=executor, limits=lambda: limits
+        board(tmp_path, peers).open, executor=executor, limits=lambda: limits, load=load
     )
     registry.add(serving(root, max_batch_size=1))
     await registry.load_all()
