@@ -137,6 +137,7 @@ class PeerState:
         self._clock = clock
         self._changed = threading.Condition()
         self.up = True
+        self.down_since: float | None = None  # when it last left the rotation
         self.retry_at: float | None = None
         self.last_error = ""
         self.failures = 0
@@ -145,6 +146,8 @@ class PeerState:
 
     def failed(self, reason: str) -> None:
         with self._changed:
+            if self.up:
+                self.down_since = self._clock()
             self.up = False
             self.failures += 1
             self.last_error = reason
