@@ -4,6 +4,7 @@ back-off of a failed peer, and the device gate leaving peers to their own govern
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from edgeagent.engine.limits import ServingLimits
 from edgeagent.runtimes.base import InferenceError, TensorInfo
 from edgeagent.runtimes.remote import PeerLink, PeerState, conform, decode, encode
 from edgeagent.sections import ConfigError
+from tests.support.helpers import REPO
 
 HOT = ServingLimits(max_concurrency=1, duty_cycle=0.05, reason="hot: test")
 LOGITS = [TensorInfo("logits", "float32", (-1, 4))]
@@ -126,3 +128,14 @@ async def test_the_gate_leaves_a_peer_to_its_own_governor() -> None:
     await gate.acquire(lambda: HOT, "peer:b")
     await asyncio.wait_for(gate.acquire(lambda: HOT, "peer:b"), 10)  # not capped at 1 either
     assert gate.running_on("peer:b") == 2
+
+
+def test_the_documented_peer_table_is_a_valid_config() -> None:
+    page = REPO / "docs" / "operations" / "several-boards.md"
+    (block,) = re.findall(r"^```toml\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S)
+    (peer,) = parse_config(block).peers
+    assert (peer.label, peer.models, peer.latency_budget_ms) == (
+        "board-b.local:8080",
+        ["mobilenet_v2"],
+        200,
+    )
