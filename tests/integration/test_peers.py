@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.ports import free_port
 from devtools.simulated_runtime import install_simulated
 from devtools.waiting import until
 from edgeagent.config import parse_config
@@ -68,12 +68,6 @@ async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
 
 # ---------------------------------------------------------------------------------------------
 # The naive v2 server from the serving benchmark: a server we did not write
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
