@@ -275,7 +275,7 @@ class RemoteSession(Session):
         raised as InferenceError (the instance group then runs the batch elsewhere)."""
         try:
             outputs = self._exchange(feeds)
-        except (OSError, http.client.HTTPException, ValueError, InferenceError) as exc:
+        except Exception as exc:  # whatever the peer sent or did, it is the peer's failure
             self._drop_connection()
             reason = str(exc) or type(exc).__name__
             if isinstance(exc, TimeoutError):

@@ -13,7 +13,14 @@ from edgeagent.config import parse_config
 from edgeagent.engine.gate import DeviceGate
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.runtimes.base import InferenceError, TensorInfo
-from edgeagent.runtimes.remote import PeerLink, PeerState, conform, decode, encode
+from edgeagent.runtimes.remote import (
+    PeerLink,
+    PeerState,
+    RemoteSession,
+    conform,
+    decode,
+    encode,
+)
 from edgeagent.sections import ConfigError
 from tests.support.helpers import REPO
 
@@ -92,11 +99,23 @@ def test_outputs_named_the_peers_way_are_taken_by_position() -> None:
         b'{"outputs":[{"name":"y","datatype":"BYTES","shape":[1]}]}',
         b'{"outputs":[{"name":"y","datatype":"FP32","shape":[1,4],'
         b'"parameters":{"binary_data_size":16}}]}',  # 16 bytes promised, none sent
+        b'{"outputs":[{"name":"y","datatype":"FP32","shape":[1],"data":{"a":1}}]}',
+        b'{"outputs":["y"]}',
     ],
 )
 def test_a_malformed_answer_is_an_error(body) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(Exception):  # noqa: B017 - any error: the session turns each into one
         decode(body, str(len(body)))
+
+
+def test_any_malformed_answer_takes_the_peer_out_as_an_inference_error() -> None:
+    state = PeerState(PeerLink("b", "http://127.0.0.1:9"), "tiny")
+    session = RemoteSession(state, [TensorInfo("input", "float32", (-1, 2))], LOGITS)
+    session._exchange = lambda feeds: decode(b'{"outputs":[{"name":"y","datatype":"FP32",'
+                                             b'"shape":[1],"data":{"a":1}}]}', None)  # fmt: skip
+    with pytest.raises(InferenceError, match="peer b"):
+        session.run({"input": np.zeros((1, 2), np.float32)})
+    assert not state.up and state.failures == 1
 
 
 def test_a_failed_peer_backs_off_doubling_and_resets_after_a_good_run() -> None:
