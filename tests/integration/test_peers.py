@@ -23,6 +23,7 @@ from devtools.waiting import until
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
 from edgeagent.engine.busy_counter import LoadCounter
+from edgeagent.engine.errors import Throttled
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings, with_peers
@@ -257,3 +258,27 @@ async def test_the_daemon_takes_its_peers_from_config_and_shows_them(tmp_path, m
                 assert 'edgeagent_execution_instance{device="peer:b",field="share"' in text
         finally:
             await daemon.stop()
+
+
+async def test_what_the_governor_would_shed_goes_to_a_peer_instead(tmp_path, executor, monkeypatch):
+    """In the critical state the governor sheds every request (503); a board with a peer in
+    the rotation sends them there, and sheds again once the peer is gone."""
+    install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    critical = ServingLimits(
+        shed_priority_from=0, max_concurrency=1, duty_cycle=0.05, reason="critical (simulated)"
+    )
+    with direct_run(root) as reference, HostilePeer(reference) as peer:
+        peers = [PeerSettings(url=peer.url, name="b")]
+        async with served(tmp_path, executor, root, peers, critical) as model:
+            good = peer.requests["good"]
+            xs = frames(4, seed=16)
+            answers = await asyncio.gather(*(model.infer({"input": x}) for x in xs))
+            for x, answer in zip(xs, answers, strict=True):
+                np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            assert peer.requests["good"] > good  # the peer answered what would have been shed
+            peer.close_port()
+            answer = await model.infer({"input": xs[0]})  # tried there, served here, once
+            np.testing.assert_allclose(answer["logits"], reference(xs[0]), rtol=1e-5, atol=1e-6)
+            with pytest.raises(Throttled):  # the peer is out: the board sheds again
+                await model.infer({"input": xs[0]})
