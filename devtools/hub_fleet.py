@@ -38,9 +38,9 @@ from edgeagent.fleet.mqtt import client_options
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import sign_envelope
 from edgeagent.fleet.topics import Topics
+from edgeagent.hub.release_checks import AnyRelease, model_of, read_manifest
 from edgeagent.hub.server.service import serve
 from edgeagent.hub.server.settings import ServerSettings
-from edgeagent.hub.verify import AnyRelease, model_of, read_manifest
 from edgeagent.updates.report import UpdateReporter
 
 SIGNING_KEY = Ed25519PrivateKey.generate()

@@ -53,7 +53,7 @@ from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
 from edgeagent.models.locate import find_packages
 from edgeagent.models.package import PackageError, load_package
-from edgeagent.models.sealed import Unsealer
+from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError

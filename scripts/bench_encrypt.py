@@ -36,8 +36,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey  #
 from devtools.zoo import zoo_dir  # noqa: E402
 from edgeagent.hub.sign import archive_package  # noqa: E402
 from edgeagent.models.package import WRAPPED_KEY, load_package, sealed_dir  # noqa: E402
-from edgeagent.models.sealed import Unsealer  # noqa: E402
 from edgeagent.models.session import load_request  # noqa: E402
+from edgeagent.models.unsealer import Unsealer  # noqa: E402
 from edgeagent.runtimes import get_runtime  # noqa: E402
 
 

@@ -58,9 +58,9 @@ from devtools.broker import Broker  # noqa: E402 - the Mosquitto launcher the te
 from devtools.package import set_fields  # noqa: E402
 from devtools.waiting import until  # noqa: E402
 from devtools.zoo import zoo_dir  # noqa: E402
-from edgeagent.fleet.canary import ReleaseCanary  # noqa: E402
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES  # noqa: E402
 from edgeagent.fleet.manifest import parse_manifest  # noqa: E402
+from edgeagent.fleet.release_canary import ReleaseCanary  # noqa: E402
 from edgeagent.fleet.signing import decode_envelope  # noqa: E402
 from edgeagent.fleet.topics import GroupTopics, Topics  # noqa: E402
 from edgeagent.hub.keys import keygen  # noqa: E402

@@ -18,6 +18,10 @@ mode), so a throttle takes effect within one batch; paced or capped, nothing is 
 Every answer must belong to its own request (MLServer shipped batches answered with another
 request's rows): requests keep their own futures and row offsets, outputs whose first dimension
 does not equal the batch's row count fail the batch instead of being guessed at.
+
+A little over 500 lines, on purpose: the queue, the loop, the batches formed ahead and the
+instances that run them are one state machine over one queue, and its invariants (a session
+never run from two threads, every answer to its own request) are read in one place.
 """
 
 from __future__ import annotations

@@ -9,7 +9,11 @@ Nor does it build what serves a session: a ``build`` callable (``serving.ModelFa
 each warmed session, and ``on_model_load`` / ``on_model_unload`` hooks (gauges, as MLServer's
 registry has them) see every version come and go. Lookups change no model's state: a canary is
 judged after each of its requests finishes, not inside ``get()`` (the judgement itself lives in
-``engine.canary``; whoever starts a canary awaits its verdict there).
+``engine.canary_judge``; whoever starts a canary awaits its verdict there).
+
+A little over 500 lines, on purpose: loading, routing, the canary's place beside the active
+version and unloading all change one model's entry under that entry's lock, and the "open →
+warm → route" order is only visible when those moves are read together.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeagent.aio import spawn
-from edgeagent.engine.canary import PROMOTED, Canary, CanaryPolicy, CanaryVerdict
+from edgeagent.engine.canary_judge import PROMOTED, Canary, CanaryPolicy, CanaryVerdict
 from edgeagent.engine.errors import LoadFailed, ModelNotFound, NotReady
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
@@ -291,7 +295,7 @@ class ModelRegistry:
 
         ``check`` (the updater's golden check) runs on the loaded version before any traffic
         reaches it; when it raises, the version is closed and the error propagates. The
-        canary is then judged on its requests (``edgeagent.engine.canary``): promoted — it
+        canary is then judged on its requests (``edgeagent.engine.canary_judge``): promoted — it
         becomes the active version, the old one retires as in ``activate`` — or rolled back.
         Await ``outcome()`` of the returned canary for the verdict. Requests that name a
         version are never redirected. Raises LoadFailed when it cannot load.

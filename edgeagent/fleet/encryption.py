@@ -2,7 +2,7 @@
 
 ``{"scheme": "x25519-hkdf-sha256-aes256gcm", "recipients": {"<device id>": "<base64>"}}`` —
 the variant's content key wrapped for each recipient device's X25519 public key
-(``edgeagent.models.sealing``). It travels inside the signed manifest, so the Ed25519
+(``edgeagent.models.seal_crypto``). It travels inside the signed manifest, so the Ed25519
 signature covers every wrapped key: nobody without the hub's key can add a recipient.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeagent.models.names import SEAL_SCHEME as SCHEME
-from edgeagent.models.sealing import WRAPPED_BYTES
+from edgeagent.models.seal_crypto import WRAPPED_BYTES
 
 MAX_RECIPIENTS = 4096  # per variant; the envelope size limit binds long before this
 _DEVICE_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)  # as targets

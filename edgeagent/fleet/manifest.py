@@ -11,9 +11,9 @@ inputs) and one per variant (``variants``: runtime, precision) — by URL, exact
 SHA-256 (so a download can be capped at the signed length and checked before unpacking), and
 says which devices it is for, when it was issued, when it expires and which agent it needs; an
 optional ``canary`` table asks the device to judge the new version on live traffic beside the
-old one before committing it (``fleet.canary``). It is parsed only after ``TrustStore.verify``
-has checked its signatures, and then refused for policy reasons — expiry, target, version floor
-— *before* anything is downloaded: the MQTT message is only a hint.
+old one before committing it (``fleet.release_canary``). It is parsed only after
+``TrustStore.verify`` has checked its signatures, and then refused for policy reasons —
+expiry, target, version floor — *before* anything is downloaded: the MQTT message is only a hint.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 from edgeagent import __version__
 from edgeagent.fleet import outcomes
-from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.encryption import Encryption, parse_encryption
+from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import (
     Refused,
@@ -53,6 +53,7 @@ __all__ = [
     "Targets",
     "VariantArtifact",
     "check_release",
+    "judge_release",
     "parse_manifest",
     "verify_release",
 ]
@@ -439,8 +440,22 @@ class ReleaseHistory(Protocol):
     def bad_versions(self, model: str) -> set[str]: ...
 
 
-def verify_release(
-    envelope: bytes,
+def verify_release(envelope: bytes, trust: TrustStore, **checks: Any) -> ReleaseManifest:
+    """The whole pre-download check: signatures, then parse, then policy; then trust the time.
+
+    ``checks`` are ``judge_release``'s (the device, its history, its limits). Raises
+    ``VerificationError`` / ``ManifestError`` / ``ReleaseRefused`` (all ``TrustError``, with a
+    ``code``) and changes nothing on disk when it does. On success the verified time moves up
+    to the manifest's ``issued_at``.
+    """
+    manifest, refusal = judge_release(trust.verify(envelope, "release"), trust, **checks)
+    if refusal is not None:
+        raise ReleaseRefused(refusal, manifest)
+    return manifest
+
+
+def judge_release(
+    payload: bytes,
     trust: TrustStore,
     *,
     device: DeviceIdentity,
@@ -448,15 +463,12 @@ def verify_release(
     max_artifact_bytes: int,
     clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
     now: datetime | None = None,
-) -> ReleaseManifest:
-    """The whole pre-download check: signatures, then parse, then policy; then trust the time.
-
-    Raises ``VerificationError`` / ``ManifestError`` / ``ReleaseRefused`` (all ``TrustError``,
-    with a ``code``) and changes nothing on disk when it does. On success the verified time
-    moves up to the manifest's ``issued_at``.
-    """
+) -> tuple[ReleaseManifest, Refused | None]:
+    """``verify_release`` after the signatures (``payload`` is what ``trust.verify`` returned):
+    parse, then policy. The authentic manifest comes back with the policy's refusal, or None
+    once the release may be taken, and only then does the verified time move up to its
+    ``issued_at``. A payload that is no valid manifest raises ``ManifestError``."""
     moment = trust.effective_now(now)
-    payload = trust.verify(envelope, "release")
     manifest = parse_manifest(payload)
     try:
         if trust.expires <= moment:
@@ -476,6 +488,6 @@ def verify_release(
             clock_skew_s=clock_skew_s,
         )
     except Refused as exc:
-        raise ReleaseRefused(exc, manifest) from exc
+        return manifest, exc
     trust.record_verified(manifest.issued_at)
-    return manifest
+    return manifest, None

@@ -25,8 +25,8 @@ from edgeagent.fsutil import write_json_atomic
 from edgeagent.hardware.profile import Candidate
 from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import ModelPackage, Variant
-from edgeagent.models.sealed import Unsealer
 from edgeagent.models.session import load_request
+from edgeagent.models.unsealer import Unsealer
 from edgeagent.runtimes import (
     LoadRequest,
     RuntimeUnavailable,

@@ -30,7 +30,7 @@ from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.hardware.spread import device_key, lane_order, pick_devices, wanted_devices
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage
-from edgeagent.models.sealed import Unsealer
+from edgeagent.models.unsealer import Unsealer
 from edgeagent.runtimes import (
     RuntimeLoadError,
     RuntimeUnavailable,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from edgeagent.models.package import spread_problem
+from edgeagent.models.serving_hints import spread_problem
 from edgeagent.sections import require, setting
 
 

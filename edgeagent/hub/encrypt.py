@@ -2,7 +2,7 @@
 
 Each variant gets a fresh content key; its files go into the archive encrypted, under
 ``sealed/<runtime>.<precision>/`` (the layout ``edgeagent.models.package`` reads), and the key
-is wrapped for every recipient's X25519 public key (``edgeagent.models.sealing``). The shared
+is wrapped for every recipient's X25519 public key (``edgeagent.models.seal_crypto``). The shared
 files — model.toml, labels, golden inputs — stay plain: they hold no weights, and the device
 must read model.toml to validate the package before it can open anything.
 
@@ -26,7 +26,7 @@ from edgeagent.fleet.manifest import Targets
 from edgeagent.fsutil import write_text_atomic
 from edgeagent.hub.keys import HubError
 from edgeagent.models.package import ModelPackage, Variant, sealed_dir
-from edgeagent.models.sealing import (
+from edgeagent.models.seal_crypto import (
     SealingError,
     file_aad,
     identity,

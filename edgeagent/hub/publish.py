@@ -2,11 +2,12 @@
 
 A release is verified before it leaves the hub — signatures and threshold against the trust
 file devices have (or the one published with it), release format, validity window
-(``hub.verify``: the devices' own checks) — because a release that every device refuses would
-replace the good one in its retained slot. Group releases are published retained (QoS 1) on
-their model's topic, so devices that are offline or join later receive the current release of
-every model; single-device releases (rollout waves) are not retained and reach an offline
-device through its persistent session. ``hub unpublish`` clears a model's retained slot.
+(``hub.release_checks``: the devices' own checks) — because a release that every device
+refuses would replace the good one in its retained slot. Group releases are published
+retained (QoS 1) on their model's topic, so devices that are offline or join later receive the
+current release of every model; single-device releases (rollout waves) are not retained and
+reach an offline device through its persistent session. ``hub unpublish`` clears a model's
+retained slot.
 
 A retained slot is read before it is replaced: a release whose serial is not above the one
 retained there is refused, because the slot is what a device that starts later installs — a
@@ -38,7 +39,13 @@ from edgeagent.fleet.signing import TrustError
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics, Topic
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import HubError
-from edgeagent.hub.verify import AnyRelease, authentic, check_for_fleet, model_of, read_manifest
+from edgeagent.hub.release_checks import (
+    AnyRelease,
+    authentic,
+    check_for_fleet,
+    model_of,
+    read_manifest,
+)
 
 MAX_REPORT_BYTES = 256 * 1024  # a device's state report or event is a few KiB
 

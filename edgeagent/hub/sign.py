@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.cancel import Cancellation, parse_cancellation
 from edgeagent.fleet.encryption import Encryption
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
@@ -36,6 +35,7 @@ from edgeagent.fleet.manifest import (
     VariantArtifact,
     parse_manifest,
 )
+from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic

@@ -134,6 +134,6 @@ def _load_private(path: Path) -> X25519PrivateKey:
 
 
 def _public_text(private: X25519PrivateKey) -> str:
-    from edgeagent.models.sealing import public_key_text
+    from edgeagent.models.seal_crypto import public_key_text
 
     return public_key_text(private.public_key())

@@ -19,7 +19,7 @@ NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z", re.ASCII)
 VERSION_RE = re.compile(r"\A[0-9]{1,9}(\.[0-9]{1,9}){0,2}\Z", re.ASCII)
 # What a package's ``task`` may be; it decides its golden record and health check.
 TASK_NAMES = ("classification", "detection", "segmentation", "tensor")
-# How content keys are wrapped and files sealed (edgeagent.models.sealing implements it).
+# How content keys are wrapped and files sealed (edgeagent.models.seal_crypto implements it).
 SEAL_SCHEME = "x25519-hkdf-sha256-aes256gcm"
 # The words of a ``[detection]`` table that both its parsed form (models.detection_head) and
 # its numpy decoder (models.tasks.decode) speak.

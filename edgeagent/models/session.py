@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgeagent.models.package import ModelPackage, Variant
-from edgeagent.models.sealed import SealedError, Unsealer
+from edgeagent.models.unsealer import SealedError, Unsealer
 from edgeagent.runtimes import (
     LoadRequest,
     RuntimeLoadError,

@@ -47,7 +47,7 @@ import aiohttp
 import numpy as np
 
 from edgeagent.aio import spawn
-from edgeagent.engine.canary import CanaryVerdict
+from edgeagent.engine.canary_judge import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact
@@ -59,7 +59,7 @@ from edgeagent.models.package import (
     PackageError,
     load_package,
 )
-from edgeagent.updates.canary import (
+from edgeagent.updates.canary_step import (
     CanaryRegistry,
     CanaryStage,
     WaitingCanaries,
@@ -70,10 +70,10 @@ from edgeagent.updates.download import ArtifactDownload, DownloadError, Download
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.release_memory import ReleaseMemory
 from edgeagent.updates.report import UpdateReporter
-from edgeagent.updates.sealed import install_wrapped_keys
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
 from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
+from edgeagent.updates.wrapped_keys import install_wrapped_keys
 
 log = logging.getLogger(__name__)
 

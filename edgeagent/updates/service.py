@@ -28,7 +28,7 @@ from edgeagent.fleet.trust import open_trust_store
 from edgeagent.sections import ConfigError
 from edgeagent.selfupdate.install import InstallSettings
 from edgeagent.selfupdate.service import AgentUpdates, SwitchSettings
-from edgeagent.updates.canary import recover_parked
+from edgeagent.updates.canary_step import recover_parked
 from edgeagent.updates.install import Activator, checkpoint
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings

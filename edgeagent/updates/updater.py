@@ -6,7 +6,7 @@ reported::
     hint        the MQTT handler queues it, newest per topic (``release_memory``); trust
                 rotations apply at once, cancellations are held (``cancels``)
     verify      signatures, then manifest (format 2), expiry, target, serial floor, bad list
-                (``verify_release``), the retained slot's model, which variants this
+                (``judge_release``), the retained slot's model, which variants this
                 device runs (its profile ranking), and that a sealed one is wrapped for this
                 device (``not_a_recipient``); an envelope handled before is answered, not
                 reinstalled, and a newer release supersedes a model's waiting canary
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
@@ -33,9 +33,8 @@ from edgeagent.fleet.manifest import (
     DeviceIdentity,
     ManifestError,
     ReleaseManifest,
-    ReleaseRefused,
     VariantArtifact,
-    verify_release,
+    judge_release,
 )
 from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import TrustError, VerificationError
@@ -43,13 +42,12 @@ from edgeagent.fleet.topics import purpose_of, release_model
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.models.names import VERSION_RE
 from edgeagent.selfupdate.service import AgentUpdates
-from edgeagent.updates.canary import WaitingCanaries
+from edgeagent.updates.canary_step import WaitingCanaries
 from edgeagent.updates.cancels import Cancellations
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.install import Activator, Installer, health_check
 from edgeagent.updates.release_memory import ReleaseMemory, handled_key
 from edgeagent.updates.report import UpdateReporter
-from edgeagent.updates.sealed import recipient_refusal
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import ModelStore
 
@@ -59,6 +57,22 @@ log = logging.getLogger(__name__)
 VariantChoice = Callable[[Sequence[str]], list[str]]
 """Which of a release's variant keys (``runtime/precision``) this device downloads, best
 first (``hardware.choose.release_variants`` over the board's profile)."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """An envelope as ``Updater._read`` found it, read once before any decision: ``apply``
+    decides from this alone, so no step goes back to the bytes."""
+
+    key: str  # how the release memory names the envelope (``handled_key``)
+    resent: bool  # committed here before: answered, never reinstalled
+    agent: bool = False  # claims to be an agent release: ``selfupdate`` verifies it
+    manifest: ReleaseManifest | None = None  # authentic: signatures and fields are good
+    refusal: TrustError | None = None  # why it may not be taken; None once verified
+
+    def ref(self) -> ReleaseRef:
+        """The release as outcomes name it: by its manifest when the signature was good."""
+        return self.manifest.ref() if self.manifest is not None else ReleaseRef()
 
 
 class Updater:
@@ -122,7 +136,7 @@ class Updater:
 
     async def run(self) -> None:
         """Install queued releases one after the other, until cancelled; a canary's verdict
-        is awaited outside this loop (``updates.canary``), so it holds no other release."""
+        is awaited outside this loop (``updates.canary_step``), so it holds no other release."""
         while True:
             topic, envelope = await self.memory.next_hint()
             try:
@@ -163,22 +177,21 @@ class Updater:
         worker) a canary install returns once the canary takes traffic; its outcome follows.
         A newer release of a model whose canary waits supersedes that canary first.
         """
-        key = handled_key("release", envelope)
-        if self.memory.handled(key):
-            return self._resent(envelope, key)
-        try:
-            self._check_size(envelope)
-            if claimed_kind(envelope, self.settings.max_manifest_bytes) == KIND:
+        arrival = self._read(envelope)
+        if arrival.resent:
+            return self._resent(arrival)
+        if arrival.agent:
+            try:
                 return await self._agent_release(envelope, topic)  # code: its own role
-            manifest = self._verify(envelope)
-        except TrustError as exc:
-            if (
-                isinstance(exc, ReleaseRefused)
-                and exc.code == outcomes.REPLAY
-                and release_model(topic)
-            ):
-                return self._behind(exc, topic)
-            return self._refused(self._describe(envelope, exc), exc)
+            except TrustError as exc:
+                return self._refused(ReleaseRef(), exc)
+        refusal = arrival.refusal
+        if refusal is not None:
+            if arrival.manifest and refusal.code == outcomes.REPLAY and release_model(topic):
+                return self._behind(arrival, topic)
+            return self._refused(arrival.ref(), refusal)
+        manifest = arrival.manifest
+        assert manifest is not None  # no refusal: verified
         slot = release_model(topic)
         if slot is not None and slot != manifest.model:
             refusal = TrustError(
@@ -198,12 +211,12 @@ class Updater:
                 f"on profile {self.device.profile or '?'} with the runtimes installed here",
             )
             return self._refused(manifest.ref(), refusal)
-        locked = recipient_refusal(manifest, variants, self.device.device_id)
+        locked = self._recipient_refusal(manifest, variants)
         if locked is not None:
             return self._refused(manifest.ref(), locked)
         waiting = self.canaries.get(manifest.model)
         if waiting is not None:
-            if waiting.key == key:  # its own re-delivery (a reconnect): nothing to do
+            if waiting.key == arrival.key:  # its own re-delivery (a reconnect): nothing to do
                 return None
             if manifest.serial <= waiting.pending.serial:
                 refusal = TrustError(
@@ -216,7 +229,9 @@ class Updater:
             await self.canaries.supersede(manifest.model, newer)
             # concluded: its verdict may have come first and raised the floor, so verify again
             return await self.apply(envelope, topic, await_canary=await_canary)
-        concluding = await self.installer.install(manifest, variants, key, self.device.device_id)
+        concluding = await self.installer.install(
+            manifest, variants, arrival.key, self.device.device_id
+        )
         if concluding is not None and await_canary:
             await asyncio.shield(concluding)
         return self.reporter.last
@@ -246,18 +261,41 @@ class Updater:
         index: list[dict[str, str]] = getattr(self.registry, "index", lambda: [])()
         return sorted({row["name"] for row in index if row.get("state") == "READY"})
 
-    def _verify(self, envelope: bytes) -> ReleaseManifest:
-        """``verify_release`` against this device's trust, identity, history and limits."""
-        return verify_release(
-            envelope,
-            self.trust,
-            device=self.device,
-            history=self,
-            max_artifact_bytes=self.settings.max_artifact_bytes,
-            clock_skew_s=self.settings.clock_skew_s,
-        )
+    def _read(self, envelope: bytes) -> Arrival:
+        """Read ``envelope`` once, in the order the module docstring gives: is it news (the
+        release memory), its size, the kind it claims, its signatures (``TrustStore.verify``),
+        then ``judge_release`` against this device's trust, identity, history and limits.
+        Never raises a ``TrustError``: a refusal is part of the arrival, for ``apply``.
 
-    def _resent(self, envelope: bytes, key: str) -> dict[str, Any]:
+        A re-sent envelope (committed here before) skips the size and kind checks it passed
+        when it was committed, and is verified only to be answered by name."""
+        key = handled_key("release", envelope)
+        resent = self.memory.handled(key)
+        limit = self.settings.max_manifest_bytes
+        if not resent and len(envelope) > limit:
+            too_large = VerificationError(
+                outcomes.TOO_LARGE,
+                f"envelope: {len(envelope)} bytes is over the limit of {limit} bytes "
+                "([updates] max_manifest_bytes)",
+            )
+            return Arrival(key, resent, refusal=too_large)
+        if not resent and claimed_kind(envelope, limit) == KIND:
+            return Arrival(key, resent, agent=True)
+        try:
+            payload = self.trust.verify(envelope, "release")
+            manifest, refusal = judge_release(
+                payload,
+                self.trust,
+                device=self.device,
+                history=self,
+                max_artifact_bytes=self.settings.max_artifact_bytes,
+                clock_skew_s=self.settings.clock_skew_s,
+            )
+        except TrustError as exc:  # not authentic, or no valid manifest
+            return Arrival(key, resent, refusal=exc)
+        return Arrival(key, resent, manifest=manifest, refusal=refusal)
+
+    def _resent(self, arrival: Arrival) -> dict[str, Any]:
         """Answer a re-send of the envelope committed here: ``same_version``, nothing reinstalled.
 
         The hub re-sends the exact bytes after a crash of its own and waits for an answer
@@ -265,38 +303,38 @@ class Updater:
         answer is an event only (``persist=False``): the retained copy comes again on every
         reconnect, and it must not rewrite the saved history or push the real outcome out of
         the state report. The model, version and deployment are read from the verified
-        manifest; bytes no longer trusted (a rotated-away key) get that refusal instead.
+        manifest (its own serial is the floor now, so the refusal carrying it is the expected
+        answer); bytes no longer trusted (a rotated-away key) get that refusal instead.
         """
-        try:
-            manifest = self._verify(envelope)
-        except ReleaseRefused as exc:  # its own serial is the floor: the expected answer
-            manifest = exc.manifest
-        except TrustError as exc:
-            release = self._describe(envelope, exc)
-            return self.reporter.outcome(release, "refused", exc.code, exc.message, persist=False)
+        manifest, refusal = arrival.manifest, arrival.refusal
+        if manifest is None and refusal is not None:
+            return self.reporter.outcome(
+                ReleaseRef(), "refused", refusal.code, refusal.message, persist=False
+            )
+        assert manifest is not None  # an arrival carries a manifest, a refusal or both
         message = (
             f"{manifest.model} {manifest.version} (serial {manifest.serial}): this envelope "
-            f"was committed here already ({key[8:20]}); nothing reinstalled"
+            f"was committed here already ({arrival.key[8:20]}); nothing reinstalled"
         )
-        release = manifest.ref()
         return self.reporter.outcome(
-            release, "refused", outcomes.SAME_VERSION, message, persist=False
+            manifest.ref(), "refused", outcomes.SAME_VERSION, message, persist=False
         )
 
-    def _behind(self, exc: ReleaseRefused, topic: str) -> dict[str, Any]:
+    def _behind(self, arrival: Arrival, topic: str) -> dict[str, Any]:
         """Answer a group's retained slot holding a release older than the one committed here
         as ``_resent`` answers the committed one there: an event only. The slot lags behind a
         device the hub server updated on its own topic, and comes again on every reconnect,
         so the answer must not rewrite the saved history or the state report's last outcome
         (what the fleet table shows); the event still tells the hub, as a replay put there
         by someone else must."""
+        refusal = arrival.refusal
+        assert refusal is not None
         hint = (
             f"; the slot {topic} lags behind this device: publish a newer release there "
             "(hub publish) or clear it (hub unpublish)"
         )
-        release = exc.manifest.ref()
         return self.reporter.outcome(
-            release, "refused", exc.code, exc.message + hint, persist=False
+            arrival.ref(), "refused", refusal.code, refusal.message + hint, persist=False
         )
 
     def _variants(self, manifest: ReleaseManifest) -> list[VariantArtifact]:
@@ -304,7 +342,28 @@ class Updater:
         by_key = {variant.key: variant for variant in manifest.variants}
         return [by_key[key] for key in self.choose_variants(list(by_key)) if key in by_key]
 
-    # --- the release history verify_release checks against (ReleaseHistory) --------------
+    def _recipient_refusal(
+        self, manifest: ReleaseManifest, variants: Sequence[VariantArtifact]
+    ) -> TrustError | None:
+        """``not_a_recipient`` when a chosen variant is sealed but not for this device: the
+        signed manifest must wrap its content key for this device id (``updates.wrapped_keys``
+        installs it beside the ciphertext)."""
+        device_id = self.device.device_id
+        locked = [
+            v.key
+            for v in variants
+            if v.encryption is not None and v.encryption.wrapped_for(device_id) is None
+        ]
+        if not locked:
+            return None
+        return TrustError(
+            outcomes.NOT_A_RECIPIENT,
+            f"{manifest.model} {manifest.version}: variant(s) {', '.join(locked)} are encrypted, "
+            f"and no content key is wrapped for device {device_id!r} (the hub must collect its "
+            "public key and sign the release with it among the --recipients)",
+        )
+
+    # --- the release history judge_release checks against (ReleaseHistory) ---------------
     def floor(self, model: str) -> str | None:
         """The version floor, which counts only while the model has no serial floor: the
         store's record (a root-signed reset), or — before anything of this model was committed
@@ -325,28 +384,11 @@ class Updater:
     def bad_versions(self, model: str) -> set[str]:
         return self.store.bad_versions(model)
 
-    def _check_size(self, envelope: bytes) -> None:
-        """Refuse an envelope over ``[updates] max_manifest_bytes`` before reading any of it."""
-        limit = self.settings.max_manifest_bytes
-        if len(envelope) > limit:
-            raise VerificationError(
-                outcomes.TOO_LARGE,
-                f"envelope: {len(envelope)} bytes is over the limit of {limit} bytes "
-                "([updates] max_manifest_bytes)",
-            )
-
     def _refused(self, release: ReleaseRef, exc: TrustError) -> dict[str, Any]:
         """Report a refusal. Nothing is remembered, so it never suppresses a later delivery;
         bytes nobody trusted signing (junk) are not even persisted in the report history."""
         persist = not isinstance(exc, VerificationError) or isinstance(exc, ManifestError)
         return self.reporter.outcome(release, "refused", exc.code, exc.message, persist=persist)
-
-    @staticmethod
-    def _describe(envelope: bytes, exc: TrustError) -> ReleaseRef:
-        """Model, version and deployment of a refused release, when its signature was good."""
-        if isinstance(exc, ReleaseRefused):
-            return exc.manifest.ref()
-        return ReleaseRef()
 
     def status(self) -> dict[str, Any]:
         return {

@@ -188,16 +188,16 @@ async def test_the_controller_parses_a_release_once_per_deployment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three batches of one deployment read the stored release once, not once per batch."""
-    from edgeagent.hub.server import controller as controller_module
+    from edgeagent.hub.server import batches as batches_module
 
     parsed: list[bytes] = []
-    real = controller_module.release_manifest
+    real = batches_module.release_manifest
 
     def counting(envelope: bytes):  # type: ignore[no-untyped-def]
         parsed.append(envelope)
         return real(envelope)
 
-    monkeypatch.setattr(controller_module, "release_manifest", counting)
+    monkeypatch.setattr(batches_module, "release_manifest", counting)
     engine = open_engine(f"sqlite:///{tmp_path / 'hub.db'}")
     await upgrade(engine)
     envelope = make_release("2.0.0")

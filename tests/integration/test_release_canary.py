@@ -30,7 +30,7 @@ from edgeagent.fsutil import write_json_atomic
 from edgeagent.hub.keys import load_private_key
 from edgeagent.hub.publish import hub_client
 from edgeagent.hub.sign import release_path
-from edgeagent.updates.canary import PARKED, recover_parked
+from edgeagent.updates.canary_step import PARKED, recover_parked
 from edgeagent.updates.store import ModelStore, PendingInstall
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_release_v2 import _publish

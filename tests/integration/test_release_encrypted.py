@@ -25,9 +25,9 @@ from devtools.waiting import until
 from edgeagent.fleet.topics import GroupTopics
 from edgeagent.hub.publish import publish
 from edgeagent.models.device_key import DEVICE_KEY_FILE, open_device_key
-from edgeagent.models.sealed import Unsealer
-from edgeagent.models.sealing import public_key_text
+from edgeagent.models.seal_crypto import public_key_text
 from edgeagent.models.session import open_variant
+from edgeagent.models.unsealer import Unsealer
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_updates_e2e import Agent, cli
 from tests.integration.test_updates_helpers import (

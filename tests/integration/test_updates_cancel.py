@@ -21,7 +21,7 @@ from edgeagent.fleet.cancel import Cancellation, parse_cancellation
 from edgeagent.fleet.manifest import ManifestError, ReleaseManifest, parse_manifest
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.topics import DeviceTopics, GroupTopics
-from edgeagent.hub.verify import read_manifest
+from edgeagent.hub.release_checks import read_manifest
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,

@@ -1,5 +1,6 @@
-"""The canary policy of a release (``fleet.canary``): a leaf with bounds that keep every canary
-finite, and numbers parsed so that no signed table crashes the manifest parser (issue 23 §12).
+"""The canary policy of a release (``fleet.release_canary``): a leaf with bounds that keep
+every canary finite, and numbers parsed so that no signed table crashes the manifest parser
+(issue 23 §12).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import sys
 
 import pytest
 
-from edgeagent.fleet.canary import LIMITS, ReleaseCanary, check_threshold
 from edgeagent.fleet.manifest import ManifestError, parse_manifest
+from edgeagent.fleet.release_canary import LIMITS, ReleaseCanary, check_threshold
 
 BIG = 10**400  # a JSON integer Python reads exactly and float() cannot hold
 
@@ -129,10 +130,10 @@ def test_a_table_in_bounds_parses() -> None:
 
 
 def test_the_policy_is_a_leaf_the_hub_signs_with_no_engine() -> None:
-    """``fleet.canary`` imports nothing of the agent; the hub's signing loads no engine and no
-    prometheus_client (it used to, through ``engine.canary`` → ``engine.serving``)."""
+    """``fleet.release_canary`` imports nothing of the agent; the hub's signing loads no engine
+    and no prometheus_client (it used to, through ``engine.canary_judge`` → ``engine.serving``)."""
     probe = (
-        "import sys, edgeagent.fleet.canary; "
+        "import sys, edgeagent.fleet.release_canary; "
         "leaf = sorted(m for m in sys.modules if m.startswith('edgeagent.')); "
         "import edgeagent.hub.sign; "
         "engine = sorted(m for m in sys.modules if m.startswith('edgeagent.engine')); "
@@ -141,4 +142,9 @@ def test_the_policy_is_a_leaf_the_hub_signs_with_no_engine() -> None:
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    assert out.split() == ["['edgeagent.fleet',", "'edgeagent.fleet.canary']", "[]", "False"]
+    assert out.split() == [
+        "['edgeagent.fleet',",
+        "'edgeagent.fleet.release_canary']",
+        "[]",
+        "False",
+    ]

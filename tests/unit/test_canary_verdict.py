@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgeagent.engine.canary import PROMOTED, ROLLED_BACK, Canary, CanaryPolicy
+from edgeagent.engine.canary_judge import PROMOTED, ROLLED_BACK, Canary, CanaryPolicy
 from edgeagent.engine.stats import LatencyRing, ModelStats
 
 MS = 1_000_000

@@ -1,5 +1,6 @@
-"""``hub.verify``: the hub asks the devices' own checks, and only those it can answer for every
-device — a release for some devices (targets, a newer agent) is not the hub's to refuse."""
+"""``hub.release_checks``: the hub asks the devices' own checks, and only those it can answer
+for every device — a release for some devices (targets, a newer agent) is not the hub's to
+refuse."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from edgeagent.fleet.manifest import Artifact, ReleaseManifest, Targets, Variant
 from edgeagent.fleet.signing import Refused, TrustError, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.hub.keys import keygen, load_private_key
-from edgeagent.hub.verify import authentic_release, check_for_fleet
+from edgeagent.hub.release_checks import authentic_release, check_for_fleet
 
 NOW = datetime(2030, 1, 1, tzinfo=timezone.utc)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from devtools.waiting import until
-from edgeagent.engine.canary import INTERRUPTED, PROMOTED, ROLLED_BACK, CanaryPolicy
+from edgeagent.engine.canary_judge import INTERRUPTED, PROMOTED, ROLLED_BACK, CanaryPolicy
 from edgeagent.engine.errors import LoadFailed, ServingError
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.settings import EngineSettings

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.busy_counter import LoadCounter
-from edgeagent.engine.canary import CanaryPolicy
+from edgeagent.engine.canary_judge import CanaryPolicy
 from edgeagent.engine.gauges import ModelGauges
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.plan import ServingPlan

@@ -30,8 +30,7 @@ from edgeagent.models.device_key import (
 )
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import WRAPPED_KEY, load_package, sealed_dir
-from edgeagent.models.sealed import SealedError, Unsealer
-from edgeagent.models.sealing import (
+from edgeagent.models.seal_crypto import (
     SealingError,
     identity,
     new_content_key,
@@ -42,6 +41,7 @@ from edgeagent.models.sealing import (
     wrap_key,
 )
 from edgeagent.models.session import load_request, open_variant
+from edgeagent.models.unsealer import SealedError, Unsealer
 from edgeagent.runtimes import get_runtime
 from tests.support.helpers import write_tiny_package
 

@@ -88,7 +88,7 @@ def add_publish(commands: argparse._SubParsersAction) -> None:
 
     async def work(args: argparse.Namespace) -> int:
         from edgeagent.hub.publish import publish, read_any_release, release_topics, slot_of
-        from edgeagent.hub.verify import model_of
+        from edgeagent.hub.release_checks import model_of
 
         settings = mqtt_settings(args)
         release = None

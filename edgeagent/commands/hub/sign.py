@@ -14,7 +14,7 @@ from edgeagent.commands.hub.common import (
     run,
     serials_argument,
 )
-from edgeagent.fleet.canary import ReleaseCanary
+from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.hub.keys import HubError
 
 

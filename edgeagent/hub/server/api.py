@@ -34,7 +34,7 @@ from edgeagent.hub.server.database import head_revision
 from edgeagent.hub.server.releasedb import DeploymentError
 from edgeagent.hub.server.settings import ServerSettings
 from edgeagent.hub.server.targets import TargetSpec
-from edgeagent.hub.server.verify import UploadRefused, check_upload
+from edgeagent.hub.server.upload_gate import UploadRefused, check_upload
 
 
 @web.middleware

@@ -6,7 +6,8 @@ device assigned its stage; the controller moves it to ``running`` (stage k) and 
 ``succeeded`` or ``aborted``. People may pause, resume, abort, or roll it back to an earlier
 version (a new deployment of that release to the devices this one reached). Every change is a
 named transition here — people's (``move``, ``rollback``), the controller's (``enter_stage``,
-``record_batch``, ``mark_sent``, ``time_out_stage``, ``abort``, ``succeed``), the canceller's
+``time_out_stage``, ``conclude_stage``, ``abort``, ``succeed``) and its sender's
+(``claim_batch``, ``record_batch``, ``mark_sent``, ``abort``), the canceller's
 (``mark_cancelled``) and the devices' answers (``record_outcome``, ``late_answer``) — run in
 the caller's transaction, so a crash leaves a consistent row for the controller to resume
 from. Callers decide; nothing else writes these rows (the reads are in ``deployreads``).
@@ -33,7 +34,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy
+from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy, Verdict
+from edgeagent.hub.release_checks import AnyRelease
 from edgeagent.hub.server.releasedb import (
     DeploymentError,
     check_serial,
@@ -44,7 +46,6 @@ from edgeagent.hub.server.releasedb import (
 )
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
 from edgeagent.hub.server.targets import TargetSpec, agent_devices, left_out_text, resolve_targets
-from edgeagent.hub.verify import AnyRelease
 
 ACTIVE = ("scheduled", "running", "paused")
 FINAL = ("succeeded", "aborted", "rolled_back")
@@ -372,6 +373,18 @@ async def abort(
 async def succeed(connection: AsyncConnection, deployment: dict[str, Any]) -> dict[str, Any]:
     """The last stage is over and the policy is content: ``succeeded`` (guarded)."""
     return await _guarded(connection, deployment, state="succeeded")
+
+
+async def conclude_stage(
+    connection: AsyncConnection, deployment: dict[str, Any], verdict: Verdict
+) -> dict[str, Any]:
+    """The move the policy's verdict on a finished stage names: ``abort`` (its reason),
+    ``succeed``, or the next stage entered (guarded, as each of them)."""
+    if verdict.state == "aborted":
+        return await abort(connection, deployment, verdict.reason)
+    if verdict.state == "succeeded":
+        return await succeed(connection, deployment)
+    return await enter_stage(connection, deployment, deployment["stage"] + 1)
 
 
 async def _guarded(

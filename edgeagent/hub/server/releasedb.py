@@ -26,8 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from edgeagent.fleet.agent_manifest import AgentManifest
 from edgeagent.fleet.manifest import MAX_SERIAL
+from edgeagent.hub.release_checks import AnyRelease, kind_of, model_of, read_manifest
 from edgeagent.hub.server.schema import deployment_devices, deployments, model_serials, releases
-from edgeagent.hub.verify import AnyRelease, kind_of, model_of, read_manifest
 
 
 class DeploymentError(Exception):

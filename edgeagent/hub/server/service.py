@@ -27,7 +27,7 @@ from edgeagent.hub.server.database import open_engine, upgrade
 from edgeagent.hub.server.ingest import Ingest
 from edgeagent.hub.server.link import HubLink
 from edgeagent.hub.server.settings import ServerSettings
-from edgeagent.hub.server.verify import open_trust
+from edgeagent.hub.server.upload_gate import open_trust
 from edgeagent.hub.sign import ManifestSigner
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,13 @@ class Unsealer:
     def contents(self, package: ModelPackage, variant: Variant) -> tuple[bytes, ...]:
         """The plaintext of each of ``variant.files``, in that order, checked against the
         SHA-256 model.toml lists for it; SealedError says which file and why it fails."""
-        from edgeagent.models.sealing import SealingError, file_aad, identity, unseal, unwrap_key
+        from edgeagent.models.seal_crypto import (
+            SealingError,
+            file_aad,
+            identity,
+            unseal,
+            unwrap_key,
+        )
 
         where = f"{package.name} {package.version} {variant.key}"
         release = identity(package.name, package.version, variant.key)

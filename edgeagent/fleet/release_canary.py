@@ -7,7 +7,7 @@ default (``[server] canary_*``, ``[updates] canary_max_seconds``).
 This is the policy half of the canary and a leaf: the bounds and the parsing, with no engine
 import, so the hub refuses at signing exactly what a device would refuse without loading the
 serving engine (numpy, prometheus) to sign a release. The measuring half — routing the share,
-the verdict — is ``engine.canary``; ``updates.canary`` connects the two on the device.
+the verdict — is ``engine.canary_judge``; ``updates.canary_step`` connects the two on the device.
 
 The bounds keep every canary finite and meaningful: at least one request in a thousand
 (below that the share rounds to no traffic at all), at most a million requests, at most a

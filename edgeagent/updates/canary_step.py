@@ -2,12 +2,12 @@
 
 Instead of a hot swap, the installed release is loaded *beside* the serving one (memory
 checked first), golden-checked before any client reaches it, then given its share of the
-traffic until the registry's verdict (``engine.canary``). Promoted, the install goes on to
+traffic until the registry's verdict (``engine.canary_judge``). Promoted, the install goes on to
 commit; rolled back, it fails with ``canary_failed`` and the figures, and the release is
 marked bad. Progress goes out as ``canary`` (started) and ``canary_promoted`` /
 ``canary_rolled_back`` / ``canary_interrupted`` events with the deployment id.
 
-This module connects the two halves: the release's table and its bounds (``fleet.canary``,
+This module connects the two halves: the release's table and its bounds (``fleet.release_canary``,
 the policy) over the device's defaults, handed to the engine that measures.
 
 The wait for a verdict can last as long as the release's ``max_seconds`` (up to a week), so
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from edgeagent.engine.canary import INTERRUPTED, PROMOTED, Canary, CanaryPolicy, CanaryVerdict
+from edgeagent.engine.canary_judge import INTERRUPTED, PROMOTED, Canary, CanaryPolicy, CanaryVerdict
 from edgeagent.fleet import outcomes
-from edgeagent.fleet.canary import ReleaseCanary
 from edgeagent.fleet.manifest import VariantArtifact
+from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fsutil import write_json_atomic
 from edgeagent.updates.errors import InstallFailed

@@ -3,7 +3,7 @@ every device would take it.
 
 A server started with ``--release-key`` re-signs each upload with the fleet's key, so an upload
 it did not verify would be a forgery laundered into a valid signature: the gate checks each one
-with the devices' own code (``hub.verify``) against ``--trust``, and its serial against the
+with the devices' own code (``hub.release_checks``) against ``--trust``, and its serial against the
 highest serial of the model the server already holds (a replay of an older release is refused;
 the very same bytes again are the same row, not a replay). The trust file is read for every
 upload, so a rotation (``hub rotate``) counts from the next upload without a restart. Without
@@ -11,7 +11,7 @@ upload, so a rotation (``hub rotate``) counts from the next upload without a res
 uploaded envelope, which devices verify themselves, and judges only its form, dates and serial.
 
 Agent releases (code) are checked the same way under the trust file's ``agent`` role
-(``hub.verify.authentic``), with their own serial floor (the model name ``edgeagent``, which
+(``hub.release_checks.authentic``), with their own serial floor (the model name ``edgeagent``, which
 no model release may therefore use); the server never signs one, with or without a key.
 """
 
@@ -27,8 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from edgeagent.fleet.signing import TrustError, keyid_of
 from edgeagent.fleet.trust import TrustStore
-from edgeagent.hub.server.schema import releases
-from edgeagent.hub.verify import (
+from edgeagent.hub.release_checks import (
     AGENT_MODEL,
     AnyRelease,
     authentic,
@@ -37,6 +36,7 @@ from edgeagent.hub.verify import (
     model_of,
     read_manifest,
 )
+from edgeagent.hub.server.schema import releases
 
 
 class UploadRefused(Exception):

@@ -40,7 +40,7 @@ WithoutTraffic = Literal["promote", "rollback"]
 class CanaryPolicy:
     """Everything one canary is judged by (see the module docstring).
 
-    The bounds of what a release may ask are the fleet's policy (``fleet.canary.LIMITS``,
+    The bounds of what a release may ask are the fleet's policy (``fleet.release_canary.LIMITS``,
     checked when the manifest is parsed); the engine only judges by the numbers it is given.
     """
 
