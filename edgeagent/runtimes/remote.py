@@ -20,9 +20,11 @@ pinned by its SHA-256 fingerprint (a site without a CA pins each peer instead).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import json
+import socket
 import ssl
 import threading
 import time
@@ -260,6 +262,7 @@ class RemoteSession(Session):
         self._outputs = list(outputs)
         self._batching = batching
         self._connection: http.client.HTTPConnection | None = None
+        self._expired = threading.Event()  # the running exchange's latency budget is spent
         self.closed = False
 
     @property
@@ -273,17 +276,36 @@ class RemoteSession(Session):
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Send the batch to the peer; any failure takes the peer out of the rotation and is
         raised as InferenceError (the instance group then runs the batch elsewhere)."""
+        # The socket time-out bounds each read; this bounds the whole exchange, so a peer that
+        # dribbles its answer a byte at a time cannot hold the batch past its budget either.
+        self._expired = expired = threading.Event()
+        watchdog = threading.Timer(self.state.link.timeout_s, self._expire, (expired,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
             outputs = self._exchange(feeds)
         except Exception as exc:  # whatever the peer sent or did, it is the peer's failure
             self._drop_connection()
             reason = str(exc) or type(exc).__name__
-            if isinstance(exc, TimeoutError):
+            if isinstance(exc, TimeoutError) or expired.is_set():
                 reason = f"no answer within its latency budget ({self.state.link.timeout_s:g} s)"
             self.state.failed(reason)
             raise InferenceError(f"peer {self.state.link.name}: {reason}") from exc
+        finally:
+            watchdog.cancel()
+        if expired.is_set():  # answered just in time, but its socket is shut now
+            self._drop_connection()
         self.state.succeeded()
         return outputs
+
+    def _expire(self, expired: threading.Event) -> None:
+        """The latency budget is spent: shut the socket, which ends the blocked read."""
+        expired.set()
+        connection = self._connection
+        sock = connection.sock if connection is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def _exchange(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         body, header = encode(feeds)
@@ -297,6 +319,8 @@ class RemoteSession(Session):
         try:
             answer = self._post(path, body, headers)
         except STALE:
+            if self._expired.is_set():  # shut by the watchdog, not stale: no second try
+                raise
             # A kept-alive connection the peer closed while idle (its keep-alive time-out): the
             # request never reached it. One new connection, like urllib3's retry; a peer that
             # is gone fails on that one.

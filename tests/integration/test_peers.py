@@ -117,7 +117,7 @@ async def test_the_naive_v2_server_takes_the_overflow(tmp_path, executor, monkey
 # Hostile peers
 
 
-@pytest.mark.parametrize("mode", ["slow", "misshapen"])
+@pytest.mark.parametrize("mode", ["slow", "misshapen", "dribbling"])
 async def test_a_hostile_peer_leaves_the_rotation_and_the_request_is_served_locally(
     tmp_path, executor, monkeypatch, mode
 ):

@@ -5,6 +5,8 @@ speaks TLS."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import ssl
 import threading
 from collections.abc import AsyncIterator
@@ -79,14 +81,15 @@ def lanes(model) -> tuple[list, list]:
 
 class HostilePeer:
     """A v2 server on loopback that answers well (the warm-up) until told to misbehave:
-    ``slow`` never answers in time, ``misshapen`` answers a tensor of the wrong shape."""
+    ``slow`` never answers in time, ``misshapen`` answers a tensor of the wrong shape,
+    ``dribbling`` sends its answer a byte every 0.1 s."""
 
     def __init__(self, reference, tls: ssl.SSLContext | None = None) -> None:
         self.reference = reference
         self.tls = tls
         self.port = 0
         self.mode = "good"
-        self.requests = {"good": 0, "slow": 0, "misshapen": 0}
+        self.requests = {"good": 0, "slow": 0, "misshapen": 0, "dribbling": 0}
         self.url = ""
         self._loop = asyncio.new_event_loop()
         self._release: asyncio.Event | None = None
@@ -104,19 +107,19 @@ class HostilePeer:
             await self._release.wait()  # far past the peer's latency budget
         if mode == "misshapen":
             logits = np.concatenate([logits, logits], axis=1)
-        return web.json_response(
-            {
-                "model_name": "tiny",
-                "outputs": [
-                    {
-                        "name": "logits",
-                        "datatype": "FP32",
-                        "shape": list(logits.shape),
-                        "data": logits.ravel().tolist(),
-                    }
-                ],
-            }
-        )
+        output = {"name": "logits", "datatype": "FP32", "shape": list(logits.shape)}
+        answer = {"model_name": "tiny", "outputs": [{**output, "data": logits.ravel().tolist()}]}
+        if mode == "dribbling":  # a byte at a time, each well within a read's time-out
+            body = json.dumps(answer).encode()
+            response = web.StreamResponse(headers={"Content-Length": str(len(body))})
+            await response.prepare(request)
+            assert self._release is not None
+            for index in range(len(body)):
+                await response.write(body[index : index + 1])
+                with contextlib.suppress(asyncio.TimeoutError):  # the pace of the dribble
+                    await asyncio.wait_for(self._release.wait(), 0.1)
+            return response
+        return web.json_response(answer)
 
     async def _ready(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
