@@ -329,7 +329,9 @@ class RemoteSession(Session):
         length = int(answer.getheader("Content-Length") or 0)
         if length > MAX_ANSWER_BYTES:
             raise InferenceError(f"an answer of {length} bytes is over {MAX_ANSWER_BYTES}")
-        data = answer.read()
+        data = answer.read(MAX_ANSWER_BYTES + 1)  # bounded without a Content-Length too
+        if len(data) > MAX_ANSWER_BYTES:
+            raise InferenceError(f"an answer of over {MAX_ANSWER_BYTES} bytes")
         if answer.status != 200:
             text = data[:200].decode("utf-8", "replace")
             raise InferenceError(f"HTTP {answer.status}: {text}")

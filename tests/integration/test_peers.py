@@ -28,6 +28,7 @@ from edgeagent.engine.limits import ServingLimits
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings, with_peers
 from edgeagent.models.package import load_package
+from edgeagent.runtimes import remote as remote_module
 from tests.support.hardware import FIXTURES, write_profile
 from tests.support.helpers import REPO, write_tiny_package
 from tests.support.http_agent import TOKEN, direct_run, tiny_agent
@@ -282,3 +283,18 @@ async def test_what_the_governor_would_shed_goes_to_a_peer_instead(tmp_path, exe
             np.testing.assert_allclose(answer["logits"], reference(xs[0]), rtol=1e-5, atol=1e-6)
             with pytest.raises(Throttled):  # the peer is out: the board sheds again
                 await model.infer({"input": xs[0]})
+
+
+async def test_an_oversized_answer_is_refused_unread(tmp_path, executor, monkeypatch):
+    install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with direct_run(root) as reference, HostilePeer(reference) as peer:
+        peers = [PeerSettings(url=peer.url, name="b")]
+        async with served(tmp_path, executor, root, peers) as model:
+            _, remote = lanes(model)
+            monkeypatch.setattr(remote_module, "MAX_ANSWER_BYTES", 64)  # smaller than one answer
+            x = frames(1, seed=17)[0]
+            answer = await model.infer({"input": x})
+            np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            state = remote[0].session.state
+            assert not state.up and "over 64" in state.last_error
