@@ -17,6 +17,7 @@ from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
+from edgeagent.hardware.peers import PeerSettings, peers_problem
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
@@ -73,6 +74,7 @@ class Config:
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     llm: LanguageSettings = field(default_factory=LanguageSettings)
+    peers: tuple[PeerSettings, ...] = ()  # the [[peer]] tables, in file order
 
     def __post_init__(self) -> None:
         # The one rule across sections: gRPC's TCP listener takes [server]'s token rule, so
@@ -93,6 +95,7 @@ class Config:
         ):
             problem = plain_listener_problem(host, mode, self.tls) if listening else None
             require(problem is None, section, "tls", problem or "")
+        require(not peers_problem(self.peers), "peer", "name", peers_problem(self.peers))
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -109,6 +112,19 @@ SECTIONS: dict[str, dict[str, type]] = {
     "tls": {"tls": TlsSettings},
     "llm": {"llm": LanguageSettings},
 }
+# Arrays of tables ([[peer]]): TOML name → (the Config field, the class of each table).
+TABLE_ARRAYS: dict[str, tuple[str, type]] = {"peer": ("peers", PeerSettings)}
+
+
+def _load_array(name: str, value: object, problems: list[str]) -> dict[str, object]:
+    """The Config field an array of tables fills: one settings object per table."""
+    attr, cls = TABLE_ARRAYS[name]
+    if value is None:
+        return {attr: ()}
+    if not isinstance(value, list):
+        problems.append(f"[[{name}]] must be an array of tables ([[{name}]] headers)")
+        return {attr: ()}
+    return {attr: tuple(load_section(cls, table, name) for table in value)}
 
 
 def _load_table(section: str, table: object, problems: list[str]) -> dict[str, object]:
@@ -139,17 +155,22 @@ def parse_config(text: str, source: str = "<config>") -> Config:
         raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
     values: dict[str, object] = {}
     with collecting() as problems:
-        unknown = sorted(set(data) - set(SECTIONS))
+        known = [*SECTIONS, *TABLE_ARRAYS]
+        unknown = sorted(set(data) - set(known))
         if unknown:
             problems.append(
-                f"unknown section(s) {', '.join(unknown)}{did_you_mean(unknown, SECTIONS)}; "
-                f"known: {', '.join(SECTIONS)}"
+                f"unknown section(s) {', '.join(unknown)}{did_you_mean(unknown, known)}; "
+                f"known: {', '.join(known)}"
             )
         for section in SECTIONS:
             values.update(_load_table(section, data.get(section), problems))
+        for name in TABLE_ARRAYS:
+            values.update(_load_array(name, data.get(name), problems))
+        if not problems:
+            config = Config(**values)  # type: ignore[arg-type]
     if problems:
         raise ConfigError(*(f"{source}: {problem}" for problem in problems))
-    return Config(**values)  # type: ignore[arg-type]
+    return config
 
 
 def config_file(path: Path | None) -> Path | None:
@@ -173,8 +194,12 @@ def load_config(path: Path | None) -> Config:
 
 
 def describe_config() -> dict[str, list[KeyDoc]]:
-    """Every TOML table with every key it accepts, as ``config show`` and the README list them."""
-    return {
+    """Every TOML table with every key it accepts, as ``config show`` and the README list them
+    (an array of tables, ``[[peer]]``, under its name like the others)."""
+    described = {
         section: [doc for cls in owners.values() for doc in describe_section(cls)]
         for section, owners in SECTIONS.items()
     }
+    for name, (_, cls) in TABLE_ARRAYS.items():
+        described[name] = describe_section(cls)
+    return described

@@ -156,6 +156,7 @@ class Daemon:
             power_reader=partial(power_reader, config.hardware.root, config.governor),
             on_demote=lambda model, key: self.engine_metrics.demotions.labels(model, key).inc(),
             unsealer=Unsealer(lambda: self.device_key.private),
+            peers=config.peers,
         )
         self.engine_load = LoadCounter()  # the batchers count, the governor reads
         self.governor = GovernorService(

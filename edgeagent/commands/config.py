@@ -19,6 +19,7 @@ from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import (
     DEFAULT_CONFIG_PATH,
     SECTIONS,
+    TABLE_ARRAYS,
     Config,
     describe_config,
     load_config,
@@ -169,22 +170,44 @@ def _comment(doc: KeyDoc) -> str:
     return f"[{doc.unit}] {doc.description}" if doc.unit else doc.description
 
 
-def render_toml(values: dict[str, dict[str, Any]]) -> str:
-    """Every section and key as TOML, each key preceded by its unit and description."""
+def render_toml(values: dict[str, dict[str, Any]], config: Config | None = None) -> str:
+    """Every section and key as TOML, each key preceded by its unit and description; an array
+    of tables ([[peer]]) once per table of ``config``, or as a commented-out template."""
     lines: list[str] = []
     for section, docs in describe_config().items():
+        if section in TABLE_ARRAYS:
+            tables = _array_values(config, section)
+            for table in tables or [{doc.key: doc.default for doc in docs}]:
+                lines.append(f"[[{section}]]" if tables else f"# [[{section}]]")
+                lines += _key_lines(docs, table, commented=not tables)
+                lines.append("")
+            continue
         lines.append(f"[{section}]")
-        for doc in docs:
-            lines.append(f"# {_comment(doc)}")
-            value = values[section][doc.key]
-            if value is None:
-                lines.append(f"# {doc.key} =  (unset)")
-            elif _redacted(doc, value):  # a comment: copied back, it sets nothing
-                lines.append(f"# {doc.key} =  (set; {REDACTED})")
-            else:
-                lines.append(f"{doc.key} = {_toml_value(value, doc.unit)}")
+        lines += _key_lines(docs, values[section])
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _key_lines(docs: list[KeyDoc], values: dict[str, Any], commented: bool = False) -> list[str]:
+    lines = []
+    for doc in docs:
+        lines.append(f"# {_comment(doc)}")
+        value = values[doc.key]
+        if value is None:
+            lines.append(f"# {doc.key} =  (unset)")
+        elif _redacted(doc, value):  # a comment: copied back, it sets nothing
+            lines.append(f"# {doc.key} =  (set; {REDACTED})")
+        else:
+            lines.append(f"{'# ' * commented}{doc.key} = {_toml_value(value, doc.unit)}")
+    return lines
+
+
+def _array_values(config: Config | None, section: str) -> list[dict[str, Any]]:
+    """Key → value of each table of an array of tables ([[peer]]) in ``config``."""
+    if config is None:
+        return []
+    tables = getattr(config, TABLE_ARRAYS[section][0])
+    return [{f.name: getattr(table, f.name) for f in fields(table)} for table in tables]
 
 
 def _markdown_default(doc: KeyDoc) -> str:
@@ -199,7 +222,8 @@ def render_markdown() -> str:
     """The configuration reference as Markdown tables, one per TOML table (defaults only)."""
     lines: list[str] = []
     for section, docs in describe_config().items():
-        lines += [f"`[{section}]`", "", "| key | type | default | unit | description |"]
+        header = f"[[{section}]]" if section in TABLE_ARRAYS else f"[{section}]"
+        lines += [f"`{header}`", "", "| key | type | default | unit | description |"]
         lines.append("|---|---|---|---|---|")
         for doc in docs:
             text = doc.description.replace("|", "\\|")
@@ -237,21 +261,29 @@ def run_show(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     values = _values(config)
     if args.json:
-        document = {
-            section: [
-                {
-                    "key": doc.key,
-                    "value": _shown(doc, values[section][doc.key]),
-                    "default": doc.default,
-                    "type": doc.kind,
-                    "unit": doc.unit,
-                    "description": doc.description,
-                }
-                for doc in docs
-            ]
+        document: dict[str, Any] = {
+            section: _json_keys(docs, values[section])
             for section, docs in describe_config().items()
+            if section not in TABLE_ARRAYS
         }
+        for section in TABLE_ARRAYS:  # a list: one entry per table
+            docs = describe_config()[section]
+            document[section] = [_json_keys(docs, t) for t in _array_values(config, section)]
         print(json.dumps(document, indent=2, default=str))
         return 0
-    print(render_toml(values), end="")
+    print(render_toml(values, config), end="")
     return 0
+
+
+def _json_keys(docs: list[KeyDoc], values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "key": doc.key,
+            "value": _shown(doc, values[doc.key]),
+            "default": doc.default,
+            "type": doc.kind,
+            "unit": doc.unit,
+            "description": doc.description,
+        }
+        for doc in docs
+    ]

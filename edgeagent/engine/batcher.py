@@ -54,9 +54,10 @@ from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
-from edgeagent.hardware.instances import Placement
+from edgeagent.hardware.instances import Placement, offloads
 from edgeagent.models.package import TensorSpec
 from edgeagent.runtimes.base import Backend, ManagedSession, Session
+from edgeagent.runtimes.remote import is_remote
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ class Batcher:
             )
         priority = priority if priority > 0 else self.policy.default_priority
         limits = self._limits()
-        if _shed(limits, priority):
+        if _shed(limits, priority) and not offloads(self.session):
             raise _throttled(self.model, limits)
         if len(self._pending) >= self.policy.max_queue:
             raise QueueFull(
@@ -362,7 +363,7 @@ class Batcher:
 
     def _shed_queued(self, limits: ServingLimits) -> None:
         """Requests queued before the governor started shedding are shed now, not run."""
-        if limits.shed_priority_from is None:
+        if limits.shed_priority_from is None or offloads(self.session):
             return
         for request in self._pending:
             if _shed(limits, request.priority) and not request.future.done():
@@ -458,7 +459,8 @@ class Batcher:
         series.compute.observe(infer_ns / 1e9)
         busy_s = (input_ns + infer_ns + output_ns) / 1e9
         series.busy.inc(busy_s)
-        self._load.record_batch(busy_s)
+        if not is_remote(placement.device):  # a peer's work heats the peer, not this board
+            self._load.record_batch(busy_s)
         end = time.monotonic()
         for request, answer in zip(batch, answers, strict=True):
             if request.future.done():  # the caller's deadline passed while it ran

@@ -5,7 +5,9 @@ key of ``hardware.spread``: CPU, GPU0, NPU …): batches of all models on one de
 against that device's concurrency cap and pacing, batches on another device do not — a device
 that is paced does not pace the others. The governor sets one set of limits for the board
 (``ServingLimits``; its sensors are not attributed to devices), and each device's gate applies
-them to that device alone.
+them to that device alone. A peer (``peer:<name>``, ``hardware.peers``) is another board with
+its own governor: this board's limits never apply to it, which is how a throttled board's work
+moves to its peers.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import math
 import time
 from collections.abc import Callable
 
-from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
 from edgeagent.hardware.instances import Placement, place
 from edgeagent.runtimes.base import Session
+from edgeagent.runtimes.remote import is_remote
 
 LimitsProvider = Callable[[], ServingLimits]
 
@@ -82,7 +85,7 @@ class DeviceGate:
 
     def wait_s(self, device: str, limits: ServingLimits) -> float:
         """How long pacing would hold a batch back on ``device`` now."""
-        if limits.duty_cycle >= 1.0:
+        if limits.duty_cycle >= 1.0 or is_remote(device):
             return 0.0
         return max(0.0, self._device(device).ready_at - self._clock())
 
@@ -100,6 +103,8 @@ class DeviceGate:
         return placement
 
     async def acquire(self, limits: LimitsProvider, device: str = "") -> None:
+        if is_remote(device):  # another board: its own governor paces it
+            limits = _unthrottled
         changed = self._condition()
         state = self._device(device)
         async with changed:
@@ -147,3 +152,7 @@ class DeviceGate:
                 state.last_busy_s = busy_s
             state.running -= 1
             changed.notify_all()
+
+
+def _unthrottled() -> ServingLimits:
+    return UNTHROTTLED

@@ -20,28 +20,13 @@ from typing import Any
 import numpy as np
 
 from edgeagent.engine.errors import InvalidInput
+from edgeagent.runtimes.oip import BY_DTYPE_NAME, DATATYPES
 
-# v2 datatype -> numpy dtype (little-endian on the wire). BF16 has no numpy type and BYTES no
-# model that could take it (package dtypes are numeric), so both are refused by name.
-DATATYPES = {
-    "BOOL": np.dtype("bool"),
-    "UINT8": np.dtype("<u1"),
-    "UINT16": np.dtype("<u2"),
-    "UINT32": np.dtype("<u4"),
-    "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("<i1"),
-    "INT16": np.dtype("<i2"),
-    "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"),
-    "FP32": np.dtype("<f4"),
-    "FP64": np.dtype("<f8"),
-}
 _UNSUPPORTED = {
     "BF16": "numpy has no bfloat16; send FP16 or FP32",
     "BYTES": "edgeagent models take numeric tensors only",
 }
-_BY_NAME = {dtype.name: v2 for v2, dtype in DATATYPES.items()}
+_BY_NAME = BY_DTYPE_NAME
 # Every answer names its outputs' datatypes: a dict hit on the (native) dtype saves the
 # ~2 µs numpy spends building ``dtype.name`` each time.
 _BY_DTYPE = {np.dtype(name): v2 for name, v2 in _BY_NAME.items()}

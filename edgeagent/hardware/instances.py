@@ -25,6 +25,7 @@ from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.schedule import Instance, Scheduler, ServiceTime, Ticket
 from edgeagent.hardware.spread import device_key
 from edgeagent.runtimes.base import Backend, ManagedSession, Session, TensorInfo
+from edgeagent.runtimes.remote import is_remote
 
 
 @dataclass(frozen=True)
@@ -239,6 +240,14 @@ class InstanceGroup(Session):
     def close(self) -> None:
         for session in self._every_session():
             session.close()
+
+
+def offloads(session: Session) -> bool:
+    """Whether ``session`` has a peer in the rotation now: a request the governor would shed to
+    spare this board can go there instead (the scheduler still weighs this board's pacing)."""
+    if not isinstance(session, InstanceGroup):
+        return False
+    return any(is_remote(i.device) and i.available for i in session.scheduler.instances)
 
 
 def _rows(feeds: Mapping[str, np.ndarray]) -> int:

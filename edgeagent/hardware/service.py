@@ -13,6 +13,7 @@ from edgeagent.hardware.choose import Choice, Chooser, Option, PowerReader, is_c
 from edgeagent.hardware.detect import Detection, detect, read_facts
 from edgeagent.hardware.fallback import ResilientSession
 from edgeagent.hardware.instances import InstanceGroup, Lane
+from edgeagent.hardware.peers import PeerSettings, with_peers
 from edgeagent.hardware.plan_search import (
     PENDING,
     MeasuredPlan,
@@ -61,6 +62,7 @@ class Accelerators:
     power budget; the daemon passes the governor's sensors, which know the profile's meters.
     ``on_demote(model, candidate)`` is told of every demotion (the daemon counts them).
     ``unsealer`` opens sealed (encrypted) variants with the device key, in memory.
+    ``peers`` (``[[peer]]``) are other servers a model may also run on (``peers``).
     """
 
     def __init__(
@@ -71,8 +73,10 @@ class Accelerators:
         power_reader: Callable[[Profile], PowerReader | None] | None = None,
         on_demote: Callable[[str, str], None] | None = None,
         unsealer: Unsealer | None = None,
+        peers: Sequence[PeerSettings] = (),
     ) -> None:
         self.settings = settings
+        self.peers = tuple(peers)
         self._on_demote = on_demote
         self.state_dir = Path(state_dir)
         profiles = board_profiles(settings.profiles_dir)
@@ -151,6 +155,8 @@ class Accelerators:
                 planned.plan,
                 lone=alone,
             )
+        grown = with_peers(package, session, self.peers)  # lanes on peers that may take it
+        session = grown if isinstance(grown, InstanceGroup) else session
         with self._lock:
             self._sessions[f"{package.name}:{package.version}"] = session
             self._choices[f"{package.name}:{package.version}"] = choice

@@ -1,5 +1,6 @@
 """A package's ``[serving]`` table: the per-model serving defaults (batch size, queue delay,
-cache, execution plan, spread over devices) that the daemon config may override.
+cache, execution plan, spread over devices, whether it may go to a peer) that the daemon
+config may override.
 
 Apart from the package reader because these are the engine's knobs, not the package's content:
 ``hardware.settings`` checks ``[hardware] spread`` with the same ``spread_problem``.
@@ -29,6 +30,8 @@ class ServingHints:
     # Devices serving the model at once (hardware.spread): up to N, or those named; None =
     # [hardware] spread.
     spread: int | tuple[str, ...] | None = None
+    # True: never sent to a peer (hardware.peers); a sealed model never is, whatever this says.
+    local_only: bool = False
 
 
 MAX_SPREAD = 16  # devices one model may be spread over
@@ -60,6 +63,7 @@ def read_serving(manifest: Path, table: dict) -> ServingHints:
             "instances",
             "threads",
             "spread",
+            "local_only",
         }
     )
     spread = fields.get("spread", (int, list), None)
@@ -73,6 +77,7 @@ def read_serving(manifest: Path, table: dict) -> ServingHints:
         instances=fields.get("instances", int, None),
         threads=fields.get("threads", int, None),
         spread=tuple(spread) if isinstance(spread, list) else spread,
+        local_only=fields.get("local_only", bool, False),
     )
     for key in ("instances", "threads"):
         if getattr(hints, key) is not None and not 1 <= getattr(hints, key) <= 256:

@@ -43,6 +43,7 @@ COVERED = {
     "bench_plan.py",
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
     "bench_llm.py",
+    "bench_site.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -114,6 +115,20 @@ def test_governor_reports_its_closed_loop() -> None:
         "peak_c",
     )
     assert report["peak_c"] > report["ambient_c"]  # the simulated chip heated with the load
+
+
+def test_site_reports_overflow_a_lost_peer_and_an_idle_one() -> None:
+    report = run_bench(
+        "bench_site.py --rounds 1 --seconds 2 --requests 10 --device-ms 20 --tau 0.5 --json"
+    )
+    hot = report["hot"]
+    assert_figures(hot, "offered_per_s", "throughput_ratio", "p95_ratio", "achievable_per_s")
+    assert hot["rounds"]["with_peer"][0]["peer_batches"] > 0  # the hot board's overflow went
+    assert hot["rounds"]["alone"][0]["peer_batches"] == 0
+    kill = report["kill"]  # at smoke size the peer may not be serving when it is killed
+    assert (kill["lost"], kill["answered_twice"]) == (0, 0)
+    assert kill["rounds"][0]["sent"] == kill["rounds"][0]["answered"] + kill["failed"]
+    assert_figures(report["idle"], "p50_ratio", "p50_ms.alone", "p50_ms.with_peer")
 
 
 def served(model: Path) -> str:
