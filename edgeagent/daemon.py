@@ -210,16 +210,17 @@ class Daemon:
             from edgeagent.updates.service import UpdateService
 
             profile = self.accelerators.profile
+            planes = Planes(self.registry, self.language)  # each release to its plane
 
             self.updates = UpdateService(
                 config.updates,
                 config.mqtt,
                 state_dir=config.agent.state_dir,
                 device_id=config.agent.device_id or socket.gethostname(),
-                registry=Planes(self.registry, self.language),  # each release to its plane
+                registry=planes,
                 metrics=self.metrics,
                 limits=self.limits_provider,
-                sources=self.status_providers,
+                sources={**self.status_providers, "models": planes.status},
                 choose_variants=lambda available: (
                     language_variants(available)
                     or release_variants(

@@ -107,6 +107,20 @@ class Planes:
             rows.append({"name": info.name, "version": info.version, "state": READY, "reason": ""})
         return rows
 
+    def status(self) -> dict[str, Any]:
+        """The registry's status with each served language model in the same shape, so the
+        fleet's state report (and ``hub status``) lists the versions of both planes."""
+        models = dict(self.registry.status())
+        for info in self.language.models():
+            precision = info.quantization.lower()
+            backend = {"runtime": info.runtime, "device": info.device, "precision": precision}
+            models[info.name] = {
+                "state": READY,
+                "active_version": info.version,
+                "versions": {info.version: backend},
+            }
+        return models
+
     def canary_policy(self, **overrides: Any) -> CanaryPolicy:
         return self.registry.canary_policy(**overrides)
 

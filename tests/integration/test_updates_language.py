@@ -73,8 +73,8 @@ def tampered(packaged: Path, out: Path, version: str) -> Path:
     return out
 
 
-async def sign_and_publish(hub: Hub, broker: Broker, packaged: Path) -> dict[str, Any]:
-    signed = await asyncio.to_thread(cli, *hub.sign_command(packaged))
+async def sign_and_publish(hub: Hub, broker: Broker, packaged: Path, *extra: str) -> dict[str, Any]:
+    signed = await asyncio.to_thread(cli, *hub.sign_command(packaged, *extra))
     assert signed.returncode == 0, signed.stderr
     answer = json.loads(signed.stdout)
     published = await asyncio.to_thread(cli, *hub.publish_command(answer["release"], broker.port))
@@ -129,13 +129,14 @@ async def test_a_signed_language_model_release_serves_and_a_tampered_one_rolls_b
     try:
         assert await asyncio.to_thread(served_version, agent) == "1.0.0"  # the seed package
 
-        signed = await sign_and_publish(hub, broker, good)
+        signed = await sign_and_publish(hub, broker, good, "--canary")  # asked, not taken
         with tarfile.open(signed["artifact"]) as shared:  # what every device downloads
             assert sorted(shared.getnames()) == ["golden.json", "model.toml"]
         with tarfile.open(hub.artifacts / f"{MODEL}-1.1.0.llama_cpp.q4_1.tar.gz") as variant:
             assert variant.getnames() == [SMOLLM2]  # the GGUF: only devices running it fetch it
         result = await outcome(agent, "1.1.0")
         assert (result["result"], result["code"]) == ("succeeded", outcomes.COMMITTED), result
+        assert "smollm2 1.1.0: a language model takes no live canary" in agent.log.read_text()
         assert await asyncio.to_thread(served_version, agent) == "1.1.0"
         before = await asyncio.to_thread(answer, agent)
 
@@ -150,7 +151,7 @@ async def test_a_signed_language_model_release_serves_and_a_tampered_one_rolls_b
             cli, "status", "--broker", f"127.0.0.1:{broker.port}", "--json", "--wait", "1"
         )
         rows = json.loads(fleet.stdout)
-        assert rows[0]["device_id"] == DEVICE_ID
+        assert rows[0]["device_id"] == DEVICE_ID and rows[0]["models"][MODEL] == "1.1.0"
         assert (rows[0]["last_result"], rows[0]["last_code"]) == ("failed", "health_check_failed")
         updates = agent.status()["updates"]
         assert updates["installed"][MODEL] == "1.1.0" and updates["pending"] is None
