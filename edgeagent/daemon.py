@@ -32,7 +32,6 @@ from typing import Protocol
 from aiohttp import web
 
 from edgeagent import __version__
-from edgeagent._toml import tomllib
 from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.api.http.app import create_app
 from edgeagent.api.http.deepstack_routes import deepstack_model_problem
@@ -47,6 +46,7 @@ from edgeagent.engine.language.plane import LanguagePlane
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.plan import plan_request
+from edgeagent.engine.planes import Planes, is_language_package, language_variants
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
 from edgeagent.governor.sensors import power_reader
@@ -55,7 +55,6 @@ from edgeagent.hardware.service import Accelerators
 from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
 from edgeagent.models.locate import find_packages
-from edgeagent.models.names import TEXT_TASKS
 from edgeagent.models.package import PackageError, load_package
 from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
@@ -109,11 +108,7 @@ def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
     tensors: list[Path] = []
     texts: list[Path] = []
     for directory in directories:
-        try:  # the task only: reading the package (hashing its files) is its plane's job
-            task = tomllib.loads((directory / "model.toml").read_text("utf-8")).get("task")
-        except (OSError, ValueError):
-            task = None
-        (texts if task in TEXT_TASKS else tensors).append(directory)
+        (texts if is_language_package(directory) else tensors).append(directory)
     return tensors, texts
 
 
@@ -216,23 +211,27 @@ class Daemon:
             from edgeagent.updates.service import UpdateService
 
             profile = self.accelerators.profile
+            planes = Planes(self.registry, self.language)  # each release to its plane
 
             self.updates = UpdateService(
                 config.updates,
                 config.mqtt,
                 state_dir=config.agent.state_dir,
                 device_id=config.agent.device_id or socket.gethostname(),
-                registry=self.registry,
+                registry=planes,
                 metrics=self.metrics,
                 limits=self.limits_provider,
-                sources=self.status_providers,
-                choose_variants=lambda available: release_variants(
-                    profile,
-                    available,
-                    cpu_fallback=config.updates.cpu_fallback_variant,
-                    failed=self.accelerators.failed_candidates(
-                        config.updates.failed_probe_memory_s
-                    ),
+                sources={**self.status_providers, "models": planes.status},
+                choose_variants=lambda available: (
+                    language_variants(available)
+                    or release_variants(
+                        profile,
+                        available,
+                        cpu_fallback=config.updates.cpu_fallback_variant,
+                        failed=self.accelerators.failed_candidates(
+                            config.updates.failed_probe_memory_s
+                        ),
+                    )
                 ),
                 profile=profile.name,
             )

@@ -8,7 +8,8 @@ arrives, so the download can defend itself the way TUF clients do:
 - *interrupted transfers*: bytes go to ``staging/<sha256>.part``; a retry (or a restart of the
   agent) resumes with ``Range`` and, when the server gave a validator, ``If-Range``. Only a 206
   whose ``Content-Range`` starts exactly where we stopped is appended; anything else restarts;
-- *substitution*: the SHA-256 of the whole file is checked before it is handed to the unpacker;
+- *substitution*: the SHA-256 of the whole file, fed as the bytes arrive (no second read of a
+  large artifact), is checked before the file is handed to the unpacker;
 - *disk exhaustion*: the free space for the rest of the file plus a margin is checked first.
 
 While the governor says ``pause_downloads`` the connection is closed and the transfer waits;
@@ -89,6 +90,18 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _prefix_sha256(path: Path, size: int) -> hashlib._Hash:
+    """A running SHA-256 of the first ``size`` bytes of ``path`` (a resumed partial file)."""
+    digest = hashlib.sha256()
+    if size == 0:  # a fresh start: the part may not exist yet
+        return digest
+    with path.open("rb") as handle:
+        while size > 0 and (chunk := handle.read(min(1 << 20, size))):
+            digest.update(chunk)
+            size -= len(chunk)
+    return digest
+
+
 class ArtifactDownload:
     """One artifact's transfer into ``staging``; ``run()`` returns the verified file's path."""
 
@@ -120,6 +133,11 @@ class ArtifactDownload:
         self.final = staging / f"{sha256}.tar.gz"
         self.resumed_from: list[int] = []  # offsets we resumed at (for logs and tests)
         self._last_report = 0.0
+        # The SHA-256 of the part's first ``_hashed`` bytes, fed as the bytes arrive, so a
+        # complete transfer is verified without reading the file again (a partial file left
+        # by an earlier process is hashed once, when its transfer resumes).
+        self._digest = hashlib.sha256()
+        self._hashed = 0
 
     async def run(self) -> Path:
         if self.final.exists():
@@ -220,6 +238,9 @@ class ArtifactDownload:
     async def _receive(self, response: aiohttp.ClientResponse, have: int) -> bool:
         started = time.monotonic()
         received = 0
+        if self._hashed != have:  # resuming a part this object did not write, or restarted
+            self._digest = await asyncio.to_thread(_prefix_sha256, self.part, have)
+            self._hashed = have
         with self.part.open("ab") as out:
             while True:
                 chunk = await asyncio.wait_for(response.content.readany(), self.limits.gap_s)
@@ -233,6 +254,8 @@ class ArtifactDownload:
                         outcomes.TOO_LARGE, f"{self.url}: more than the signed {self.size} bytes"
                     )
                 out.write(chunk)
+                self._digest.update(chunk)
+                self._hashed = have
                 received += len(chunk)
                 self._report(have)
                 elapsed = time.monotonic() - started
@@ -255,7 +278,10 @@ class ArtifactDownload:
 
     # --- helpers -------------------------------------------------------------------------
     async def _finish(self) -> Path:
-        digest = await asyncio.to_thread(file_sha256, self.part)
+        if self._hashed == self.size:
+            digest = self._digest.hexdigest()
+        else:  # completed by an earlier process: nothing streamed through this one
+            digest = await asyncio.to_thread(file_sha256, self.part)
         if digest != self.sha256:
             self._restart()
             raise DownloadError(

@@ -16,6 +16,10 @@ The updater (``updates.updater``) decides *whether* a release is installed; this
                 file, a finite answer, within ``health_timeout_s``
     commit      raise the serial floor, clear the pending record, GC old releases
 
+A language model's release is health-checked (its golden chats, on a copy the check loads)
+*before* it is activated, so a release that fails never takes traffic from the version that
+serves; it takes no live canary (docs/fleet/canary.md).
+
 Before each step the step name is written to ``pending.json``, so a crash anywhere is finished
 or undone by ``ModelStore.recover()`` at the next start. Any failure rolls back: ``current``
 returns to the previous release, the registry swaps back to it, the new directory is deleted,
@@ -49,6 +53,7 @@ import numpy as np
 from edgeagent.aio import spawn
 from edgeagent.engine.canary_judge import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
+from edgeagent.engine.planes import ServedText
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact
 from edgeagent.fleet.release_ref import ReleaseRef
@@ -79,6 +84,10 @@ from edgeagent.updates.wrapped_keys import install_wrapped_keys
 log = logging.getLogger(__name__)
 
 KILL_ENV = "EDGEAGENT_UPDATE_KILL_AT"
+TEXT_CANARY = (
+    "%s %s: a language model takes no live canary (the canary judge measures tensor "
+    "requests); its golden chats are checked before it takes traffic, then it is hot-swapped"
+)
 
 
 class Served(Protocol):
@@ -227,7 +236,7 @@ class Installer:
 
             step = "unpack"
             pairs = list(zip(variants, files, strict=True))
-            unpacked = await self._unpack(manifest, shared, pairs, device_id)
+            unpacked, package = await self._unpack(manifest, shared, pairs, device_id)
             self.store.advance(pending, "unpacked")
             self.reporter.progress(release, "unpacked")
             checkpoint("unpacked")
@@ -240,6 +249,13 @@ class Installer:
             self.store.advance(pending, "installed")
             self.reporter.progress(release, "installed")
             checkpoint("installed")
+
+            if package.text is not None:  # judged before it takes traffic, canary or not
+                if policy is not None:
+                    log.warning(TEXT_CANARY, manifest.model, manifest.version)
+                    policy = None
+                step = "health"
+                await self._golden(ServedText(await asyncio.to_thread(load_package, installed)))
 
             if policy is not None:  # the old version serves until the canary is promoted
                 step = "canary"
@@ -266,8 +282,9 @@ class Installer:
             self.reporter.progress(release, "activated")
             checkpoint("activated")
 
-            step = "health"
-            await self._health(model, manifest.model, installed)
+            if package.text is None:
+                step = "health"
+                await self._health(model, manifest.model, installed)
 
             step = "commit"
             self.store.advance(pending, "committing")
@@ -408,7 +425,7 @@ class Installer:
         shared: Path,
         variants: list[tuple[VariantArtifact, Path]],
         device_id: str,
-    ) -> Path:
+    ) -> tuple[Path, ModelPackage]:
         """Unpack the shared files, add each downloaded variant's files beside them, list the
         variants in ``variants.installed`` and validate the result as a package."""
         destination = self.store.staging / f"unpack-{manifest.artifact.sha256}"
@@ -441,7 +458,7 @@ class Installer:
                 f"manifest says {manifest.model} {manifest.version}",
                 bad=True,
             )
-        return root
+        return root, package
 
     @staticmethod
     def _discard(downloads: list[Path]) -> None:

@@ -58,21 +58,7 @@ device_id = "{DEVICE_ID}"
 unix_socket = "{self.socket}"
 tcp_port = 0
 
-[updates]
-enabled = true
-group = "lab"
-device_class = "test-box"
-trust_file = "{hub.keys / "trust.json"}"
-free_space_margin_bytes = 0
-download_retries = 2
-download_gap_s = 5.0
-
-[mqtt]
-port = {broker.port}
-keepalive_s = 5
-reconnect_min_s = 0.2
-reconnect_max_s = 1.0
-"""
+{hub.device_tables(broker.port)}"""
         )
         self.process: asyncio.subprocess.Process | None = None
 

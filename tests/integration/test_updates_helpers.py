@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import json
 import tarfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,26 @@ class Hub:
             "--trust",
             str(self.keys / "trust.json"),
         ]
+
+    def device_tables(self, broker_port: int, **updates: Any) -> str:
+        """An agent's [updates] and [mqtt] tables: releases of this hub over that broker, to
+        the "lab" group; ``updates``: more [updates] keys (Python values, written as TOML)."""
+        more = "".join(f"{key} = {json.dumps(value)}\n" for key, value in updates.items())
+        return f"""[updates]
+enabled = true
+group = "lab"
+device_class = "test-box"
+trust_file = "{self.keys / "trust.json"}"
+free_space_margin_bytes = 0
+download_retries = 2
+download_gap_s = 5.0
+{more}
+[mqtt]
+port = {broker_port}
+keepalive_s = 5
+reconnect_min_s = 0.2
+reconnect_max_s = 1.0
+"""
 
     def signer(self) -> ManifestSigner:
         """What ``hub rollout --key`` signs each stage's envelope with."""

@@ -154,6 +154,25 @@ async def test_a_shorter_artifact_is_reported_truncated(serve, tmp_path: Path) -
     assert info.value.code == "truncated"
 
 
+@pytest.mark.parametrize("damaged", [False, True])
+async def test_a_part_left_by_an_earlier_process_is_hashed_into_the_resumed_transfer(
+    serve, tmp_path: Path, damaged: bool
+) -> None:
+    """The hash is fed as bytes arrive; a resumed part's own bytes count, not the server's."""
+    staging = tmp_path / "s"
+    staging.mkdir()
+    prefix = bytearray(DATA[:1000])
+    prefix[500] ^= 0xFF if damaged else 0
+    (staging / f"{SHA}.part").write_bytes(bytes(prefix))
+    if damaged:
+        with pytest.raises(DownloadError) as info:
+            await _fetch(await serve(None), staging, limits=DownloadLimits(retries=0))
+        assert info.value.code == "hash_mismatch" and list(staging.iterdir()) == []
+        return
+    job = await _fetch(await serve(None), staging)
+    assert job.result.read_bytes() == DATA and job.resumed_from == [1000]
+
+
 async def test_a_substituted_artifact_fails_the_hash_and_is_deleted(serve, tmp_path: Path) -> None:
     with pytest.raises(DownloadError) as info:
         await _fetch(await serve(None), tmp_path / "s", sha256="0" * 64)

@@ -89,6 +89,10 @@ class LanguagePlane:
     def info(self, name: str) -> LanguageModelInfo:
         return self._get(name).info
 
+    def package(self, name: str) -> ModelPackage:
+        """The package of the version serving ``name`` (the updater's health check reads it)."""
+        return self._get(name).package
+
     def _get(self, name: str) -> _Loaded:
         loaded = self._models.get(name)
         if loaded is not None:
