@@ -12,7 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from devtools.broker import Pki, make_pki
+from devtools.pki import Pki, make_pki
 from devtools.simulated_runtime import install_simulated
 from edgeagent.hardware.peers import PeerSettings
 from tests.support.helpers import write_tiny_package
