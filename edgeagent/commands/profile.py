@@ -17,6 +17,8 @@ from typing import Any
 
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.config import load_config
+from edgeagent.engine.language.loading import Attempt, NoCandidate, place
+from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.plan import plan_request
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.choose import Choice, time_session, why_not
@@ -155,6 +157,55 @@ def _explain(
     }
 
 
+def _explain_language(package: ModelPackage, settings: LanguageSettings) -> dict:
+    """A language model's choice as the daemon makes it (``engine.language.loading.place``):
+    every variant × device a generative runtime offers, proved by decoding a few tokens and
+    ranked by the rate measured; the latency shown is the chosen one's time per token."""
+    attempts: tuple[Attempt, ...] = ()
+    chosen: str | None = None
+    rate: float | None = None
+    try:
+        placed = place(package, settings)
+    except NoCandidate as exc:
+        reason = str(exc)
+    else:
+        placed.session.close()
+        chosen = f"{placed.runtime}:{placed.device}:{placed.variant.precision}"
+        rate, attempts = placed.tokens_per_s, placed.tried
+        reason = f"the fastest of {len(attempts)} candidate(s) at {rate:.1f} tokens/s decoded"
+    ranked = sorted(attempts, key=lambda a: -(a.tokens_per_s or -1.0))
+    candidates = []
+    for rank, attempt in enumerate(ranked):
+        runtime, _, precision = attempt.variant.partition("/")
+        key = f"{runtime}:{attempt.device or '-'}:{precision}"
+        state = "chosen" if key == chosen else "kept" if attempt.tokens_per_s else "dropped"
+        candidates.append(
+            {
+                "candidate": key,
+                "rank": rank + 1,
+                "power": "high",
+                "state": state,
+                "why": attempt.error,
+                "probe": None,
+                "latency_ms": round(1000 / attempt.tokens_per_s, 3)
+                if attempt.tokens_per_s
+                else None,
+                "tokens_per_s": attempt.tokens_per_s,
+            }
+        )
+    return {
+        "model": package.name,
+        "version": package.version,
+        "path": str(package.root),
+        "mode": "generated",
+        "chosen": chosen,
+        "reason": reason,
+        "median_latency_ms": round(1000 / rate, 3) if rate else None,
+        "plan": None,
+        "candidates": candidates,
+    }
+
+
 def _probe_rest(
     acc: Accelerators, package: ModelPackage, choice: Choice, *, use_cache: bool
 ) -> None:
@@ -226,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
     for path, package in packages:
         if isinstance(package, str):
             models.append({"model": path.name, "path": str(path), "error": package})
+        elif package.text is not None:
+            models.append(_explain_language(package, config.llm))
         else:
             models.append(_explain(acc, package, args, config.engine))
     document = {
@@ -281,7 +334,8 @@ def render(doc: dict) -> str:
             lines.append(f"model {model['model']}: invalid package: {model['error']}")
             continue
         latency = model["median_latency_ms"]
-        timing = f", median {latency:.2f} ms batch-1" if latency is not None else ""
+        unit = "per token" if model["mode"] == "generated" else "batch-1"
+        timing = f", median {latency:.2f} ms {unit}" if latency is not None else ""
         lines.append(
             f"model {model['model']} v{model['version']}: "
             f"{model['chosen'] or 'NO WORKING CANDIDATE'}{timing}"

@@ -83,6 +83,10 @@ def test_every_zoo_model_gets_an_explained_choice(tmp_path: Path, zoo: Path) -> 
     doc = json.loads(done.stdout)
     names = {m["model"] for m in doc["models"]}
     assert {"mobilenet_v2", "mobilenet_v3_small", "mobilevit_xxs", "digits_mnv3"} <= names
+    # The language model is chosen the way the daemon places it: by decoding, ranked by rate.
+    (language,) = [m for m in doc["models"] if m["model"] == "smollm2"]
+    assert language["mode"] == "generated" and language["chosen"].startswith("llama_cpp:")
+    assert language["candidates"][0]["tokens_per_s"] > 0
     for model in doc["models"]:
         assert model["chosen"] and model["median_latency_ms"] > 0, model
         runtimes = {

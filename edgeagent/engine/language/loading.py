@@ -34,13 +34,29 @@ class NoCandidate(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One variant × device tried: its decode rate, or why it cannot serve."""
+
+    variant: str  # runtime/precision
+    device: str  # "" when the runtime could not be asked for devices
+    tokens_per_s: float | None = None
+    error: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.variant} on {self.device}" if self.device else self.variant
+        if self.tokens_per_s is None:
+            return f"{where}: {self.error}"
+        return f"{where}: {self.tokens_per_s:.1f} tokens/s"
+
+
+@dataclass(frozen=True)
 class Placed:
     session: GenerativeSession
     variant: Variant
     runtime: str
     device: str
     tokens_per_s: float
-    tried: tuple[str, ...]  # every candidate with its figure or its reason
+    tried: tuple[Attempt, ...]  # every candidate with its figure or its reason
 
 
 def load_request(
@@ -75,31 +91,31 @@ def probe(session: GenerativeSession, count: int = PROBE_TOKENS) -> float:
 
 def place(package: ModelPackage, settings: LanguageSettings) -> Placed:
     """Load every candidate, probe it, keep the fastest (blocking: run it off the loop)."""
-    tried: list[str] = []
+    tried: list[Attempt] = []
     best: Placed | None = None
     for variant in package.variants:
         try:
             runtime = get_runtime(variant.runtime)
         except RuntimeUnavailable as exc:
-            tried.append(f"{variant.key}: {exc}")
+            tried.append(Attempt(variant.key, "", error=str(exc)))
             continue
         if not isinstance(runtime, GenerativeRuntime):
-            tried.append(f"{variant.key}: {variant.runtime} is not a generative runtime")
+            error = f"{variant.runtime} is not a generative runtime"
+            tried.append(Attempt(variant.key, "", error=error))
             continue
         for device in runtime.devices():
-            where = f"{variant.key} on {device}"
             try:
                 session = runtime.load(load_request(package, variant, device, settings))
             except (RuntimeLoadError, OSError) as exc:
-                tried.append(f"{where}: {exc}")
+                tried.append(Attempt(variant.key, device, error=str(exc)))
                 continue
             try:
                 rate = probe(session) if package.task == "text-generation" else 0.0
             except Exception as exc:
                 session.close()
-                tried.append(f"{where}: the probe failed: {exc}")
+                tried.append(Attempt(variant.key, device, error=f"the probe failed: {exc}"))
                 continue
-            tried.append(f"{where}: {rate:.1f} tokens/s")
+            tried.append(Attempt(variant.key, device, rate))
             candidate = Placed(session, variant, variant.runtime, device, rate, ())
             if best is None or rate > best.tokens_per_s:
                 if best is not None:
@@ -108,8 +124,9 @@ def place(package: ModelPackage, settings: LanguageSettings) -> Placed:
             else:
                 session.close()
     if best is None:
-        raise NoCandidate(f"{package.name} {package.version}: " + "; ".join(tried or ["none"]))
-    log.info("%s %s: %s", package.name, package.version, "; ".join(tried))
+        reasons = "; ".join(map(str, tried)) or "none"
+        raise NoCandidate(f"{package.name} {package.version}: {reasons}")
+    log.info("%s %s: %s", package.name, package.version, "; ".join(map(str, tried)))
     return Placed(
         best.session, best.variant, best.runtime, best.device, best.tokens_per_s, tuple(tried)
     )
