@@ -29,7 +29,17 @@ from edgeagent.models.names import version_tuple as version_tuple
 from edgeagent.models.serving_hints import MAX_SPREAD as MAX_SPREAD
 from edgeagent.models.serving_hints import ServingHints, read_serving
 from edgeagent.models.serving_hints import spread_problem as spread_problem
-from edgeagent.models.toml_fields import Fields, PackageError, floats, inside
+from edgeagent.models.tensor_tables import DTYPES as DTYPES
+from edgeagent.models.tensor_tables import LAYOUTS as LAYOUTS
+from edgeagent.models.tensor_tables import (
+    Postprocess,
+    Preprocess,
+    TensorSpec,
+    read_postprocess,
+    read_preprocess,
+    read_tensors,
+)
+from edgeagent.models.toml_fields import Fields, PackageError, inside
 from edgeagent.runtimes.facts import (
     GENERATIVE_RUNTIMES,
     RUNTIME_FACTS,
@@ -46,52 +56,9 @@ RUNTIMES = RUNTIME_NAMES
 PRECISIONS = ("fp32", "fp16", "int8")
 # A language model's precision is its quantization's own name (q4_0, q4_k_m, int4 …).
 TEXT_PRECISION_RE = re.compile(r"\A[a-z0-9][a-z0-9_]{0,15}\Z", re.ASCII)
-DTYPES = (
-    "float32",
-    "float16",
-    "int8",
-    "uint8",
-    "int16",
-    "int32",
-    "int64",
-    "bool",
-)
-LAYOUTS = ("NCHW", "NHWC")
 TASKS = TASK_NAMES  # what the model computes: decides its golden record and health check
 # Which file suffixes each runtime reads; a variant whose files do not fit is refused.
 RUNTIME_SUFFIXES = {name: facts.suffixes for name, facts in RUNTIME_FACTS.items()}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output as clients see it (the logical tensor, before any variant layout)."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]  # -1 marks a variable dimension (the batch)
-    layout: str | None = None
-
-
-@dataclass(frozen=True)
-class Preprocess:
-    """How an image becomes the input tensor; the fields mirror torchvision's usual transform."""
-
-    size: tuple[int, int]  # (height, width) fed to the model
-    resize: int | None  # shorter side before the centre crop; None = resize straight to size
-    layout: str  # NCHW or NHWC
-    color: str  # RGB, BGR or L
-    scale: float  # pixel * scale before mean/std (1/255 maps 0..255 to 0..1)
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    # Scale to fit inside size keeping the aspect ratio and pad the rest (detectors trained on
-    # letterboxed images, e.g. YOLO); excludes resize.
-    letterbox: bool = False
-
-
-@dataclass(frozen=True)
-class Postprocess:
-    softmax: bool  # True when the output holds logits rather than probabilities
-    top_k: int
 
 
 @dataclass(frozen=True)
@@ -220,10 +187,10 @@ def _load(root: Path) -> ModelPackage:
     name, version = _identity(top)
     description = top.get("description", str, "")
 
-    inputs = _tensors(manifest, "inputs", top.get("inputs", list))
-    outputs = _tensors(manifest, "outputs", top.get("outputs", list))
-    preprocess = _preprocess(manifest, top.get("preprocess", dict, None), inputs)
-    postprocess = _postprocess(manifest, top.get("postprocess", dict, {}))
+    inputs = read_tensors(manifest, "inputs", top.get("inputs", list))
+    outputs = read_tensors(manifest, "outputs", top.get("outputs", list))
+    preprocess = read_preprocess(manifest, top.get("preprocess", dict, None), inputs)
+    postprocess = read_postprocess(manifest, top.get("postprocess", dict, {}))
     serving = read_serving(manifest, top.get("serving", dict, {}))
 
     labels: tuple[str, ...] = ()
@@ -414,75 +381,6 @@ def _installed_subset(root: Path, tables: list[Any]) -> list[Any]:
             f"{', '.join(keys)}"
         )
     return [table for table, key in zip(tables, keys, strict=True) if key in wanted]
-
-
-def _tensors(manifest: Path, key: str, tables: list) -> tuple[TensorSpec, ...]:
-    if not tables:
-        raise PackageError(f"{manifest}: {key}: at least one tensor is required")
-    specs = []
-    for index, table in enumerate(tables):
-        fields = Fields(manifest, f"{key}[{index}]", table)
-        fields.unknown({"name", "dtype", "shape", "layout"})
-        shape = fields.get("shape", list)  # [] is a scalar (Silero VAD's sample rate)
-        if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
-            fields.fail("must be a list of integers (-1 for a variable size, [] a scalar)", "shape")
-        if any(d == 0 or d < -1 for d in shape):
-            fields.fail("dimensions must be positive or -1", "shape")
-        specs.append(
-            TensorSpec(
-                name=fields.get("name", str),
-                dtype=fields.get("dtype", str, choices=DTYPES),
-                shape=tuple(shape),
-                layout=fields.get("layout", str, None, choices=LAYOUTS),
-            )
-        )
-    return tuple(specs)
-
-
-def _preprocess(
-    manifest: Path, table: dict | None, inputs: tuple[TensorSpec, ...]
-) -> Preprocess | None:
-    if table is None:
-        return None
-    fields = Fields(manifest, "preprocess", table)
-    fields.unknown({"size", "resize", "layout", "color", "scale", "mean", "std", "letterbox"})
-    size = fields.get("size", list)
-    if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
-        fields.fail("must be [height, width] in pixels", "size")
-    color = fields.get("color", str, "RGB", choices=("RGB", "BGR", "L"))
-    channels = 1 if color == "L" else 3
-    mean = floats(fields, "mean", (0.0,) * channels)
-    std = floats(fields, "std", (1.0,) * channels)
-    if len(mean) != channels or len(std) != channels:
-        fields.fail(f"mean and std need {channels} values for color {color}", "mean")
-    if any(s == 0 for s in std):
-        fields.fail("must not contain 0", "std")
-    layout = fields.get("layout", str, inputs[0].layout or "NCHW", choices=LAYOUTS)
-    resize = fields.get("resize", int, None)
-    if resize is not None and resize < min(size):
-        fields.fail(f"{resize} is smaller than the crop size {size}", "resize")
-    letterbox = fields.get("letterbox", bool, False)
-    if letterbox and resize is not None:
-        fields.fail("letterbox pads instead of cropping: give it or resize, not both", "letterbox")
-    return Preprocess(
-        size=(size[0], size[1]),
-        resize=resize,
-        layout=layout,
-        color=color,
-        scale=float(fields.get("scale", (int, float), 1.0 / 255.0)),
-        mean=mean,
-        std=std,
-        letterbox=letterbox,
-    )
-
-
-def _postprocess(manifest: Path, table: dict) -> Postprocess:
-    fields = Fields(manifest, "postprocess", table)
-    fields.unknown({"softmax", "top_k"})
-    top_k = fields.get("top_k", int, 5)
-    if top_k < 1:
-        fields.fail("must be at least 1", "top_k")
-    return Postprocess(softmax=fields.get("softmax", bool, True), top_k=top_k)
 
 
 def _variants(root: Path, manifest: Path, top: Fields, *, text: bool) -> tuple[Variant, ...]:
