@@ -92,7 +92,12 @@ async def test_an_encrypted_release_is_served_from_memory_and_never_lands_in_pla
     published = await asyncio.to_thread(cli, *hub.publish_command(release, broker.port))
     assert published.returncode == 0, published.stderr
     await agent.wait_version("2")
-    assert (await agent.get("/v1/status"))["updates"]["last"]["code"] == "committed"
+
+    async def committed() -> bool:  # it serves before its health check and commit finish
+        last = (await agent.get("/v1/status"))["updates"]["last"]
+        return last is not None and last["code"] == "committed"
+
+    await until(committed, 60, what="the release committed")
     stored = agent.state / "store" / "tiny" / "2"
     assert (stored / "sealed" / "onnxruntime.fp32" / "tiny.fp32.onnx").is_file()
     assert sealed.stat().st_size > 0
