@@ -30,8 +30,7 @@ from edgeagent.engine.requests import (
     tensor_from_values,
 )
 from edgeagent.models.package import TensorSpec
-
-HEADER_LENGTH = "Inference-Header-Content-Length"
+from edgeagent.runtimes.oip import HEADER_LENGTH as HEADER_LENGTH
 
 # FP16 has no JSON form in the protocol (BF16 none at all), so both travel only as binary.
 _NOT_JSON = ("FP16", "BF16")
