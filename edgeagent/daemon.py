@@ -238,12 +238,44 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
+        self.capture = self._capture(config) if config.capture.enabled else None
         self.listeners = Listeners(config.tls)
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
+
+    def _capture(self, config: Config) -> object:
+        """Capture (off by default): a data-plane hook, its worker and, when asked, the uploader."""
+        from edgeagent.capture.service import Capture
+        from edgeagent.capture.spool import spool_key
+        from edgeagent.capture.uploader import Uploader
+
+        settings = config.capture
+        detector = None
+        if settings.redact_detector:
+            name = settings.redact_detector
+
+            async def detector(image: bytes) -> dict:
+                return await self.dataplane.detect(name, None, image, internal=True)
+
+        capture = Capture(
+            settings,
+            config.agent.state_dir,
+            lambda: spool_key(self.device_key.private),
+            device_id=config.agent.device_id or socket.gethostname(),
+            detector=detector,
+            metrics=self.metrics,
+        )
+        self.dataplane.hooks.add(capture.hook)
+        self.services.append(capture)
+        self.status_providers["capture"] = capture.status
+        if settings.upload:
+            uploader = Uploader(settings, capture.spool, capture.audit)
+            self.services.append(uploader)
+            self.status_providers["capture_upload"] = uploader.status
+        return capture
 
     @staticmethod
     def _prepare_state(config: Config) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from edgeagent import __version__
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
+from edgeagent.engine.hooks import Hooks, InferenceEvent
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datatype_of
@@ -148,6 +149,19 @@ def _not_a_classifier(package: ModelPackage) -> str:
     return f"model {package.name!r} is a {package.task} model, not a classifier: use {where}"
 
 
+def _event(model: LoadedModel, image: bytes, answer: dict[str, Any]) -> InferenceEvent:
+    backend = model.backend
+    return InferenceEvent(
+        model=model.package.name,
+        version=model.version,
+        task=model.package.task,
+        variant=f"{backend['runtime']}/{backend['precision']}@{backend['device']}",
+        image=image,
+        answer=answer,
+        capture=model.package.capture,
+    )
+
+
 class DataPlane:
     """The engine as transports see it: one instance over the daemon's registry."""
 
@@ -160,6 +174,8 @@ class DataPlane:
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
+        # Who else sees an answered image request (capture): called after the answer is made.
+        self.hooks = Hooks()
         # A 40 Mpx image takes ~120 MB decoded and as much again resized: each image reserves
         # its pixels before decoding, so a burst of large uploads (small files: a flat PNG of
         # 40 Mpx is 115 kB) cannot exhaust a small board's memory; and no more decode at once
@@ -261,9 +277,17 @@ class DataPlane:
         )
 
     async def classify(
-        self, name: str, version: str | None, image: bytes, k: str | None
+        self,
+        name: str,
+        version: str | None,
+        image: bytes,
+        k: str | None,
+        *,
+        internal: bool = False,
     ) -> dict[str, Any]:
-        """One image through the model: decode, preprocess (``_decoded``), infer, top-k."""
+        """One image through the model: decode, preprocess (``_decoded``), infer, top-k.
+
+        The hooks see the answer unless the request is the agent's own (``internal``)."""
         model = self.model(name, version)
         package = model.package
         if package.task != "classification":
@@ -283,7 +307,7 @@ class DataPlane:
         )
         latency_ms = (time.perf_counter() - started) * 1000.0
         backend = model.backend
-        return {
+        answer_json = {
             "model_name": package.name,
             "model_version": model.version,
             "labels": [p.label for p in predictions],
@@ -294,9 +318,18 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round(latency_ms, 3),
         }
+        if self.hooks and not internal:
+            self.hooks.notify(_event(model, image, answer_json))
+        return answer_json
 
     async def detect(
-        self, name: str, version: str | None, image: bytes, min_score: float | None = None
+        self,
+        name: str,
+        version: str | None,
+        image: bytes,
+        min_score: float | None = None,
+        *,
+        internal: bool = False,
     ) -> dict[str, Any]:
         """One image through a detector: decode, preprocess, infer, decode the head, and boxes
         mapped back to the image's own pixels, best score first.
@@ -321,7 +354,7 @@ class DataPlane:
         if self.metrics is not None:
             self.metrics.detections.labels(package.name).inc(len(found))
         backend = model.backend
-        return {
+        answer_json = {
             "model_name": package.name,
             "model_version": model.version,
             "detections": detections_json(package, found),
@@ -331,6 +364,9 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round((time.perf_counter() - started) * 1000.0, 3),
         }
+        if self.hooks and not internal:
+            self.hooks.notify(_event(model, image, answer_json))
+        return answer_json
 
     async def _decoded(
         self, data: bytes, prepare: Callable[[Image.Image, Preprocess], T], spec: Preprocess

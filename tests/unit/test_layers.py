@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"daemon"},
     {"config"},
     {"api", "hub", "governor", "packaging"},
-    {"updates"},
+    {"updates", "capture"},
     {"selfupdate"},
     {"fleet"},
     {"engine"},
