@@ -51,6 +51,7 @@ def _server(
     mqtt_settings: Callable[[argparse.Namespace], Any],
     run: Run,
 ) -> None:
+    from edgeagent.hub.server.samples_settings import SamplesSettings
     from edgeagent.hub.server.settings import ServerSettings
 
     defaults = ServerSettings(database_url="")
@@ -123,6 +124,24 @@ def _server(
         help="off: plain HTTP even off loopback (a TLS-terminating proxy in front); auto: "
         "HTTPS with --tls-cert, plain HTTP on loopback only",
     )
+    samples = parser.add_argument_group("samples captured on devices (see Learning from the field)")
+    samples.add_argument(
+        "--device-tokens", type=Path, help="'DEVICE_ID GROUP TOKEN' lines: who may upload samples"
+    )
+    samples.add_argument(
+        "--samples-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a device group allowed to upload samples (repeat; '*' = every group)",
+    )
+    samples.add_argument("--samples-dir", type=Path, help="the images (default STATE_DIR/samples)")
+    samples.add_argument(
+        "--max-sample-bytes",
+        type=int,
+        default=defaults.samples.max_sample_bytes,
+        help="a bigger upload is refused unread",
+    )
     limits = parser.add_argument_group("limits")
     for flag, attr, kind, what in (
         ("--retention-days", "retention_days", float, "event history kept"),
@@ -184,6 +203,12 @@ def _server(
             allowed_hosts=tuple(args.allowed_host),
             tls=TlsSettings(args.tls_cert, args.tls_key, args.tls_client_ca),
             tls_mode=args.tls,
+            samples=SamplesSettings(
+                device_tokens=args.device_tokens,
+                groups=tuple(args.samples_group),
+                directory=args.samples_dir,
+                max_sample_bytes=args.max_sample_bytes,
+            ),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -133,3 +133,32 @@ model_serials = sa.Table(
     sa.Column("model", sa.String(128), primary_key=True),
     sa.Column("serial", sa.BigInteger, nullable=False),
 )
+
+# Samples captured on devices (``samples_db``): one row per (device, sample id), so a device
+# that uploads a sample again after a power cut never makes a second row. The image is a file
+# under the samples directory (``blob``: its path relative to it); the row holds what the
+# model said (``outputs``) and, once someone reviewed it, the label (``annotation``).
+samples = sa.Table(
+    "samples",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("device_id", sa.String(128), nullable=False),
+    sa.Column("sample_id", sa.String(64), nullable=False),
+    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("variant", sa.String(128), nullable=False, server_default=""),
+    sa.Column("task", sa.String(32), nullable=False),
+    sa.Column("captured_at", sa.Float, nullable=False),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("width", sa.Integer, nullable=False),
+    sa.Column("height", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("blob", sa.String(512), nullable=False),
+    sa.Column("outputs", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, server_default="new"),
+    sa.Column("annotation", sa.JSON, nullable=True),
+    sa.Column("reviewed_at", sa.Float, nullable=True),
+    sa.UniqueConstraint("device_id", "sample_id", name="uq_samples_device_sample"),
+    sa.Index("ix_samples_model_version", "model", "version"),
+)

@@ -8,6 +8,7 @@ from pathlib import Path
 from edgeagent.fleet.manifest import MAX_TARGETS
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hub.policy.staged import MAX_STAGES
+from edgeagent.hub.server.samples_settings import SamplesSettings
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
 from edgeagent.tls import TlsMode, TlsSettings, plain_listener_problem
@@ -64,6 +65,7 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides the listener's own
     tls: TlsSettings = field(default_factory=TlsSettings)  # --tls-cert / -key / -client-ca
     tls_mode: TlsMode = "auto"  # --tls off: plain HTTP off loopback (a TLS proxy in front)
+    samples: SamplesSettings = field(default_factory=SamplesSettings)  # devices' captured samples
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
@@ -125,3 +127,4 @@ class ServerSettings:
             if not ok:
                 raise ValueError(message)
         self.mqtt.validate()
+        self.samples.validate()
