@@ -10,18 +10,16 @@ import io
 import os
 import shutil
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 import pytest
-import sqlalchemy as sa
 import supervision as sv
-from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from PIL import Image
 
+from devtools.sample_hub import SampleHub, sample_hub, write_device_tokens
 from edgeagent.capture.audit import AuditLog
 from edgeagent.capture.service import sample_record
 from edgeagent.capture.settings import CaptureSettings
@@ -30,60 +28,22 @@ from edgeagent.capture.uploader import Uploader
 from edgeagent.cli import main
 from edgeagent.engine.hooks import InferenceEvent
 from edgeagent.fleet.samples import RECORD_HEADER, encode_record
-from edgeagent.hub.server.api import create_app
-from edgeagent.hub.server.auth import Tokens
-from edgeagent.hub.server.context import HubContext
-from edgeagent.hub.server.database import open_engine, upgrade
 from edgeagent.hub.server.samples_settings import SamplesSettings
-from edgeagent.hub.server.schema import samples
-from edgeagent.hub.server.settings import ServerSettings
 
 ADMIN = "admin-token-0123456789"
 TOKENS = {"dev-a": "device-a-token-0123456789", "dev-b": "device-b-token-0123456789"}
 MAX_SAMPLE = 64 * 1024
 
 
-@dataclass
-class Hub:
-    url: str
-    state: Path
-    engine: object
-
-    async def rows(self) -> list[dict]:
-        async with self.engine.connect() as connection:  # type: ignore[attr-defined]
-            return [dict(r._mapping) for r in await connection.execute(sa.select(samples))]
-
-    def files(self) -> list[Path]:
-        return sorted(p for p in (self.state / "samples").rglob("*") if p.is_file())
-
-
 @pytest.fixture
-async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
-    tokens = tmp_path / "device-tokens"
-    tokens.write_text(f"dev-a lab {TOKENS['dev-a']}\ndev-b field {TOKENS['dev-b']}\n")
-    tokens.chmod(0o600)
-    state = tmp_path / "hub"
-    settings = ServerSettings(
-        database_url=f"sqlite:///{state / 'hub.db'}",
-        state_dir=state,
-        samples=SamplesSettings(device_tokens=tokens, groups=("lab",), max_sample_bytes=MAX_SAMPLE),
+async def hub(tmp_path: Path) -> AsyncIterator[SampleHub]:
+    tokens = write_device_tokens(
+        tmp_path / "device-tokens",
+        {"dev-a": ("lab", TOKENS["dev-a"]), "dev-b": ("field", TOKENS["dev-b"])},
     )
-    engine = open_engine(settings.database_url)
-    await upgrade(engine)
-    app = create_app(
-        HubContext(engine, settings, None, None, lambda: None),  # type: ignore[arg-type]
-        Tokens({ADMIN: "admin"}),
-    )
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        yield Hub(f"http://127.0.0.1:{port}", state, engine)
-    finally:
-        await runner.cleanup()
-        await engine.dispose()
+    settings = SamplesSettings(device_tokens=tokens, groups=("lab",), max_sample_bytes=MAX_SAMPLE)
+    async with sample_hub(tmp_path / "hub", settings, ADMIN) as running:
+        yield running
 
 
 def _jpeg(value: int, size: tuple[int, int] = (32, 24)) -> bytes:
@@ -127,7 +87,7 @@ def _capture(spool: Spool, device: str, model: str, task: str, label: str, n: in
 
 
 async def test_upload_resumes_without_duplicates_and_only_for_enabled_groups(
-    tmp_path: Path, hub: Hub
+    tmp_path: Path, hub: SampleHub
 ) -> None:
     spool, audit, uploader = _device(tmp_path, "dev-a", hub.url)
     ids = _capture(spool, "dev-a", "digits", "classification", "3", 3)
@@ -154,7 +114,7 @@ async def test_upload_resumes_without_duplicates_and_only_for_enabled_groups(
     assert uploader_b.allowed is False and len(spool_b.ids()) == 1
 
 
-async def test_a_hostile_client_stores_nothing(tmp_path: Path, hub: Hub) -> None:
+async def test_a_hostile_client_stores_nothing(tmp_path: Path, hub: SampleHub) -> None:
     good = _jpeg(90)
     sample_id = new_sample_id(1_700_000_000.0)
     event = _event("digits", "classification", "3", 1_700_000_000.0)
@@ -203,7 +163,7 @@ async def _open(url: str):
     return await asyncio.open_connection(host, int(port))
 
 
-async def test_review_and_exports_that_supervision_loads(tmp_path: Path, hub: Hub) -> None:
+async def test_review_and_exports_that_supervision_loads(tmp_path: Path, hub: SampleHub) -> None:
     spool, _, uploader = _device(tmp_path, "dev-a", hub.url)
     _capture(spool, "dev-a", "digits", "classification", "3", 3)
     _capture(spool, "dev-a", "boxes", "detection", "cat", 2)

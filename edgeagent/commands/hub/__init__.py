@@ -11,6 +11,7 @@
     server               the fleet manager as a service (database, REST API, durable rollouts)
     rotate TRUST         trust file N+1 signed by the old and the new root keys
     export               a model's captured samples as a COCO, YOLO or ImageFolder dataset
+    train                fine-tune a classifier on its reviewed samples, package, sign a canary
 
 Every command exits 0 on success, 2 on a usage or input error (a bad key, package or release
 file, an unreachable or malformed --broker), 1 when the work itself failed (a rollout aborted),
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from edgeagent.commands.hub import keys, publish, rollout, samples, sign, status
+from edgeagent.commands.hub import keys, publish, rollout, samples, sign, status, train
 from edgeagent.commands.hub.common import (
     EXIT_USAGE,
     broker_arguments,
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_status(commands)
     keys.add_rotate(commands)
     samples.add_export(commands)
+    train.add_train(commands)
     # ---- hub server, and --server for status / rollout (edgeagent/commands/hub_server.py) ----
     from edgeagent.commands import hub_server
 
