@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from PIL import Image
 
+from devtools.package import add_field, set_fields
 from edgeagent.capture.spool import Spool, spool_key
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
@@ -58,9 +59,8 @@ def models(tmp_path: Path) -> Path:
     shutil.copytree(ZOO / "digits_mnv3", root / "digits_mnv3")
     blocked = root / "private_digits"
     shutil.copytree(ZOO / "digits_mnv3", blocked)
-    text = (blocked / "model.toml").read_text()
-    text = text.replace('name = "digits_mnv3"', 'name = "private_digits"')
-    (blocked / "model.toml").write_text(text + "\n[capture]\nno_capture = true\n")
+    set_fields(blocked, {"name": "private_digits"})
+    add_field(blocked, "capture", {"no_capture": True})
     return root
 
 

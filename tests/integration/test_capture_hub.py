@@ -6,7 +6,9 @@ review through the dashboard's route, and COCO / YOLO / ImageFolder exports that
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -224,3 +226,69 @@ async def test_review_and_exports_that_supervision_loads(tmp_path: Path, hub: Sa
         }
         assert found == {("cat", (4, 4, 20, 12)), ("dog", (1, 2, 30, 20))}
     shutil.rmtree(coco_dir)
+
+
+BUILD_PYTHON = Path(__file__).resolve().parents[2] / ".venv-build" / "bin" / "python"
+ZOO_DIGITS = Path(__file__).resolve().parents[2] / "zoo" / "digits_mnv3"
+
+
+def _digit_jpegs(count: int) -> list[tuple[bytes, int]]:
+    """Held-out digits of the zoo's package back as images (white on black), with labels."""
+    with np.load(ZOO_DIGITS / "heldout.npz") as data:
+        x, y = data["inputs"][:count], data["labels"][:count]
+    out = []
+    for tensor, label in zip(x, y, strict=True):
+        pixels = np.clip((tensor[0] * 0.5 + 0.5) * 255, 0, 255).astype(np.uint8)
+        buffer = io.BytesIO()
+        Image.fromarray(pixels, mode="L").save(buffer, "JPEG", quality=95)
+        out.append((buffer.getvalue(), int(label)))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BUILD_PYTHON.exists(), reason="no .venv-build (torch) in this checkout")
+async def test_hub_train_fine_tunes_packages_and_signs_a_canary(tmp_path: Path, hub: SampleHub):
+    import onnx
+    import onnx.numpy_helper
+
+    spool, _, uploader = _device(tmp_path, "dev-a", hub.url)
+    for index, (jpeg, label) in enumerate(_digit_jpegs(16)):
+        event = _event("digits_mnv3", "classification", str(label), 1_700_000_000.0 + index)
+        sample_id = new_sample_id(event.at)
+        spool.write(sample_id, sample_record(event, "dev-a", sample_id, 1.0, (32, 32), 0), jpeg)
+    assert await uploader.run_once() == 16
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN}"}) as http:
+        for row in (await hub.rows())[:12]:  # four stay unreviewed: the old head's to teach
+            async with http.post(
+                f"{hub.url}/ui/samples/{row['id']}/review", json={"status": "accepted"}
+            ) as r:
+                assert r.status == 200
+    assert await asyncio.to_thread(main, ["hub", "keygen", str(tmp_path / "keys")]) == 0
+    out = tmp_path / "retrained"
+    command = ["hub", "train", "--state-dir", str(hub.state), "--model", "digits_mnv3"]
+    command += ["--package", str(ZOO_DIGITS), "--out", str(out), "--steps", "3"]
+    command += ["--heldout-percent", "30", "--torch-python", str(BUILD_PYTHON)]
+    command += ["--variants", "graph"]
+    command += ["--key", str(tmp_path / "keys" / "release.key"), "--base-url", "http://h:1"]
+    command += ["--release-out", str(tmp_path / "releases")]
+    assert await asyncio.to_thread(main, command) == 0
+    from edgeagent.models.package import load_package
+
+    package = load_package(out)
+    assert (package.name, package.version) == ("digits_mnv3", "1.1.0")
+    assert package.variant("onnxruntime", "fp32") is not None
+    old = onnx.load(str(ZOO_DIGITS / "digits_mnv3.fp32.onnx"))
+    new = onnx.load(str(next(out.glob("*.onnx"))))
+    weights = {
+        i.name: onnx.numpy_helper.to_array(i) for i in new.graph.initializer if "weight" in i.name
+    }
+    changed = {
+        i.name
+        for i in old.graph.initializer
+        if i.name in weights and not np.array_equal(onnx.numpy_helper.to_array(i), weights[i.name])
+    }
+    assert changed == {"classifier.0.weight", "classifier.3.weight"}  # the head, nothing else
+    (release,) = (tmp_path / "releases").glob("*.release.json")
+    payload = json.loads(release.read_text())["payload"]
+    manifest = json.loads(base64.b64decode(payload))
+    assert manifest["canary"]["share"] == 0.1 and manifest["version"] == "1.1.0"

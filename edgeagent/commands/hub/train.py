@@ -65,6 +65,9 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--heldout-percent", type=float, default=20.0, help="of reviewed samples")
     parser.add_argument("--steps", type=int, default=300, help="optimiser steps on the head")
     parser.add_argument(
+        "--variants", default="graph,int8", help="edgeagent package --variants of the result"
+    )
+    parser.add_argument(
         "--torch-python",
         default=os.environ.get(TORCH_PYTHON_ENV, sys.executable),
         help=f"a Python with torch, onnx and onnxruntime (default: ${TORCH_PYTHON_ENV} or this)",
@@ -128,7 +131,7 @@ async def train(args: argparse.Namespace) -> dict:
     packaging += [str(work / "labels.txt"), "--input-size", f"{spec.size[0]},{spec.size[1]}"]
     packaging += ["--scale", repr(spec.scale), "--mean", ",".join(map(repr, spec.mean))]
     packaging += ["--std", ",".join(map(repr, spec.std)), "--heldout", str(work / "heldout")]
-    packaging += ["--calibration", str(work / "train"), "--variants", "graph,int8", "--json"]
+    packaging += ["--calibration", str(work / "train"), "--variants", args.variants, "--json"]
     report = json.loads(_call(packaging, "edgeagent package"))
     summary = {
         "package": str(args.out),
