@@ -53,7 +53,9 @@ def in_schedule(windows: list[str], now: datetime.time) -> bool:
 
 
 class Pacer:
-    """Bytes/s pacing shared by every upload of this device (a token bucket of one chunk)."""
+    """Bytes/s pacing shared by every upload of this device: a token bucket holding at most
+    one second of bytes, so the gaps between samples (the hub's answer) are made up for while
+    no window of T seconds carries more than rate × (T + 1 s)."""
 
     def __init__(self, bytes_per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = bytes_per_s
@@ -62,10 +64,10 @@ class Pacer:
 
     async def take(self, size: int) -> None:
         now = self._clock()
-        start = max(now, self._next)
-        self._next = start + size / self.rate
-        if start > now:
-            await asyncio.sleep(start - now)  # pacing, not synchronisation: the cap is time
+        begin = max(self._next, now - 1.0)  # the bucket's credit: one second at most
+        self._next = begin + size / self.rate
+        if begin > now:
+            await asyncio.sleep(begin - now)  # pacing, not synchronisation: the cap is time
 
 
 class Uploader:

@@ -74,3 +74,30 @@ def test_schedule_windows_may_wrap_midnight() -> None:
     assert in_schedule([], time(12, 0))
     assert in_schedule(["22:00-04:00"], time(1, 30)) and not in_schedule(["22:00-04:00"], time(5))
     assert in_schedule(["01:00-05:00", "13:00-14:00"], time(13, 59))
+
+
+async def test_the_pacer_keeps_to_its_rate_with_one_second_of_credit() -> None:
+    from edgeagent.capture.uploader import Pacer
+
+    clock = Clock()
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.now += seconds
+
+    pacer = Pacer(1000.0, clock=clock)
+    import edgeagent.capture.uploader as uploader
+
+    original = uploader.asyncio.sleep
+    uploader.asyncio.sleep = sleep  # type: ignore[assignment]
+    try:
+        for _ in range(5):
+            await pacer.take(500)  # 2500 bytes at 1000 B/s: 2.5 s, the first 0.5 s at once
+        assert clock.now == pytest.approx(2.0)
+        clock.now += 10.0  # idle: at most one second of credit builds up
+        for _ in range(4):
+            await pacer.take(500)
+        assert clock.now == pytest.approx(12.5)  # 1 s of credit, then the rate again
+    finally:
+        uploader.asyncio.sleep = original  # type: ignore[assignment]
