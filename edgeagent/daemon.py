@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -60,6 +60,9 @@ from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
+
+if TYPE_CHECKING:
+    from edgeagent.capture.service import Capture
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +249,7 @@ class Daemon:
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
 
-    def _capture(self, config: Config) -> object:
+    def _capture(self, config: Config) -> Capture:
         """Capture (off by default): a data-plane hook, its worker and, when asked, the uploader."""
         from edgeagent.capture.service import Capture
         from edgeagent.capture.spool import spool_key

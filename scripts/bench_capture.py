@@ -106,7 +106,7 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
     audit = [
         e for e in AuditLog(next(state.rglob("capture"))).entries() if e["event"] == "captured"
     ]
-    times = [e["at"] for e in audit]
+    times = [e["captured_at"] for e in audit]  # when the rules kept each (not when written)
     return {
         "concurrency": args.concurrency,
         "p95_ms_off": round(statistics.median(p95["off"]), 2),
@@ -195,13 +195,14 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--upload-samples", type=int, default=60)
     parser.add_argument("--bandwidth", type=int, default=256 * 1024, help="upload cap, bytes/s")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", action="store_true", help="print only the JSON report")
+    parser.add_argument("--out", type=Path, help="also write the figures here")
     args = parser.parse_args()
     figures = asyncio.run(main_async(args))
     text = json.dumps(figures, indent=2)
     print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    if args.out:
+        args.out.write_text(text + "\n")
     return 0
 
 

@@ -229,13 +229,14 @@ def main() -> int:
     parser.add_argument(
         "--cores", type=int, default=2, help="taskset the training to this many cores"
     )
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", action="store_true", help="print only the JSON report")
+    parser.add_argument("--out", type=Path, help="also write the figures here")
     args = parser.parse_args()
     figures = asyncio.run(main_async(args))
     text = json.dumps(figures, indent=2)
     print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    if args.out:
+        args.out.write_text(text + "\n")
     return 0
 
 

@@ -190,6 +190,7 @@ class Capture:
             version=event.version,
             bytes=written,
             redacted=len(blur),
+            captured_at=round(event.at, 3),  # when the rules kept it (the caps' clock)
         )
         return CAPTURED
 

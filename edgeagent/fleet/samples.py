@@ -26,7 +26,7 @@ RECORD_HEADER = "X-Edgeagent-Sample"
 MAX_RECORD_CHARS = 6000  # one header line (aiohttp's own cap on a header field is 8190)
 MAX_DETECTIONS = 100
 SAMPLE_ID_RE = re.compile(r"^\d{13}-[0-9a-f]{16}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+NAME_RE = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,64}$")  # names folders: never . or ..
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 

@@ -44,6 +44,8 @@ COVERED = {
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
     "bench_llm.py",
     "bench_site.py",
+    "bench_capture.py",
+    "bench_learning.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -329,3 +331,23 @@ def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
         assert_figures(report["rss_mb"], side)
         assert len(report["sides"][side]["inter_token_p95_ms"]) == 2
     assert_figures(report["ratios"], "one_stream_tps_agent_over_peer", "ttft_agent_over_peer")
+
+
+@pytest.mark.slow
+def test_capture_bench_reports_overhead_caps_and_upload_rate() -> None:
+    report = run_bench(
+        "bench_capture.py --seconds 1 --rounds 1 --concurrency 2 --upload-samples 3 --json"
+    )
+    assert_figures(report, "p95_ms_off", "p95_ms_on", "p95_ratio_on_off", "rate_over_cap")
+    assert report["most_in_60s"] <= report["per_minute_cap"]
+    assert report["plaintext_image_files"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
+)
+def test_learning_bench_runs_the_loop() -> None:
+    report = run_bench("bench_learning.py --shifted 20 --field 20 --steps 3 --json")
+    assert_figures(report, "old_heldout_before", "old_heldout_after", "train_package_sign_s")
+    assert report["shifted_reviewed"] == 20 and report["release"] is True

@@ -138,6 +138,7 @@ async def test_a_hostile_client_stores_nothing(tmp_path: Path, hub: SampleHub) -
     assert await put(a, b"\xff\xd8\xff" + os.urandom(MAX_SAMPLE), record) == 413
     assert await put(a, good, "bm90IGpzb24") == 400
     assert await put(a, good, dict(record, width=-1)) == 400
+    assert await put(a, good, dict(record, model="..")) == 400  # it names a folder
     assert await put(a, b"GIF89a" + good, record) == 400
     assert await put(a, good[: len(good) // 2], record) == 400  # truncated JPEG
     assert await put(a, _jpeg(90, (40, 24)), record) == 400  # not the size it claims
