@@ -315,11 +315,12 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
 @pytest.mark.slow
 def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server.app", reason="the peer needs edgeagent[bench]")
-    from tests.support.language import smollm2_gguf
+    from tests.support.language import smollm2_gguf, write_text_package
 
     gguf = smollm2_gguf()
+    package = write_text_package(tmp_path / "pkg")  # packaging is test_package_gguf's
     report = run_bench(
-        f"bench_llm.py --gguf {gguf} --package {tmp_path / 'pkg'} --rounds 1 --max-tokens 8 "
+        f"bench_llm.py --gguf {gguf} --package {package} --rounds 1 --max-tokens 8 "
         "--streams 2 --context 512 --skip openvino --json"
     )
     for side in ("agent", "peer", "in-process"):
