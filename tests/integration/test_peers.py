@@ -25,6 +25,7 @@ from edgeagent.daemon import Daemon
 from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.errors import Throttled
 from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings, with_peers
 from edgeagent.models.package import load_package
@@ -64,6 +65,27 @@ async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
             assert served_there > served_here  # the hot board sent most away
             assert served_here + served_there == len(xs)  # each batch ran once
             assert load.totals()[1] == served_here  # what heats this board: not the peer's
+            answered, _, faults = peer.registry.get("tiny").stats.health()
+            assert (answered, faults) == (served_there + 1, 0)  # + the lane's warm-up
+
+
+async def test_a_full_local_queue_overflows_to_a_peer_with_room(tmp_path, executor, monkeypatch):
+    """A request that finds this board's queue full goes to an idle peer instance instead of
+    being answered 429; the peer is another agent on loopback."""
+    sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with tiny_agent(tmp_path / "peer") as peer, direct_run(root) as reference:
+        peers = [PeerSettings(url=peer.url, token=TOKEN, name="b", concurrency=2)]
+        one = EngineSettings(max_queue=1)  # the second request at once finds the queue full
+        async with served(tmp_path, executor, root, peers, settings=one) as model:
+            before = sim.sim["SIM0"].batches
+            xs = frames(3, seed=18)
+            answers = await asyncio.gather(*(model.infer({"input": x}) for x in xs))
+            for x, answer in zip(xs, answers, strict=True):
+                np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            _, remote = lanes(model)
+            served_there = sum(i.batches for i in remote)
+            assert served_there >= 2 and served_there + sim.sim["SIM0"].batches - before == 3
             answered, _, faults = peer.registry.get("tiny").stats.health()
             assert (answered, faults) == (served_there + 1, 0)  # + the lane's warm-up
 
