@@ -13,6 +13,7 @@ from edgeagent._toml import tomllib
 from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.settings import SharedMemorySettings
+from edgeagent.api.zmq.settings import ZmqSettings
 from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
@@ -74,6 +75,7 @@ class Config:
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     llm: LanguageSettings = field(default_factory=LanguageSettings)
+    zmq: ZmqSettings = field(default_factory=ZmqSettings)
     peers: tuple[PeerSettings, ...] = ()  # the [[peer]] tables, in file order
 
     def __post_init__(self) -> None:
@@ -111,6 +113,7 @@ SECTIONS: dict[str, dict[str, type]] = {
     "shared_memory": {"shared_memory": SharedMemorySettings},
     "tls": {"tls": TlsSettings},
     "llm": {"llm": LanguageSettings},
+    "zmq": {"zmq": ZmqSettings},
 }
 # Arrays of tables ([[peer]]): TOML name → (the Config field, the class of each table).
 TABLE_ARRAYS: dict[str, tuple[str, type]] = {"peer": ("peers", PeerSettings)}

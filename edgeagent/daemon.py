@@ -238,6 +238,12 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
+        if config.zmq.enabled:  # Frigate's zmq detector: needs pyzmq (the zmq extra)
+            from edgeagent.api.zmq.server import ZmqDetector
+
+            zmq = ZmqDetector(config.zmq, self.dataplane, config.server.deepstack_model)
+            self.services.append(zmq)
+            self.status_providers["zmq"] = zmq.status
         self.listeners = Listeners(config.tls)
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
@@ -334,8 +340,11 @@ class Daemon:
         except ListenerError as exc:
             raise StartupError(str(exc)) from exc
         self.status_providers["listeners"] = self.listeners.status
-        for service in self.services:
-            await service.start()
+        try:
+            for service in self.services:
+                await service.start()
+        except ListenerError as exc:  # a service's own listener ([zmq])
+            raise StartupError(str(exc)) from exc
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
         release_free_memory()  # what loading and probing the models left behind

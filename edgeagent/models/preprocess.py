@@ -182,3 +182,10 @@ def top_k(
         )
         for i in best
     ]
+
+
+def prepare_pixels(pixels: np.ndarray, spec: Preprocess) -> tuple[np.ndarray, Geometry]:
+    """``prepare_image`` of a frame already decoded to RGB (height × width × 3, uint8)."""
+    from PIL import Image
+
+    return prepare_opened(Image.fromarray(pixels, "RGB"), spec)
