@@ -33,7 +33,7 @@ from edgeagent.runtimes import remote as remote_module
 from tests.support.hardware import FIXTURES, write_profile
 from tests.support.helpers import REPO, write_tiny_package
 from tests.support.http_agent import TOKEN, direct_run, tiny_agent
-from tests.support.peers import HostilePeer, board, frames, lanes, served, serving
+from tests.support.peers import HostilePeer, board, frames, infer_frames, lanes, served, serving
 
 LOCAL_S = 0.2  # the local device's service time: a peer on loopback is far faster
 THROTTLED = ServingLimits(duty_cycle=0.1, reason="hot (simulated)")
@@ -266,11 +266,7 @@ async def test_the_daemon_takes_its_peers_from_config_and_shows_them(tmp_path, m
         connector = aiohttp.UnixConnector(path=str(tmp_path / "agent.sock"))
         try:
             async with aiohttp.ClientSession(connector=connector, base_url="http://agent") as http:
-                for x in frames(4):
-                    tensor = {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32"}
-                    body = {"inputs": [{**tensor, "data": x.ravel().tolist()}]}
-                    async with http.post("/v2/models/tiny/infer", json=body) as response:
-                        assert response.status == 200, await response.text()
+                await infer_frames(http, 4)
                 async with http.get("/v1/status") as response:
                     status = await response.json()
                 shown = status["models"]["tiny"]["versions"]["1"]["session"]["instances"]

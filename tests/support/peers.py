@@ -171,3 +171,12 @@ class HostilePeer:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+async def infer_frames(http, count: int) -> None:
+    """``count`` tiny frames as v2 JSON requests through a client session to a daemon."""
+    for x in frames(count):
+        tensor = {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32"}
+        body = {"inputs": [{**tensor, "data": x.ravel().tolist()}]}
+        async with http.post("/v2/models/tiny/infer", json=body) as response:
+            assert response.status == 200, await response.text()
