@@ -17,6 +17,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.agent_process import TOKEN as DAEMON_TOKEN
+from devtools.agent_process import running_daemon
 from devtools.ports import free_port
 from devtools.simulated_runtime import install_simulated
 from devtools.waiting import until
@@ -71,11 +73,11 @@ async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
 
 async def test_a_full_local_queue_overflows_to_a_peer_with_room(tmp_path, executor, monkeypatch):
     """A request that finds this board's queue full goes to an idle peer instance instead of
-    being answered 429; the peer is another agent on loopback."""
+    being answered 429; the peer is another ``edgeagent run`` process on loopback."""
     sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
     root = write_tiny_package(tmp_path / "models" / "tiny")
-    with tiny_agent(tmp_path / "peer") as peer, direct_run(root) as reference:
-        peers = [PeerSettings(url=peer.url, token=TOKEN, name="b", concurrency=2)]
+    with running_daemon(tmp_path / "peer") as peer, direct_run(root) as reference:
+        peers = [PeerSettings(url=peer.url, token=DAEMON_TOKEN, name="b", concurrency=2)]
         one = EngineSettings(max_queue=1)  # the second request at once finds the queue full
         async with served(tmp_path, executor, root, peers, settings=one) as model:
             before = sim.sim["SIM0"].batches
@@ -86,8 +88,12 @@ async def test_a_full_local_queue_overflows_to_a_peer_with_room(tmp_path, execut
             _, remote = lanes(model)
             served_there = sum(i.batches for i in remote)
             assert served_there >= 2 and served_there + sim.sim["SIM0"].batches - before == 3
-            answered, _, faults = peer.registry.get("tiny").stats.health()
-            assert (answered, faults) == (served_there + 1, 0)  # + the lane's warm-up
+        async with (
+            aiohttp.ClientSession(headers=peer.headers) as http,
+            http.get(f"{peer.url}/v2/models/tiny/stats") as response,
+        ):
+            stats = (await response.json())["model_stats"][0]["inference_stats"]
+        assert (stats["success"]["count"], stats["fail"]["count"]) == (served_there + 1, 0)
 
 
 # ---------------------------------------------------------------------------------------------
