@@ -44,6 +44,7 @@ COVERED = {
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
     "bench_llm.py",
     "bench_site.py",
+    "bench_zmq.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -129,6 +130,13 @@ def test_site_reports_overflow_a_lost_peer_and_an_idle_one() -> None:
     assert (kill["lost"], kill["answered_twice"]) == (0, 0)
     assert kill["rounds"][0]["sent"] == kill["rounds"][0]["answered"] + kill["failed"]
     assert_figures(report["idle"], "p50_ratio", "p50_ms.alone", "p50_ms.with_peer")
+
+
+@pytest.mark.slow
+def test_zmq_bench_times_frigates_plugin_against_the_deepstack_route() -> None:
+    report = run_bench("bench_zmq.py --rounds 1 --requests 3 --json")
+    assert_figures(report["median"], "model_ms", "zmq_ms", "deepstack_ms", "zmq_over_model")
+    assert report["detections_zmq"] == report["detections_deepstack"] > 0  # the same frame
 
 
 def served(model: Path) -> str:
