@@ -89,6 +89,11 @@ async def test_sigkill_the_leader_another_replica_resumes_exactly_once(
         assert done["totals"]["succeeded"] == 6
         await asyncio.gather(*(d.answered.wait() for d in rollout.devices))
         assert [len(d.envelopes) for d in rollout.devices] == [1] * 6  # nobody got it twice
+        # every replica ingested each answer; the history holds each once
+        for device in rollout.devices:
+            path = f"/api/v1/devices/{device.topics.device_id}/history?kind=event"
+            history = (await survivor.call("GET", path))["events"]
+            assert [e["result"] for e in history].count("succeeded") == 1, history
         # the dashboard's long poll on a replica that is not the leader sees the change
         other = next(r for r in rollout.group.values() if r.name not in (name, old.name))
         seen = await Api(other.url).until(rollout.deployment_id, "succeeded")
