@@ -98,6 +98,12 @@ async def test_sigkill_the_leader_another_replica_resumes_exactly_once(
         other = next(r for r in rollout.group.values() if r.name not in (name, old.name))
         seen = await Api(other.url).until(rollout.deployment_id, "succeeded")
         assert seen["totals"]["succeeded"] == 6
+        # and each replica says whether it leads (what an operator asks of a load balancer)
+        leading = (await survivor.call("GET", "/api/v1/health"))["controller"]
+        assert (leading["leading"], leading["token"]) == (True, token)
+        assert leading["replica"].startswith(f"{name}/")
+        follower = (await Api(other.url).call("GET", "/api/v1/health"))["controller"]
+        assert follower["leading"] is False
 
 
 async def test_a_paused_leader_that_wakes_sends_nothing(broker: Broker, pg_url: str) -> None:

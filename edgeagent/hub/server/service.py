@@ -120,7 +120,9 @@ async def serve(
     link.on_connect = controller.wake
     if shared is not None:  # another replica's API or ingest changed something: look again
         shared.on_moved = controller.wake
-    context = HubContext(engine, settings, ingest, changes, controller.wake, settings.trust_file)
+    context = HubContext(
+        engine, settings, ingest, changes, controller.wake, settings.trust_file, leadership
+    )
     tls = ServerTls(settings.tls) if settings.tls_mode != "off" and settings.tls.enabled else None
     runner = web.AppRunner(create_app(context, tokens), access_log=None)
     await runner.setup()
