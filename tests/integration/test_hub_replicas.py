@@ -18,10 +18,12 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.broker import Broker
 from devtools.hub_fleet import Api, FakeDevice, fleet, make_release
 from devtools.hub_replicas import Replica, leader, new_leader, replicas
+from devtools.waiting import until
 from edgeagent.fleet.manifest import parse_manifest
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.hub.policy import StagedPolicy
@@ -125,49 +127,76 @@ async def test_a_paused_leader_that_wakes_sends_nothing(broker: Broker, pg_url: 
         assert not any("leads the rollout controller" in line for line in after), after
 
 
-async def test_a_stale_token_is_refused_by_the_database(pg_url: str) -> None:
-    """The database decides: a controller whose lease was taken over moves and sends nothing,
-    even while its own clock says its lease still holds (a clock that did not notice)."""
+@pytest.fixture(name="scheduled")
+async def scheduled_fixture(pg_url: str) -> AsyncIterator[tuple[AsyncEngine, str]]:
+    """A migrated database with three devices and a deployment of 2.0.0 to them, scheduled."""
     engine = open_engine(pg_url)
     await upgrade(engine)
+    envelope = make_release("2.0.0")
+    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
+    async with engine.begin() as connection:
+        await connection.execute(
+            devices.insert(),
+            [
+                {"device_id": f"dev-{i}", "models": {}, "backends": {}}
+                | {"temperatures": {}, "last_seen": time.time()}
+                for i in range(3)
+            ],
+        )
+        release, _ = await releasedb.add_release(connection, envelope, manifest)
+        deployment_id = await deploydb.create_deployment(
+            connection,
+            release,
+            targets.TargetSpec(device_ids=("dev-0", "dev-1", "dev-2")),
+            StagedPolicy(stages_pct=(100.0,)),
+        )
+    try:
+        yield engine, deployment_id
+    finally:
+        await engine.dispose()
+
+
+async def _untouched(engine: AsyncEngine, deployment_id: str, leadership: Leadership) -> list[str]:
+    """Run one controller pass with ``leadership`` (it must refuse: ``NotLeader``); check the
+    deployment did not move; returns the topics it published to."""
     published: list[str] = []
 
     async def publish(topic: str, payload: bytes) -> None:
         published.append(topic)
 
-    envelope = make_release("2.0.0")
-    manifest = parse_manifest(decode_envelope(envelope, max_bytes=65536).payload)
-    try:
-        async with engine.begin() as connection:
-            await connection.execute(
-                devices.insert(),
-                [
-                    {"device_id": f"dev-{i}", "models": {}, "backends": {}}
-                    | {"temperatures": {}, "last_seen": time.time()}
-                    for i in range(3)
-                ],
-            )
-            release, _ = await releasedb.add_release(connection, envelope, manifest)
-            deployment_id = await deploydb.create_deployment(
-                connection,
-                release,
-                targets.TargetSpec(device_ids=("dev-0", "dev-1", "dev-2")),
-                StagedPolicy(stages_pct=(100.0,)),
-            )
-        old = Leadership(engine, "old", lease_s=60, renew_s=5)
-        assert await old.claim_once() and old.token is not None
-        assert not await Leadership(engine, "other", lease_s=60, renew_s=5).claim_once()
-        async with engine.begin() as connection:  # taken by force (a clock far ahead)
-            newer = await claim(connection, "newer", None, 60, force=True)
-        assert newer == old.token + 1
-        assert old.check() == old.token  # its own clock still trusts the lease
+    controller = RolloutController(engine, publish, "edgeagent", Changes(), leadership=leadership)
+    with pytest.raises(NotLeader):
+        await controller.run_once()
+    async with engine.connect() as connection:
+        found = await deployreads.get_deployment(connection, deployment_id)
+    assert found is not None and (found["state"], found["stage"]) == ("scheduled", 0)
+    return published
 
-        controller = RolloutController(engine, publish, "edgeagent", Changes(), leadership=old)
-        with pytest.raises(NotLeader):
-            await controller.run_once()
-        async with engine.connect() as connection:
-            found = await deployreads.get_deployment(connection, deployment_id)
-        assert found is not None and (found["state"], found["stage"]) == ("scheduled", 0)
-        assert published == []
-    finally:
-        await engine.dispose()
+
+async def test_a_stale_token_is_refused_by_the_database(
+    scheduled: tuple[AsyncEngine, str],
+) -> None:
+    """The database decides: a controller whose lease was taken over moves and sends nothing,
+    even while its own clock says its lease still holds (a clock that did not notice)."""
+    engine, deployment_id = scheduled
+    old = Leadership(engine, "old", lease_s=60, renew_s=5)
+    assert await old.claim_once() and old.token is not None
+    assert not await Leadership(engine, "other", lease_s=60, renew_s=5).claim_once()
+    async with engine.begin() as connection:  # taken by force (a clock far ahead)
+        newer = await claim(connection, "newer", None, 60, force=True)
+    assert newer == old.token + 1
+    assert old.check() == old.token  # its own clock still trusts the lease
+    assert await _untouched(engine, deployment_id, old) == []
+
+
+async def test_a_leader_whose_lease_lapsed_acts_no_more(
+    scheduled: tuple[AsyncEngine, str],
+) -> None:
+    """A leader paused past its lease (its renewals stopped) stops by its own clock, before
+    any other replica took the lease and bumped the token the database checks."""
+    engine, deployment_id = scheduled
+    paused = Leadership(engine, "paused", lease_s=0.6, renew_s=0.2)
+    assert await paused.claim_once()
+    await until(lambda: not paused.leading(), 10, what="the lease lapsing")
+    assert await _untouched(engine, deployment_id, paused) == []
+    assert await paused.claim_once()  # nobody took it meanwhile: it renews and leads again
