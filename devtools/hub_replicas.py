@@ -38,13 +38,15 @@ class Replica:
         self.process: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
         self.url = ""
+        self._reader: threading.Thread | None = None
 
     async def start(self) -> str:
         """Start it; its URL once it printed that it listens."""
         self.process = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
         await self.wait_line("hub server listening on ", timeout=60)
         line = next(x for x in self.lines if x.startswith("hub server listening on "))
         self.url = line.split()[-1]
@@ -73,12 +75,16 @@ class Replica:
         self.process.send_signal(sig)
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
-        """Stop it (SIGKILL: as a crash) and return its exit code."""
+        """Stop it (SIGKILL: as a crash) and return its exit code, once ``lines`` holds all
+        it printed."""
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGCONT)  # a paused one must run to stop
             self.process.send_signal(sig)
-        return self.process.wait(30)
+        code = self.process.wait(30)
+        if self._reader is not None:
+            self._reader.join(10)
+        return code
 
 
 async def leader(database_url: str) -> tuple[str, int]:

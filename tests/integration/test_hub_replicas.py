@@ -125,6 +125,9 @@ async def test_a_paused_leader_that_wakes_sends_nothing(broker: Broker, pg_url: 
         assert (await leader(pg_url))[0] == name  # the woken one did not take the lease back
         after = old.lines[lost:]
         assert not any("leads the rollout controller" in line for line in after), after
+        # a graceful stop hands the lease over at once instead of letting it expire
+        assert rollout.group[name].stop(signal.SIGTERM) == 0
+        assert any("let the controller's lease go" in x for x in rollout.group[name].lines)
 
 
 @pytest.fixture(name="scheduled")

@@ -203,5 +203,6 @@ class Leadership:
                 try:
                     async with self.engine.begin() as connection:
                         await asyncio.wait_for(release(connection, self.holder, token), 5.0)
+                    log.info("%s let the controller's lease go", self.holder)
                 except Exception as exc:  # it expires by itself
                     log.warning("could not let the controller's lease go: %s", exc)
