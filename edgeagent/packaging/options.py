@@ -33,6 +33,7 @@ class PackageOptions:
     scale: float = 1.0 / 255.0
     bgr: bool = False
     crop: bool = False
+    resize_filter: str | None = None  # None: the model's metadata's, else bilinear
     variants: tuple[str, ...] = ()
     weights: Path | None = None  # state_dict for a PyTorch file.py:factory source
     channels: int = 3  # image channels of a PyTorch source (the module does not say)
@@ -203,8 +204,9 @@ def _task(reference: SourceModel, options: PackageOptions) -> str:
             raise PackagingError(f"--task {options.task!r}: one of {', '.join(TASKS)}")
         return options.task
     outputs = reference.outputs
-    if len(outputs) == 1 and len(outputs[0].shape) == 2:
-        return "classification"
+    shape = outputs[0].shape
+    if len(outputs) == 1 and len(shape) >= 2 and all(d == 1 for d in shape[1:-1]):
+        return "classification"  # [batch, classes] or [batch, 1, 1, classes]
     shapes = ", ".join(f"{t.name} {_dims(t.shape)}" for t in outputs)
     raise PackagingError(
         f"{reference.path}: cannot tell the task from its outputs ({shapes}): "

@@ -10,6 +10,12 @@ made packageable here, with onnx only (``tf_onnx.finish``).
 
 A frozen graph does not say which of its nodes are outputs: the unconsumed ones are taken when
 they are few, the TF Object Detection API's four by their names, else ``--tf-outputs`` must say.
+
+A SavedModel that TensorFlow's object loader refuses (one saved with its optimizer, whose slot
+variables TF 2.16+ cannot rebuild: ``'_UserObject' object has no attribute 'add_slot'``) is
+loaded for inference only: its serving signature's graph, through the MetaGraph loader that
+TensorFlow Serving uses, with the variables frozen into constants (``freeze``), then converted
+as a frozen graph with the signature's own input and output names.
 """
 
 from __future__ import annotations
@@ -101,11 +107,56 @@ def export_tensorflow(
         command += ["--inputs", ",".join(_tensor(n) for n in chosen_in)]
         command += ["--outputs", ",".join(_tensor(n) for n in chosen_out)]
     progress(f"TensorFlow → ONNX (tf2onnx, opset {TF_OPSET}): {source}")
-    _run(command, f"{source}: tf2onnx could not convert the graph")
+    try:
+        _run(command, f"{source}: tf2onnx could not convert the graph")
+    except PackagingError as exc:
+        if not source.is_dir() or inputs or outputs:
+            raise
+        progress(f"the SavedModel's objects do not load ({_first_line(exc)}): its signature only")
+        _run(_signature_command(python, source, work, raw), f"{source}: tf2onnx could not convert")
     pinned = size or (facts.resize if facts is not None else None)
     if size is None and pinned is not None:
         progress(f"input size {pinned[0]}×{pinned[1]} from the graph's own resize")
     return finish(raw, out, pinned, progress)
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][-160:] if lines else type(exc).__name__
+
+
+def _signature_command(python: str, source: Path, work: Path, raw: Path) -> list[str]:
+    """Freeze the SavedModel's serving signature (``freeze`` in the TF environment) and the
+    tf2onnx command that converts it, naming its tensors as the signature names them."""
+    frozen = work / f"{source.resolve().name}.frozen.pb"
+    text = _run(
+        [python, str(Path(__file__).resolve()), "freeze", str(source), str(frozen)],
+        f"{source}: its serving signature cannot be loaded for inference either",
+    )
+    try:
+        signature = json.loads(text.strip().splitlines()[-1])
+        ins, outs = signature["inputs"], signature["outputs"]
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise PackagingError(f"{source}: the signature reader answered {text[-300:]!r}") from exc
+    return [
+        python,
+        "-m",
+        "tf2onnx.convert",
+        "--opset",
+        str(TF_OPSET),
+        "--output",
+        str(raw),
+        "--graphdef",
+        str(frozen),
+        "--inputs",
+        ",".join(ins.values()),
+        "--outputs",
+        ",".join(outs.values()),
+        "--rename-inputs",
+        ",".join(ins),
+        "--rename-outputs",
+        ",".join(outs),
+    ]
 
 
 def tensorflow_python(checkout: Path = CHECKOUT_PYTHON) -> str:
@@ -225,10 +276,41 @@ def _resize(graph: Any) -> list[int] | None:
     return None
 
 
+SERVING_TAG, SERVING_SIGNATURE = "serve", "serving_default"
+
+
+def _freeze(path: Path, out: Path) -> dict[str, Any]:
+    """The serving signature of a SavedModel as a frozen graph at ``out``, loaded through the
+    MetaGraph (never the training objects), and its inputs and outputs: signature key → the
+    graph tensor, in the signature's key order."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session() as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, [SERVING_TAG], str(path))
+        if SERVING_SIGNATURE not in meta.signature_def:
+            known = ", ".join(meta.signature_def) or "none"
+            raise SystemExit(f"no {SERVING_SIGNATURE!r} signature (signatures: {known})")
+        signature = meta.signature_def[SERVING_SIGNATURE]
+        inputs = {key: signature.inputs[key].name for key in sorted(signature.inputs)}
+        outputs = {key: signature.outputs[key].name for key in sorted(signature.outputs)}
+        nodes = sorted({name.split(":")[0] for name in outputs.values()})
+        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+            session, graph.as_graph_def(), nodes
+        )
+    out.write_bytes(frozen.SerializeToString())
+    return {"inputs": inputs, "outputs": outputs}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 3 and args[0] == "freeze":
+        print(json.dumps(_freeze(Path(args[1]), Path(args[2]))))
+        return 0
     if len(args) != 2 or args[0] != "inspect":
-        print("usage: tensorflow_export.py inspect FROZEN_GRAPH.pb", file=sys.stderr)
+        print(
+            "usage: tensorflow_export.py inspect FROZEN_GRAPH.pb | freeze SAVED_MODEL OUT.pb",
+            file=sys.stderr,
+        )
         return 2
     print(json.dumps(_inspect(Path(args[1]))))
     return 0

@@ -68,8 +68,10 @@ def run_isolated(
     workdir: Path,
     layout: str | None,
     threads: int | None,
+    precision: str = "fp32",
 ) -> tuple[dict, dict[str, np.ndarray]] | str:
-    """Answers and timing of one file set in a child process, or the reason it failed."""
+    """Answers and timing of one file set in a child process, or the reason it failed
+    (``precision``: a reference file's own, where it is not fp32)."""
     if isinstance(made, Made):
         files = made.files
     else:  # the reference file, with the weights file its format keeps beside it
@@ -78,7 +80,7 @@ def run_isolated(
     tag = f"{runtime}-{made.precision if isinstance(made, Made) else 'reference'}"
     job = {
         "runtime": runtime,
-        "precision": made.precision if isinstance(made, Made) else "fp32",
+        "precision": made.precision if isinstance(made, Made) else precision,
         "files": [str(f) for f in files],
         "layout": layout,
         "threads": threads,
@@ -216,15 +218,18 @@ def validate(
     head: Head | None = None,
     threads: int | None,
     progress: Progress,
+    reference_precision: str = "fp32",
 ) -> tuple[list[VariantReport], dict[str, np.ndarray], dict, dict[str, dict[str, np.ndarray]]]:
     """Reports per variant (kept or not, and why), the reference's outputs and timing, and
     each variant's outputs by key."""
-    progress(f"validation: fp32 reference {reference.name}")
+    what = f"{reference_precision} reference"
+    progress(f"validation: {what} {reference.name}")
+    runtime = NATIVE_SUFFIXES[reference.suffix]
     ref_run = run_isolated(
-        reference, NATIVE_SUFFIXES[reference.suffix], names, inputs, workdir, None, threads
+        reference, runtime, names, inputs, workdir, None, threads, reference_precision
     )
     if isinstance(ref_run, str):
-        raise PackagingError(f"{reference}: the fp32 reference does not run here: {ref_run}")
+        raise PackagingError(f"{reference}: the {what} does not run here: {ref_run}")
     ref_timing, ref_outputs = ref_run
     if classifier and labels is not None:
         first = next(iter(ref_outputs))

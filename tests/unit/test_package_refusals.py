@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import onnx
@@ -140,10 +141,23 @@ def test_two_files_for_one_variant(
     assert "a second onnxruntime/fp32 variant" in err
 
 
-def test_no_fp32_reference(zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_quantized_only_model_is_its_own_reference(
+    zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No fp32 original: the int8 file is packaged as it is, the reference of its validation
+    and of the golden records, and the report says so."""
     int8 = zoo / "digits_mnv3" / "digits_mnv3.int8.onnx"
-    err = refusal(capsys, str(int8), "--out", str(tmp_path / "p"))
-    assert f"{int8}: no fp32 source to validate against" in err
+    assert main(["package", str(int8), "--out", str(tmp_path / "p"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert "no fp32 source: digits_mnv3.int8.onnx (int8) is its own reference" in err
+    report = json.loads(out)
+    assert report["reference"]["precision"] == "int8"
+    assert report["reference"]["note"] == (
+        "no fp32 source: the quantized file itself is the reference"
+    )
+    package = load_package(tmp_path / "p")
+    assert [v.key for v in package.variants] == ["onnxruntime/int8"]
+    assert package.golden is not None
 
 
 def test_nchw_file_behind_an_nhwc_reference(
