@@ -176,3 +176,19 @@ def test_pytorch_source_without_torch(tmp_path: Path, capsys: pytest.CaptureFixt
     module.write_text("def make():\n    raise AssertionError('never called')\n")
     err = refusal(capsys, f"{module}:make", "--input-size", "8,8", "--out", str(tmp_path / "p"))
     assert f"{module}:make: torch is not installed in this environment" in err
+
+
+def test_an_unexpected_failure_is_one_line_naming_its_cause() -> None:
+    """What no check names still reaches the user as one line: the exception, where in the
+    packager it happened and that nothing was written, never a traceback."""
+    import numpy as np
+
+    from edgeagent.commands.package import unexpected
+    from edgeagent.packaging.probabilities import looks_like_embedding
+
+    with pytest.raises(TypeError) as caught:
+        looks_like_embedding(np.float64(1.0))  # a scalar has no rows
+    line = unexpected(["model.onnx"], caught.value)
+    assert line.startswith("edgeagent package: model.onnx: unexpected TypeError in ")
+    assert "probabilities.py:" in line and "nothing was written" in line
+    assert "\n" not in line and "Traceback" not in line
