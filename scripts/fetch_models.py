@@ -41,6 +41,7 @@ class ThirdPartyModel(NamedTuple):
         return ((self.wheel, self.member), *self.chunks)
 
 
+PIPECAT = "pipecat-ai==1.14.0"
 MODELS = {
     # Google MediaPipe (Apache-2.0): selfie segmentation, NHWC [1, 256, 256, 3] → [1, 256, 256, 1]
     "selfie_segmentation.tflite": ThirdPartyModel(
@@ -128,6 +129,22 @@ MODELS = {
         "openwakeword/resources/models/embedding_model.onnx",
         "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51",
         "ONNX speech embedding, 96 wide, no labels",
+    ),
+    # Pipecat's Smart Turn v3.2 (BSD-2-Clause, the wheel's licence), as pipecat-ai 1.14.0 ships
+    # it for CPUs: an end-of-turn classifier on Whisper log-mel features [batch, 80, 800],
+    # answering a probability [batch, 1]. It exists only quantized (onnxruntime's QDQ int8, no
+    # fp32 file published beside it); its own numpy feature extraction comes with it.
+    "smart-turn-v3.2-cpu.onnx": ThirdPartyModel(
+        PIPECAT,
+        "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+        "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+        "ONNX int8 only (QDQ), audio features in",
+    ),
+    "smart_turn_whisper_features.py": ThirdPartyModel(
+        PIPECAT,
+        "pipecat/audio/turn/smart_turn/_whisper_features.py",
+        "139b047d10dee42ad5b4894489012e515a882d8f5e2bffe8ad27b30728fc9968",
+        "Smart Turn's own feature extraction (numpy)",
     ),
 }
 

@@ -47,6 +47,12 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1")
+    return int(text)
+
+
 def _variants(text: str) -> tuple[str, ...]:
     names = tuple(v for v in text.split(",") if v)
     unknown = [v for v in names if v not in VARIANT_NAMES]
@@ -240,6 +246,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-images", type=int, default=200, help="rows used per data set")
     parser.add_argument("--threads", type=int, help="intra-op threads when timing variants")
+    parser.add_argument(
+        "--timing-runs",
+        type=_positive,
+        default=30,
+        help="batch-1 runs per variant whose median is its latency",
+    )
     parser.add_argument("--json", action="store_true", help="print the validation report as JSON")
     parser.set_defaults(handler=run)
 
@@ -291,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         max_top1_drop=args.max_top1_drop,
         max_images=args.max_images,
         threads=args.threads,
+        timing_runs=args.timing_runs,
         description=args.description,
     )
 

@@ -131,6 +131,7 @@ def build_package(
             task=logical.task,
             head=head,
             reference_precision=reference.precision,
+            repeats=options.timing_runs,
         )
         logical = answered_outputs(logical, ref_outputs)  # not the file's declaration
         if logical.task == "classification":  # probabilities already: no second softmax
@@ -329,11 +330,12 @@ def _variants(
     """Made variants from the fp32 ONNX, then every other source passed through as it is."""
     made: list[Made] = []
     failed: list[Failed] = []
-    derive = reference.runtime == "onnxruntime" and reference.precision == "fp32"
+    derive = reference.runtime == "onnxruntime"
+    quantized_source = reference.precision != "fp32"  # no fp32 original: the file itself
     if derive:
         wanted = options.variants or DEFAULT_VARIANTS + (("int8",) if options.calibration else ())
         calibration = None
-        if "int8" in wanted:
+        if "int8" in wanted and not quantized_source:
             if options.calibration is None:
                 raise PackagingError(
                     f"{reference.path}: an int8 variant needs calibration "
@@ -358,6 +360,7 @@ def _variants(
             method=options.calibration_method,
             reduce_range=reduce_range_for(options.reduce_range),
             progress=progress,
+            quantized_source=quantized_source,
         )
     for model in models:
         if model is reference and derive:

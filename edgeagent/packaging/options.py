@@ -46,6 +46,7 @@ class PackageOptions:
     max_top1_drop: float = 1.0  # points of top-1 agreement a variant may lose against fp32
     max_images: int = 200
     threads: int | None = None
+    timing_runs: int = 30  # batch-1 runs per variant whose median is its latency
     description: str = ""
 
 

@@ -33,6 +33,8 @@ from edgeagent.packaging.task_checks import (
 from edgeagent.packaging.variants import Made, Progress
 from edgeagent.runtimes.facts import NATIVE_SUFFIXES, weights_file
 
+DEFAULT_TIMING_RUNS = 30  # batch-1 runs whose median is a variant's latency
+
 
 @dataclass
 class VariantReport:
@@ -69,6 +71,7 @@ def run_isolated(
     layout: str | None,
     threads: int | None,
     precision: str = "fp32",
+    repeats: int = DEFAULT_TIMING_RUNS,
 ) -> tuple[dict, dict[str, np.ndarray]] | str:
     """Answers and timing of one file set in a child process, or the reason it failed
     (``precision``: a reference file's own, where it is not fp32)."""
@@ -88,6 +91,7 @@ def run_isolated(
         "output_names": names[1],
         "inputs": str(inputs),
         "outputs": str(workdir / f"{tag}.npz"),
+        "repeats": repeats,
     }
     job_file = workdir / f"{tag}.json"
     job_file.write_text(json.dumps(job), encoding="utf-8")
@@ -219,6 +223,7 @@ def validate(
     threads: int | None,
     progress: Progress,
     reference_precision: str = "fp32",
+    repeats: int = DEFAULT_TIMING_RUNS,
 ) -> tuple[list[VariantReport], dict[str, np.ndarray], dict, dict[str, dict[str, np.ndarray]]]:
     """Reports per variant (kept or not, and why), the reference's outputs and timing, and
     each variant's outputs by key."""
@@ -226,7 +231,7 @@ def validate(
     progress(f"validation: {what} {reference.name}")
     runtime = NATIVE_SUFFIXES[reference.suffix]
     ref_run = run_isolated(
-        reference, runtime, names, inputs, workdir, None, threads, reference_precision
+        reference, runtime, names, inputs, workdir, None, threads, reference_precision, repeats
     )
     if isinstance(ref_run, str):
         raise PackagingError(f"{reference}: the {what} does not run here: {ref_run}")
@@ -242,7 +247,9 @@ def validate(
         progress(f"validation: {item.runtime}/{item.precision} ({item.device_class})")
         report = VariantReport(item.runtime, item.precision, item.device_class, item.how)
         layout = item.layout if item.layout not in (None, logical_layout or "NCHW") else None
-        result = run_isolated(item, item.runtime, names, inputs, workdir, layout, threads)
+        result = run_isolated(
+            item, item.runtime, names, inputs, workdir, layout, threads, repeats=repeats
+        )
         if isinstance(result, str):
             elsewhere = item.device_class != "cpu"
             report.kept = elsewhere

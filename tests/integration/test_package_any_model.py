@@ -11,12 +11,15 @@ own code or runtime answers.
   the output shapes are what the model answered, not the file's ``[?, 1, ?, 32]``.
 - openWakeWord's speech embedding (96 wide, no labels): an embedding (``tensor``), not 96
   unnamed classes.
+- Pipecat's Smart Turn v3.2, which exists only as an int8 ONNX: its own reference, served as
+  its own pipeline answers (its Whisper features, its probability).
 """
 
 from __future__ import annotations
 
 import bz2
 import gzip
+import importlib.util
 import io
 import json
 import sys
@@ -38,9 +41,18 @@ from tests.support.http_agent import AgentServer
 from tests.support.third_party import MODELS, package, sample_photos
 
 MAGIKA_WHEEL = "magika-1.0.3-py3-none-manylinux_2_28_x86_64.whl"
-NEEDED = (MAGIKA_WHEEL, "oww_melspectrogram.onnx", "oww_embedding_model.onnx", "ppocr_cls.onnx")
+SMART_TURN = "smart-turn-v3.2-cpu.onnx"
+NEEDED = (
+    MAGIKA_WHEEL,
+    "oww_melspectrogram.onnx",
+    "oww_embedding_model.onnx",
+    "ppocr_cls.onnx",
+    SMART_TURN,
+    "smart_turn_whisper_features.py",
+)
 RATE = 16000
 CPU = ["CPUExecutionProvider"]
+FAST = ("--timing-runs", "3")  # latency is not what these tests look at
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +147,20 @@ def _magika_features(magika: Any, path: Path) -> list[int] | None:
     return list(features.beg[: config.beg_size]) + list(features.end[-config.end_size :])
 
 
+def _smart_turn_features(models: Path, seconds: float, frequency: float) -> np.ndarray:
+    """Smart Turn's input for a clip, by its own code: 8 s (the clip at the end, silence
+    before it) through its Whisper log-mel extraction."""
+    spec = importlib.util.spec_from_file_location(
+        "smart_turn_features", models / "smart_turn_whisper_features.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    clip = _audio(seconds, frequency) / 32768 * np.linspace(1.0, 0.05, int(RATE * seconds))
+    audio = np.pad(clip, (8 * RATE - len(clip), 0)).astype(np.float32)
+    return module.compute_whisper_log_mel_features(audio, do_normalize=True).astype(np.float32)
+
+
 def _audio(seconds: float, frequency: float) -> np.ndarray:
     t = np.arange(int(RATE * seconds)) / RATE
     return (np.sin(2 * np.pi * frequency * t) * 8000).astype(np.float32)
@@ -153,49 +179,65 @@ def built(models: Path, zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     audio = np.stack([_audio(1.0, f) for f in (220.0, 440.0, 880.0, 1760.0)])
     np.savez(tmp / "audio.npz", input=audio)
     photos = sample_photos(zoo, tmp / "photos")
+    turns = [
+        _smart_turn_features(models, s, f) for s, f in ((1.5, 180.0), (3.0, 240.0), (5.0, 300.0))
+    ]
+    np.savez(tmp / "turns.npz", input_features=np.stack(turns))
     directions = tmp / "directions.txt"
     directions.write_text("0\n180\n")
     reports = {
         "magika": package(
             str(tmp / "magika_wheel" / "magika" / "models" / "standard_v3_3" / "model.onnx"),
+            *FAST,
             *("--name", "magika", "--labels", str(labels), "--variants", "graph"),
             *("--heldout", str(tmp / "magika.npz"), "--out", str(tmp / "magika")),
         ),
         "open_width": package(
             str(models / "ppocr_cls.onnx"),
+            *FAST,
             *("--name", "open_width", "--input-shape", "x=-1,3,48,-1", "--variants", "graph"),
             *("--out", str(tmp / "open_width")),
         ),
         "lanczos": package(
             str(models / "ppocr_cls.onnx"),
+            *FAST,
             *("--name", "lanczos", "--input-size", "48,192", "--labels", str(directions)),
             *("--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5", "--resize-filter", "lanczos"),
             *("--variants", "graph", "--heldout", str(photos), "--out", str(tmp / "lanczos")),
         ),
         "mel": package(
             str(models / "oww_melspectrogram.onnx"),
+            *FAST,
             *("--name", "mel", "--task", "tensor", "--input-shape", "input=-1,-1"),
             *("--variants", "graph", "--heldout", str(tmp / "audio.npz")),
             *("--out", str(tmp / "mel")),
         ),
         "mel_1s": package(
             str(models / "oww_melspectrogram.onnx"),
+            *FAST,
             *("--name", "mel_1s", "--task", "tensor", "--input-shape", f"input=-1,{RATE}"),
             *("--variants", "graph", "--heldout", str(tmp / "audio.npz")),
             *("--out", str(tmp / "mel_1s")),
         ),
+        "smart_turn": package(
+            str(models / SMART_TURN),
+            *FAST,
+            *("--name", "smart_turn", "--task", "tensor", "--heldout", str(tmp / "turns.npz")),
+            *("--out", str(tmp / "smart_turn")),
+        ),
         "speech_embedding": package(
             str(models / "oww_embedding_model.onnx"),
+            *FAST,
             *("--name", "speech_embedding", "--variants", "graph"),
             *("--out", str(tmp / "speech_embedding")),
         ),
     }
-    return {"root": tmp, "reports": reports, "magika": magika, "files": fed}
+    return {"root": tmp, "reports": reports, "magika": magika, "files": fed, "turns": turns}
 
 
 @pytest.fixture(scope="module")
 def agent(built: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
-    names = ("magika", "open_width", "lanczos", "mel", "mel_1s", "speech_embedding")
+    names = ("magika", "open_width", "lanczos", "mel", "mel_1s", "speech_embedding", "smart_turn")
     server = AgentServer(tmp_path_factory.mktemp("agent"), [built["root"] / n for n in names])
     server.start()
     yield server
@@ -316,3 +358,27 @@ def test_bad_feeds_and_unservable_detectors_are_refused_cleanly(
     err = capsys.readouterr().err
     assert code == 2 and "/detect could not serve it: pass --task tensor" in err, err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_model_that_exists_only_quantized_is_its_own_reference(
+    built: dict, agent: AgentServer
+) -> None:
+    report = built["reports"]["smart_turn"]
+    assert report["reference"]["precision"] == "int8"
+    assert (
+        report["reference"]["note"] == "no fp32 source: the quantized file itself is the reference"
+    )
+    variants = {f"{v['runtime']}/{v['precision']}": v for v in report["variants"]}
+    assert variants["onnxruntime/int8"]["kept"] and variants["onnxruntime/int8"]["cosine_min"] == 1
+    assert "openvino/int8" in variants  # derived from it, judged against it
+    spec = load_package(built["root"] / "smart_turn")
+    assert spec.golden is not None and "onnxruntime/int8" in [v.key for v in spec.variants]
+    client = AgentClient(socket_path=agent.socket, timeout=60)
+    backend = client.status()["models"]["smart_turn"]["versions"]["1.0.0"]
+    session = ort.InferenceSession(str(MODELS / SMART_TURN), providers=CPU)
+    for features in built["turns"]:
+        served = client.infer("smart_turn", {"input_features": features[None]}).outputs["logits"]
+        (own,) = session.run(None, {"input_features": features[None]})  # Smart Turn's own run
+        exact = backend["runtime"] == "onnxruntime"
+        np.testing.assert_allclose(served, own, atol=1e-6 if exact else 0.02)
+        assert 0.0 <= float(served[0, 0]) <= 1.0  # a probability, as its pipeline reads it

@@ -68,7 +68,7 @@ def test_savedmodel_with_optimizer_slots_packages_from_its_signature(
             [
                 *("package", str(saved), "--name", "basic_pitch", "--task", "tensor"),
                 *("--variants", "graph", "--heldout", str(tmp_path / "audio.npz")),
-                *("--threads", "1", "--json", "--out", str(tmp_path / "pkg")),
+                *("--threads", "1", "--timing-runs", "3", "--json", "--out", str(tmp_path / "pkg")),
             ]
         )
     err = capsys.readouterr().err
