@@ -167,9 +167,16 @@ def _audio(seconds: float, frequency: float) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def built(models: Path, zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def built(models: Path, zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     tmp = tmp_path_factory.mktemp("anymodel")
     magika = _magika(models, tmp / "magika_wheel")
+    try:
+        yield _build(models, zoo, tmp, magika)
+    finally:
+        sys.path.remove(str(tmp / "magika_wheel"))
+
+
+def _build(models: Path, zoo: Path, tmp: Path, magika: Any) -> dict:
     files = _sample_files(tmp / "files")
     features = {p: _magika_features(magika, p) for p in files}
     fed = [p for p in files if features[p] is not None]

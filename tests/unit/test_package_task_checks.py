@@ -72,6 +72,52 @@ def test_yolo_heads_are_told_by_the_grid() -> None:
         recognise([(None, 84, 8400)], (640, 640), {}, ("a", "b", "c"))
 
 
+def test_output_shapes_are_what_the_reference_answered() -> None:
+    """A recogniser declaring [1, seqlen] that answers [T, 1, C]; open dimensions filled where
+    the inputs are fixed, kept open where they follow an open input."""
+    from edgeagent.models.package import TensorSpec
+    from edgeagent.packaging.options import LogicalModel
+    from edgeagent.packaging.self_described import answered_outputs
+
+    def logical(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> LogicalModel:
+        return LogicalModel(
+            (TensorSpec("x", "float32", input_shape),),
+            (TensorSpec("y", "float32", output_shape),),
+            None,
+            "tensor",
+        )
+
+    stacked = {"y": np.zeros((4, 40, 1, 97), np.float32)}  # 4 feeds of [T=40, 1, C=97]
+    fixed = answered_outputs(logical((1, 1, 64, 256), (1, -1)), stacked)
+    assert fixed.outputs[0].shape == (40, 1, 97)
+    open_width = answered_outputs(logical((1, 1, 64, -1), (1, -1)), stacked)
+    assert open_width.outputs[0].shape == (-1, -1, -1)  # which of them follow the width: unknown
+    rows = {"y": np.zeros((8, 1, 97, 32), np.float32)}  # a batching model's rows
+    assert answered_outputs(logical((-1, 16000), (-1, 1, -1, 32)), rows).outputs[0].shape == (
+        -1,
+        1,
+        97,
+        32,
+    )
+    assert answered_outputs(logical((-1, -1), (-1, 1, -1, 32)), rows).outputs[0].shape == (
+        -1,
+        1,
+        -1,
+        32,
+    )
+
+
+def test_wide_unlabelled_scores_that_are_no_distribution_read_as_an_embedding() -> None:
+    from edgeagent.packaging.probabilities import looks_like_embedding
+
+    rng = np.random.default_rng(0)
+    features = rng.uniform(0, 6, (4, 1280))  # pooled ReLU features
+    assert looks_like_embedding(features) and looks_like_embedding(features[:, None, None])
+    softmax = np.exp(features) / np.exp(features).sum(axis=1, keepdims=True)
+    assert not looks_like_embedding(softmax)  # a distribution: class scores
+    assert not looks_like_embedding(rng.standard_normal((4, 10)))  # ten logits: a classifier
+
+
 def test_yolox_rows_are_not_taken_for_yolov8() -> None:
     """At 416 a YOLOX head has 3549 rows, YOLOv8's grid count: without Ultralytics' metadata
     rows first are YOLOX's (objectness, grid-relative centres, log sizes), not decoded."""
