@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeagent.models.names import TEXT_TASKS
 from edgeagent.models.package import TASKS, TensorSpec
 from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.sources import NativeTensor, SourceModel, guess_layout
@@ -201,6 +202,11 @@ def _apply(
 
 def _task(reference: SourceModel, options: PackageOptions) -> str:
     if options.task is not None:
+        if options.task in TEXT_TASKS:  # a language model's (GGUF) tasks, served by llama.cpp
+            raise PackagingError(
+                f"--task {options.task}: a language-model task (GGUF sources); {reference.path} "
+                "is a tensor model: pass --task tensor (for feature vectors too)"
+            )
         if options.task not in TASKS:
             raise PackagingError(f"--task {options.task!r}: one of {', '.join(TASKS)}")
         return options.task
@@ -209,9 +215,10 @@ def _task(reference: SourceModel, options: PackageOptions) -> str:
     if len(outputs) == 1 and len(shape) >= 2 and all(d == 1 for d in shape[1:-1]):
         return "classification"  # [batch, classes] or [batch, 1, 1, classes]
     shapes = ", ".join(f"{t.name} {_dims(t.shape)}" for t in outputs)
+    tensor_tasks = [t for t in TASKS if t not in TEXT_TASKS]
     raise PackagingError(
         f"{reference.path}: cannot tell the task from its outputs ({shapes}): "
-        f"pass --task {'|'.join(TASKS)}"
+        f"pass --task {'|'.join(tensor_tasks)}"
     )
 
 

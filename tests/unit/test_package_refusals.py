@@ -196,3 +196,12 @@ def test_an_unexpected_failure_is_one_line_naming_its_cause() -> None:
     assert line.startswith("edgeagent package: model.onnx: unexpected TypeError in ")
     assert "probabilities.py:" in line and "nothing was written" in line
     assert "\n" not in line and "Traceback" not in line
+
+
+def test_a_language_model_task_on_a_tensor_model(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refusal(capsys, str(tiny), "--task", "embedding", "--out", str(tmp_path / "p"))
+    assert "--task embedding: a language-model task (GGUF sources)" in err
+    assert "pass --task tensor (for feature vectors too)" in err
+    assert not (tmp_path / "p").exists()
