@@ -44,7 +44,14 @@ CHECKOUT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-tf" / "bin" / "py
 SETUP_STEP = "scripts/setup.sh (its step 'TensorFlow converter environment (.venv-tf)')"
 # Ops that end a graph without being an answer: constants, bookkeeping, savers.
 _NOT_OUTPUTS = {"Const", "NoOp", "Assert", "Placeholder", "PlaceholderWithDefault", "SaveV2"}
-_RESIZE_OPS = {"ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea"}
+# TensorFlow's resize ops and the [preprocess] resize_filter that resizes as each does.
+RESIZE_FILTERS = {
+    "ResizeBilinear": "bilinear",
+    "ResizeNearestNeighbor": "nearest",
+    "ResizeBicubic": "bicubic",
+    "ResizeArea": "area",
+}
+_RESIZE_OPS = set(RESIZE_FILTERS)
 _TF_NOISE = ("I0000", "W0000", "oneDNN", "cpu_feature_guard", "All log messages before", "rebuild")
 
 
@@ -55,6 +62,7 @@ class GraphFacts:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]  # unconsumed nodes that could be answers
     resize: tuple[int, int] | None  # the TF OD API's fixed resize (height, width), if any
+    resize_filter: str | None = None  # that resize's filter (its op: ResizeBicubic → bicubic)
 
 
 def is_tensorflow_source(spec: str) -> bool:
@@ -117,7 +125,8 @@ def export_tensorflow(
     pinned = size or (facts.resize if facts is not None else None)
     if size is None and pinned is not None:
         progress(f"input size {pinned[0]}×{pinned[1]} from the graph's own resize")
-    return finish(raw, out, pinned, progress)
+    recorded = {"resize_filter": facts.resize_filter} if facts and facts.resize_filter else {}
+    return finish(raw, out, pinned, progress, recorded)
 
 
 def _first_line(exc: Exception) -> str:
@@ -189,7 +198,10 @@ def inspect_graph(python: str, path: Path) -> GraphFacts:
         raise PackagingError(f"{path}: the graph inspector answered {text[-300:]!r}") from exc
     resize = data.get("resize")
     return GraphFacts(
-        tuple(data["inputs"]), tuple(data["outputs"]), tuple(resize) if resize else None
+        tuple(data["inputs"]),
+        tuple(data["outputs"]),
+        tuple(resize) if resize else None,
+        RESIZE_FILTERS.get(data.get("resize_op") or ""),
     )
 
 
@@ -255,12 +267,19 @@ def _inspect(path: Path) -> dict[str, Any]:
     consumed = {name.lstrip("^").split(":")[0] for node in graph.node for name in node.input}
     inputs = [n.name for n in graph.node if n.op == "Placeholder"]
     outputs = [n.name for n in graph.node if n.name not in consumed and n.op not in _NOT_OUTPUTS]
-    return {"inputs": inputs, "outputs": outputs, "resize": _resize(graph)}
+    resize = _resize(graph)
+    return {
+        "inputs": inputs,
+        "outputs": outputs,
+        "resize": resize[0] if resize else None,
+        "resize_op": resize[1] if resize else None,
+    }
 
 
-def _resize(graph: Any) -> list[int] | None:
+def _resize(graph: Any) -> tuple[list[int], str] | None:
     """The OD API's fixed resize: a Resize* op under ``Preprocessor/`` whose size is a Const of
-    two ints (``Preprocessor/map/while/ResizeImage/stack``: [300, 300] for SSDLite)."""
+    two ints (``Preprocessor/map/while/ResizeImage/stack``: [300, 300] for SSDLite), and the
+    op (which filter it resizes with)."""
     import tensorflow as tf
 
     constants = {n.name: n for n in graph.node if n.op == "Const"}
@@ -272,7 +291,7 @@ def _resize(graph: Any) -> list[int] | None:
             continue
         value = tf.make_ndarray(size.attr["value"].tensor).reshape(-1).tolist()
         if len(value) == 2 and all(isinstance(v, int) and 0 < v <= 8192 for v in value):
-            return [int(v) for v in value]
+            return [int(v) for v in value], str(node.op)
     return None
 
 
