@@ -11,11 +11,13 @@ made packageable here, with onnx only (``tf_onnx.finish``).
 A frozen graph does not say which of its nodes are outputs: the unconsumed ones are taken when
 they are few, the TF Object Detection API's four by their names, else ``--tf-outputs`` must say.
 
-A SavedModel that TensorFlow's object loader refuses (one saved with its optimizer, whose slot
-variables TF 2.16+ cannot rebuild: ``'_UserObject' object has no attribute 'add_slot'``) is
-loaded for inference only: its serving signature's graph, through the MetaGraph loader that
-TensorFlow Serving uses, with the variables frozen into constants (``freeze``), then converted
-as a frozen graph with the signature's own input and output names.
+A SavedModel is loaded for inference only: its serving signature's graph, through the
+MetaGraph loader that TensorFlow Serving uses, with the variables frozen into constants
+(``freeze``), then converted as a frozen graph with the signature's own input and output names.
+TensorFlow's object loader (what tf2onnx's SavedModel path uses) rebuilds every saved object,
+and fails on a model saved with its optimizer, whose slot variables TF 2.16+ cannot rebuild
+(``'_UserObject' object has no attribute 'add_slot'``); it is the fallback where the signature
+does not convert, and what ``--tf-inputs``/``--tf-outputs`` use.
 """
 
 from __future__ import annotations
@@ -115,18 +117,30 @@ def export_tensorflow(
         command += ["--inputs", ",".join(_tensor(n) for n in chosen_in)]
         command += ["--outputs", ",".join(_tensor(n) for n in chosen_out)]
     progress(f"TensorFlow → ONNX (tf2onnx, opset {TF_OPSET}): {source}")
-    try:
+    if source.is_dir() and not inputs and not outputs:
+        _saved_model(python, source, work, raw, command, progress)
+    else:
         _run(command, f"{source}: tf2onnx could not convert the graph")
-    except PackagingError as exc:
-        if not source.is_dir() or inputs or outputs:
-            raise
-        progress(f"the SavedModel's objects do not load ({_first_line(exc)}): its signature only")
-        _run(_signature_command(python, source, work, raw), f"{source}: tf2onnx could not convert")
     pinned = size or (facts.resize if facts is not None else None)
     if size is None and pinned is not None:
         progress(f"input size {pinned[0]}×{pinned[1]} from the graph's own resize")
     recorded = {"resize_filter": facts.resize_filter} if facts and facts.resize_filter else {}
     return finish(raw, out, pinned, progress, recorded)
+
+
+def _saved_model(
+    python: str, source: Path, work: Path, raw: Path, command: list[str], progress: Any
+) -> None:
+    """A SavedModel for inference: its serving signature frozen and converted (its training
+    objects never loaded), else tf2onnx's own SavedModel loader, which rebuilds every object."""
+    try:
+        signature = _signature_command(python, source, work, raw)
+        progress(f"{source.name}: its serving signature, for inference (variables frozen)")
+        _run(signature, f"{source}: tf2onnx could not convert its serving signature")
+        return
+    except PackagingError as exc:
+        progress(f"the serving signature did not convert ({_first_line(exc)}): the whole model")
+    _run(command, f"{source}: tf2onnx could not convert the graph")
 
 
 def _first_line(exc: Exception) -> str:
