@@ -13,10 +13,12 @@ from edgeagent._toml import tomllib
 from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.settings import SharedMemorySettings
+from edgeagent.api.zmq.settings import ZmqSettings
 from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
+from edgeagent.hardware.discovery import DiscoverySettings
 from edgeagent.hardware.peers import PeerSettings, peers_problem
 from edgeagent.hardware.settings import HardwareSettings
 from edgeagent.netaddr import is_loopback
@@ -74,6 +76,8 @@ class Config:
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     llm: LanguageSettings = field(default_factory=LanguageSettings)
+    zmq: ZmqSettings = field(default_factory=ZmqSettings)
+    discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
     peers: tuple[PeerSettings, ...] = ()  # the [[peer]] tables, in file order
 
     def __post_init__(self) -> None:
@@ -96,6 +100,12 @@ class Config:
             problem = plain_listener_problem(host, mode, self.tls) if listening else None
             require(problem is None, section, "tls", problem or "")
         require(not peers_problem(self.peers), "peer", "name", peers_problem(self.peers))
+        require(
+            not self.discovery.announce or self.server.tcp_port != 0,
+            "discovery",
+            "announce",
+            "announces the TCP listener: set [server] tcp_port",
+        )
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -111,6 +121,8 @@ SECTIONS: dict[str, dict[str, type]] = {
     "shared_memory": {"shared_memory": SharedMemorySettings},
     "tls": {"tls": TlsSettings},
     "llm": {"llm": LanguageSettings},
+    "zmq": {"zmq": ZmqSettings},
+    "discovery": {"discovery": DiscoverySettings},
 }
 # Arrays of tables ([[peer]]): TOML name → (the Config field, the class of each table).
 TABLE_ARRAYS: dict[str, tuple[str, type]] = {"peer": ("peers", PeerSettings)}

@@ -51,6 +51,7 @@ from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
+from edgeagent.hardware.discovery import Announcement, Announcer, discover
 from edgeagent.hardware.service import Accelerators
 from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
@@ -60,6 +61,7 @@ from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
+from edgeagent.tls import certificate_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +240,16 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
+        if config.zmq.enabled:  # Frigate's zmq detector: needs pyzmq (the zmq extra)
+            from edgeagent.api.zmq.server import ZmqDetector
+
+            zmq = ZmqDetector(config.zmq, self.dataplane, config.server.deepstack_model)
+            self.services.append(zmq)
+            self.status_providers["zmq"] = zmq.status
         self.listeners = Listeners(config.tls)
+        self.site_name = config.discovery.name or config.agent.device_id or socket.gethostname()
+        if config.discovery.announce:  # after the listeners open, like every service
+            self.services.append(Announcer(config.discovery, self._announcement))
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
@@ -302,6 +313,7 @@ class Daemon:
             self._seeded[self.registry.add(directory)] = directory
         for directory in installed:
             self.registry.add(directory)  # an installed release wins over its seed package
+        await self._discover_peers()
         await self.registry.load_all()
         await self._load_language(texts + installed_texts)
         served = [
@@ -334,13 +346,40 @@ class Daemon:
         except ListenerError as exc:
             raise StartupError(str(exc)) from exc
         self.status_providers["listeners"] = self.listeners.status
-        for service in self.services:
-            await service.start()
+        try:
+            for service in self.services:
+                await service.start()
+        except ListenerError as exc:  # a service's own listener ([zmq])
+            raise StartupError(str(exc)) from exc
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
         release_free_memory()  # what loading and probing the models left behind
         self.notifier.ready(summary)
         log.info("edgeagent %s %s", __version__, summary)
+
+    async def _discover_peers(self) -> None:
+        """[discovery] browse: the trusted agents announced on the site join the [[peer]]s."""
+        if not self.config.discovery.browse:
+            return
+        found = await asyncio.to_thread(discover, self.config.discovery, self.site_name)
+        named = {peer.label for peer in self.accelerators.peers}
+        fresh = tuple(peer for peer in found if peer.label not in named)
+        self.accelerators.peers = (*self.accelerators.peers, *fresh)
+        log.info("discovered %d peer(s): %s", len(fresh), ", ".join(p.url for p in fresh) or "-")
+
+    def _announcement(self) -> Announcement:
+        """What [discovery] announce says about this agent: its TCP listener and models."""
+        server, tls = self.config.server, self.listeners.tls
+        cert = self.config.tls.cert_file
+        host = server.tcp_host
+        return Announcement(
+            name=self.site_name,
+            addresses=[] if host in ("0.0.0.0", "") else [host],
+            port=server.tcp_port,
+            tls=tls is not None,
+            fingerprint=certificate_fingerprint(cert) if tls is not None and cert else "",
+            models=[e["name"] for e in self.registry.index() if e["state"] == "READY"],
+        )
 
     async def reload(self) -> None:
         """SIGHUP: apply the config's [agent] model keys and serve the models directory anew.

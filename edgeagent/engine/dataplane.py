@@ -29,7 +29,14 @@ from edgeagent.engine.settings import EngineSettings
 from edgeagent.heap import release_free_memory
 from edgeagent.models.detector import decode_row, detections_json
 from edgeagent.models.package import ModelPackage, Preprocess, TensorSpec
-from edgeagent.models.preprocess import image_tensor, open_image, prepare_opened, top_k
+from edgeagent.models.preprocess import (
+    image_tensor,
+    open_image,
+    prepare_opened,
+    prepare_pixels,
+    top_k,
+)
+from edgeagent.models.tasks.decode import Detections, Geometry
 from edgeagent.runtimes.facts import v2_platform
 
 if TYPE_CHECKING:
@@ -134,6 +141,19 @@ def _decode(
         image.close()
         if pixels >= TRIM_PIXELS:
             release_free_memory()
+
+
+def _detector(model: LoadedModel, min_score: float | None) -> ModelPackage:
+    """The model's package if it is a detector the image routes can feed, else InvalidInput."""
+    package = model.package
+    if package.detection is None or package.preprocess is None:
+        raise InvalidInput(
+            f"model {package.name!r} ({package.task}) is not a detector with [detection] "
+            f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
+        )
+    if min_score is not None and not 0 <= min_score <= 1:
+        raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+    return package
 
 
 def _not_a_classifier(package: ModelPackage) -> str:
@@ -305,21 +325,11 @@ class DataPlane:
         ``DECODE_FLOOR``).
         """
         model = self.model(name, version)
-        package = model.package
-        if package.detection is None or package.preprocess is None:
-            raise InvalidInput(
-                f"model {package.name!r} ({package.task}) is not a detector with [detection] "
-                f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
-            )
-        if min_score is not None and not 0 <= min_score <= 1:
-            raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
         started = time.perf_counter()
         tensor, geometry = await self._decoded(image, prepare_opened, package.preprocess)
-        answer = await model.infer({package.inputs[0].name: tensor})
-        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
-        found = decode_row(package, outputs, geometry, min_score)
-        if self.metrics is not None:
-            self.metrics.detections.labels(package.name).inc(len(found))
+        found = await self._detections(model, tensor, geometry, min_score)
         backend = model.backend
         return {
             "model_name": package.name,
@@ -331,6 +341,29 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round((time.perf_counter() - started) * 1000.0, 3),
         }
+
+    async def detect_pixels(
+        self, name: str, pixels: np.ndarray, min_score: float | None = None
+    ) -> tuple[ModelPackage, Detections]:
+        """One decoded RGB frame (height × width × 3, uint8: what Frigate's zmq detector sends)
+        through a detector: its own preprocessing, infer, the head decoded, and boxes in the
+        frame's pixels, best first. The caller bounds the frame's size."""
+        model = self.model(name, None)
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
+        tensor, geometry = await asyncio.to_thread(prepare_pixels, pixels, package.preprocess)
+        return package, await self._detections(model, tensor, geometry, min_score)
+
+    async def _detections(
+        self, model: LoadedModel, tensor: np.ndarray, geometry: Geometry, min_score: float | None
+    ) -> Detections:
+        package = model.package
+        answer = await model.infer({package.inputs[0].name: tensor})
+        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
+        found = decode_row(package, outputs, geometry, min_score)
+        if self.metrics is not None:
+            self.metrics.detections.labels(package.name).inc(len(found))
+        return found
 
     async def _decoded(
         self, data: bytes, prepare: Callable[[Image.Image, Preprocess], T], spec: Preprocess

@@ -44,6 +44,7 @@ COVERED = {
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
     "bench_llm.py",
     "bench_site.py",
+    "bench_zmq.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -129,6 +130,13 @@ def test_site_reports_overflow_a_lost_peer_and_an_idle_one() -> None:
     assert (kill["lost"], kill["answered_twice"]) == (0, 0)
     assert kill["rounds"][0]["sent"] == kill["rounds"][0]["answered"] + kill["failed"]
     assert_figures(report["idle"], "p50_ratio", "p50_ms.alone", "p50_ms.with_peer")
+
+
+@pytest.mark.slow
+def test_zmq_bench_times_frigates_plugin_against_the_deepstack_route() -> None:
+    report = run_bench("bench_zmq.py --rounds 1 --requests 3 --json")
+    assert_figures(report["median"], "model_ms", "zmq_ms", "deepstack_ms", "zmq_over_model")
+    assert report["detections_zmq"] == report["detections_deepstack"] > 0  # the same frame
 
 
 def served(model: Path) -> str:
@@ -315,11 +323,12 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
 @pytest.mark.slow
 def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server.app", reason="the peer needs edgeagent[bench]")
-    from tests.support.language import smollm2_gguf
+    from tests.support.language import smollm2_gguf, write_text_package
 
     gguf = smollm2_gguf()
+    package = write_text_package(tmp_path / "pkg")  # packaging is test_package_gguf's
     report = run_bench(
-        f"bench_llm.py --gguf {gguf} --package {tmp_path / 'pkg'} --rounds 1 --max-tokens 8 "
+        f"bench_llm.py --gguf {gguf} --package {package} --rounds 1 --max-tokens 8 "
         "--streams 2 --context 512 --skip openvino --json"
     )
     for side in ("agent", "peer", "in-process"):
