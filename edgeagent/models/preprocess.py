@@ -94,22 +94,30 @@ def resize_and_crop(image: Image.Image, spec: Preprocess) -> Image.Image:
         mode = "L" if spec.color == "L" else "RGB"
         scaled = image.convert(mode).resize(
             (max(1, round(image.width * fit.scale[0])), max(1, round(image.height * fit.scale[1]))),
-            Image.Resampling.BILINEAR,
+            _filter(spec),
         )
         fill = LETTERBOX_FILL if mode == "L" else (LETTERBOX_FILL,) * 3
         canvas = Image.new(mode, (width, height), fill)
         canvas.paste(scaled, (int(fit.offset[0]), int(fit.offset[1])))
         return canvas
     if spec.resize is None:
-        return image.resize((width, height), Image.Resampling.BILINEAR)
+        return image.resize((width, height), _filter(spec))
     scale = spec.resize / min(image.size)
     resized = image.resize(
         (max(width, round(image.width * scale)), max(height, round(image.height * scale))),
-        Image.Resampling.BILINEAR,
+        _filter(spec),
     )
     left = (resized.width - width) // 2
     top = (resized.height - height) // 2
     return resized.crop((left, top, left + width, top + height))
+
+
+def _filter(spec: Preprocess) -> Image.Resampling:
+    """Pillow's filter for the package's ``resize_filter`` (``area`` is Pillow's box filter)."""
+    from PIL import Image
+
+    name = "box" if spec.resize_filter == "area" else spec.resize_filter
+    return Image.Resampling[name.upper()]
 
 
 def to_tensor(image: Image.Image, spec: Preprocess) -> np.ndarray:
