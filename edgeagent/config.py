@@ -33,6 +33,7 @@ from edgeagent.sections import (
     setting,
     unknown_keys,
 )
+from edgeagent.streams.settings import StreamSettings, StreamsSettings, streams_problem
 from edgeagent.tls import TlsSettings, plain_listener_problem
 from edgeagent.updates.settings import UpdateSettings
 
@@ -74,7 +75,9 @@ class Config:
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     llm: LanguageSettings = field(default_factory=LanguageSettings)
+    streams: StreamsSettings = field(default_factory=StreamsSettings)
     peers: tuple[PeerSettings, ...] = ()  # the [[peer]] tables, in file order
+    cameras: tuple[StreamSettings, ...] = ()  # the [[stream]] tables, in file order
 
     def __post_init__(self) -> None:
         # The one rule across sections: gRPC's TCP listener takes [server]'s token rule, so
@@ -96,6 +99,8 @@ class Config:
             problem = plain_listener_problem(host, mode, self.tls) if listening else None
             require(problem is None, section, "tls", problem or "")
         require(not peers_problem(self.peers), "peer", "name", peers_problem(self.peers))
+        problem = streams_problem(self.cameras)
+        require(problem is None, "stream", "name", problem or "")
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -111,9 +116,13 @@ SECTIONS: dict[str, dict[str, type]] = {
     "shared_memory": {"shared_memory": SharedMemorySettings},
     "tls": {"tls": TlsSettings},
     "llm": {"llm": LanguageSettings},
+    "streams": {"streams": StreamsSettings},
 }
 # Arrays of tables ([[peer]]): TOML name → (the Config field, the class of each table).
-TABLE_ARRAYS: dict[str, tuple[str, type]] = {"peer": ("peers", PeerSettings)}
+TABLE_ARRAYS: dict[str, tuple[str, type]] = {
+    "peer": ("peers", PeerSettings),
+    "stream": ("cameras", StreamSettings),
+}
 
 
 def _load_array(name: str, value: object, problems: list[str]) -> dict[str, object]:

@@ -9,8 +9,8 @@ here (``limits_provider``, ``status_providers``, one CollectorRegistry).
 
 SIGHUP (``systemctl reload``) re-reads the TLS certificate (new handshakes get it), the config
 and the models directory: new packages load, changed ones hot-swap, removed ones unload; config
-keys other than ``[agent] models_dir``, ``models`` and ``log_level`` are reported as needing a
-restart.
+keys other than ``[agent] models_dir``, ``models`` and ``log_level`` and the ``[[stream]]`` tables
+(cameras added, changed or removed) are reported as needing a restart.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ from edgeagent.engine.plan import plan_request
 from edgeagent.engine.planes import Planes, is_language_package, language_variants
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
+from edgeagent.fleet.mqtt import MqttLink
+from edgeagent.fleet.topics import Topics
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
 from edgeagent.hardware.service import Accelerators
@@ -60,8 +62,11 @@ from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
+from edgeagent.streams.service import StreamsService
 
 log = logging.getLogger(__name__)
+# Config fields a SIGHUP applies; a change to any other is reported as needing a restart.
+RELOADED = frozenset({"agent", "cameras"})
 
 
 class Service(Protocol):
@@ -110,6 +115,10 @@ def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
     for directory in directories:
         (texts if is_language_package(directory) else tensors).append(directory)
     return tensors, texts
+
+
+async def _ignore_message(topic: str, payload: bytes) -> None:
+    """The cameras' own MQTT link (updates off) acts on no message it receives."""
 
 
 class Daemon:
@@ -238,12 +247,35 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
+        self.streams = self._streams(config)
+        self.services.append(self.streams)  # stops first: the cameras' last events spooled
+        self.status_providers["streams"] = self.streams.status
         self.listeners = Listeners(config.tls)
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
+
+    def _streams(self, config: Config) -> StreamsService:
+        """The cameras, their events on the updater's MQTT link (or a link of their own when
+        updates are off and cameras are configured), snapshots sealed to this device's key."""
+        device_id = config.agent.device_id or socket.gethostname()
+        topics = Topics(config.mqtt.topic_prefix, config.updates.group, device_id)
+        link: MqttLink | None = self.updates.link if self.updates is not None else None
+        own_link = link is None and bool(config.cameras)
+        if own_link:
+            link = MqttLink(config.mqtt, topics, _ignore_message)
+        return StreamsService(
+            config.streams,
+            config.cameras,
+            detector=self.dataplane,
+            topics=topics.of_device,
+            link=link,
+            own_link=own_link,
+            state_dir=config.agent.state_dir,
+            recipient=lambda: self.device_key.private.public_key(),
+        )
 
     @staticmethod
     def _prepare_state(config: Config) -> None:
@@ -361,14 +393,18 @@ class Daemon:
                 changed = [
                     f.name
                     for f in dataclasses.fields(config)
-                    if f.name != "agent" and getattr(config, f.name) != getattr(self.config, f.name)
+                    if f.name not in RELOADED
+                    and getattr(config, f.name) != getattr(self.config, f.name)
                 ]
                 if changed or config.agent.state_dir != self.config.agent.state_dir:
                     log.warning(
                         "reload: changes to %s apply after a restart", changed or "state_dir"
                     )
-                self.config = dataclasses.replace(self.config, agent=config.agent)
+                self.config = dataclasses.replace(
+                    self.config, agent=config.agent, cameras=config.cameras
+                )
                 logging.getLogger().setLevel(config.agent.log_level)
+                await self.streams.apply(config.cameras)
             else:
                 try:
                     wanted_dirs = package_dirs(self.config)

@@ -30,6 +30,7 @@ from edgeagent.heap import release_free_memory
 from edgeagent.models.detector import decode_row, detections_json
 from edgeagent.models.package import ModelPackage, Preprocess, TensorSpec
 from edgeagent.models.preprocess import image_tensor, open_image, prepare_opened, top_k
+from edgeagent.models.tasks.detection import Detections, Geometry
 from edgeagent.runtimes.facts import v2_platform
 
 if TYPE_CHECKING:
@@ -304,22 +305,12 @@ class DataPlane:
         ``min_score`` is this request's score threshold in place of the package's (down to
         ``DECODE_FLOOR``).
         """
-        model = self.model(name, version)
+        model = self._detector(name, version, min_score)
         package = model.package
-        if package.detection is None or package.preprocess is None:
-            raise InvalidInput(
-                f"model {package.name!r} ({package.task}) is not a detector with [detection] "
-                f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
-            )
-        if min_score is not None and not 0 <= min_score <= 1:
-            raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+        assert package.preprocess is not None
         started = time.perf_counter()
         tensor, geometry = await self._decoded(image, prepare_opened, package.preprocess)
-        answer = await model.infer({package.inputs[0].name: tensor})
-        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
-        found = decode_row(package, outputs, geometry, min_score)
-        if self.metrics is not None:
-            self.metrics.detections.labels(package.name).inc(len(found))
+        found = await self._boxes(model, tensor, geometry, min_score, {})
         backend = model.backend
         return {
             "model_name": package.name,
@@ -331,6 +322,78 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round((time.perf_counter() - started) * 1000.0, 3),
         }
+
+    async def detect_frame(
+        self,
+        name: str,
+        image: Image.Image,
+        *,
+        min_score: float | None = None,
+        priority: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[ModelPackage, Detections]:
+        """A decoded frame (a camera's) through a detector, at the caller's priority and
+        deadline: the same model lookup, batcher, governor limits and head decoding as
+        ``detect``, without the image upload's byte decoding."""
+        model = self._detector(name, None, min_score)
+        assert model.package.preprocess is not None
+        async with self._decode_slots:
+            tensor, geometry = await asyncio.to_thread(
+                prepare_opened, image, model.package.preprocess
+            )
+        options: dict[str, Any] = {}
+        if priority is not None:
+            options["priority"] = priority
+        if timeout_s is not None:
+            options["timeout_s"] = min(timeout_s, self.settings.request_timeout_s)
+        return model.package, await self._boxes(model, tensor, geometry, min_score, options)
+
+    async def classify_frame(
+        self, name: str, image: Image.Image, *, priority: int | None = None
+    ) -> tuple[str, float]:
+        """The best class of a decoded image (a camera's crop) and its score."""
+        model = self.model(name)
+        package = model.package
+        if package.task != "classification" or package.preprocess is None:
+            raise InvalidInput(_not_a_classifier(package))
+        async with self._decode_slots:
+            tensor = await asyncio.to_thread(image_tensor, image, package.preprocess)
+        options = {} if priority is None else {"priority": priority}
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        best = top_k(
+            answer[package.outputs[0].name][0], package.labels, 1, package.postprocess.softmax
+        )[0]
+        return best.label, best.score
+
+    def _detector(self, name: str, version: str | None, min_score: float | None) -> LoadedModel:
+        """The loaded detector ``name`` (InvalidInput when it is no detector)."""
+        model = self.model(name, version)
+        package = model.package
+        if package.detection is None or package.preprocess is None:
+            raise InvalidInput(
+                f"model {package.name!r} ({package.task}) is not a detector with [detection] "
+                f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
+            )
+        if min_score is not None and not 0 <= min_score <= 1:
+            raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+        return model
+
+    async def _boxes(
+        self,
+        model: LoadedModel,
+        tensor: np.ndarray,
+        geometry: Geometry,
+        min_score: float | None,
+        options: dict[str, Any],
+    ) -> Detections:
+        """Infer one prepared image and decode the head into boxes in ``geometry``'s pixels."""
+        package = model.package
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
+        found = decode_row(package, outputs, geometry, min_score)
+        if self.metrics is not None:
+            self.metrics.detections.labels(package.name).inc(len(found))
+        return found
 
     async def _decoded(
         self, data: bytes, prepare: Callable[[Image.Image, Preprocess], T], spec: Preprocess
