@@ -45,3 +45,14 @@ def make_video(
     ]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, timeout=120)
     return out
+
+
+def join_videos(out: Path, parts: Sequence[Path]) -> Path:
+    """``parts`` one after the other in ``out`` (MPEG-TS keeps each part's own SPS in-band, so
+    the joined stream changes resolution where a part of another size begins)."""
+    listing = out.with_suffix(".txt")
+    listing.write_text("".join(f"file '{part.resolve()}'\n" for part in parts))
+    command = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "concat",
+               "-safe", "0", "-i", str(listing), "-c", "copy", str(out)]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+    return out

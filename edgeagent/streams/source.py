@@ -124,7 +124,7 @@ class Source:
             previous, self.state, self.since = self.state, state, time.time()
             if state in ("failed", "stalled", "closed"):
                 self.error = why
-            self.history = [*self.history[-9:], (self.since, state, why)]
+            self.history = [*self.history[-15:], (self.since, state, why)]
             self._changed.notify_all()
         level = logging.WARNING if state in ("failed", "stalled", "closed") else logging.INFO
         log.log(
