@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from devtools.agent_process import spawn_agent
 from devtools.broker import Broker
 from devtools.camera_video import make_video
+from devtools.cameras import RtspCamera, Subscriber
 from edgeagent.api.client import AgentClient
-from tests.support.cameras import RtspCamera, Subscriber
 
 REPO = Path(__file__).resolve().parents[1]
 PHOTOS = ["astronaut.png", "rocket.jpg", "grace_hopper.jpg", "chelsea.png", "coffee.png",

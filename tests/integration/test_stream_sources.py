@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from devtools.camera_video import join_videos, make_video
+from devtools.cameras import rtsp_available
 from edgeagent.streams.frames import FrameSlot
 from edgeagent.streams.settings import StreamSettings
 from edgeagent.streams.source import Source
-from tests.support.cameras import rtsp_available
 
 pytestmark = pytest.mark.skipif(rtsp_available() is not None, reason=str(rtsp_available()))
 ENDED: Callable[[Source], bool] = lambda s: s.state == "ended"  # noqa: E731

@@ -22,8 +22,8 @@ import pytest
 from devtools.agent_process import Agent
 from devtools.broker import Broker
 from devtools.camera_video import make_video
+from devtools.cameras import RtspCamera, Subscriber, rtsp_available
 from tests.support import ha_discovery
-from tests.support.cameras import RtspCamera, Subscriber, rtsp_available
 from tests.support.helpers import REPO
 
 pytestmark = pytest.mark.skipif(rtsp_available() is not None, reason=str(rtsp_available()))

@@ -17,7 +17,7 @@ from paho.mqtt.properties import Properties
 
 from devtools.ports import free_port
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
