@@ -4,14 +4,18 @@ camera that changes resolution, a recording cut short, bytes that are no video a
 from __future__ import annotations
 
 import asyncio
+import io
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
-from devtools.camera_video import join_videos, make_video
+from devtools.camera_video import PHOTOS, join_videos, make_video
 from devtools.cameras import rtsp_available
 from edgeagent.streams.frames import FrameSlot
 from edgeagent.streams.settings import StreamSettings
@@ -81,3 +85,52 @@ def test_bytes_that_are_no_video_fail_and_are_retried_with_back_off(
     assert source.taken == 0 and states[:4] == ["connecting", "failed", "backoff", "connecting"]
     delays = [why for _, state, why in source.history if state == "backoff"]
     assert delays[:3] == [f"reconnecting in {d} s" for d in ("0.05", "0.1", "0.2")]
+
+
+class MjpegCamera(ThreadingHTTPServer):
+    """An HTTP MJPEG camera (multipart/x-mixed-replace, as IP cameras send it): ``frames``
+    JPEGs of a real photo per connection, then the connection closes (a camera reboot)."""
+
+    def __init__(self, frames: int) -> None:
+        photo = Image.open(PHOTOS / "chelsea.png").convert("RGB")
+        buffer = io.BytesIO()
+        photo.save(buffer, format="JPEG")
+        jpeg = buffer.getvalue()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                self.end_headers()
+                for _ in range(frames):
+                    self.wfile.write(
+                        b"--frame\r\nContent-Type: image/jpeg\r\n"
+                        + f"Content-Length: {len(jpeg)}\r\n\r\n".encode()
+                        + jpeg
+                        + b"\r\n"
+                    )
+                    self.wfile.flush()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.size = photo.size
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_an_mjpeg_camera_is_decoded_and_reconnected_when_it_closes(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    camera = MjpegCamera(frames=8)
+    try:
+        url = f"http://127.0.0.1:{camera.server_address[1]}/video"
+        settings = replace(BASE, name="mjpeg", url=url, fps=60, reconnect_min_s=0.05)
+        source = run(settings, loop, lambda s: s.connects >= 2 and s.state == "streaming")
+    finally:
+        camera.shutdown()
+        camera.server_close()
+    assert source.taken >= 1 and source.resolution == camera.size
+    states = [state for _, state, _ in source.history]
+    # The connection's end reads as an I/O error from FFmpeg's HTTP input: failed, then back-off.
+    assert states[:5] == ["connecting", "streaming", "failed", "backoff", "connecting"]

@@ -129,3 +129,33 @@ def test_stream_tables_are_validated_and_names_unique() -> None:
     assert "zone 'porch'" in text and "[stream] fps: stream door" in text
     with pytest.raises(ConfigError, match="door used twice"):
         parse_config('[[stream]]\nname = "door"\nurl = "a"\n[[stream]]\nname = "door"\nurl = "b"\n')
+
+
+def test_a_reload_restarts_only_the_streams_whose_table_changed(tmp_path: Path) -> None:
+    from edgeagent.streams.service import StreamsService
+    from edgeagent.streams.settings import StreamSettings, StreamsSettings
+
+    def stream(name: str, **keys: object) -> StreamSettings:
+        # A file that does not exist: the source fails and backs off, no frame is ever decoded.
+        return StreamSettings(name=name, url=str(tmp_path / f"{name}.mp4"), **keys)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        service = StreamsService(
+            StreamsSettings(),
+            (stream("a"), stream("b")),
+            detector=None,  # type: ignore[arg-type]  # never reached: no frame decodes
+            topics=DeviceTopics("edgeagent", "dev"),
+            link=None,
+            state_dir=tmp_path,
+        )
+        await service.start()
+        first = dict(service.pipelines)
+        await service.apply((stream("a"), stream("b", fps=2.0), stream("c")))
+        assert service.pipelines["a"] is first["a"]  # unchanged: kept running
+        assert service.pipelines["b"] is not first["b"] and service.pipelines["b"].settings.fps == 2
+        assert sorted(service.status()["streams"]) == ["a", "b", "c"]
+        await service.apply(())
+        assert service.status()["streams"] == {}
+        await service.stop()
+
+    asyncio.run(run())
