@@ -40,8 +40,14 @@ def inside(point: tuple[float, float], polygon: Sequence[Sequence[float]]) -> bo
 
 
 def anchor(box: Box, size: tuple[int, int]) -> tuple[float, float]:
-    """The bottom centre of ``box`` in 0..1 of a frame of ``size``: where an object stands."""
-    return ((box[0] + box[2]) / 2 / size[0], box[3] / size[1])
+    """The bottom centre of ``box`` in 0..1 of a frame of ``size``: where an object stands.
+
+    Kept just inside the frame, so an object cut by the frame's bottom edge (the commonest
+    case: a person walking up to the camera) is still inside a zone drawn to that edge.
+    """
+    inner = 1 - 1e-6
+    x = (box[0] + box[2]) / 2 / size[0]
+    return (min(max(x, 0.0), inner), min(max(box[3] / size[1], 0.0), inner))
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,9 @@ def camera_config(tmp_path: Path, broker: Broker, camera: RtspCamera, cameras: b
 [[stream]]
 name = "door"
 url = "{camera.url}"
+labels = ["person"]
+zones = {{ left = [[0, 0], [0.6, 0], [0.6, 1], [0, 1]] }}
+classifier = "mobilenet_v2"
 min_hits = 2
 max_missed = 2
 read_timeout_s = 2
@@ -66,7 +69,8 @@ reconnect_max_s = 1
 '''
     config = tmp_path / "agent.toml"
     config.write_text(
-        f'[agent]\nmodels_dir = "{REPO / "zoo"}"\nmodels = ["coco_ssd"]\ndevice_id = "cam-box"\n'
+        f'[agent]\nmodels_dir = "{REPO / "zoo"}"\nmodels = ["coco_ssd", "mobilenet_v2"]\n'
+        'device_id = "cam-box"\n'
         f"[mqtt]\nport = {broker.port}\nreconnect_min_s = 0.2\nreconnect_max_s = 1.0\n"
         f"connect_timeout_s = 3\n" + (streams if cameras else "")
     )
@@ -102,6 +106,8 @@ def test_camera_events_reach_home_assistant_and_survive_a_camera_and_a_broker_re
     start = next(e for e in subscriber.events() if e["label"] == "person")
     assert start["stream"] == "door" and len(start["box"]) == 4 and start["score"] >= 0.5
     assert start["captured_at"] <= start["sent_at"]
+    assert start["zones"] == ["left"]  # the person stands in the frame's left 60 %
+    assert start["sub_label"] and 0 <= start["sub_label_score"] <= 1  # the crop's classifier
     snapshots = tmp_path / "state" / "edgeagent" / "streams" / "snapshots"
     assert (snapshots / start["snapshot"]).read_bytes()[:2] == b"\xff\xd8"  # a JPEG
 
@@ -146,6 +152,7 @@ def test_camera_events_reach_home_assistant_and_survive_a_camera_and_a_broker_re
     events = subscriber.events()
     ids = Counter(e["id"] for e in events)
     assert len(events) == outbox["spooled"] and max(ids.values()) == 1  # 0 lost, each once
+    assert {e["label"] for e in events} == {"person"}  # labels = ["person"]
     kinds = Counter((e["track_id"], e["type"]) for e in events if e["type"] != "update")
     assert all(kinds[(track, "end")] == 1 for track, kind in kinds if kind == "start")
     assert agent.client.status()["streams"]["streams"] == {}

@@ -159,3 +159,16 @@ def test_a_reload_restarts_only_the_streams_whose_table_changed(tmp_path: Path) 
         await service.stop()
 
     asyncio.run(run())
+
+
+def test_a_sealed_detector_seals_its_snapshots() -> None:
+    import dataclasses
+
+    from edgeagent.models.package import load_package
+    from edgeagent.streams.pipeline import sealed
+    from tests.support.helpers import REPO
+
+    package = load_package(REPO / "zoo" / "coco_ssd")
+    assert not sealed(package)
+    variant = dataclasses.replace(package.variants[0], sealed_files=(Path("model.onnx.sealed"),))
+    assert sealed(dataclasses.replace(package, variants=(variant,)))
