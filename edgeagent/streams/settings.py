@@ -68,6 +68,9 @@ class StreamSettings:
     read_timeout_s: float = setting(5.0, "no packet for this long = stalled: reconnect", "s")
     reconnect_min_s: float = setting(0.5, "first reconnect back-off; doubles each failure", "s")
     reconnect_max_s: float = setting(30.0, "longest reconnect back-off", "s")
+    hwaccel: str = setting(
+        "", "hardware decoding: cuda, qsv, drm, vaapi …; empty = software; unavailable = software"
+    )
     max_pixels: int = setting(
         3840 * 2160, "a larger frame is refused (the source is reported failed)", "pixels"
     )

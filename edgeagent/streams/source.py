@@ -75,6 +75,8 @@ class Source:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._changed = threading.Condition()  # notified on every state change
+        self.decoder = f"hardware ({settings.hwaccel})" if settings.hwaccel else "software"
+        self._hwaccel = settings.hwaccel
 
     # -- control --------------------------------------------------------------------------
 
@@ -102,6 +104,7 @@ class Source:
         age = None if self.last_frame_at is None else round(time.time() - self.last_frame_at, 3)
         return {
             "url_kind": self.settings.kind,
+            "decoder": self.decoder,
             "state": self.state,
             "since": round(self.since, 3),
             "error": self.error,
@@ -144,7 +147,7 @@ class Source:
             self._set("connecting", self.settings.kind)
             taken_before = self.taken
             try:
-                with av.open(self.settings.url, **open_args(self.settings)) as container:
+                with self._open() as container:
                     self.connects += 1
                     self._set("streaming", "")
                     self._read(container)
@@ -165,6 +168,26 @@ class Source:
             delay = next(delays)
             self._set("backoff", f"reconnecting in {delay:g} s")
             self._stop.wait(delay)
+
+    def _open(self) -> Any:
+        """The opened container, decoding on ``hwaccel`` when FFmpeg can; when the device is
+        missing (FFmpeg answers EPERM or refuses the type) the source decodes in software
+        from then on, and says so in its status."""
+        import av
+
+        args = open_args(self.settings)
+        if not self._hwaccel:
+            return av.open(self.settings.url, **args)
+        from av.codec.hwaccel import HWAccel
+
+        try:
+            accel = HWAccel(device_type=self._hwaccel, allow_software_fallback=True)
+            return av.open(self.settings.url, hwaccel=accel, **args)
+        except (av.PermissionError, ValueError) as exc:
+            self.decoder = f"software ({self._hwaccel} unavailable: {exc})"
+            log.warning("stream %s: %s", self.settings.name, self.decoder)
+            self._hwaccel = ""
+            return av.open(self.settings.url, **args)
 
     def _read(self, container: Any) -> None:
         """Decode, take one frame per 1/fps, pace a file at its own frame rate."""
