@@ -167,10 +167,7 @@ class Pipeline:
             if s.classifier:
                 await self._classify(track, frame)
             if s.snapshots and self.snapshots is not None:
-                name = f"{s.name}-{int(frame.captured_at * 1000)}-{track.id}"
-                track.extra["snapshot"] = await asyncio.to_thread(
-                    self.snapshots.save, name, frame.image, sealed(package)
-                )
+                await self._snapshot(track, frame, package)
             self._announce(track.label)
             await self._emit("start", track, frame.captured_at)
         for track in changes.seen:
@@ -185,6 +182,21 @@ class Pipeline:
             await self._emit("end", track, frame.captured_at)
         if changes.started or changes.ended:
             self._publish_counts()
+
+    async def _snapshot(self, track: Track, frame: Frame, package: ModelPackage) -> None:
+        """The frame as a JPEG beside the start event; a full disk costs the picture, never
+        the event."""
+        name = f"{self.settings.name}-{int(frame.captured_at * 1000)}-{track.id}"
+        try:
+            track.extra["snapshot"] = await asyncio.to_thread(
+                self.snapshots.save,  # type: ignore[union-attr]
+                name,
+                frame.image,
+                sealed(package),
+            )
+        except OSError as exc:
+            self.last_error = f"snapshot: {exc}"
+            log.warning("stream %s: snapshot not kept: %s", self.settings.name, exc)
 
     async def _classify(self, track: Track, frame: Frame) -> None:
         box = tuple(round(v) for v in track.box)
