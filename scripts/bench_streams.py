@@ -2,7 +2,7 @@
 """Camera benchmark: N RTSP streams of 720p H.264 through the agent's detector and tracker,
 with events over a real Mosquitto.
 
-Set-up: ffmpeg makes an H.264 file (1280×720, 5 fps) from the real photos in
+Set-up: ffmpeg makes an H.264 file (``--size``, 1280×720 by default; 5 fps) from the real photos in
 third-party-models/photos; GStreamer's RTSP server (devtools/rtsp_server.py, the system
 python3) serves it; one ``edgeagent run`` (zoo/coco_ssd) reads ``--streams`` cameras from it,
 each its own RTSP session; a paho subscriber records every event with its arrival time.
@@ -130,18 +130,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--fps", type=float, default=5.0)
+    parser.add_argument("--size", default="1280x720", help="the cameras' frame, WxH")
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--outage", type=float, default=5.0, help="broker down for this long")
     parser.add_argument("--soak", action="store_true", help="report RSS and fd growth")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results: dict = {"streams": args.streams, "fps": args.fps, "seconds": args.seconds}
+    results: dict = {
+        "streams": args.streams,
+        "fps": args.fps,
+        "size": args.size,
+        "seconds": args.seconds,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         # A file long enough that a session rarely ends inside the window (each client's
         # session ends at the end of the file and the agent reconnects, as after a reboot).
         photos = PHOTOS * max(1, int(args.seconds // (3 * len(PHOTOS))) + 1)
-        video = make_video(work / "cam.mp4", photos, width=1280, height=720, fps=5, seconds=3)
+        width, height = (int(v) for v in args.size.split("x"))
+        video = make_video(work / "cam.mp4", photos, width=width, height=height, fps=5, seconds=3)
         broker = Broker(work / "broker")
         broker.start()
         camera = RtspCamera(video).start()
