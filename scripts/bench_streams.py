@@ -134,6 +134,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--outage", type=float, default=5.0, help="broker down for this long")
     parser.add_argument("--soak", action="store_true", help="report RSS and fd growth")
+    parser.add_argument("--sample-s", type=float, default=60.0, help="soak: RSS/fds every")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results: dict = {
@@ -171,7 +172,10 @@ def main() -> int:
             rss0, fds0 = agent.rss_mb(), agent.fds()
             before = streams_status(agent)["streams"]
             cpu0, t0 = agent.cpu_s(), time.time()
-            time.sleep(args.seconds)  # the measured window: the cameras run on their own
+            samples = []  # (seconds into the window, RSS MB, fds): the soak's curve
+            while time.time() < t0 + args.seconds:  # the cameras run on their own meanwhile
+                time.sleep(max(0.0, min(args.sample_s, t0 + args.seconds - time.time())))
+                samples.append((round(time.time() - t0), round(agent.rss_mb(), 1), agent.fds()))
             cpu1, t1 = agent.cpu_s(), time.time()
             after = streams_status(agent)["streams"]
             taken = sum(after[n]["frames_taken"] - before[n]["frames_taken"] for n in after)
@@ -202,6 +206,7 @@ def main() -> int:
                     "rss_growth_mb": round(agent.rss_mb() - rss0, 1),
                     "fds_start": fds0,
                     "fds_end": agent.fds(),
+                    "samples": samples,
                 }
             # RTSP server restart: every stream back.
             camera.kill()

@@ -56,7 +56,7 @@ class Outbox:
             "id": uuid.uuid4().hex,
             "type": kind,
             "stream": stream,
-            "sent_at": round(time.time(), 3),
+            "emitted_at": round(time.time(), 3),
             **fields,
         }
         topic = self.topics.stream(stream, "events").name

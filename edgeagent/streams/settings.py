@@ -63,7 +63,9 @@ class StreamSettings:
     max_frame_age_s: float = setting(
         2.0, "a frame older than this (from its capture) is never processed, only counted", "s"
     )
-    frame_slots: int = setting(2, "decoded frames waiting for the detector; the oldest go first")
+    frame_slots: int = setting(
+        1, "decoded frames waiting for the detector; the oldest go first (1 = always the newest)"
+    )
     open_timeout_s: float = setting(10.0, "opening the source; then it counts as failed", "s")
     read_timeout_s: float = setting(5.0, "no packet for this long = stalled: reconnect", "s")
     reconnect_min_s: float = setting(0.5, "first reconnect back-off; doubles each failure", "s")

@@ -105,7 +105,7 @@ def test_camera_events_reach_home_assistant_and_survive_a_camera_and_a_broker_re
     )
     start = next(e for e in subscriber.events() if e["label"] == "person")
     assert start["stream"] == "door" and len(start["box"]) == 4 and start["score"] >= 0.5
-    assert start["captured_at"] <= start["sent_at"]
+    assert start["captured_at"] <= start["emitted_at"]
     assert start["zones"] == ["left"]  # the person stands in the frame's left 60 %
     assert start["sub_label"] and 0 <= start["sub_label_score"] <= 1  # the crop's classifier
     snapshots = tmp_path / "state" / "edgeagent" / "streams" / "snapshots"
