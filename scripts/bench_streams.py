@@ -206,6 +206,9 @@ def main() -> int:
                     "rss_growth_mb": round(agent.rss_mb() - rss0, 1),
                     "fds_start": fds0,
                     "fds_end": agent.fds(),
+                    # From the first sample on: what is left once the allocator and the
+                    # caches have warmed (the first minute) is what a leak would look like.
+                    "rss_growth_after_first_sample_mb": round(samples[-1][1] - samples[0][1], 1),
                     "samples": samples,
                 }
             # RTSP server restart: every stream back.

@@ -75,6 +75,7 @@ class Source:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._changed = threading.Condition()  # notified on every state change
+        self._heard = 0.0  # monotonic time of the last frame (or of the open's start)
         self.decoder = f"hardware ({settings.hwaccel})" if settings.hwaccel else "software"
         self._hwaccel = settings.hwaccel
 
@@ -96,7 +97,8 @@ class Source:
         self._set("stopped", "")
 
     def wait_until(self, predicate: Callable[[Source], bool], timeout: float) -> bool:
-        """Block until ``predicate(self)`` holds (checked on each state change); False: time-out."""
+        """Block until ``predicate(self)`` holds (checked on each state change and frame taken);
+        False on time-out."""
         with self._changed:
             return self._changed.wait_for(lambda: predicate(self), timeout)
 
@@ -146,21 +148,30 @@ class Source:
         while not self._stop.is_set():
             self._set("connecting", self.settings.kind)
             taken_before = self.taken
+            self._heard = time.monotonic()
+            limit = self.settings.open_timeout_s
             try:
                 with self._open() as container:
                     self.connects += 1
                     self._set("streaming", "")
+                    self._heard, limit = time.monotonic(), self.settings.read_timeout_s
                     self._read(container)
                 if self._stop.is_set():
                     break
                 if self.settings.kind == "file" and not self.settings.loop:
                     self._set("ended", "end of file")
                     return
-                self._set("closed", "end of stream")
-            except av.ExitError:  # our read time-out interrupted a blocked read
-                self._set("stalled", f"no frame for {self.settings.read_timeout_s:g} s")
+                if time.monotonic() - self._heard >= limit * 0.9:  # a time-out read as EOF
+                    self._set("stalled", f"nothing received for {limit:g} s")
+                else:
+                    self._set("closed", "end of stream")
             except (av.FFmpegError, OSError, SourceError, ValueError) as exc:
-                self._set("failed", str(exc) or type(exc).__name__)
+                # Our time-out interrupting a blocked read surfaces as whatever error the
+                # demuxer then reports (ExitError, InvalidDataError …): judged by the silence.
+                if time.monotonic() - self._heard >= limit * 0.9:
+                    self._set("stalled", f"nothing received for {limit:g} s")
+                else:
+                    self._set("failed", str(exc) or type(exc).__name__)
             if self._stop.is_set():
                 break
             if self.taken > taken_before:  # it worked for a while: start the back-off afresh
@@ -206,6 +217,7 @@ class Source:
                 if self._stop.wait(max(0.0, started + frame.time - first_pts - time.monotonic())):
                     return
             self.decoded += 1
+            self._heard = time.monotonic()
             now = time.monotonic()
             if now < next_take:
                 continue
@@ -230,6 +242,9 @@ class Source:
                 )
             self.resolution = size
         captured = time.time()
-        self.taken += 1
-        self.last_frame_at = captured
-        self.slot.put(Frame(frame.to_image(), captured, self.taken))
+        image = frame.to_image()
+        with self._changed:
+            self.taken += 1
+            self.last_frame_at = captured
+            self._changed.notify_all()
+        self.slot.put(Frame(image, captured, self.taken))

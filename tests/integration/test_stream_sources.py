@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -16,7 +17,7 @@ import pytest
 from PIL import Image
 
 from devtools.camera_video import PHOTOS, join_videos, make_video
-from devtools.cameras import rtsp_available
+from devtools.cameras import RtspCamera, rtsp_available
 from edgeagent.streams.frames import FrameSlot
 from edgeagent.streams.settings import StreamSettings
 from edgeagent.streams.source import Source
@@ -138,3 +139,26 @@ def test_an_mjpeg_camera_is_decoded_and_reconnected_when_it_closes(
     states = [state for _, state, _ in source.history]
     # The connection's end reads as an I/O error from FFmpeg's HTTP input: failed, then back-off.
     assert states[:5] == ["connecting", "streaming", "failed", "backoff", "connecting"]
+
+
+def test_a_frozen_rtsp_camera_is_noticed_as_stalled_and_reconnected(
+    tmp_path: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    video = make_video(tmp_path / "cam.mp4", ["astronaut.png", "rocket.jpg"] * 4, seconds=1)
+    camera = RtspCamera(video).start()
+    assert camera.process is not None
+    settings = replace(
+        BASE, name="rtsp", url=camera.url, read_timeout_s=1, reconnect_min_s=0.1, frame_slots=1
+    )
+    source = Source(settings, FrameSlot(1, loop))
+    source.start()
+    try:
+        assert source.wait_until(lambda s: s.state == "streaming" and s.taken > 0, 30)
+        camera.process.send_signal(signal.SIGSTOP)  # the camera freezes: the socket stays open
+        assert source.wait_until(lambda s: s.state == "stalled", 30), source.status()
+        camera.process.send_signal(signal.SIGCONT)
+        assert source.wait_until(lambda s: s.connects >= 2 and s.state == "streaming", 30)
+    finally:
+        source.stop()
+        camera.kill()
+    assert "nothing received for 1 s" in [why for _, state, why in source.history]
