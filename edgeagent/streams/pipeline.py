@@ -53,6 +53,22 @@ def sealed(package: ModelPackage) -> bool:
     return any(variant.sealed_files for variant in package.variants)
 
 
+def wanted(
+    found: list[dict[str, Any]], settings: StreamSettings, size: tuple[int, int]
+) -> list[Detection]:
+    """The detections the tracker sees: of the stream's ``labels`` (all when empty), and not
+    standing in any of its ``masks``."""
+    kept = []
+    for d in found:
+        box = (d["box"][0], d["box"][1], d["box"][2], d["box"][3])
+        if settings.labels and d["label"] not in settings.labels:
+            continue
+        if any(inside(anchor(box, size), mask) for mask in settings.masks):
+            continue
+        kept.append(Detection(d["label"], d["score"], box))
+    return kept
+
+
 class Pipeline:
     """A source and the task that processes its frames."""
 
@@ -148,13 +164,7 @@ class Pipeline:
             return
         self.max_processed_age_s = max(self.max_processed_age_s, time.time() - frame.captured_at)
         self.processed += 1
-        size = frame.image.size
-        detections = [
-            Detection(d["label"], d["score"], tuple(d["box"]))
-            for d in detections_json(package, found)
-            if (not s.labels or d["label"] in s.labels)
-            and not any(inside(anchor(tuple(d["box"]), size), m) for m in s.masks)
-        ]
+        detections = wanted(detections_json(package, found), s, frame.image.size)
         changes = self.tracker.update(detections, s.min_score)
         await self._events(changes, frame, package)
 

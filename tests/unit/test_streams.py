@@ -172,3 +172,21 @@ def test_a_sealed_detector_seals_its_snapshots() -> None:
     assert not sealed(package)
     variant = dataclasses.replace(package.variants[0], sealed_files=(Path("model.onnx.sealed"),))
     assert sealed(dataclasses.replace(package, variants=(variant,)))
+
+
+def test_labels_and_masks_decide_what_the_tracker_sees() -> None:
+    from edgeagent.streams.pipeline import wanted
+    from edgeagent.streams.settings import StreamSettings
+
+    found = [
+        {"label": "person", "score": 0.9, "box": [10, 10, 90, 190]},  # stands at (0.125, 0.95)
+        {"label": "person", "score": 0.8, "box": [300, 10, 390, 190]},  # stands at (0.86, 0.95)
+        {"label": "car", "score": 0.7, "box": [300, 10, 390, 190]},
+    ]
+    right_half = [[0.5, 0.0], [1.0, 0.0], [1.0, 1.0], [0.5, 1.0]]
+    everything = StreamSettings(name="a", url="x")
+    assert len(wanted(found, everything, (400, 200))) == 3
+    masked = StreamSettings(name="a", url="x", labels=["person"], masks=[right_half])
+    assert [(d.label, d.box) for d in wanted(found, masked, (400, 200))] == [
+        ("person", (10, 10, 90, 190))
+    ]
