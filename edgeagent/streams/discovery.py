@@ -37,8 +37,7 @@ def _device(device_id: str) -> dict[str, Any]:
 def _common(topics: DeviceTopics, unique: str, name: str, state: Topic) -> dict[str, Any]:
     return {
         "name": name,
-        "unique_id": unique,
-        "object_id": unique,
+        "unique_id": unique,  # no object_id: newer Home Assistant replaced it (default_entity_id)
         "state_topic": state.name,
         "availability_topic": topics.availability.name,
         "payload_available": "online",

@@ -112,7 +112,8 @@ COMMON: dict[str, Callable[[Any], Any]] = {
     "icon": string,
     "json_attributes_topic": subscribe_topic,
     "json_attributes_template": string,
-    "object_id": string,
+    "object_id": string,  # deprecated by newer releases for default_entity_id; both accepted
+    "default_entity_id": string,
     "unique_id": string,
     # the read-only platform base
     "state_topic": subscribe_topic,
