@@ -142,7 +142,11 @@ class Source:
         )
 
     def _run(self) -> None:
-        import av
+        try:
+            import av
+        except ImportError:
+            self._set("failed", "PyAV is not installed: pip install 'edgeagent[streams]'")
+            return
 
         delays = backoff(self.settings.reconnect_min_s, self.settings.reconnect_max_s)
         while not self._stop.is_set():
