@@ -49,7 +49,6 @@ from edgeagent.engine.plan import plan_request
 from edgeagent.engine.planes import Planes, is_language_package, language_variants
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
-from edgeagent.fleet.mqtt import MqttLink
 from edgeagent.fleet.topics import Topics
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
@@ -115,10 +114,6 @@ def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
     for directory in directories:
         (texts if is_language_package(directory) else tensors).append(directory)
     return tensors, texts
-
-
-async def _ignore_message(topic: str, payload: bytes) -> None:
-    """The cameras' own MQTT link (updates off) acts on no message it receives."""
 
 
 class Daemon:
@@ -247,7 +242,20 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
-        self.streams = self._streams(config)
+        self.streams = StreamsService.on_link(
+            config.streams,
+            config.cameras,
+            detector=self.dataplane,
+            link=self.updates.link if self.updates is not None else None,
+            mqtt=config.mqtt,
+            topics=Topics(
+                config.mqtt.topic_prefix,
+                config.updates.group,
+                config.agent.device_id or socket.gethostname(),
+            ),
+            state_dir=config.agent.state_dir,
+            recipient=lambda: self.device_key.private.public_key(),
+        )
         self.services.append(self.streams)  # stops first: the cameras' last events spooled
         self.status_providers["streams"] = self.streams.status
         self.listeners = Listeners(config.tls)
@@ -256,26 +264,6 @@ class Daemon:
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
-
-    def _streams(self, config: Config) -> StreamsService:
-        """The cameras, their events on the updater's MQTT link (or a link of their own when
-        updates are off and cameras are configured), snapshots sealed to this device's key."""
-        device_id = config.agent.device_id or socket.gethostname()
-        topics = Topics(config.mqtt.topic_prefix, config.updates.group, device_id)
-        link: MqttLink | None = self.updates.link if self.updates is not None else None
-        own_link = link is None and bool(config.cameras)
-        if own_link:
-            link = MqttLink(config.mqtt, topics, _ignore_message)
-        return StreamsService(
-            config.streams,
-            config.cameras,
-            detector=self.dataplane,
-            topics=topics.of_device,
-            link=link,
-            own_link=own_link,
-            state_dir=config.agent.state_dir,
-            recipient=lambda: self.device_key.private.public_key(),
-        )
 
     @staticmethod
     def _prepare_state(config: Config) -> None:
@@ -335,7 +323,7 @@ class Daemon:
         for directory in installed:
             self.registry.add(directory)  # an installed release wins over its seed package
         await self.registry.load_all()
-        await self._load_language(texts + installed_texts)
+        await self.language.load_each(texts + installed_texts)
         served = [
             *package_dirs(self.config),
             *(self.updates.package_dirs() if self.updates else []),
@@ -412,7 +400,7 @@ class Daemon:
                     log.error("reload refused: %s", exc)
                     return
             wanted_dirs, texts = split_text(wanted_dirs)
-            await self._reload_language(texts)
+            await self.language.reconcile(texts)
             wanted = {self.registry.add(d): d for d in wanted_dirs}
             for name in set(self._seeded) - set(wanted):
                 await self.registry.unload(name)
@@ -432,29 +420,6 @@ class Daemon:
             ]
             self.notifier.status(f"reloaded: serving {', '.join(ready) or 'nothing'}")
             log.info("reloaded: serving %s", ", ".join(ready) or "no models")
-
-    async def _load_language(self, directories: list[Path]) -> None:
-        """Load (or hot-swap) language-model packages; one that fails is logged, not fatal."""
-        for directory in directories:
-            if self.language.serves(directory):
-                continue
-            try:
-                info = await self.language.load(directory)
-                log.info("language model %s %s on %s", info.name, info.version, info.device)
-            except Exception as exc:
-                log.error("language model in %s is unavailable: %s", directory, exc)
-
-    async def _reload_language(self, directories: list[Path]) -> None:
-        """SIGHUP: new and changed language packages load, removed ones unload."""
-        wanted: set[str] = set()
-        for directory in directories:
-            try:
-                wanted.add(load_package(directory).name)
-            except PackageError:
-                continue
-        for name in set(self.language.names()) - wanted:
-            await self.language.unload(name)
-        await self._load_language(directories)
 
     def _locate(self, name: str) -> Path | None:
         """The models directory's package ``name`` (repository load of one added after start)."""

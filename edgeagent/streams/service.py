@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeagent.aio import cancel_and_wait, spawn
-from edgeagent.fleet.topics import DeviceTopics
+from edgeagent.fleet.mqtt import MqttLink
+from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import DeviceTopics, Topics
 from edgeagent.streams.events import Link, Outbox
 from edgeagent.streams.pipeline import Detector, Pipeline
 from edgeagent.streams.settings import StreamSettings, StreamsSettings
@@ -21,6 +23,10 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
 log = logging.getLogger(__name__)
+
+
+async def _ignore_message(topic: str, payload: bytes) -> None:
+    """The cameras' own MQTT link (updates off) acts on no message it receives."""
 
 
 class StreamsService:
@@ -50,6 +56,35 @@ class StreamsService:
         self.outbox: Outbox | None = None
         self.snapshots: SnapshotStore | None = None
         self._tasks: list[asyncio.Task] = []
+
+    @classmethod
+    def on_link(
+        cls,
+        settings: StreamsSettings,
+        streams: tuple[StreamSettings, ...],
+        *,
+        detector: Detector,
+        link: MqttLink | None,
+        mqtt: MqttSettings,
+        topics: Topics,
+        state_dir: Path,
+        recipient: Callable[[], X25519PublicKey] | None = None,
+    ) -> StreamsService:
+        """The cameras on the updater's MQTT ``link``; without one (updates off), on a link of
+        their own (same ``[mqtt]`` settings) when any camera is configured at start."""
+        own_link = link is None and bool(streams)
+        if own_link:
+            link = MqttLink(mqtt, topics, _ignore_message)
+        return cls(
+            settings,
+            streams,
+            detector=detector,
+            topics=topics.of_device,
+            link=link,
+            own_link=own_link,
+            state_dir=state_dir,
+            recipient=recipient,
+        )
 
     async def start(self) -> None:
         s, base = self.settings, self.state_dir / "streams"
