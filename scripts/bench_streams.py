@@ -109,8 +109,9 @@ class LoggedAgent:
         self.process.wait(60)
 
 
-def config_text(broker: Broker, camera: RtspCamera, streams: int, fps: float) -> str:
+def config_text(broker: Broker, camera: RtspCamera, streams: int, fps: float, plan: str) -> str:
     text = (
+        f'[server]\nplan = "{plan}"\n'
         f'[agent]\nmodels_dir = "{REPO / "zoo"}"\nmodels = ["coco_ssd"]\ndevice_id = "bench"\n'
         f"[mqtt]\nport = {broker.port}\nreconnect_min_s = 0.2\nreconnect_max_s = 1.0\n"
     )
@@ -131,6 +132,10 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--fps", type=float, default=5.0)
     parser.add_argument("--size", default="1280x720", help="the cameras' frame, WxH")
+    parser.add_argument("--photo-seconds", type=float, default=3.0, help="each photo held")
+    parser.add_argument(
+        "--plan", choices=("auto", "fixed"), default="auto", help="[server] plan of the agent"
+    )
     parser.add_argument("--seconds", type=float, default=30.0, help="measured window")
     parser.add_argument("--outage", type=float, default=5.0, help="broker down for this long")
     parser.add_argument("--soak", action="store_true", help="report RSS and fd growth")
@@ -147,9 +152,11 @@ def main() -> int:
         work = Path(tmp)
         # A file long enough that a session rarely ends inside the window (each client's
         # session ends at the end of the file and the agent reconnects, as after a reboot).
-        photos = PHOTOS * max(1, int(args.seconds // (3 * len(PHOTOS))) + 1)
+        photos = PHOTOS * max(1, int(args.seconds // (args.photo_seconds * len(PHOTOS))) + 1)
         width, height = (int(v) for v in args.size.split("x"))
-        video = make_video(work / "cam.mp4", photos, width=width, height=height, fps=5, seconds=3)
+        video = make_video(
+            work / "cam.mp4", photos, width=width, height=height, fps=5, seconds=args.photo_seconds
+        )
         broker = Broker(work / "broker")
         broker.start()
         camera = RtspCamera(video).start()
@@ -164,7 +171,7 @@ def main() -> int:
 
         subscriber.client.on_message = on_message
         config = work / "agent.toml"
-        config.write_text(config_text(broker, camera, args.streams, args.fps))
+        config.write_text(config_text(broker, camera, args.streams, args.fps, args.plan))
         agent = LoggedAgent(work, config)
         try:
             agent.wait_count("connecting -> streaming", args.streams, 0)
@@ -222,7 +229,7 @@ def main() -> int:
             broker.stop()
             time.sleep(args.outage)  # the outage itself: the cameras keep making events
             broker.start()
-            config.write_text(config_text(broker, camera, 0, args.fps))
+            config.write_text(config_text(broker, camera, 0, args.fps, args.plan))
             agent.process.send_signal(signal.SIGHUP)
             agent.wait_count("reloaded: serving", 1, ready)
             deadline = time.time() + 60

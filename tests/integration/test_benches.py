@@ -337,7 +337,8 @@ def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
 @pytest.mark.skipif(rtsp_available() is not None, reason=str(rtsp_available()))
 def test_streams_reports_latency_recovery_and_the_broker_restart() -> None:
     report = run_bench(
-        "bench_streams.py --streams 1 --size 320x180 --seconds 3 --outage 1 --soak --json"
+        "bench_streams.py --streams 1 --size 320x180 --photo-seconds 1 --plan fixed --seconds 3 "
+        "--outage 1 --soak --json"
     )
     assert_figures(report["window"], "frames_taken", "cpu_ms_per_frame", "max_frame_age_s")
     assert report["rtsp_restart_recovery_s"] > 0

@@ -69,6 +69,7 @@ reconnect_max_s = 1
 '''
     config = tmp_path / "agent.toml"
     config.write_text(
+        '[server]\nplan = "fixed"\n'  # no plan search competing with the cameras for CPU
         f'[agent]\nmodels_dir = "{REPO / "zoo"}"\nmodels = ["coco_ssd", "mobilenet_v2"]\n'
         'device_id = "cam-box"\n'
         f"[mqtt]\nport = {broker.port}\nreconnect_min_s = 0.2\nreconnect_max_s = 1.0\n"
