@@ -329,7 +329,7 @@ class DataPlane:
         assert package.preprocess is not None
         started = time.perf_counter()
         tensor, geometry = await self._decoded(image, prepare_opened, package.preprocess)
-        found = await self._detections(model, tensor, geometry, min_score)
+        found = await self._boxes(model, tensor, geometry, min_score, {})
         backend = model.backend
         return {
             "model_name": package.name,
@@ -352,13 +352,60 @@ class DataPlane:
         package = _detector(model, min_score)
         assert package.preprocess is not None
         tensor, geometry = await asyncio.to_thread(prepare_pixels, pixels, package.preprocess)
-        return package, await self._detections(model, tensor, geometry, min_score)
+        return package, await self._boxes(model, tensor, geometry, min_score, {})
 
-    async def _detections(
-        self, model: LoadedModel, tensor: np.ndarray, geometry: Geometry, min_score: float | None
-    ) -> Detections:
+    async def detect_frame(
+        self,
+        name: str,
+        image: Image.Image,
+        *,
+        min_score: float | None = None,
+        priority: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[ModelPackage, Detections]:
+        """A decoded frame (a camera's) through a detector, at the caller's priority and
+        deadline: the same model lookup, batcher, governor limits and head decoding as
+        ``detect``, without the image upload's byte decoding."""
+        model = self.model(name, None)
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
+        async with self._decode_slots:
+            tensor, geometry = await asyncio.to_thread(prepare_opened, image, package.preprocess)
+        options: dict[str, Any] = {}
+        if priority is not None:
+            options["priority"] = priority
+        if timeout_s is not None:
+            options["timeout_s"] = min(timeout_s, self.settings.request_timeout_s)
+        return package, await self._boxes(model, tensor, geometry, min_score, options)
+
+    async def classify_frame(
+        self, name: str, image: Image.Image, *, priority: int | None = None
+    ) -> tuple[str, float]:
+        """The best class of a decoded image (a camera's crop) and its score."""
+        model = self.model(name)
         package = model.package
-        answer = await model.infer({package.inputs[0].name: tensor})
+        if package.task != "classification" or package.preprocess is None:
+            raise InvalidInput(_not_a_classifier(package))
+        async with self._decode_slots:
+            tensor = await asyncio.to_thread(image_tensor, image, package.preprocess)
+        options = {} if priority is None else {"priority": priority}
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        best = top_k(
+            answer[package.outputs[0].name][0], package.labels, 1, package.postprocess.softmax
+        )[0]
+        return best.label, best.score
+
+    async def _boxes(
+        self,
+        model: LoadedModel,
+        tensor: np.ndarray,
+        geometry: Geometry,
+        min_score: float | None,
+        options: dict[str, Any],
+    ) -> Detections:
+        """Infer one prepared image and decode the head into boxes in ``geometry``'s pixels."""
+        package = model.package
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
         outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
         found = decode_row(package, outputs, geometry, min_score)
         if self.metrics is not None:

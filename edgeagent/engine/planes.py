@@ -133,3 +133,13 @@ class Planes:
                 "are checked before it takes traffic instead)"
             )
         return await self.registry.canary(package_dir, policy, check=check)
+
+
+def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(tensor packages, language-model packages): each goes to its own plane. A package that
+    cannot be read stays with the tensor registry, which reports why."""
+    tensors: list[Path] = []
+    texts: list[Path] = []
+    for directory in directories:
+        (texts if is_language_package(directory) else tensors).append(directory)
+    return tensors, texts

@@ -22,6 +22,7 @@ import pytest
 from PIL import Image
 
 from devtools.broker import mosquitto_binary
+from devtools.cameras import rtsp_available
 from tests.support.helpers import REPO, write_tiny_package
 
 SCRIPTS = REPO / "scripts"
@@ -45,6 +46,7 @@ COVERED = {
     "bench_llm.py",
     "bench_site.py",
     "bench_zmq.py",
+    "bench_streams.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -338,3 +340,17 @@ def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
         assert_figures(report["rss_mb"], side)
         assert len(report["sides"][side]["inter_token_p95_ms"]) == 2
     assert_figures(report["ratios"], "one_stream_tps_agent_over_peer", "ttft_agent_over_peer")
+
+
+@needs_broker
+@pytest.mark.skipif(rtsp_available() is not None, reason=str(rtsp_available()))
+def test_streams_reports_latency_recovery_and_the_broker_restart() -> None:
+    report = run_bench(
+        "bench_streams.py --streams 1 --size 320x180 --photo-seconds 1 --plan fixed --seconds 3 "
+        "--outage 1 --soak --json"
+    )
+    assert_figures(report["window"], "frames_taken", "cpu_ms_per_frame", "max_frame_age_s")
+    assert report["rtsp_restart_recovery_s"] > 0
+    restart = report["broker_restart"]
+    assert restart["events_spooled"] > 0 and (restart["lost"], restart["duplicated"]) == (0, 0)
+    assert report["soak"]["fds_end"] > 0 and report["soak"]["rss_mb_end"] > 0

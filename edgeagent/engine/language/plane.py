@@ -38,7 +38,7 @@ from edgeagent.engine.text_requests import (
     LanguageModelInfo,
     Sampling,
 )
-from edgeagent.models.package import ModelPackage, file_sha256, load_package
+from edgeagent.models.package import ModelPackage, PackageError, file_sha256, load_package
 from edgeagent.runtimes.generative import GenerativeSession
 
 log = logging.getLogger(__name__)
@@ -242,6 +242,29 @@ class LanguagePlane:
 
     def names(self) -> list[str]:
         return list(self._models)
+
+    async def load_each(self, directories: Sequence[Path]) -> None:
+        """Load (or hot-swap) language-model packages; one that fails is logged, not fatal."""
+        for directory in directories:
+            if self.serves(directory):
+                continue
+            try:
+                info = await self.load(directory)
+                log.info("language model %s %s on %s", info.name, info.version, info.device)
+            except Exception as exc:
+                log.error("language model in %s is unavailable: %s", directory, exc)
+
+    async def reconcile(self, directories: Sequence[Path]) -> None:
+        """Serve exactly these packages (SIGHUP): new and changed ones load, removed unload."""
+        wanted: set[str] = set()
+        for directory in directories:
+            try:
+                wanted.add(load_package(directory).name)
+            except PackageError:
+                continue
+        for name in set(self.names()) - wanted:
+            await self.unload(name)
+        await self.load_each(directories)
 
     def _drain(self, old: _Loaded) -> None:
         task = spawn(old.scheduler.close(self._engine.drain_timeout_s), name="llm-drain")
