@@ -226,11 +226,17 @@ class LlamaCppSession(GenerativeSession):
         if not 0 <= sequence < top:
             raise InferenceError(f"sequence {sequence} is outside 0..{top - 1}")
 
+    @property
+    def spare(self) -> int:
+        """The sequence the scheduler never uses: embeddings, probes, the health check's
+        golden chats on the serving copy."""
+        return self.sequences
+
     def step(self, inputs: Sequence[SequenceInput]) -> dict[int, np.ndarray]:
         """Decode every input's tokens; split over several ``llama_decode`` only when they
         exceed the context's batch (the scheduler keeps a step within it)."""
         for item in inputs:
-            self._check(item.sequence)
+            self._check(item.sequence, scheduler=False)
             if not item.tokens:
                 raise InferenceError(f"sequence {item.sequence}: no tokens to feed")
         return self._decode(inputs)
@@ -390,6 +396,28 @@ class LlamaCppRuntime(GenerativeRuntime):
                 f"cache {kv / MIB:.0f} MiB for {request.context} tokens + {OVERHEAD_BYTES // MIB}"
                 f" MiB compute) but {where} is {int(budget) / MIB:.0f} MiB"
             )
+
+
+def quantize(source: Path, target: Path, precision: str, threads: int | None = None) -> Path:
+    """llama.cpp's own quantizer: ``source`` (f16/f32 GGUF) → ``target`` at ``precision``
+    (a gguf ``LlamaFileType`` name in lower case: q8_0, q4_k_m …)."""
+    from gguf import LlamaFileType
+
+    try:
+        file_type = LlamaFileType[f"MOSTLY_{precision.upper()}"]
+    except KeyError:
+        problem = f"{precision!r} is not a llama.cpp quantization (q8_0, q4_k_m …)"
+        raise RuntimeLoadError(problem) from None
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = int(file_type)
+    params.nthread = threads or default_threads()
+    _init_backend()
+    failed = lc.llama_model_quantize(
+        str(source).encode(), str(target).encode(), ctypes.byref(params)
+    )
+    if failed or not target.is_file():
+        raise RuntimeLoadError(f"llama.cpp could not quantize {source.name} to {precision}")
+    return target
 
 
 def create() -> LlamaCppRuntime:
