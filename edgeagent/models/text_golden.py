@@ -254,9 +254,11 @@ def replay(session: GenerativeSession, golden: TextGolden) -> Replay:
     return answer_all(session, [p.prompt_tokens for p in golden.prompts], golden.max_tokens)
 
 
-def answer_all(session: GenerativeSession, prompts: Sequence[Sequence[int]], count: int) -> Replay:
-    """Greedy continuations of ``prompts`` and the decode rate over all of them."""
-    answers = [greedy(session, prompt, count) for prompt in prompts]
+def answer_all(
+    session: GenerativeSession, prompts: Sequence[Sequence[int]], count: int, sequence: int = 0
+) -> Replay:
+    """Greedy continuations of ``prompts`` (on ``sequence``) and the decode rate over all."""
+    answers = [greedy(session, prompt, count, sequence) for prompt in prompts]
     steps = sum(max(0, len(a.tokens) - 1) for a in answers)
     seconds = sum(a.decode_s for a in answers)
     rate = steps / seconds if seconds > 0 else 0.0

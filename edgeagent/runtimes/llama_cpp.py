@@ -226,17 +226,11 @@ class LlamaCppSession(GenerativeSession):
         if not 0 <= sequence < top:
             raise InferenceError(f"sequence {sequence} is outside 0..{top - 1}")
 
-    @property
-    def spare(self) -> int:
-        """The sequence the scheduler never uses: embeddings, probes, the health check's
-        golden chats on the serving copy."""
-        return self.sequences
-
     def step(self, inputs: Sequence[SequenceInput]) -> dict[int, np.ndarray]:
         """Decode every input's tokens; split over several ``llama_decode`` only when they
         exceed the context's batch (the scheduler keeps a step within it)."""
         for item in inputs:
-            self._check(item.sequence, scheduler=False)
+            self._check(item.sequence)
             if not item.tokens:
                 raise InferenceError(f"sequence {item.sequence}: no tokens to feed")
         return self._decode(inputs)

@@ -44,20 +44,11 @@ tokenizer = PreTrainedTokenizerFast(
 )
 tokenizer.chat_template = template
 torch.manual_seed(0)
-config = LlamaConfig(
-    vocab_size=bpe.get_vocab_size(),
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=512,
-    rms_norm_eps=1e-5,
-    rope_theta=10000.0,
-    tie_word_embeddings=False,
-    bos_token_id=tokenizer.bos_token_id,
-    eos_token_id=tokenizer.eos_token_id,
-)
+shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+heads = {"num_attention_heads": 4, "num_key_value_heads": 2}
+config = LlamaConfig(vocab_size=bpe.get_vocab_size(), **shape, **heads)
+config.max_position_embeddings, config.rms_norm_eps, config.tie_word_embeddings = 512, 1e-5, False
+config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id
 model = LlamaForCausalLM(config).eval()
 with torch.no_grad():
     for p in model.parameters():

@@ -290,8 +290,7 @@ class Scheduler:
             if self._generating is None:
                 source = best_source(
                     sequence.prompt,
-                    [(s.slot, s.tokens) for s in self._running.values()]
-                    + self._retained.items(),
+                    [(s.slot, s.tokens) for s in self._running.values()] + self._retained.items(),
                 )
             keep = source[0] if source else None
             used = sum(s.reserve for s in self._running.values()) + self._retained.tokens
