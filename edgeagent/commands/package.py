@@ -92,7 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(graph-optimised, INT8 from --calibration, OpenVINO IR, fp16), validate each "
             "against the fp32 reference and write a package the agent serves: model.toml, "
             "golden.npz, validation.json. A language model is one or more GGUF files (one per "
-            "quantization): the highest-precision one is the reference, each other is kept "
+            "quantization) or a Hugging Face folder (converted to an f16 GGUF and quantized "
+            "per --quantize): the highest-precision one is the reference, each other is kept "
             "only within --min-agreement and --max-perplexity-ratio; model.toml and golden.json."
             " Exit status 2 when a file or flag is unusable."
         ),
@@ -244,6 +245,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=16,
         help="language models: greedy tokens recorded per golden chat",
     )
+    parser.add_argument(
+        "--quantize",
+        default="q8_0",
+        help="language models from a Hugging Face folder: llama.cpp quantizations of its f16 "
+        "GGUF to judge beside it, comma-separated ('' for none)",
+    )
+    parser.add_argument(
+        "--openvino",
+        action="store_true",
+        help="language models: also an OpenVINO GenAI IR variant of every GGUF (GenAI's own "
+        "conversion), judged like the others",
+    )
     parser.add_argument("--max-images", type=int, default=200, help="rows used per data set")
     parser.add_argument("--threads", type=int, help="intra-op threads when timing variants")
     parser.add_argument(
@@ -328,12 +341,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_text(args: argparse.Namespace) -> int:
     """A language model: GGUF files, one per quantization, judged by their task."""
-    from edgeagent.packaging.gguf_source import hugging_face_refusal
-
-    folders = [Path(source) for source in args.sources if Path(source).is_dir()]
-    if folders:
-        print(f"edgeagent package: {hugging_face_refusal(folders[0])}", file=sys.stderr)
-        return 2
     problem = missing_extra("llm", "gguf", "llama_cpp")
     if problem is not None:
         print(f"edgeagent package: {problem}", file=sys.stderr)
@@ -360,6 +367,8 @@ def _run_text(args: argparse.Namespace) -> int:
         description=args.description,
         max_tokens=args.golden_tokens,
         threads=args.threads,
+        quantize=tuple(p.strip().lower() for p in args.quantize.split(",") if p.strip()),
+        openvino=args.openvino,
     )
     rules = TextRules(args.min_agreement, args.max_perplexity_ratio)
     try:
