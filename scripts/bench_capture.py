@@ -86,7 +86,8 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
     sides = {}
     for name, tables in (("off", ""), ("on", capture)):
         (work / name).mkdir()
-        sides[name] = start_daemon(package, work / name, 0, tables=tables)
+        # A fixed plan on both: a plan searched under load could differ between the two.
+        sides[name] = start_daemon(package, work / name, 0, server='plan = "fixed"', tables=tables)
     try:
         for daemon in sides.values():
             await wait_ready(daemon.sock, daemon.process)

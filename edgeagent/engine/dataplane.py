@@ -30,7 +30,14 @@ from edgeagent.engine.settings import EngineSettings
 from edgeagent.heap import release_free_memory
 from edgeagent.models.detector import decode_row, detections_json
 from edgeagent.models.package import ModelPackage, Preprocess, TensorSpec
-from edgeagent.models.preprocess import image_tensor, open_image, prepare_opened, top_k
+from edgeagent.models.preprocess import (
+    image_tensor,
+    open_image,
+    prepare_opened,
+    prepare_pixels,
+    top_k,
+)
+from edgeagent.models.tasks.decode import Detections, Geometry
 from edgeagent.runtimes.facts import v2_platform
 
 if TYPE_CHECKING:
@@ -135,6 +142,19 @@ def _decode(
         image.close()
         if pixels >= TRIM_PIXELS:
             release_free_memory()
+
+
+def _detector(model: LoadedModel, min_score: float | None) -> ModelPackage:
+    """The model's package if it is a detector the image routes can feed, else InvalidInput."""
+    package = model.package
+    if package.detection is None or package.preprocess is None:
+        raise InvalidInput(
+            f"model {package.name!r} ({package.task}) is not a detector with [detection] "
+            f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
+        )
+    if min_score is not None and not 0 <= min_score <= 1:
+        raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+    return package
 
 
 def _not_a_classifier(package: ModelPackage) -> str:
@@ -338,21 +358,11 @@ class DataPlane:
         ``DECODE_FLOOR``).
         """
         model = self.model(name, version)
-        package = model.package
-        if package.detection is None or package.preprocess is None:
-            raise InvalidInput(
-                f"model {package.name!r} ({package.task}) is not a detector with [detection] "
-                f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
-            )
-        if min_score is not None and not 0 <= min_score <= 1:
-            raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
         started = time.perf_counter()
         tensor, geometry = await self._decoded(image, prepare_opened, package.preprocess)
-        answer = await model.infer({package.inputs[0].name: tensor})
-        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
-        found = decode_row(package, outputs, geometry, min_score)
-        if self.metrics is not None:
-            self.metrics.detections.labels(package.name).inc(len(found))
+        found = await self._boxes(model, tensor, geometry, min_score, {})
         backend = model.backend
         answer_json = {
             "model_name": package.name,
@@ -367,6 +377,76 @@ class DataPlane:
         if self.hooks and not internal:
             self.hooks.notify(_event(model, image, answer_json))
         return answer_json
+
+    async def detect_pixels(
+        self, name: str, pixels: np.ndarray, min_score: float | None = None
+    ) -> tuple[ModelPackage, Detections]:
+        """One decoded RGB frame (height × width × 3, uint8: what Frigate's zmq detector sends)
+        through a detector: its own preprocessing, infer, the head decoded, and boxes in the
+        frame's pixels, best first. The caller bounds the frame's size."""
+        model = self.model(name, None)
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
+        tensor, geometry = await asyncio.to_thread(prepare_pixels, pixels, package.preprocess)
+        return package, await self._boxes(model, tensor, geometry, min_score, {})
+
+    async def detect_frame(
+        self,
+        name: str,
+        image: Image.Image,
+        *,
+        min_score: float | None = None,
+        priority: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[ModelPackage, Detections]:
+        """A decoded frame (a camera's) through a detector, at the caller's priority and
+        deadline: the same model lookup, batcher, governor limits and head decoding as
+        ``detect``, without the image upload's byte decoding."""
+        model = self.model(name, None)
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
+        async with self._decode_slots:
+            tensor, geometry = await asyncio.to_thread(prepare_opened, image, package.preprocess)
+        options: dict[str, Any] = {}
+        if priority is not None:
+            options["priority"] = priority
+        if timeout_s is not None:
+            options["timeout_s"] = min(timeout_s, self.settings.request_timeout_s)
+        return package, await self._boxes(model, tensor, geometry, min_score, options)
+
+    async def classify_frame(
+        self, name: str, image: Image.Image, *, priority: int | None = None
+    ) -> tuple[str, float]:
+        """The best class of a decoded image (a camera's crop) and its score."""
+        model = self.model(name)
+        package = model.package
+        if package.task != "classification" or package.preprocess is None:
+            raise InvalidInput(_not_a_classifier(package))
+        async with self._decode_slots:
+            tensor = await asyncio.to_thread(image_tensor, image, package.preprocess)
+        options = {} if priority is None else {"priority": priority}
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        best = top_k(
+            answer[package.outputs[0].name][0], package.labels, 1, package.postprocess.softmax
+        )[0]
+        return best.label, best.score
+
+    async def _boxes(
+        self,
+        model: LoadedModel,
+        tensor: np.ndarray,
+        geometry: Geometry,
+        min_score: float | None,
+        options: dict[str, Any],
+    ) -> Detections:
+        """Infer one prepared image and decode the head into boxes in ``geometry``'s pixels."""
+        package = model.package
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
+        found = decode_row(package, outputs, geometry, min_score)
+        if self.metrics is not None:
+            self.metrics.detections.labels(package.name).inc(len(found))
+        return found
 
     async def _decoded(
         self, data: bytes, prepare: Callable[[Image.Image, Preprocess], T], spec: Preprocess

@@ -208,7 +208,9 @@ def _load(root: Path) -> ModelPackage:
             for line in labels_path.read_text(encoding="utf-8").splitlines()
             if line.strip()
         )
-        classes = outputs[0].shape[-1]
+        if task == "classification" and not outputs[0].shape:
+            top.fail(f"output {outputs[0].name!r} is a scalar: labels need a class axis", "labels")
+        classes = outputs[0].shape[-1] if outputs[0].shape else 0
         if task == "classification" and classes > 0 and len(labels) != classes:
             top.fail(
                 f"{labels_name} has {len(labels)} labels but output {outputs[0].name!r} "

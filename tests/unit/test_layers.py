@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"commands"},
     {"daemon"},
     {"config"},
-    {"api", "hub", "governor", "packaging"},
+    {"api", "hub", "governor", "packaging", "streams"},
     {"updates", "capture"},
     {"selfupdate"},
     {"fleet"},

@@ -86,8 +86,18 @@ async def health(request: web.Request) -> web.Response:
             "ingest": hub.ingest.stats,
             "database": hub.engine.dialect.name,
             "schema_revision": head_revision(),
+            "controller": _controller(hub),
         }
     )
+
+
+def _controller(hub: HubContext) -> dict[str, object]:
+    """Whether this replica runs the rollout controller now (replicas on one database: the
+    one holding the lease), its name in the lease and its fencing token."""
+    lead = hub.leadership
+    if lead is None:
+        return {"leading": True, "replica": "", "token": None}
+    return {"leading": lead.leading(), "replica": lead.holder, "token": lead.token}
 
 
 async def _long_poll(request: web.Request) -> None:

@@ -50,7 +50,11 @@ events = sa.Table(
     sa.Column("result", sa.String(32), nullable=False, server_default=""),
     sa.Column("code", sa.String(64), nullable=False, server_default=""),
     sa.Column("detail", sa.JSON, nullable=False),
+    # the report's identity (its topic and bytes hashed): a report that two replicas both
+    # received, or the broker delivered twice, is stored once (``fleetdb.append_events``)
+    sa.Column("report_id", sa.String(64), nullable=True),
     sa.Index("ix_events_device_at", "device_id", "at"),
+    sa.Index("ix_events_report", "report_id", unique=True),
     sa.Index("ix_events_at", "at"),
 )
 
@@ -162,3 +166,19 @@ samples = sa.Table(
     sa.UniqueConstraint("device_id", "sample_id", name="uq_samples_device_sample"),
     sa.Index("ix_samples_model_version", "model", "version"),
 )
+# Who runs the rollout controller when several hub servers share this database
+# (``leadership``): one row per lease; ``token`` grows by one each time another replica takes
+# it, and every write the controller makes checks it (the fencing token).
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(32), primary_key=True),
+    sa.Column("holder", sa.String(128), nullable=False, server_default=""),
+    sa.Column("token", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("expires_at", sa.Float, nullable=False, server_default="0"),  # the database's clock
+)
+
+# The change counter every replica's long polls follow on PostgreSQL (``changes``): each
+# change takes the next number, and a replica that sees the counter move wakes its waiters.
+# SQLite serves one process, which counts its changes in memory.
+changes_counter = sa.Sequence("changes_counter", metadata=metadata)

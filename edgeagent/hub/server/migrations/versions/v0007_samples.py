@@ -1,6 +1,6 @@
 """Samples captured on devices: metadata here, the images as files beside the database.
 
-Revision ID: 0006
+Revision ID: 0007
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
