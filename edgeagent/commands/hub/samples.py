@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.commands.hub.common import emit, run
 from edgeagent.hub.keys import HubError
 from edgeagent.paths import default_state_dir
@@ -43,6 +44,7 @@ async def load_rows(args: argparse.Namespace) -> tuple[list[dict], Path]:
 def add_export(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "export",
+        formatter_class=DefaultsFormatter,
         help="a model's captured samples as a COCO, YOLO or ImageFolder dataset",
         description=(
             "Write the samples of --model as a dataset: COCO or YOLO for a detector's, "

@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.commands.hub.common import emit, run
 from edgeagent.commands.hub.samples import add_database_arguments, load_rows
 from edgeagent.hub.keys import HubError
@@ -50,6 +51,7 @@ def _call(command: list[str], what: str) -> str:
 def add_train(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train",
+        formatter_class=DefaultsFormatter,
         help="fine-tune a classifier on its reviewed field samples, package and sign it",
         description=(
             "Split --model's reviewed samples into training and held-out sets, fine-tune the "
@@ -69,8 +71,8 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--torch-python",
-        default=os.environ.get(TORCH_PYTHON_ENV, sys.executable),
-        help=f"a Python with torch, onnx and onnxruntime (default: ${TORCH_PYTHON_ENV} or this)",
+        help=f"a Python with torch, onnx and onnxruntime (unset: ${TORCH_PYTHON_ENV}, else the "
+        "Python running this command)",
     )
     parser.add_argument("--key", type=Path, action="append", help="release key: sign a canary")
     parser.add_argument("--base-url", help="with --key: where the artifact will be served")
@@ -117,7 +119,8 @@ async def train(args: argparse.Namespace) -> dict:
     except ExportError as exc:
         raise HubError(str(exc)) from exc
     onnx = work / f"{package.name}.onnx"
-    command = [args.torch_python, str(TRAINER), str(package.root), "--train", str(work / "train")]
+    python = args.torch_python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
+    command = [python, str(TRAINER), str(package.root), "--train", str(work / "train")]
     if fresh:
         command += ["--unlabelled", str(work / "new")]
     training = json.loads(
