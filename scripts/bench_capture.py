@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devtools.bench_daemon import start_daemon, stop_tree, wait_ready  # noqa: E402
+from devtools.figures import add_report_arguments, report  # noqa: E402
 from devtools.http_endpoint import http_client  # noqa: E402
 from devtools.sample_hub import sample_hub, write_device_tokens  # noqa: E402
 from edgeagent.capture.audit import AuditLog  # noqa: E402
@@ -196,15 +196,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--upload-samples", type=int, default=60)
     parser.add_argument("--bandwidth", type=int, default=256 * 1024, help="upload cap, bytes/s")
-    parser.add_argument("--json", action="store_true", help="print only the JSON report")
-    parser.add_argument("--out", type=Path, help="also write the figures here")
+    add_report_arguments(parser)
     args = parser.parse_args()
     figures = asyncio.run(main_async(args))
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(figures, args)
 
 
 if __name__ == "__main__":

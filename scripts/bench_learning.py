@@ -43,6 +43,7 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from devtools.figures import add_report_arguments, report  # noqa: E402
 from devtools.sample_hub import sample_hub, write_device_tokens  # noqa: E402
 from edgeagent.capture.uploader import Uploader  # noqa: E402
 from edgeagent.config import parse_config  # noqa: E402
@@ -229,15 +230,10 @@ def main() -> int:
     parser.add_argument(
         "--cores", type=int, default=2, help="taskset the training to this many cores"
     )
-    parser.add_argument("--json", action="store_true", help="print only the JSON report")
-    parser.add_argument("--out", type=Path, help="also write the figures here")
+    add_report_arguments(parser)
     args = parser.parse_args()
     figures = asyncio.run(main_async(args))
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
-    return 0
+    return report(figures, args)
 
 
 if __name__ == "__main__":
