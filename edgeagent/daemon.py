@@ -27,7 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
@@ -64,9 +64,6 @@ from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
 from edgeagent.streams.service import StreamsService
-
-if TYPE_CHECKING:
-    from edgeagent.capture.service import Capture
 
 log = logging.getLogger(__name__)
 # Config fields a SIGHUP applies; a change to any other is reported as needing a restart.
@@ -211,7 +208,21 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
-        self.capture = self._capture(config) if config.capture.enabled else None
+        self.capture = None
+        if config.capture.enabled:  # off by default: a data-plane hook and its worker
+            from edgeagent.capture.assemble import assemble_capture
+
+            parts = assemble_capture(
+                config.capture,
+                config.agent.state_dir,
+                lambda: self.device_key.private,
+                device_id=config.agent.device_id or socket.gethostname(),
+                dataplane=self.dataplane,
+                metrics=self.metrics,
+            )
+            self.capture = parts.capture
+            self.services += parts.services
+            self.status_providers.update(parts.status)
         if config.zmq.enabled:  # Frigate's zmq detector: needs pyzmq (the zmq extra)
             from edgeagent.api.zmq.server import ZmqDetector
 
@@ -243,37 +254,6 @@ class Daemon:
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
-
-    def _capture(self, config: Config) -> Capture:
-        """Capture (off by default): a data-plane hook, its worker and, when asked, the uploader."""
-        from edgeagent.capture.service import Capture
-        from edgeagent.capture.spool import spool_key
-        from edgeagent.capture.uploader import Uploader
-
-        settings = config.capture
-        detector = None
-        if settings.redact_detector:
-            name = settings.redact_detector
-
-            async def detector(image: bytes) -> dict:
-                return await self.dataplane.detect(name, None, image, internal=True)
-
-        capture = Capture(
-            settings,
-            config.agent.state_dir,
-            lambda: spool_key(self.device_key.private),
-            device_id=config.agent.device_id or socket.gethostname(),
-            detector=detector,
-            metrics=self.metrics,
-        )
-        self.dataplane.hooks.add(capture.hook)
-        self.services.append(capture)
-        self.status_providers["capture"] = capture.status
-        if settings.upload:
-            uploader = Uploader(settings, capture.spool, capture.audit)
-            self.services.append(uploader)
-            self.status_providers["capture_upload"] = uploader.status
-        return capture
 
     @staticmethod
     def _prepare_state(config: Config) -> None:

@@ -19,7 +19,6 @@ the same run, so the figure does not depend on the machine's speed.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
 import sys
@@ -44,9 +43,11 @@ from edgeagent.runtimes import get_runtime  # noqa: E402
 def install_sealed(source: Path, root: Path, device: X25519PrivateKey) -> Path:
     """The package as a device holds it after a sealed release: plain shared files, sealed
     variant files, the content keys wrapped for ``device``."""
-    archives = archive_package(source, {"bench": device.public_key()})
-    for data in archives.data().values():
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+    work = root.parent / "archives"
+    work.mkdir(parents=True, exist_ok=True)
+    archives = archive_package(source, work, {"bench": device.public_key()})
+    for artifact in archives.data().values():
+        with tarfile.open(artifact.path, mode="r:gz") as archive:
             archive.extractall(root, filter="data")
     for key, encryption in archives.encryption.items():
         (sealed_dir(root, key) / WRAPPED_KEY).write_bytes(encryption.recipients["bench"])

@@ -84,10 +84,11 @@ def needed_bytes(package: Path, variants: list[str]) -> int:
 def bytes_table(package: Path) -> dict[str, dict[str, float]]:
     """Per variant: bytes a device running it downloads (shared + its archive), what it
     needs, and the ratio — the release's split alone, nothing downloaded."""
-    archives = archive_package(package)
+    with tempfile.TemporaryDirectory(prefix="bench-update-archives-") as work:
+        archives = archive_package(package, Path(work))
     table = {}
     for key, archive in archives.variants.items():
-        downloaded, needed = len(archives.shared) + len(archive), needed_bytes(package, [key])
+        downloaded, needed = archives.shared.size + archive.size, needed_bytes(package, [key])
         table[key] = {"bytes": downloaded, "needed": needed, "ratio": downloaded / needed}
     return table
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeagent.fsutil import write_file_atomic
-from edgeagent.models import seal_crypto
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
@@ -30,23 +29,24 @@ log = logging.getLogger(__name__)
 SEALED_SUFFIX = ".sealed"
 
 
-def _identity(name: str) -> bytes:
-    return seal_crypto.identity("snapshot", name, "jpeg")
-
-
 def seal_snapshot(jpeg: bytes, name: str, recipient: X25519PublicKey) -> bytes:
-    """The sealed form of one snapshot file called ``name``."""
+    """The sealed form of one snapshot file called ``name``. (The crypto library is imported
+    here, not at start: an agent with nothing sealed never loads it.)"""
+    from edgeagent.models import seal_crypto
+
     key = seal_crypto.new_content_key()
-    release = _identity(name)
+    release = seal_crypto.identity("snapshot", name, "jpeg")
     wrapped = seal_crypto.wrap_key(key, recipient, release)
     return wrapped + seal_crypto.seal(key, jpeg, seal_crypto.file_aad(release, name))
 
 
 def open_snapshot(path: Path, private: X25519PrivateKey) -> bytes:
     """The JPEG in a sealed snapshot file (SealingError when altered or another device's)."""
+    from edgeagent.models import seal_crypto
+
     data = path.read_bytes()
     name = path.name.removesuffix(SEALED_SUFFIX)
-    release = _identity(name)
+    release = seal_crypto.identity("snapshot", name, "jpeg")
     key = seal_crypto.unwrap_key(data[: seal_crypto.WRAPPED_BYTES], private, release)
     body = data[seal_crypto.WRAPPED_BYTES :]
     return seal_crypto.unseal(key, body, seal_crypto.file_aad(release, name), str(path))

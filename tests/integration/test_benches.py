@@ -362,6 +362,8 @@ def test_learning_bench_runs_the_loop() -> None:
     report = run_bench("bench_learning.py --shifted 20 --field 20 --steps 3 --json")
     assert_figures(report, "old_heldout_before", "old_heldout_after", "train_package_sign_s")
     assert report["shifted_reviewed"] == 20 and report["release"] is True
+
+
 @needs_broker
 @pytest.mark.skipif(rtsp_available() is not None, reason=str(rtsp_available()))
 def test_streams_reports_latency_recovery_and_the_broker_restart() -> None:

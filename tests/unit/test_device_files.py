@@ -5,8 +5,8 @@ without the declaration ships every non-variant file except the known hub-only o
 from __future__ import annotations
 
 import dataclasses
-import io
 import tarfile
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +33,10 @@ def _package(tmp_path: Path) -> Path:
 
 
 def _shared(root: Path) -> list[str]:
-    with tarfile.open(fileobj=io.BytesIO(archive_package(root).shared)) as archive:
-        return sorted(archive.getnames())
+    with tempfile.TemporaryDirectory() as work:
+        archives = archive_package(root, Path(work))
+        with tarfile.open(archives.shared.path) as archive:
+            return sorted(archive.getnames())
 
 
 def test_an_undeclared_package_never_ships_hub_only_files(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ every runtime loading a sealed zoo variant from memory."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 import stat
 import subprocess
@@ -165,10 +164,10 @@ SAFE_EXTRACT: dict[str, str] = {"filter": "data"} if hasattr(tarfile, "data_filt
 def _sealed_zoo(tmp_path: Path, device: X25519PrivateKey, device_id: str = "dev-1") -> Path:
     """The digits zoo package as a device installs it sealed: shared files plain, each
     variant's files under sealed/, its key wrapped for ``device``."""
-    archives = archive_package(ZOO, {device_id: device.public_key()})
+    archives = archive_package(ZOO, tmp_path, {device_id: device.public_key()})
     root = tmp_path / "installed"
-    for data in archives.data().values():
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+    for artifact in archives.data().values():
+        with tarfile.open(artifact.path, mode="r:gz") as archive:
             archive.extractall(root, **SAFE_EXTRACT)
     for key, encryption in archives.encryption.items():
         (sealed_dir(root, key) / WRAPPED_KEY).write_bytes(encryption.recipients[device_id])
