@@ -19,7 +19,6 @@ expiry, target, version floor — *before* anything is downloaded: the MQTT mess
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 
 from edgeagent import __version__
 from edgeagent.fleet import outcomes
+from edgeagent.fleet.artifact import Artifact, Delta, artifact_dict, read_artifact
 from edgeagent.fleet.encryption import Encryption, parse_encryption
 from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.release_ref import ReleaseRef
@@ -44,6 +44,7 @@ from edgeagent.models.names import NAME_RE, VERSION_RE, version_tuple
 
 __all__ = [
     "Artifact",
+    "Delta",
     "DeviceIdentity",
     "ManifestError",
     "Refused",
@@ -64,7 +65,6 @@ _TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 MAX_VARIANTS = 64
 _VARIANT_FIELD_RE = re.compile(r"\A[a-z0-9][a-z0-9_]{0,31}\Z", re.ASCII)  # runtime, precision
 MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its devices)
-MAX_URL_CHARS = 2048
 FORMAT = 2
 MAX_SERIAL = 2**53 - 1  # exact in every JSON parser
 # the fields every release shares (``read_opening``), then a model release's own
@@ -82,13 +82,6 @@ class ManifestError(VerificationError):
 
     def __init__(self, message: str, code: str = outcomes.MALFORMED) -> None:
         super().__init__(code, message)
-
-
-@dataclass(frozen=True)
-class Artifact:
-    url: str
-    size: int
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -110,13 +103,9 @@ class VariantArtifact:
         return {
             "runtime": self.runtime,
             "precision": self.precision,
-            **_artifact_dict(self.artifact),
+            **artifact_dict(self.artifact),
             **sealed,
         }
-
-
-def _artifact_dict(artifact: Artifact) -> dict[str, Any]:
-    return {"url": artifact.url, "size": artifact.size, "sha256": artifact.sha256}
 
 
 @dataclass(frozen=True)
@@ -159,7 +148,7 @@ class ReleaseManifest:
             "serial": self.serial,
             "model": self.model,
             "version": self.version,
-            "artifact": _artifact_dict(self.artifact),
+            "artifact": artifact_dict(self.artifact),
             "variants": [variant.to_dict() for variant in self.variants],
             "targets": {name: list(getattr(self.targets, name)) for name in _TARGET_FIELDS},
             "issued_at": format_time(self.issued_at),
@@ -190,14 +179,9 @@ def _artifact(
     extra: frozenset[str] = frozenset(),
     reader: Reader = _MANIFEST,
 ) -> Artifact:
-    """A pinned download: ``url``, ``size`` and ``sha256``, beside the ``extra`` keys of the
-    object it is part of (a variant's runtime, a wheelhouse's platform)."""
-    item = reader.exact_object(value, where, {"url", "size", "sha256"} | extra)
-    return Artifact(
-        url=reader.url(item["url"], f"{where}.url", MAX_URL_CHARS),
-        size=reader.integer(item["size"], f"{where}.size", 1, math.inf, "a positive integer"),
-        sha256=reader.digest(item["sha256"], "sha256"),
-    )
+    """A pinned download (``fleet.artifact``), beside the ``extra`` keys of the object it is
+    part of (a variant's runtime, a wheelhouse's platform)."""
+    return read_artifact(reader, value, where, extra)
 
 
 def _variants(value: Any) -> tuple[VariantArtifact, ...]:

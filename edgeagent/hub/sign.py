@@ -39,6 +39,7 @@ from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic
+from edgeagent.hub.deltas import DEFAULT_MAX_RATIO, build_deltas, old_release
 from edgeagent.hub.encrypt import Recipients, for_targets, seal_variant
 from edgeagent.hub.keys import HubError, load_private_key
 from edgeagent.hub.serials import ReleaseSerials, serials_path_for
@@ -247,6 +248,8 @@ def sign_package(
     recipients: Recipients | None = None,
     now: datetime | None = None,
     canary: ReleaseCanary | None = None,
+    delta_from: Path | None = None,
+    delta_max_ratio: float = DEFAULT_MAX_RATIO,
 ) -> tuple[Path, Path]:
     """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
@@ -260,20 +263,27 @@ def sign_package(
     written unless every check passed. With ``recipients`` (device id → X25519 public key)
     every variant is sealed, for the release's target devices when it names some (each must
     be a recipient) or else for all of them. With ``canary`` the device judges the new
-    version on live traffic before committing it. Returns (shared artifact path, envelope
-    path).
+    version on live traffic before committing it. With ``delta_from`` (an earlier
+    ``.release.json`` whose artifacts are in ``out_dir``) each artifact also names a patch
+    from that release's (``hub.deltas``; kept only when at most ``delta_max_ratio`` of it).
+    Returns (shared artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
     wrapped_for = None if recipients is None else for_targets(recipients, targets or Targets())
     archives = archive_package(package_dir, wrapped_for)
     package, names, data = archives.package, archives.names(), archives.data()
     base = base_url.rstrip("/")
+    deltas = {}
+    if delta_from is not None:
+        old = old_release(delta_from)
+        deltas = build_deltas(old, Path(out_dir), data, names, base, delta_max_ratio)
 
     def artifact(key: str) -> Artifact:
         return Artifact(
             url=f"{base}/{names[key]}",
             size=len(data[key]),
             sha256=hashlib.sha256(data[key]).hexdigest(),
+            delta=deltas[key].delta if key in deltas else None,
         )
 
     counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
@@ -299,6 +309,8 @@ def sign_package(
     envelope_path = release_path(out_dir, package.name, package.version)
     for key, name in names.items():
         _write_artifact(Path(out_dir) / name, data[key], replace=replace_artifact)
+    for patch in deltas.values():
+        write_file_atomic(Path(out_dir) / patch.name, patch.data)
     write_file_atomic(envelope_path, envelope)
     return Path(out_dir) / names[SHARED], envelope_path
 

@@ -71,6 +71,7 @@ from edgeagent.updates.canary_step import (
     WaitingCanary,
 )
 from edgeagent.updates.cancels import Cancellations
+from edgeagent.updates.deltas import Deltas
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits, tls_context
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.release_memory import ReleaseMemory
@@ -176,6 +177,9 @@ class Installer:
         self.cancels = cancels  # asked once more after the download, the last moment to stop
         self.limits = limits
         self.canary = CanaryStage(settings, registry, reporter, self._golden)
+        self.deltas = Deltas(
+            store.root.parent / "bases", settings.keep_delta_bases, settings.max_delta_base_bytes
+        )
 
     async def install(
         self, manifest: ReleaseManifest, variants: list[VariantArtifact], key: str, device_id: str
@@ -220,10 +224,13 @@ class Installer:
         downloads: list[Path] = []  # completed artifacts in staging, removed when done
         step = "download"
         try:
-            for artifact in (manifest.artifact, *(v.artifact for v in variants)):
-                downloads.append(await self.download(artifact, release))
+            artifacts = (manifest.artifact, *(v.artifact for v in variants))
+            downloaded = 0
+            for artifact in artifacts:
+                path, spent = await self.deltas.fetch(artifact, lambda a: self.download(a, release))
+                downloaded += spent + (0 if path else artifact.size)
+                downloads.append(path or await self.download(artifact, release))
             shared, *files = downloads
-            downloaded = manifest.artifact.size + sum(v.artifact.size for v in variants)
             self.store.advance(pending, "downloaded")
             self.reporter.progress(
                 release, "downloaded", bytes=downloaded, variants=[v.key for v in variants]
@@ -245,6 +252,8 @@ class Installer:
             installed = await asyncio.to_thread(
                 self.store.install, manifest.model, manifest.version, unpacked
             )
+            kept = list(zip(artifacts, downloads, strict=True))
+            await asyncio.to_thread(self.deltas.keep, manifest.model, manifest.version, kept)
             self._discard(downloads)
             self.store.advance(pending, "installed")
             self.reporter.progress(release, "installed")
@@ -369,6 +378,7 @@ class Installer:
         crash between any two steps still ends in one durable "succeeded" (recover() reports
         a raised floor as a committed install, and the reporter persists its outcomes)."""
         self.store.raise_floor(pending.model, pending.version, pending.serial)
+        self.deltas.bases.retain(pending.model, pending.version)  # the next delta's base
         self.memory.remember(key)  # a re-delivered envelope is answered, not reinstalled
         self.memory.supersede(pending.model, key)
         removed = self.store.gc(pending.model, self.settings.keep_releases)
@@ -541,6 +551,7 @@ class Installer:
                     message += f"; swapping back failed too: {exc}"
             if pending.version != previous:
                 self.store.remove(model, pending.version)
+                self.deltas.bases.drop(model, pending.version)
             if bad:
                 self.store.mark_bad(model, pending.version)
         finally:  # whatever else failed, the next install must not find this one pending

@@ -94,6 +94,20 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
         "committing it: share, min_requests, max_error_rate, max_p99_ratio, max_seconds "
         "(e.g. share=0.1,min_requests=200); a key left out takes the device's default",
     )
+    parser.add_argument(
+        "--delta-from",
+        type=Path,
+        metavar="RELEASE_JSON",
+        help="also publish patches from this earlier release's artifacts (in --out): devices "
+        "holding it download only the patch (docs/fleet/deltas.md); needs agents that read "
+        "deltas",
+    )
+    parser.add_argument(
+        "--delta-max-ratio",
+        type=float,
+        default=0.8,
+        help="offer a patch only when at most this fraction of its full artifact",
+    )
     serials_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -120,6 +134,8 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
             serials=release_serials(args),
             recipients=recipients,
             canary=None if args.canary is None else _canary(args.canary),
+            delta_from=args.delta_from,
+            delta_max_ratio=args.delta_max_ratio,
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
         emit(args, data, f"artifact {artifact}\nrelease  {envelope}")

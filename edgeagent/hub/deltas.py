@@ -1,0 +1,117 @@
+"""``hub sign --delta-from``: patches from an earlier release's artifacts to the new ones.
+
+For each artifact of the new release (the shared files, each variant) whose counterpart in the
+earlier release is still in the artifact directory with its signed bytes, the patch is a zstd
+frame of the new *uncompressed* tar compressed with the old tar as a raw-content dictionary
+(``zstd --patch-from``; why uncompressed and why zstd: ``fleet.artifact``,
+docs/fleet/deltas.md). A patch is offered only when it is at most ``max_ratio`` of the full
+artifact — a device that has the base saves bytes, one that has not downloads the full file
+as before. Sealed variants get none: each is encrypted under a fresh key, so no two releases
+share bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from edgeagent.fleet.artifact import Delta
+from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
+from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
+from edgeagent.fleet.signing import TrustError, decode_envelope
+from edgeagent.hub.keys import HubError
+
+DEFAULT_MAX_RATIO = 0.8
+LEVEL = 19  # the hub compresses once for the whole fleet: spend the CPU here
+
+
+def make_patch(base: bytes, target: bytes, level: int = LEVEL) -> bytes:
+    """``zstd --patch-from=base``: ``target`` compressed with ``base`` as its dictionary, the
+    window spanning both so long-distance matching finds every unchanged run."""
+    window_log = max(20, min(31, (len(base) + len(target)).bit_length()))
+    params = zstandard.ZstdCompressionParameters.from_level(
+        level, window_log=window_log, enable_ldm=True, write_content_size=True
+    )
+    dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    return zstandard.ZstdCompressor(compression_params=params, dict_data=dictionary).compress(
+        target
+    )
+
+
+@dataclass(frozen=True)
+class DeltaFile:
+    """A patch to publish beside the release's artifacts, and its manifest entry."""
+
+    name: str
+    data: bytes
+    delta: Delta
+
+
+def old_release(path: Path) -> ReleaseManifest:
+    """The earlier release an operator names with ``--delta-from`` (its ``.release.json``)."""
+    try:
+        envelope = decode_envelope(path.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES)
+        return parse_manifest(envelope.payload)
+    except OSError as exc:
+        raise HubError(f"--delta-from {path}: cannot read it ({exc.strerror})") from exc
+    except TrustError as exc:
+        raise HubError(f"--delta-from {path}: not a release this hub signed: {exc}") from exc
+
+
+def _old_tars(old: ReleaseManifest, directory: Path) -> dict[str, bytes]:
+    """The earlier release's uncompressed tars by artifact key ("shared" or a variant key),
+    for those still in ``directory`` with their signed bytes (a changed file is skipped)."""
+    pinned = {"shared": old.artifact, **{v.key: v.artifact for v in old.variants}}
+    sealed = {v.key for v in old.variants if v.encryption is not None}
+    tars = {}
+    for key, artifact in pinned.items():
+        path = directory / artifact.url.rsplit("/", 1)[-1]
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if key not in sealed and hashlib.sha256(data).hexdigest() == artifact.sha256:
+            tars[key] = gzip.decompress(data)
+    return tars
+
+
+def build_deltas(
+    old: ReleaseManifest,
+    directory: Path,
+    archives: Mapping[str, bytes],
+    names: Mapping[str, str],
+    base_url: str,
+    max_ratio: float = DEFAULT_MAX_RATIO,
+) -> dict[str, DeltaFile]:
+    """A patch per new artifact (``archives``: key → ``.tar.gz`` bytes, ``names``: key → file
+    name) from the same key of ``old``, where it saves enough (``max_ratio``)."""
+    if not 0 < max_ratio <= 1:
+        raise HubError(f"--delta-max-ratio {max_ratio}: must be in (0, 1]")
+    found = {}
+    for key, base in _old_tars(old, directory).items():
+        if key not in archives:
+            continue
+        target = gzip.decompress(archives[key])
+        patch = make_patch(base, target)
+        if len(patch) > max_ratio * len(archives[key]):
+            continue
+        base_sha = hashlib.sha256(base).hexdigest()
+        name = f"{names[key]}.from-{base_sha[:16]}.zst"
+        found[key] = DeltaFile(
+            name,
+            patch,
+            Delta(
+                base=base_sha,
+                url=f"{base_url.rstrip('/')}/{name}",
+                size=len(patch),
+                sha256=hashlib.sha256(patch).hexdigest(),
+                tar_size=len(target),
+                tar_sha256=hashlib.sha256(target).hexdigest(),
+            ),
+        )
+    return found
