@@ -39,6 +39,7 @@ from edgeagent.fleet.signing import (
     parse_time,
 )
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.windows import MaintenanceWindow, WindowError
 from edgeagent.fleet.wire import Reader, integer_in, is_object
 from edgeagent.models.names import NAME_RE, VERSION_RE, version_tuple
 
@@ -72,7 +73,8 @@ OPENING_FIELDS = frozenset(
     {"type", "format", "serial", "targets", "issued_at", "expires", "deployment_id"}
 )
 _FIELDS = OPENING_FIELDS | {"model", "version", "artifact", "variants", "min_agent_version"}
-_OPTIONAL_FIELDS = {"canary"}  # written only when set, so a release without one signs as before
+# written only when set, so a release without them signs as before
+_OPTIONAL_FIELDS = {"canary", "window"}
 _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
 
@@ -138,9 +140,12 @@ class ReleaseManifest:
     targets: Targets = field(default_factory=Targets)
     min_agent_version: str = "0.0.0"
     canary: ReleaseCanary | None = None  # on-device canary before the commit (fleet.release_canary)
+    window: MaintenanceWindow | None = None  # when the device may take it (fleet.windows)
 
     def to_dict(self) -> dict[str, Any]:
         optional = {} if self.canary is None else {"canary": self.canary.to_dict()}
+        if self.window is not None:
+            optional["window"] = self.window.to_dict()
         return {
             **optional,
             "type": "release",
@@ -312,7 +317,15 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
             document["min_agent_version"], "min_agent_version", VERSION_RE, version_rule
         ),
         canary=_canary(document["canary"]) if "canary" in document else None,
+        window=_window(document["window"]) if "window" in document else None,
     )
+
+
+def _window(value: Any) -> MaintenanceWindow:
+    try:
+        return MaintenanceWindow.parse(value)
+    except WindowError as exc:
+        raise ManifestError(f"manifest window: {exc}") from exc
 
 
 def _canary(value: Any) -> ReleaseCanary:

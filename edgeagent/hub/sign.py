@@ -38,6 +38,7 @@ from edgeagent.fleet.manifest import (
 from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.windows import MaintenanceWindow
 from edgeagent.fsutil import write_file_atomic
 from edgeagent.hub.deltas import DEFAULT_MAX_RATIO, build_deltas, old_release
 from edgeagent.hub.encrypt import Recipients, for_targets, seal_variant
@@ -250,6 +251,7 @@ def sign_package(
     canary: ReleaseCanary | None = None,
     delta_from: Path | None = None,
     delta_max_ratio: float = DEFAULT_MAX_RATIO,
+    window: MaintenanceWindow | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
@@ -266,6 +268,7 @@ def sign_package(
     version on live traffic before committing it. With ``delta_from`` (an earlier
     ``.release.json`` whose artifacts are in ``out_dir``) each artifact also names a patch
     from that release's (``hub.deltas``; kept only when at most ``delta_max_ratio`` of it).
+    With ``window`` devices take it only inside that maintenance window (``fleet.windows``).
     Returns (shared artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
@@ -303,6 +306,7 @@ def sign_package(
         targets=targets or Targets(),
         min_agent_version=min_agent_version,
         canary=canary,
+        window=window,
     )
     envelope = signer(manifest)
     _check_against(envelope, trust_path)

@@ -43,7 +43,7 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -167,8 +167,10 @@ class Installer:
         canaries: WaitingCanaries,
         cancels: Cancellations,
         limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+        before_swap: Callable[[ReleaseRef], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
+        self.before_swap = before_swap  # waits while an update lock is held (updates.locks)
         self.store = store
         self.registry = registry
         self.reporter = reporter
@@ -266,6 +268,8 @@ class Installer:
                 step = "health"
                 await self._golden(ServedText(await asyncio.to_thread(load_package, installed)))
 
+            if self.before_swap is not None:  # a lock taken while this downloaded
+                await self.before_swap(release)
             if policy is not None:  # the old version serves until the canary is promoted
                 step = "canary"
                 self.store.advance(pending, "canary")

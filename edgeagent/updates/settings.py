@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
+from edgeagent.fleet.windows import WindowError, device_zone
 from edgeagent.sections import computed_setting, require, setting
 
 
@@ -83,6 +84,11 @@ class UpdateSettings:
         "s",
     )
     max_locks: int = setting(64, "update locks held at once (one per holder name)")
+    timezone: str = setting(
+        "",
+        "this device's IANA time zone for maintenance windows (e.g. Europe/Berlin); "
+        "empty = the system's local zone",
+    )
     window_check_s: float = setting(
         15.0,
         "how often a deferred release re-checks its maintenance window and the locks "
@@ -184,6 +190,10 @@ class UpdateSettings:
             "max_lock_hold_s",
             "must be 1..604800 seconds",
         )
+        try:
+            device_zone(self.timezone)
+        except WindowError as exc:
+            require(False, "updates", "timezone", str(exc))
         require(1 <= self.max_locks <= 10_000, "updates", "max_locks", "must be 1..10000")
         require(
             0.1 <= self.window_check_s <= 60, "updates", "window_check_s", "must be 0.1..60 seconds"

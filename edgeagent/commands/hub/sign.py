@@ -11,8 +11,10 @@ from edgeagent.commands.hub.common import (
     emit,
     release_serials,
     release_targets,
+    release_window,
     run,
     serials_argument,
+    window_arguments,
 )
 from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.hub.keys import HubError
@@ -108,6 +110,7 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
         default=0.8,
         help="offer a patch only when at most this fraction of its full artifact",
     )
+    window_arguments(parser)
     serials_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -135,6 +138,7 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
             recipients=recipients,
             canary=None if args.canary is None else _canary(args.canary),
             delta_from=args.delta_from,
+            window=release_window(args.window, args.window_timezone),
             delta_max_ratio=args.delta_max_ratio,
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
@@ -149,8 +153,10 @@ def _sign_agent(args: argparse.Namespace) -> int:
     from edgeagent.fleet.agent_manifest import this_platform
     from edgeagent.hub.agent_release import sign_agent_release
 
-    if args.encrypt or args.canary is not None:
-        raise HubError("--encrypt and --canary are for model releases, not --agent")
+    if args.encrypt or args.canary is not None or args.window or args.delta_from:
+        raise HubError(
+            "--encrypt, --canary, --window and --delta-from are for model releases, not --agent"
+        )
     wheelhouses = {args.platform or this_platform(): args.package}
     for entry in args.wheelhouse:
         tag, sep, directory = entry.partition("=")
