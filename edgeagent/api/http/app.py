@@ -52,6 +52,7 @@ from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError
 from edgeagent.httpguard import security_headers
 from edgeagent.updates.locks import UpdateLocks
+from edgeagent.updates.settings import UpdateSettings
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,8 @@ def create_app(
     ``shared_memory`` is the daemon's region registry (shared with gRPC, released by the
     daemon); without one the app keeps its own and releases it on cleanup. ``language`` is the
     language plane: given, the OpenAI and Ollama routes are served over it. ``update_locks``
-    (the daemon's, which its updater waits on) serves ``/v1/update-lock``.
+    (the daemon's, which its updater waits on) serves ``/v1/update-lock``; without them the
+    app keeps its own, with the default limits.
     """
     http_metrics = HttpMetrics(metrics)
     # OpenAI's clients read their own error shape: its middleware sits inside the agent's (which
@@ -197,9 +199,9 @@ def create_app(
     app.add_routes(
         [*v2_routes(), *edge_routes(), *detect_routes(), *deepstack_routes(), *shm_routes()]
     )
-    if update_locks is not None:
-        app[UPDATE_LOCKS] = update_locks
-        app.add_routes(lock_routes())
+    defaults = UpdateSettings()
+    app[UPDATE_LOCKS] = update_locks or UpdateLocks(defaults.max_lock_hold_s, defaults.max_locks)
+    app.add_routes(lock_routes())
     if language is not None:
         app[LANGUAGE] = language
         app.add_routes([*openai_routes(), *ollama_routes()])
