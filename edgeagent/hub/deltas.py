@@ -20,9 +20,10 @@ from pathlib import Path
 
 import zstandard
 
-from edgeagent.fleet.artifact import Delta
+from edgeagent.fleet.agent_manifest import parse_agent_manifest
+from edgeagent.fleet.artifact import Artifact, Delta
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
-from edgeagent.fleet.manifest import ReleaseManifest, parse_manifest
+from edgeagent.fleet.manifest import ManifestError, parse_manifest
 from edgeagent.fleet.signing import TrustError, decode_envelope
 from edgeagent.hub.keys import HubError
 
@@ -52,22 +53,38 @@ class DeltaFile:
     delta: Delta
 
 
-def old_release(path: Path) -> ReleaseManifest:
-    """The earlier release an operator names with ``--delta-from`` (its ``.release.json``)."""
+def _old_payload(path: Path) -> bytes:
     try:
-        envelope = decode_envelope(path.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES)
-        return parse_manifest(envelope.payload)
+        return decode_envelope(path.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES).payload
     except OSError as exc:
         raise HubError(f"--delta-from {path}: cannot read it ({exc.strerror})") from exc
     except TrustError as exc:
         raise HubError(f"--delta-from {path}: not a release this hub signed: {exc}") from exc
 
 
-def _old_tars(old: ReleaseManifest, directory: Path) -> dict[str, bytes]:
-    """The earlier release's uncompressed tars by artifact key ("shared" or a variant key),
-    for those still in ``directory`` with their signed bytes (a changed file is skipped)."""
-    pinned = {"shared": old.artifact, **{v.key: v.artifact for v in old.variants}}
-    sealed = {v.key for v in old.variants if v.encryption is not None}
+def old_release(path: Path) -> dict[str, Artifact]:
+    """The artifacts of the earlier model release an operator names with ``--delta-from``
+    (its ``.release.json``), by key ("shared" or a variant key); sealed variants left out."""
+    try:
+        old = parse_manifest(_old_payload(path))
+    except ManifestError as exc:
+        raise HubError(f"--delta-from {path}: not a model release: {exc}") from exc
+    clear = {v.key: v.artifact for v in old.variants if v.encryption is None}
+    return {"shared": old.artifact, **clear}
+
+
+def old_agent_release(path: Path) -> dict[str, Artifact]:
+    """The wheelhouses of the earlier agent release named with ``--delta-from``, by platform."""
+    try:
+        old = parse_agent_manifest(_old_payload(path))
+    except ManifestError as exc:
+        raise HubError(f"--delta-from {path}: not an agent release: {exc}") from exc
+    return {w.platform: w.artifact for w in old.wheelhouses}
+
+
+def _old_tars(pinned: Mapping[str, Artifact], directory: Path) -> dict[str, bytes]:
+    """The earlier release's uncompressed tars by artifact key, for those still in
+    ``directory`` with their signed bytes (a changed or missing file is skipped)."""
     tars = {}
     for key, artifact in pinned.items():
         path = directory / artifact.url.rsplit("/", 1)[-1]
@@ -75,13 +92,13 @@ def _old_tars(old: ReleaseManifest, directory: Path) -> dict[str, bytes]:
             data = path.read_bytes()
         except OSError:
             continue
-        if key not in sealed and hashlib.sha256(data).hexdigest() == artifact.sha256:
+        if hashlib.sha256(data).hexdigest() == artifact.sha256:
             tars[key] = gzip.decompress(data)
     return tars
 
 
 def build_deltas(
-    old: ReleaseManifest,
+    old: Mapping[str, Artifact],
     directory: Path,
     archives: Mapping[str, bytes],
     names: Mapping[str, str],
@@ -89,7 +106,8 @@ def build_deltas(
     max_ratio: float = DEFAULT_MAX_RATIO,
 ) -> dict[str, DeltaFile]:
     """A patch per new artifact (``archives``: key → ``.tar.gz`` bytes, ``names``: key → file
-    name) from the same key of ``old``, where it saves enough (``max_ratio``)."""
+    name) from the same key of ``old`` (``old_release``, ``old_agent_release``), where it
+    saves enough (``max_ratio``)."""
     if not 0 < max_ratio <= 1:
         raise HubError(f"--delta-max-ratio {max_ratio}: must be in (0, 1]")
     found = {}

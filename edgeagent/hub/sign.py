@@ -278,8 +278,9 @@ def sign_package(
     base = base_url.rstrip("/")
     deltas = {}
     if delta_from is not None:
-        old = old_release(delta_from)
-        deltas = build_deltas(old, Path(out_dir), data, names, base, delta_max_ratio)
+        deltas = build_deltas(
+            old_release(delta_from), Path(out_dir), data, names, base, delta_max_ratio
+        )
 
     def artifact(key: str) -> Artifact:
         return Artifact(

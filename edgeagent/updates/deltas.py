@@ -139,13 +139,13 @@ class DeltaBases:
         """Forget the bases kept for a release that was rolled back."""
         shutil.rmtree(self.root / model / version, ignore_errors=True)
 
-    def retain(self, model: str, version: str | None) -> None:
-        """Drop ``model``'s bases of every version but ``version`` (None: all of them)."""
+    def retain(self, model: str, *versions: str) -> None:
+        """Drop ``model``'s bases of every version but ``versions``."""
         folder = self.root / model
         if not folder.is_dir():
             return
         for directory in folder.iterdir():
-            if directory.name != version:
+            if directory.name not in versions:
                 shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -188,15 +188,23 @@ class Deltas:
         log.info("%s: patched from base %s… (%d bytes)", artifact.url, delta.base[:12], delta.size)
         return out, delta.size
 
-    def keep(self, model: str, version: str, fetched: Iterable[tuple[Artifact, Path]]) -> None:
-        """Keep each installed artifact's tar as a base for the next release's deltas."""
+    def keep(
+        self,
+        model: str,
+        version: str,
+        fetched: Iterable[tuple[Artifact, Path]],
+        *,
+        copy: bool = False,
+    ) -> None:
+        """Keep each fetched artifact's tar as a base for the next release's deltas (moved
+        there, or with ``copy`` copied: the caller still reads it)."""
         if not self.enabled:
             return
         for artifact, path in fetched:
             tar = path.with_name(f"{artifact.sha256}.base.tar")
             try:
                 if path.suffix == ".tar" and artifact.delta is not None:  # checked when patched
-                    os.replace(path, tar)
+                    (shutil.copyfile if copy else os.replace)(path, tar)
                     digest = artifact.delta.tar_sha256
                 else:
                     digest = gunzip_to(path, tar, self.max_base_bytes)

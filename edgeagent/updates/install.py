@@ -50,6 +50,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 import numpy as np
 
+from edgeagent import __version__
 from edgeagent.aio import spawn
 from edgeagent.engine.canary_judge import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
@@ -85,6 +86,7 @@ from edgeagent.updates.wrapped_keys import install_wrapped_keys
 log = logging.getLogger(__name__)
 
 KILL_ENV = "EDGEAGENT_UPDATE_KILL_AT"
+AGENT_BASES = "_agent"  # delta bases of agent wheelhouses (no model name starts with "_")
 TEXT_CANARY = (
     "%s %s: a language model takes no live canary (the canary judge measures tensor "
     "requests); its golden chats are checked before it takes traffic, then it is hot-swapped"
@@ -401,6 +403,18 @@ class Installer:
         """Drop the record of a finished install: a parked canary's, or ``pending.json``."""
         if not self.canaries.finish(pending):
             self.store.clear_pending()
+
+    async def fetch(self, artifact: Artifact, release: Mapping[str, str]) -> Path:
+        """An agent release's wheelhouse: by its delta from a kept base when it can, else
+        whole; its tar is kept as the base of the next one (``updates.deltas``)."""
+        path, _spent = await self.deltas.fetch(artifact, lambda a: self.download(a, release))
+        path = path or await self.download(artifact, release)
+        version = release.get("version", "")
+        await asyncio.to_thread(
+            self.deltas.keep, AGENT_BASES, version, [(artifact, path)], copy=True
+        )
+        self.deltas.bases.retain(AGENT_BASES, version, __version__)  # the new one, and this
+        return path
 
     async def download(self, artifact: Artifact, release: ReleaseRef | Mapping[str, str]) -> Path:
         """Fetch ``artifact`` with the device's limits (an agent release names itself by a dict)."""

@@ -165,7 +165,7 @@ def _agent_updates(settings: UpdateSettings, updater: Updater) -> AgentUpdates:
         ),
         device=updater.device,
         reporter=updater.reporter,
-        download=updater.installer.download,
+        download=updater.installer.fetch,
         served_models=updater.ready_models,
         check_model=updater.serves,
         checkpoint=checkpoint,

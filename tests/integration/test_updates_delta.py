@@ -11,17 +11,23 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from edgeagent.fleet.agent_manifest import parse_agent_manifest, this_platform
 from edgeagent.fleet.artifact import Artifact, read_artifact
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
 from edgeagent.fleet.manifest import ManifestError, ReleaseManifest, parse_manifest
 from edgeagent.fleet.signing import decode_envelope
 from edgeagent.fleet.wire import Reader
+from edgeagent.hub.agent_release import sign_agent_release
 from edgeagent.hub.deltas import make_patch
+from edgeagent.hub.keys import keygen
 from edgeagent.hub.sign import release_path
+from edgeagent.selfupdate.install import unpack_wheelhouse
 from tests.integration.test_updates_helpers import (
     Device,
     Hub,
@@ -29,6 +35,7 @@ from tests.integration.test_updates_helpers import (
     device_fixture,  # noqa: F401 - fixture
     hub_fixture,  # noqa: F401 - fixture
 )
+from tests.unit.test_selfupdate import _wheels
 
 
 def _manifest(envelope: bytes) -> ReleaseManifest:
@@ -173,3 +180,39 @@ def test_a_delta_of_another_algorithm_is_refused_as_malformed() -> None:
         read_artifact(reader, {**base, "delta": delta})
     read = read_artifact(reader, {**base, "delta": {**delta, "algorithm": "zstd-patch"}})
     assert read.delta is not None and read.delta.tar_size == 9
+
+
+async def test_an_agent_patch_release_ships_only_the_wheel_that_changed(hub, device, tmp_path):
+    """Two agent releases whose wheelhouses share a dependency wheel: the second, signed with
+    --delta-from the first, reaches a device that installed the first as a small patch, and
+    the wheelhouse it rebuilds holds the unchanged wheel byte for byte."""
+    keys = tmp_path / "agent-keys"
+    keygen(keys, agent_keys=1)
+    dependency = os.urandom(256 * 1024)  # incompressible, like a real wheel
+
+    def wheelhouse(version: str) -> Path:
+        directory = _wheels(tmp_path / f"wh-{version}", version)
+        (directory / "dep-1.0-py3-none-any.whl").write_bytes(dependency)
+        return directory
+
+    options = {"key_paths": [keys / "agent.key"], "base_url": hub.url, "out_dir": hub.artifacts}
+    first = sign_agent_release({this_platform(): wheelhouse("1.0.0")}, **options)
+    second = sign_agent_release({this_platform(): wheelhouse("1.0.1")}, **options, delta_from=first)
+    old, new = (
+        parse_agent_manifest(decode_envelope(p.read_bytes(), max_bytes=MAX_ENVELOPE_BYTES).payload)
+        for p in (first, second)
+    )
+    house = new.wheelhouses[0].artifact
+    assert house.delta is not None and house.delta.size <= 0.05 * house.size
+
+    installer = device.updater.installer
+    release = {"model": "edgeagent", "version": "1.0.0", "deployment_id": "agent-1"}
+    (await installer.fetch(old.wheelhouses[0].artifact, release)).unlink()
+    rebuilt = await installer.fetch(house, {**release, "version": "1.0.1"})
+    assert rebuilt.suffix == ".tar"  # patched from the kept base, not downloaded whole
+    assert hashlib.sha256(rebuilt.read_bytes()).hexdigest() == house.delta.tar_sha256
+    wheels = unpack_wheelhouse(rebuilt, tmp_path / "unpacked", 1 << 24)
+    assert (tmp_path / "unpacked" / "dep-1.0-py3-none-any.whl").read_bytes() == dependency
+    assert len(wheels) == 2
+    kept = device.state_dir / "bases" / "_agent"
+    assert sorted(p.name for p in kept.iterdir()) == ["1.0.1"]  # 1.0.0 is not this agent

@@ -100,9 +100,9 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
         "--delta-from",
         type=Path,
         metavar="RELEASE_JSON",
-        help="also publish patches from this earlier release's artifacts (in --out): devices "
-        "holding it download only the patch (docs/fleet/deltas.md); needs agents that read "
-        "deltas",
+        help="also publish patches from this earlier release's artifacts (in --out; with "
+        "--agent an earlier agent release): devices holding it download only the patch "
+        "(docs/fleet/deltas.md); needs agents that read deltas",
     )
     parser.add_argument(
         "--delta-max-ratio",
@@ -153,10 +153,8 @@ def _sign_agent(args: argparse.Namespace) -> int:
     from edgeagent.fleet.agent_manifest import this_platform
     from edgeagent.hub.agent_release import sign_agent_release
 
-    if args.encrypt or args.canary is not None or args.window or args.delta_from:
-        raise HubError(
-            "--encrypt, --canary, --window and --delta-from are for model releases, not --agent"
-        )
+    if args.encrypt or args.canary is not None or args.window:
+        raise HubError("--encrypt, --canary and --window are for model releases, not --agent")
     wheelhouses = {args.platform or this_platform(): args.package}
     for entry in args.wheelhouse:
         tag, sep, directory = entry.partition("=")
@@ -174,6 +172,8 @@ def _sign_agent(args: argparse.Namespace) -> int:
         deployment_id=args.deployment_id,
         serials=release_serials(args),
         trust_path=args.trust,
+        delta_from=args.delta_from,
+        delta_max_ratio=args.delta_max_ratio,
     )
     emit(args, {"release": str(envelope)}, f"agent release {envelope}")
     return 0
