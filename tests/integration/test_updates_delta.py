@@ -216,3 +216,21 @@ async def test_an_agent_patch_release_ships_only_the_wheel_that_changed(hub, dev
     assert len(wheels) == 2
     kept = device.state_dir / "bases" / "_agent"
     assert sorted(p.name for p in kept.iterdir()) == ["1.0.1"]  # 1.0.0 is not this agent
+
+
+def test_hub_sign_on_the_command_line_adds_patches_and_a_window(hub) -> None:
+    from tests.integration.test_updates_e2e import cli
+
+    (hub.keys / "serials.json").write_text('{"tiny": 9}')
+    hub.sign(add_golden(hub.package("1", seed=1)))
+    base = release_path(hub.artifacts, "tiny", "1")
+    package = add_golden(hub.package("2", seed=1))
+    extra = ("--delta-from", str(base), "--window", "Sat,Sun 01:00-05:00")
+    done = cli(*hub.sign_command(package, *extra, "--window-timezone", "Europe/Berlin"))
+    assert done.returncode == 0, done.stderr
+    manifest = _manifest(release_path(hub.artifacts, "tiny", "2").read_bytes())
+    assert manifest.window is not None and manifest.window.timezone == "Europe/Berlin"
+    assert manifest.variants[0].artifact.delta is not None
+    assert (hub.artifacts / manifest.variants[0].artifact.delta.url.rsplit("/", 1)[-1]).is_file()
+    refused = cli(*hub.sign_command(package, "--window", "Funday 01:00-02:00"))
+    assert refused.returncode != 0 and "--window" in refused.stderr

@@ -125,3 +125,38 @@ async def test_the_gate_waits_for_the_window_then_the_lock() -> None:
     assert "held by app" in reasons[1] and not waiting.done()
     locks.release("app")
     await asyncio.wait_for(waiting, 5)
+
+
+def test_a_window_travels_in_the_signed_manifest_and_a_stage_may_have_its_own() -> None:
+    from datetime import timedelta
+
+    from edgeagent.fleet.manifest import (
+        Artifact,
+        ManifestError,
+        ReleaseManifest,
+        VariantArtifact,
+        parse_manifest,
+    )
+    from edgeagent.hub.rollout import stage_manifest
+
+    now = at("2026-12-07 00:00")
+    pinned = Artifact("http://hub/a.tar.gz", 10, "a" * 64)
+    manifest = ReleaseManifest(
+        model="m",
+        version="2",
+        serial=3,
+        artifact=pinned,
+        variants=(VariantArtifact("onnxruntime", "fp32", pinned),),
+        issued_at=now,
+        expires=now + timedelta(days=1),
+        deployment_id="d",
+        window=MaintenanceWindow("Mon-Fri 02:00-04:00", "Europe/Berlin"),
+    )
+    assert parse_manifest(manifest.to_payload()) == manifest
+    weekend = MaintenanceWindow("Sat,Sun 01:00-05:00")
+    staged = stage_manifest(manifest, ["dev-1"], weekend)
+    assert staged.window == weekend and staged.targets.device_ids == ("dev-1",)
+    assert stage_manifest(manifest, ["dev-1"]).window == manifest.window
+    broken = manifest.to_payload().replace(b"Mon-Fri", b"Mon-Funday")
+    with pytest.raises(ManifestError, match="manifest window"):
+        parse_manifest(broken)
