@@ -29,14 +29,23 @@ from edgeagent.hub.keys import HubError
 
 DEFAULT_MAX_RATIO = 0.8
 LEVEL = 19  # the hub compresses once for the whole fleet: spend the CPU here
+MAX_TABLE_LOG = 28  # 2^28 chain entries (1 GiB) at most, hub-side memory
 
 
 def make_patch(base: bytes, target: bytes, level: int = LEVEL) -> bytes:
     """``zstd --patch-from=base``: ``target`` compressed with ``base`` as its dictionary, the
-    window spanning both so long-distance matching finds every unchanged run."""
-    window_log = max(20, min(31, (len(base) + len(target)).bit_length()))
+    window spanning both. The match finder's tables grow with the base: at the level's own
+    sizes they index too little of a large one (an 80 MB wheelhouse whose only change was one
+    wheel gave a patch of 60 % of it; with tables of 2^26/2^27 entries, 0.04 %)."""
+    bits = max(len(base), len(target), 1).bit_length()
+    defaults = zstandard.ZstdCompressionParameters.from_level(level)
     params = zstandard.ZstdCompressionParameters.from_level(
-        level, window_log=window_log, enable_ldm=True, write_content_size=True
+        level,
+        window_log=max(20, min(31, (len(base) + len(target)).bit_length())),
+        hash_log=max(defaults.hash_log, min(MAX_TABLE_LOG - 1, bits - 1)),
+        chain_log=max(defaults.chain_log, min(MAX_TABLE_LOG, bits)),
+        enable_ldm=True,
+        write_content_size=True,
     )
     dictionary = zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
     return zstandard.ZstdCompressor(compression_params=params, dict_data=dictionary).compress(
