@@ -21,7 +21,7 @@ tars (``fleet.artifact`` says why). Then the real path: ``sign_package(delta_fro
 the new model release with patches and ``updates.deltas.apply_delta`` rebuilds and verifies
 each tar from the base, as a device does.
 
-    python scripts/bench_update.py --deltas [--rounds 3] [--json]
+    python scripts/bench_update.py --deltas [--rounds 3] [--json] [--quick]
 """
 
 from __future__ import annotations
@@ -219,20 +219,24 @@ def signed_path(work: Path, base: Path, new: Path) -> dict[str, Any]:
     return {"downloaded": downloaded, "full": full, "ratio": downloaded / full, "sign_s": signing_s}
 
 
-def run(rounds: int) -> dict[str, Any]:
+def run(rounds: int, quick: bool = False) -> dict[str, Any]:
+    """Every case (module docstring); ``quick``: the new-head case with zstd only (the smoke
+    test's cut)."""
     results: dict[str, Any] = {}
+    libraries = ("zstd --patch-from",) if quick else tuple(LIBRARIES)
+    cases = (("head retrain, 10 new classes", 10), ("head fine-tune, same 1000", None))
     with tempfile.TemporaryDirectory(prefix="bench-deltas-") as scratch:
         work = Path(scratch)
-        for label, classes in (
-            ("head retrain, new 10-class head", 10),
-            ("head fine-tune, same 1000 classes", None),
-        ):
+        for label, classes in cases[:1] if quick else cases:
             pairs, full, base, new = model_case(work, classes)
-            results[label] = {"full_bytes": full, "libraries": measure(pairs, full, rounds)}
+            found = measure(pairs, full, rounds, libraries)
+            results[label] = {"full_bytes": full, "libraries": found}
             if classes:
                 case = work / "signed"
                 case.mkdir()
                 results[label]["signed"] = signed_path(case, base, new)
+        if quick:
+            return results
         pairs, full, sizes = agent_case(work / "agent")
         results["agent patch release"] = {
             "full_bytes": full,
@@ -259,8 +263,8 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(rounds: int, as_json: bool) -> None:
-    results = run(rounds)
+def main(rounds: int, as_json: bool, quick: bool = False) -> None:
+    results = run(rounds, quick)
     if as_json:
         print(json.dumps(results, indent=2))
         return

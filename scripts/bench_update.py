@@ -360,11 +360,14 @@ def main() -> int:
         help="measure delta updates instead (scripts/bench_deltas.py: zstd, bsdiff4, detools on "
         "a head retrain of MobileNetV2 and an agent patch release)",
     )
+    parser.add_argument(
+        "--quick", action="store_true", help="with --deltas: the new-head case, zstd only"
+    )
     args = parser.parse_args()
     if args.deltas:
         from bench_deltas import main as deltas
 
-        deltas(min(args.rounds, 3), args.json)
+        deltas(min(args.rounds, 3), args.json, args.quick)
         return 0
     result = asyncio.run(run(args))
     if args.json:
