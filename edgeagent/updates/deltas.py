@@ -17,8 +17,8 @@ right size but the wrong hash — is logged and the full artifact is downloaded 
 delta can make an update smaller but never make it fail.
 
 zstd's ``--patch-from`` (the base as a raw-content dictionary, long-distance matching) was
-chosen over bsdiff4 and detools by ``scripts/bench_update.py --deltas``: the smallest or equal
-patches, and applied in milliseconds where bsdiff takes seconds (docs/fleet/deltas.md).
+chosen over bsdiff4 and detools by ``scripts/bench_update.py --deltas``: patches within 1.5 %
+of the smallest, applied 6-37× faster (docs/fleet/deltas.md).
 """
 
 from __future__ import annotations
