@@ -184,6 +184,10 @@ class Agent:
     def hup_and_wait_for(self, fragment: str) -> str:
         """Send SIGHUP and read the log until a line with ``fragment``; returns that line."""
         self.process.send_signal(signal.SIGHUP)
+        return self.wait_for(fragment)
+
+    def wait_for(self, fragment: str) -> str:
+        """Read the log until a line with ``fragment``; returns that line."""
         assert self.process.stderr is not None
         for line in self.process.stderr:
             if fragment in line:

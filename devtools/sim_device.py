@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.fleet.settings import MqttSettings
+from edgeagent.fleet.topics import Topics
 from edgeagent.hardware.choose import release_variants
 from edgeagent.hardware.profile import Profile
 from edgeagent.models.package import ModelPackage, load_package
@@ -135,6 +136,9 @@ class SimDevice:
         self.ended: dict[str, tuple[float, str]] = {}  # version → (when, result)
         self.on_end: Callable[[], None] = lambda: None  # told after every ended install
         self.received_at: float | None = None  # when the last release message arrived
+        # envelopes the broker delivered on this device's own release topic (the hub's sends)
+        self.direct_releases = 0
+        self._direct_topic = Topics(mqtt.topic_prefix, spec.group, spec.device_id).device_release
 
     async def start(self) -> None:
         """Start the service (it connects in the background); see ``connected``."""
@@ -157,6 +161,8 @@ class SimDevice:
 
         async def received(topic: str, payload: bytes) -> None:
             self.received_at = time.time()
+            if topic == self._direct_topic:
+                self.direct_releases += 1
             await handle(topic, payload)
 
         link.handler = received

@@ -111,6 +111,8 @@ class Worker:
             "results": dict(collections.Counter(result for _, result in ended)),
             "missing": len(self.devices) - len(ended),
             "serving": dict(serving),
+            # how many devices got the hub's envelopes how many times ({1: N}: exactly once)
+            "direct_releases": dict(collections.Counter(d.direct_releases for d in self.devices)),
         }
 
     async def stop(self) -> dict[str, Any]:

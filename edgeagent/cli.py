@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "edgeagent.commands.package",
         "turn ONNX / TFLite / OpenVINO / PyTorch / GGUF models into a validated package",
     ),
+    "capture": (
+        "edgeagent.commands.capture",
+        "captured samples on this device: status, audit log, purge",
+    ),
     "agent-update": (
         "edgeagent.commands.selfupdate",
         "the A/B root of agent self-updates: init, boot check, status",

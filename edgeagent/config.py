@@ -6,6 +6,7 @@ SPEC §2); a bad key or value stops start-up with a message naming ``[section] k
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -13,14 +14,19 @@ from edgeagent._toml import tomllib
 from edgeagent.api.grpc.settings import GrpcSettings
 from edgeagent.api.settings import ServerSettings
 from edgeagent.api.shm.settings import SharedMemorySettings
+from edgeagent.api.zmq.settings import ZmqSettings
+from edgeagent.capture.settings import CaptureSettings
 from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.governor.settings import GovernorSettings
+from edgeagent.hardware.discovery import DiscoverySettings
 from edgeagent.hardware.peers import PeerSettings, peers_problem
 from edgeagent.hardware.settings import HardwareSettings
+from edgeagent.models.locate import find_packages
+from edgeagent.models.package import PackageError
 from edgeagent.netaddr import is_loopback
-from edgeagent.paths import default_state_dir
+from edgeagent.paths import default_models_dir, default_state_dir
 from edgeagent.sections import (
     ConfigError,
     KeyDoc,
@@ -33,10 +39,13 @@ from edgeagent.sections import (
     setting,
     unknown_keys,
 )
+from edgeagent.streams.settings import StreamSettings, StreamsSettings, streams_problem
 from edgeagent.tls import TlsSettings, plain_listener_problem
 from edgeagent.updates.settings import UpdateSettings
 
 DEFAULT_CONFIG_PATH = Path("/etc/edgeagent/agent.toml")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,12 @@ class Config:
     shared_memory: SharedMemorySettings = field(default_factory=SharedMemorySettings)
     tls: TlsSettings = field(default_factory=TlsSettings)
     llm: LanguageSettings = field(default_factory=LanguageSettings)
+    capture: CaptureSettings = field(default_factory=CaptureSettings)
+    zmq: ZmqSettings = field(default_factory=ZmqSettings)
+    discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
+    streams: StreamsSettings = field(default_factory=StreamsSettings)
     peers: tuple[PeerSettings, ...] = ()  # the [[peer]] tables, in file order
+    cameras: tuple[StreamSettings, ...] = ()  # the [[stream]] tables, in file order
 
     def __post_init__(self) -> None:
         # The one rule across sections: gRPC's TCP listener takes [server]'s token rule, so
@@ -96,6 +110,14 @@ class Config:
             problem = plain_listener_problem(host, mode, self.tls) if listening else None
             require(problem is None, section, "tls", problem or "")
         require(not peers_problem(self.peers), "peer", "name", peers_problem(self.peers))
+        require(
+            not self.discovery.announce or self.server.tcp_port != 0,
+            "discovery",
+            "announce",
+            "announces the TCP listener: set [server] tcp_port",
+        )
+        problem = streams_problem(self.cameras)
+        require(problem is None, "stream", "name", problem or "")
 
 
 # TOML table → the Config fields it fills. [server] is shared by the listener (api) and the
@@ -111,9 +133,16 @@ SECTIONS: dict[str, dict[str, type]] = {
     "shared_memory": {"shared_memory": SharedMemorySettings},
     "tls": {"tls": TlsSettings},
     "llm": {"llm": LanguageSettings},
+    "capture": {"capture": CaptureSettings},
+    "zmq": {"zmq": ZmqSettings},
+    "discovery": {"discovery": DiscoverySettings},
+    "streams": {"streams": StreamsSettings},
 }
 # Arrays of tables ([[peer]]): TOML name → (the Config field, the class of each table).
-TABLE_ARRAYS: dict[str, tuple[str, type]] = {"peer": ("peers", PeerSettings)}
+TABLE_ARRAYS: dict[str, tuple[str, type]] = {
+    "peer": ("peers", PeerSettings),
+    "stream": ("cameras", StreamSettings),
+}
 
 
 def _load_array(name: str, value: object, problems: list[str]) -> dict[str, object]:
@@ -203,3 +232,29 @@ def describe_config() -> dict[str, list[KeyDoc]]:
     for name, (_, cls) in TABLE_ARRAYS.items():
         described[name] = describe_section(cls)
     return described
+
+
+def package_dirs(config: Config) -> list[Path]:
+    """The seed packages to serve: every package in the models directory, or those named.
+
+    ``[agent] models_dir`` when set, else the default (``$EDGEAGENT_MODELS_DIR``, ./zoo, the
+    state directory's models/), so a fresh checkout serves the demo zoo with no config.
+    """
+    directory = config.agent.models_dir or default_models_dir()
+    try:
+        found = find_packages(directory)  # an unreadable package is listed, not fatal
+    except PackageError as exc:
+        if config.agent.models_dir is not None:  # named by the operator: a typo, not a fresh box
+            raise ConfigError(f"[agent] models_dir: {exc}") from exc
+        found = {}
+    if not config.agent.models:
+        if not found:
+            log.warning("no model packages in %s: serving nothing until one is loaded", directory)
+        return list(found.values())
+    missing = [name for name in config.agent.models if name not in found]
+    if missing:
+        raise ConfigError(
+            f"[agent] models: no package {', '.join(map(repr, missing))} in {directory} "
+            f"(found: {', '.join(found) or 'none'})"
+        )
+    return [found[name] for name in config.agent.models]

@@ -9,8 +9,8 @@ here (``limits_provider``, ``status_providers``, one CollectorRegistry).
 
 SIGHUP (``systemctl reload``) re-reads the TLS certificate (new handshakes get it), the config
 and the models directory: new packages load, changed ones hot-swap, removed ones unload; config
-keys other than ``[agent] models_dir``, ``models`` and ``log_level`` are reported as needing a
-restart.
+keys other than ``[agent] models_dir``, ``models`` and ``log_level`` and the ``[[stream]]`` tables
+(cameras added, changed or removed) are reported as needing a restart.
 """
 
 from __future__ import annotations
@@ -27,18 +27,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
 from edgeagent import __version__
 from edgeagent.aio import cancel_and_wait, spawn
+from edgeagent.api.announce import announcement, join_discovered
 from edgeagent.api.http.app import create_app
 from edgeagent.api.http.deepstack_routes import deepstack_model_problem
 from edgeagent.api.listeners import ListenerError, Listeners, handler_args
 from edgeagent.api.secret_files import exposures, secret_files
 from edgeagent.api.shm.regions import SharedMemoryRegistry
-from edgeagent.config import Config
+from edgeagent.config import Config, package_dirs
 from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.gauges import ModelGauges
@@ -46,11 +47,13 @@ from edgeagent.engine.language.plane import LanguagePlane
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.plan import plan_request
-from edgeagent.engine.planes import Planes, is_language_package, language_variants
+from edgeagent.engine.planes import Planes, language_variants, split_text
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
+from edgeagent.fleet.topics import Topics
 from edgeagent.governor.sensors import power_reader
 from edgeagent.governor.service import GovernorService
+from edgeagent.hardware.discovery import Announcement, Announcer
 from edgeagent.hardware.service import Accelerators
 from edgeagent.heap import limit_arenas, release_free_memory
 from edgeagent.models.device_key import DeviceKeyError, open_device_key
@@ -60,9 +63,15 @@ from edgeagent.models.unsealer import Unsealer
 from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
+from edgeagent.streams.service import StreamsService
 from edgeagent.updates.locks import UpdateGate, UpdateLocks
 
+if TYPE_CHECKING:
+    from edgeagent.capture.service import Capture
+
 log = logging.getLogger(__name__)
+# Config fields a SIGHUP applies; a change to any other is reported as needing a restart.
+RELOADED = frozenset({"agent", "cameras"})
 
 
 class Service(Protocol):
@@ -75,42 +84,6 @@ class Service(Protocol):
 
 class StartupError(RuntimeError):
     """The daemon cannot start (a listener, the models directory); the message says what to fix."""
-
-
-def package_dirs(config: Config) -> list[Path]:
-    """The seed packages to serve: every package in the models directory, or those named.
-
-    ``[agent] models_dir`` when set, else the default (``$EDGEAGENT_MODELS_DIR``, ./zoo, the
-    state directory's models/), so a fresh checkout serves the demo zoo with no config.
-    """
-    directory = config.agent.models_dir or default_models_dir()
-    try:
-        found = find_packages(directory)  # an unreadable package is listed, not fatal
-    except PackageError as exc:
-        if config.agent.models_dir is not None:  # named by the operator: a typo, not a fresh box
-            raise ConfigError(f"[agent] models_dir: {exc}") from exc
-        found = {}
-    if not config.agent.models:
-        if not found:
-            log.warning("no model packages in %s: serving nothing until one is loaded", directory)
-        return list(found.values())
-    missing = [name for name in config.agent.models if name not in found]
-    if missing:
-        raise ConfigError(
-            f"[agent] models: no package {', '.join(map(repr, missing))} in {directory} "
-            f"(found: {', '.join(found) or 'none'})"
-        )
-    return [found[name] for name in config.agent.models]
-
-
-def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
-    """(tensor packages, language-model packages): each goes to its own plane. A package that
-    cannot be read stays with the tensor registry, which reports why."""
-    tensors: list[Path] = []
-    texts: list[Path] = []
-    for directory in directories:
-        (texts if is_language_package(directory) else tensors).append(directory)
-    return tensors, texts
 
 
 class Daemon:
@@ -247,12 +220,69 @@ class Daemon:
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
             self.governor.add_listener(self.updates.reporter.refresh)  # fleet sees state changes
+        self.capture = self._capture(config) if config.capture.enabled else None
+        if config.zmq.enabled:  # Frigate's zmq detector: needs pyzmq (the zmq extra)
+            from edgeagent.api.zmq.server import ZmqDetector
+
+            zmq = ZmqDetector(config.zmq, self.dataplane, config.server.deepstack_model)
+            self.services.append(zmq)
+            self.status_providers["zmq"] = zmq.status
+        self.streams = StreamsService.on_link(
+            config.streams,
+            config.cameras,
+            detector=self.dataplane,
+            link=self.updates.link if self.updates is not None else None,
+            mqtt=config.mqtt,
+            topics=Topics(
+                config.mqtt.topic_prefix,
+                config.updates.group,
+                config.agent.device_id or socket.gethostname(),
+            ),
+            state_dir=config.agent.state_dir,
+            recipient=lambda: self.device_key.private.public_key(),
+        )
+        self.services.append(self.streams)  # stops first: the cameras' last events spooled
+        self.status_providers["streams"] = self.streams.status
         self.listeners = Listeners(config.tls)
+        self.site_name = config.discovery.name or config.agent.device_id or socket.gethostname()
+        if config.discovery.announce:  # after the listeners open, like every service
+            self.services.append(Announcer(config.discovery, self._announcement))
         self.started_at = time.time()
         self._runner: web.AppRunner | None = None
         self.shared_memory = SharedMemoryRegistry(config.shared_memory)  # v2 shm regions
         self._stop = asyncio.Event()
         self._background: list[asyncio.Task] = []
+
+    def _capture(self, config: Config) -> Capture:
+        """Capture (off by default): a data-plane hook, its worker and, when asked, the uploader."""
+        from edgeagent.capture.service import Capture
+        from edgeagent.capture.spool import spool_key
+        from edgeagent.capture.uploader import Uploader
+
+        settings = config.capture
+        detector = None
+        if settings.redact_detector:
+            name = settings.redact_detector
+
+            async def detector(image: bytes) -> dict:
+                return await self.dataplane.detect(name, None, image, internal=True)
+
+        capture = Capture(
+            settings,
+            config.agent.state_dir,
+            lambda: spool_key(self.device_key.private),
+            device_id=config.agent.device_id or socket.gethostname(),
+            detector=detector,
+            metrics=self.metrics,
+        )
+        self.dataplane.hooks.add(capture.hook)
+        self.services.append(capture)
+        self.status_providers["capture"] = capture.status
+        if settings.upload:
+            uploader = Uploader(settings, capture.spool, capture.audit)
+            self.services.append(uploader)
+            self.status_providers["capture_upload"] = uploader.status
+        return capture
 
     @staticmethod
     def _prepare_state(config: Config) -> None:
@@ -311,8 +341,9 @@ class Daemon:
             self._seeded[self.registry.add(directory)] = directory
         for directory in installed:
             self.registry.add(directory)  # an installed release wins over its seed package
+        await join_discovered(self.config.discovery, self.site_name, self.accelerators)
         await self.registry.load_all()
-        await self._load_language(texts + installed_texts)
+        await self.language.load_each(texts + installed_texts)
         served = [
             *package_dirs(self.config),
             *(self.updates.package_dirs() if self.updates else []),
@@ -344,13 +375,26 @@ class Daemon:
         except ListenerError as exc:
             raise StartupError(str(exc)) from exc
         self.status_providers["listeners"] = self.listeners.status
-        for service in self.services:
-            await service.start()
+        try:
+            for service in self.services:
+                await service.start()
+        except ListenerError as exc:  # a service's own listener ([zmq])
+            raise StartupError(str(exc)) from exc
         ready = [r for r in self.registry.index() if r["state"] == "READY"]
         summary = f"serving {len(ready)} model version(s) on {', '.join(self.listening)}"
         release_free_memory()  # what loading and probing the models left behind
         self.notifier.ready(summary)
         log.info("edgeagent %s %s", __version__, summary)
+
+    def _announcement(self) -> Announcement:
+        ready = (e["name"] for e in self.registry.index() if e["state"] == "READY")
+        return announcement(
+            self.site_name,
+            self.config.server,
+            tls=self.listeners.tls is not None,
+            cert_file=self.config.tls.cert_file,
+            models=ready,
+        )
 
     async def reload(self) -> None:
         """SIGHUP: apply the config's [agent] model keys and serve the models directory anew.
@@ -371,14 +415,18 @@ class Daemon:
                 changed = [
                     f.name
                     for f in dataclasses.fields(config)
-                    if f.name != "agent" and getattr(config, f.name) != getattr(self.config, f.name)
+                    if f.name not in RELOADED
+                    and getattr(config, f.name) != getattr(self.config, f.name)
                 ]
                 if changed or config.agent.state_dir != self.config.agent.state_dir:
                     log.warning(
                         "reload: changes to %s apply after a restart", changed or "state_dir"
                     )
-                self.config = dataclasses.replace(self.config, agent=config.agent)
+                self.config = dataclasses.replace(
+                    self.config, agent=config.agent, cameras=config.cameras
+                )
                 logging.getLogger().setLevel(config.agent.log_level)
+                await self.streams.apply(config.cameras)
             else:
                 try:
                     wanted_dirs = package_dirs(self.config)
@@ -386,7 +434,7 @@ class Daemon:
                     log.error("reload refused: %s", exc)
                     return
             wanted_dirs, texts = split_text(wanted_dirs)
-            await self._reload_language(texts)
+            await self.language.reconcile(texts)
             wanted = {self.registry.add(d): d for d in wanted_dirs}
             for name in set(self._seeded) - set(wanted):
                 await self.registry.unload(name)
@@ -406,29 +454,6 @@ class Daemon:
             ]
             self.notifier.status(f"reloaded: serving {', '.join(ready) or 'nothing'}")
             log.info("reloaded: serving %s", ", ".join(ready) or "no models")
-
-    async def _load_language(self, directories: list[Path]) -> None:
-        """Load (or hot-swap) language-model packages; one that fails is logged, not fatal."""
-        for directory in directories:
-            if self.language.serves(directory):
-                continue
-            try:
-                info = await self.language.load(directory)
-                log.info("language model %s %s on %s", info.name, info.version, info.device)
-            except Exception as exc:
-                log.error("language model in %s is unavailable: %s", directory, exc)
-
-    async def _reload_language(self, directories: list[Path]) -> None:
-        """SIGHUP: new and changed language packages load, removed ones unload."""
-        wanted: set[str] = set()
-        for directory in directories:
-            try:
-                wanted.add(load_package(directory).name)
-            except PackageError:
-                continue
-        for name in set(self.language.names()) - wanted:
-            await self.language.unload(name)
-        await self._load_language(directories)
 
     def _locate(self, name: str) -> Path | None:
         """The models directory's package ``name`` (repository load of one added after start)."""

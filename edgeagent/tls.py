@@ -21,6 +21,7 @@ clear.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import ssl
 import threading
@@ -185,3 +186,15 @@ class ServerTls:
         """The generation and the bytes it was read from, read together (for gRPC's fetcher)."""
         with self._lock:
             return self.generation, self.pem
+
+
+def certificate_fingerprint(path: Path) -> str:
+    """SHA-256 (hex) of the leaf, the first certificate of a PEM chain: what a peer pins."""
+    text = _read(path, "certificate").decode("ascii", "replace")
+    begin, end = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
+    first = text.find(begin)
+    last = text.find(end, first)
+    if first < 0 or last < 0:
+        raise TlsError(f"{path} holds no PEM certificate")
+    der = ssl.PEM_cert_to_DER_cert(text[first : last + len(end)])
+    return hashlib.sha256(der).hexdigest()

@@ -123,14 +123,20 @@ def _tars(archives: dict[str, bytes]) -> dict[str, bytes]:
     return {key: gzip.decompress(data) for key, data in archives.items()}
 
 
+def _archive_bytes(package: Path, work: Path) -> dict[str, bytes]:
+    """The package's release archives (``hub.sign.archive_package``) as bytes, by key."""
+    with tempfile.TemporaryDirectory(dir=work) as scratch:
+        archives = archive_package(package, Path(scratch))
+        return {key: archive.path.read_bytes() for key, archive in archives.data().items()}
+
+
 def model_case(work: Path, classes: int | None) -> tuple[list[Pair], int, Path, Path]:
     out = work / f"retrain-{classes or 'same'}"
     command = [str(BUILD_PYTHON), str(REPO / "scripts" / "retrain_head.py")]
     command += [str(REPO / "zoo" / "mobilenet_v2"), str(out)]
     command += ["--classes", str(classes)] if classes else []
     subprocess.run(command, check=True, capture_output=True, timeout=600)
-    old = archive_package(out / "base").data()
-    new = archive_package(out / "retrained").data()
+    old, new = (_archive_bytes(out / name, work) for name in ("base", "retrained"))
     old_tars, new_tars = _tars(old), _tars(new)
     pairs = [(old_tars[key], new_tars[key]) for key in new_tars]
     return pairs, sum(len(data) for data in new.values()), out / "base", out / "retrained"

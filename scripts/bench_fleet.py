@@ -14,6 +14,13 @@ device answered; and a release that fails on ``--fail-pct`` % of devices, aborte
 
     python scripts/bench_fleet.py --devices 10000 [--workers 4] [--bridge]
         [--db postgresql://…] [--json]
+
+``--replicas N`` runs the replica scenario instead (``devtools/replica_scenario.py``): N hub
+servers on one PostgreSQL (``--db``, or a throwaway cluster of the test suite's kind), the
+leader SIGKILLed at 30 % of a rollout; it reports how soon another replica took over and
+resumed, how many envelopes each device received and how many answers the hub lost.
+
+    python scripts/bench_fleet.py --devices 1000 --replicas 3 [--db postgresql://…]
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the simulator lives in devtools/, beside the tests' doubles
 
 from devtools.fleet_scenario import ScenarioOptions, run_scenario  # noqa: E402
+from devtools.replica_scenario import run_replica_scenario  # noqa: E402
 from devtools.sim_worker import raise_open_files_limit  # noqa: E402
 
 DEVICES_PER_WORKER = 2500
@@ -57,6 +66,7 @@ def main() -> int:
     parser.add_argument("--abort-threshold", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=20, help="fleet queries timed")
     parser.add_argument("--wait", type=float, default=900.0, help="bound on each phase, s")
+    parser.add_argument("--replicas", type=int, default=0, help="the replica scenario (N ≥ 2)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)  # not the simulated devices' failure warnings
@@ -85,7 +95,12 @@ def main() -> int:
             query_rounds=args.rounds,
             state_root=Path(states),
         )
-        result = asyncio.run(run_scenario(options, Path(work)))
+        scenario = (
+            _replicas(args, workers, Path(work), Path(states))
+            if args.replicas
+            else run_scenario(options, Path(work))
+        )
+        result = asyncio.run(scenario)
     result["machine"] = {
         "cpus": os.cpu_count(),
         "load_avg_before": load_before,
@@ -96,6 +111,28 @@ def main() -> int:
     else:
         _print(result)
     return 0
+
+
+async def _replicas(args: argparse.Namespace, workers: int, work: Path, states: Path) -> dict:
+    """The replica scenario on ``--db`` (PostgreSQL), or on a throwaway cluster."""
+    if args.db:
+        return await run_replica_scenario(
+            args.devices, workers, args.replicas, args.db, work, state_root=states
+        )
+    from tests.support.postgres import Postgres  # the test suite's throwaway cluster
+
+    # its own directory under the system's temporary one: as root the cluster runs as the
+    # postgres user, who cannot enter the benchmark's private work directory
+    cluster = Postgres(Path(tempfile.mkdtemp(prefix="edgeagent-bench-pg-")))
+    cluster.start()
+    try:
+        url = await asyncio.to_thread(cluster.create_database)
+        return await run_replica_scenario(
+            args.devices, workers, args.replicas, url, work, state_root=states
+        )
+    finally:
+        cluster.stop()
+        shutil.rmtree(cluster.workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -184,8 +184,7 @@ class Load:
             await asyncio.sleep(0.002)
 
 
-async def run(args: argparse.Namespace) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="bench-governor-"))
+async def run(args: argparse.Namespace, work: Path) -> dict:
     package = write_conv_package(work / "pkg", args.size, args.channels)
     metrics = CollectorRegistry()
     settings = GovernorSettings(
@@ -356,10 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     with (
+        tempfile.TemporaryDirectory(prefix="bench-governor-") as work,
         tempfile.TemporaryDirectory(prefix="bench-governor-bg-") as tmp,
         background_inference(args.background, Path(tmp)),
     ):
-        result = asyncio.run(run(args))
+        result = asyncio.run(run(args, Path(work)))
     result["background_processes"] = args.background
     if args.json:
         print(json.dumps(result, indent=2))

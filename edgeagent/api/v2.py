@@ -11,8 +11,7 @@ builder, which the gRPC servicer uses too.
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,11 +29,10 @@ from edgeagent.engine.requests import (
     tensor_from_values,
 )
 from edgeagent.models.package import TensorSpec
+from edgeagent.runtimes import oip_codec
 from edgeagent.runtimes.oip import HEADER_LENGTH as HEADER_LENGTH
-
-# FP16 has no JSON form in the protocol (BF16 none at all), so both travel only as binary.
-_NOT_JSON = ("FP16", "BF16")
-
+from edgeagent.runtimes.oip_codec import NOT_JSON, JsonData, WireError
+from edgeagent.runtimes.oip_codec import tensor_bytes as tensor_to_bytes
 
 # How an output travels: binary (True), JSON (False) or into a shared memory region.
 Placement = bool | SharedMemoryRef
@@ -61,21 +59,6 @@ InferResponse = InferenceResponse
 
 # ---------------------------------------------------------------------------------------------
 # Message framing: JSON header + binary tail
-
-
-def header_length(value: str | None, body_length: int) -> int | None:
-    """Parse ``Inference-Header-Content-Length``; None when absent (the whole body is JSON)."""
-    if value is None:
-        return None
-    try:
-        length = int(value.strip())
-    except ValueError:
-        raise InvalidInput(f"{HEADER_LENGTH} must be an integer, got {value!r}") from None
-    if length < 0:
-        raise InvalidInput(f"{HEADER_LENGTH} must not be negative, got {length}")
-    if length > body_length:
-        raise InvalidInput(f"{HEADER_LENGTH} is {length} but the body has only {body_length} bytes")
-    return length
 
 
 # No number in the protocol is wider than 64 bits (shapes, sizes, UINT64/INT64 data, µs).
@@ -132,47 +115,10 @@ def _parse_json_leniently(data: bytes | memoryview) -> Any:
 def split_body(body: bytes, header: str | None) -> tuple[memoryview, memoryview]:
     """The JSON part and the binary tail of a body, given its ``Inference-Header-Content-Length``
     header value."""
-    view = memoryview(body)
-    length = header_length(header, len(body))
-    if length is None:
-        return view, view[len(view) :]
-    return view[:length], view[length:]
-
-
-class _JsonData:
-    """Tensor values as JSON array text, spliced into the message after ``json.dumps``.
-
-    ``json.dumps`` of a Python float prints 17 digits through ``float.__repr__``, which makes
-    a 224×224×3 FP32 input cost ~170 ms to encode here; printing each value with just the
-    digits its own precision needs (9 for FP32, 17 for FP64) in one C-level ``%`` format is
-    about 4× faster and still round-trips exactly. Non-finite values fall back to json.dumps.
-    """
-
-    def __init__(self) -> None:
-        self._nonce = secrets.token_hex(8)
-        self._texts: dict[str, str] = {}
-
-    def add(self, array: np.ndarray) -> str:
-        """A placeholder for ``array``'s values to put where the ``data`` list goes."""
-        flat = array.ravel()
-        if flat.dtype.kind == "f" and flat.size and bool(np.isfinite(flat).all()):
-            digits = 9 if flat.dtype.itemsize <= 4 else 17
-            text = "[" + ",".join([f"%.{digits}g"] * flat.size) % tuple(flat.tolist()) + "]"
-        else:
-            text = json.dumps(flat.tolist())
-        token = f"@tensor-data:{self._nonce}:{len(self._texts)}"
-        self._texts[json.dumps(token)] = text
-        return token
-
-    def frame(self, message: dict[str, Any], blobs: Sequence[bytes]) -> tuple[bytes, int | None]:
-        """JSON header then the blobs; the header length is None when nothing binary follows."""
-        head = json.dumps(message, separators=(",", ":"))
-        for quoted, text in self._texts.items():
-            head = head.replace(quoted, text, 1)
-        encoded = head.encode()
-        if not blobs:
-            return encoded, None
-        return b"".join([encoded, *blobs]), len(encoded)
+    try:
+        return oip_codec.split_body(body, header)
+    except WireError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,15 +126,14 @@ class _JsonData:
 
 
 def _parameters(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{where}: parameters must be a JSON object, got {value!r}")
-    return value
+    try:
+        return oip_codec.parameters_of(value, where)
+    except WireError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 def _from_json(data: Any, shape: Any, datatype: str, where: str) -> np.ndarray:
-    if datatype in _NOT_JSON:
+    if datatype in NOT_JSON:
         raise InvalidInput(
             f"{where}: {datatype} cannot travel as JSON; send it with the binary tensor data "
             f"extension (parameters.binary_data_size)"
@@ -198,75 +143,33 @@ def _from_json(data: Any, shape: Any, datatype: str, where: str) -> np.ndarray:
     return tensor_from_values(data, shape, datatype, where)
 
 
-def tensor_to_bytes(array: np.ndarray) -> bytes:
-    wire = DATATYPES[datatype_of(array.dtype)]
-    return np.ascontiguousarray(array, dtype=wire).tobytes()
-
-
-def _binary_size(tensor: dict[str, Any], where: str) -> int | None:
-    params = _parameters(tensor.get("parameters"), where)
-    size = params.get("binary_data_size")
-    if size is None:
-        return None
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise InvalidInput(f"{where}: binary_data_size must be a non-negative integer")
-    return size
-
-
 def _tensors(
     entries: Any, tail: memoryview, kind: str, regions: CallerRegions | None = None
 ) -> dict[str, np.ndarray]:
-    """Decode a list of tensor objects (request inputs or response outputs).
+    """Decode a list of tensor objects (request inputs), each built by the engine's checked
+    builders; the framing (names, data or bytes, the binary tail) is ``oip_codec``'s.
 
     An input that names a shared memory region is a copy read from that region; with no
-    ``regions`` (a response, a client), naming one is an error.
+    ``regions`` (a client), naming one is an error.
     """
-    if not isinstance(entries, list):
-        raise InvalidInput(f"'{kind}s' must be a list of tensors")
     tensors: dict[str, np.ndarray] = {}
-    offset = 0
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, dict):
-            raise InvalidInput(f"{kind}s[{index}] must be a JSON object")
-        name = entry.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidInput(f"{kind}s[{index}]: 'name' must be a non-empty string")
-        where = f"{kind} {name!r}"
-        if name in tensors:
-            raise InvalidInput(f"{where} appears twice")
-        datatype = entry.get("datatype")
-        if not isinstance(datatype, str):
-            raise InvalidInput(f"{where}: 'datatype' must be a string such as FP32")
-        shape = entry.get("shape")
-        size = _binary_size(entry, where)
-        ref = shm_ref(_parameters(entry.get("parameters"), where), where)
-        if ref is not None:
-            if "data" in entry or size is not None:
-                raise InvalidInput(
-                    f"{where}: a shared memory input carries no 'data' or binary_data_size"
-                )
-            tensors[name] = tensor_from_region(ref, shape, datatype, regions, where)
-            continue
-        has_data = "data" in entry
-        if has_data == (size is not None):
-            raise InvalidInput(
-                f"{where}: give exactly one of 'data' and parameters.binary_data_size"
-            )
-        if size is None:
-            tensors[name] = _from_json(entry["data"], shape, datatype, where)
-            continue
-        if offset + size > len(tail):
-            raise InvalidInput(
-                f"{where}: binary_data_size {size} runs past the end of the body "
-                f"({len(tail) - offset} bytes left)"
-            )
-        tensors[name] = tensor_from_buffer(tail[offset : offset + size], shape, datatype, where)
-        offset += size
-    if offset != len(tail):
-        raise InvalidInput(
-            f"the body carries {len(tail)} bytes of binary data but the {kind}s declare {offset}"
-        )
+    try:
+        for entry in oip_codec.tensor_entries(entries, tail, kind, _in_region):
+            where, shape, datatype = entry.where, entry.shape, entry.datatype
+            ref = shm_ref(entry.parameters, where)
+            if ref is not None:
+                tensors[entry.name] = tensor_from_region(ref, shape, datatype, regions, where)
+            elif entry.blob is None:
+                tensors[entry.name] = _from_json(entry.data, shape, datatype, where)
+            else:
+                tensors[entry.name] = tensor_from_buffer(entry.blob, shape, datatype, where)
+    except WireError as exc:
+        raise InvalidInput(str(exc)) from None
     return tensors
+
+
+def _in_region(parameters: dict[str, Any], where: str) -> bool:
+    return shm_ref(parameters, where) is not None
 
 
 def _output_requests(value: Any) -> tuple[list[str] | None, dict[str, Placement]]:
@@ -350,42 +253,13 @@ def decode_raw_request(body: bytes, spec: TensorSpec) -> WireRequest:
     return WireRequest(inputs={spec.name: array}, binary_output=True)
 
 
-def encode_request(
-    inputs: Mapping[str, np.ndarray],
-    *,
-    binary: bool = True,
-    outputs: Sequence[str] | None = None,
-    request_id: str | None = None,
-    parameters: Mapping[str, Any] | None = None,
-) -> tuple[bytes, int | None]:
-    """Build an infer request body; returns (body, header length or None when all JSON)."""
-    entries: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
-    data = _JsonData()
-    for name, array in inputs.items():
-        entry: dict[str, Any] = {
-            "name": name,
-            "shape": list(array.shape),
-            "datatype": datatype_of(array.dtype),
-        }
-        if binary or entry["datatype"] in _NOT_JSON:
-            blob = tensor_to_bytes(array)
-            entry["parameters"] = {"binary_data_size": len(blob)}
-            blobs.append(blob)
-        else:
-            entry["data"] = data.add(array)
-        entries.append(entry)
-    params = dict(parameters or {})
-    if binary:
-        params["binary_data_output"] = True
-    message: dict[str, Any] = {"inputs": entries}
-    if params:
-        message["parameters"] = params
-    if request_id is not None:
-        message["id"] = request_id
-    if outputs is not None:
-        message["outputs"] = [{"name": name} for name in outputs]
-    return data.frame(message, blobs)
+def encode_request(inputs: Mapping[str, np.ndarray], **options: Any) -> tuple[bytes, int | None]:
+    """Build an infer request body (``oip_codec.encode_request``: binary, outputs, request_id,
+    parameters); returns (body, header length or None when all JSON)."""
+    try:
+        return oip_codec.encode_request(inputs, **options)
+    except WireError as exc:
+        raise InvalidInput(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,7 +275,7 @@ def encode_response(
     request asked; one placed in shared memory is written into its region here."""
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
-    data = _JsonData()
+    data = JsonData()
     for name, array in response.outputs.items():
         datatype = datatype_of(array.dtype)
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
@@ -412,7 +286,7 @@ def encode_response(
             blob = tensor_to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
-        elif datatype in _NOT_JSON:
+        elif datatype in NOT_JSON:
             raise InvalidInput(
                 f"output {name!r} is {datatype}, which cannot travel as JSON; request it with "
                 f"parameters.binary_data = true"
@@ -463,12 +337,14 @@ def write_to_region(
 
 def decode_response(body: bytes, header: str | None) -> InferenceResponse:
     """Decode an infer response body (the client side of ``encode_response``)."""
-    json_part, tail = split_body(body, header)
-    message = parse_json_object(json_part)
+    try:
+        answer = oip_codec.decode_response(body, header, parse_json_object)
+    except WireError as exc:
+        raise InvalidInput(str(exc)) from None
     return InferenceResponse(
-        model_name=str(message.get("model_name", "")),
-        model_version=str(message.get("model_version", "")),
-        outputs=_tensors(message.get("outputs"), tail, "output"),
-        id=message.get("id"),
-        parameters=_parameters(message.get("parameters"), "response"),
+        model_name=answer.model_name,
+        model_version=answer.model_version,
+        outputs=answer.outputs,
+        id=answer.id,
+        parameters=answer.parameters,
     )

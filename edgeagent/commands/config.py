@@ -104,7 +104,7 @@ def check(path: Path | None) -> list[str]:
     if config.server.deepstack_model:  # every DeepStack request would fail: say so now
         # The daemon's module loads the whole serving stack; only this check needs it.
         from edgeagent.api.http.deepstack_routes import deepstack_model_problem
-        from edgeagent.daemon import package_dirs
+        from edgeagent.config import package_dirs
 
         try:
             packages = package_dirs(config)

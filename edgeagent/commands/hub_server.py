@@ -51,6 +51,7 @@ def _server(
     mqtt_settings: Callable[[argparse.Namespace], Any],
     run: Run,
 ) -> None:
+    from edgeagent.hub.server.samples_settings import SamplesSettings
     from edgeagent.hub.server.settings import ServerSettings
 
     defaults = ServerSettings(database_url="")
@@ -123,6 +124,24 @@ def _server(
         help="off: plain HTTP even off loopback (a TLS-terminating proxy in front); auto: "
         "HTTPS with --tls-cert, plain HTTP on loopback only",
     )
+    samples = parser.add_argument_group("samples captured on devices (see Learning from the field)")
+    samples.add_argument(
+        "--device-tokens", type=Path, help="'DEVICE_ID GROUP TOKEN' lines: who may upload samples"
+    )
+    samples.add_argument(
+        "--samples-group",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a device group allowed to upload samples (repeat; '*' = every group)",
+    )
+    samples.add_argument("--samples-dir", type=Path, help="the images (default STATE_DIR/samples)")
+    samples.add_argument(
+        "--max-sample-bytes",
+        type=int,
+        default=defaults.samples.max_sample_bytes,
+        help="a bigger upload is refused unread",
+    )
     limits = parser.add_argument_group("limits")
     for flag, attr, kind, what in (
         ("--retention-days", "retention_days", float, "event history kept"),
@@ -134,7 +153,9 @@ def _server(
         ("--max-wait", "max_wait_s", float, "cap on stage time-outs and long polls, seconds"),
         ("--ingest-queue", "ingest_queue", int, "reports waiting for the database"),
         ("--ingest-batch", "ingest_batch", int, "reports stored per transaction"),
-        ("--send-batch", "send_batch", int, "releases sent between two commits"),
+        ("--send-batch", "send_batch", int, "devices one recorded envelope is for"),
+        ("--lease", "lease_s", float, "controller lease of replicas on one database, seconds"),
+        ("--lease-renew", "lease_renew_s", float, "seconds between the leader's renewals"),
         ("--max-stages", "max_stages", int, "stages of one deployment"),
         ("--max-device-ids", "max_device_ids", int, "devices a deployment may list by id"),
         ("--chart-points", "chart_points", int, "state reports a device page's charts draw"),
@@ -174,6 +195,8 @@ def _server(
             ingest_queue=args.ingest_queue,
             ingest_batch=args.ingest_batch,
             send_batch=args.send_batch,
+            lease_s=args.lease_s,
+            lease_renew_s=args.lease_renew_s,
             max_stages=args.max_stages,
             max_device_ids=args.max_device_ids,
             chart_points=args.chart_points,
@@ -184,6 +207,12 @@ def _server(
             allowed_hosts=tuple(args.allowed_host),
             tls=TlsSettings(args.tls_cert, args.tls_key, args.tls_client_ca),
             tls_mode=args.tls,
+            samples=SamplesSettings(
+                device_tokens=args.device_tokens,
+                groups=tuple(args.samples_group),
+                directory=args.samples_dir,
+                max_sample_bytes=args.max_sample_bytes,
+            ),
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -11,6 +11,7 @@ from typing import Any
 from edgeagent.commands.extras import missing_extra
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.models.package import LAYOUTS, TASKS, PackageError
+from edgeagent.models.tensor_tables import RESIZE_FILTERS
 from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.options import PackageOptions
 from edgeagent.packaging.quantize import CALIBRATION_METHODS
@@ -46,6 +47,12 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of at least 1")
+    return int(text)
+
+
 def _variants(text: str) -> tuple[str, ...]:
     names = tuple(v for v in text.split(",") if v)
     unknown = [v for v in names if v not in VARIANT_NAMES]
@@ -54,6 +61,19 @@ def _variants(text: str) -> tuple[str, ...]:
             f"{', '.join(unknown)}: not among {', '.join(VARIANT_NAMES)}"
         )
     return names
+
+
+def unexpected(sources: list[str], exc: BaseException) -> str:
+    """One clear line for a failure the packager has no message for: where it happened (the
+    innermost edgeagent frame) and the cause, and that nothing was written."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "edgeagent" in f.filename]
+    where = f" in {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return (
+        f"edgeagent package: {', '.join(sources)}: unexpected {type(exc).__name__}{where}: "
+        f"{exc or 'no message'}; nothing was written: please report it with this line"
+    )
 
 
 def progress(line: str) -> None:
@@ -72,7 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(graph-optimised, INT8 from --calibration, OpenVINO IR, fp16), validate each "
             "against the fp32 reference and write a package the agent serves: model.toml, "
             "golden.npz, validation.json. A language model is one or more GGUF files (one per "
-            "quantization): the highest-precision one is the reference, each other is kept "
+            "quantization) or a Hugging Face folder (converted to an f16 GGUF and quantized "
+            "per --quantize): the highest-precision one is the reference, each other is kept "
             "only within --min-agreement and --max-perplexity-ratio; model.toml and golden.json."
             " Exit status 2 when a file or flag is unusable."
         ),
@@ -128,6 +149,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--crop",
         action="store_true",
         help="resize the shorter side to size/0.875 and centre-crop (default: stretch)",
+    )
+    parser.add_argument(
+        "--resize-filter",
+        choices=RESIZE_FILTERS,
+        help="resampling filter of the image resize, as the model's own pipeline resizes "
+        "(default: what the model's metadata names, else bilinear)",
     )
     parser.add_argument(
         "--variants",
@@ -218,8 +245,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=16,
         help="language models: greedy tokens recorded per golden chat",
     )
+    parser.add_argument(
+        "--quantize",
+        default="q8_0",
+        help="language models from a Hugging Face folder: llama.cpp quantizations of its f16 "
+        "GGUF to judge beside it, comma-separated ('' for none)",
+    )
+    parser.add_argument(
+        "--openvino",
+        action="store_true",
+        help="language models: also an OpenVINO GenAI IR variant of every GGUF (GenAI's own "
+        "conversion), judged like the others",
+    )
     parser.add_argument("--max-images", type=int, default=200, help="rows used per data set")
     parser.add_argument("--threads", type=int, help="intra-op threads when timing variants")
+    parser.add_argument(
+        "--timing-runs",
+        type=_positive,
+        default=30,
+        help="batch-1 runs per variant whose median is its latency",
+    )
     parser.add_argument("--json", action="store_true", help="print the validation report as JSON")
     parser.set_defaults(handler=run)
 
@@ -258,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         scale=args.scale,
         bgr=args.bgr,
         crop=args.crop,
+        resize_filter=args.resize_filter,
         variants=args.variants or (),
         weights=args.weights,
         channels=args.channels,
@@ -270,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
         max_top1_drop=args.max_top1_drop,
         max_images=args.max_images,
         threads=args.threads,
+        timing_runs=args.timing_runs,
         description=args.description,
     )
 
@@ -281,6 +328,9 @@ def run(args: argparse.Namespace) -> int:
     except (PackagingError, PackageError) as exc:
         print(f"edgeagent package: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a case no check above names: never a traceback to the user
+        print(unexpected(args.sources, exc), file=sys.stderr)
+        return 1
     if args.json:
         report = json.loads((result.out / "validation.json").read_text(encoding="utf-8"))
         print(json.dumps({"package": str(result.out), **report}, indent=2))
@@ -291,12 +341,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_text(args: argparse.Namespace) -> int:
     """A language model: GGUF files, one per quantization, judged by their task."""
-    from edgeagent.packaging.gguf_source import hugging_face_refusal
-
-    folders = [Path(source) for source in args.sources if Path(source).is_dir()]
-    if folders:
-        print(f"edgeagent package: {hugging_face_refusal(folders[0])}", file=sys.stderr)
-        return 2
     problem = missing_extra("llm", "gguf", "llama_cpp")
     if problem is not None:
         print(f"edgeagent package: {problem}", file=sys.stderr)
@@ -323,6 +367,8 @@ def _run_text(args: argparse.Namespace) -> int:
         description=args.description,
         max_tokens=args.golden_tokens,
         threads=args.threads,
+        quantize=tuple(p.strip().lower() for p in args.quantize.split(",") if p.strip()),
+        openvino=args.openvino,
     )
     rules = TextRules(args.min_agreement, args.max_perplexity_ratio)
     try:

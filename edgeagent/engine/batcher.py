@@ -11,7 +11,9 @@ at once, so the next batch forms and runs while the previous one finishes and no
 between batches; unthrottled, one more batch per instance is formed ahead and waits on its
 instance (``BatchPolicy.ahead``), which then starts it the moment it finishes instead of idling
 until the loop, busy with other requests' HTTP, forms one (at c=16, batch 1: +14 % served);
-a more urgent request arriving later waits for at most that one batch. Before every batch it
+a more urgent request arriving later waits for at most that one batch. A request that finds
+the queue full goes, alone and at once, to a peer instance with nothing reserved on it
+(``spare_peer``) when there is one, instead of being refused. Before every batch it
 reads the governor's ``ServingLimits`` (batch cap, concurrency, pacing, shedding, low-power
 mode), so a throttle takes effect within one batch; paced or capped, nothing is formed ahead.
 
@@ -54,7 +56,7 @@ from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
-from edgeagent.hardware.instances import Placement, offloads
+from edgeagent.hardware.instances import Placement, offloads, spare_peer
 from edgeagent.models.package import TensorSpec
 from edgeagent.runtimes.base import Backend, ManagedSession, Session
 from edgeagent.runtimes.remote import is_remote
@@ -232,11 +234,14 @@ class Batcher:
         limits = self._limits()
         if _shed(limits, priority) and not offloads(self.session):
             raise _throttled(self.model, limits)
+        spare = None
         if len(self._pending) >= self.policy.max_queue:
-            raise QueueFull(
-                f"model {self.model!r}: {len(self._pending)} requests are already waiting "
-                f"([server] max_queue = {self.policy.max_queue}); retry later"
-            )
+            spare = spare_peer(self.session, rows)  # a full queue overflows to an idle peer
+            if spare is None:
+                raise QueueFull(
+                    f"model {self.model!r}: {len(self._pending)} requests are already waiting "
+                    f"([server] max_queue = {self.policy.max_queue}); retry later"
+                )
         request = _Request(
             feeds=feeds,
             rows=rows,
@@ -246,8 +251,11 @@ class Batcher:
             enqueued=started,
             future=asyncio.get_running_loop().create_future(),
         )
-        bisect.insort(self._pending, request, key=lambda r: r.order)
-        self._arrived.set()
+        if spare is not None:
+            self._track(spawn(self._run_overflow(request, spare), name=f"overflow:{self.model}"))
+        else:
+            bisect.insort(self._pending, request, key=lambda r: r.order)
+            self._arrived.set()
         timeout = self.policy.timeout_s if timeout_s is None else timeout_s
         # A timer on the request's own future rather than asyncio.wait_for, whose extra waiter
         # future costs every request one more trip round the event loop.
@@ -279,6 +287,7 @@ class Batcher:
                 NotReady(f"model {self.model!r}: shut down before this request could run")
             )
             await self._task  # the batch already on a worker thread always runs to its end
+        await asyncio.gather(*self._running, return_exceptions=True)  # overflow in flight
 
     def _fail_pending(self, error: ServingError) -> None:
         for request in self._pending:
@@ -322,11 +331,28 @@ class Batcher:
             placement.cancel()
             await self._gate.release(placement.device, 0.0)  # nothing ran: no device time
             return False
-        task = spawn(self._run_batch(batch, placement), name=f"batch-run:{self.model}")
         self._executing += 1
+        self._track(spawn(self._run_batch(batch, placement), name=f"batch-run:{self.model}"))
+        return True
+
+    def _track(self, task: asyncio.Task) -> None:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        return True
+
+    async def _run_overflow(self, request: _Request, placement: Placement) -> None:
+        """A request the full queue could not take, run alone on the idle peer instance
+        reserved for it (``spare_peer``): admitted to the peer's device, never this board's."""
+        try:
+            await self._gate.acquire(self._limits, placement.device)
+        except BaseException:
+            placement.cancel()
+            raise
+        busy_s: float | None = None
+        try:
+            busy_s = await self._execute([request], placement)
+        finally:
+            placement.cancel()
+            await self._gate.release(placement.device, busy_s)
 
     async def _until_an_instance_is_idle(self) -> None:
         """While the governor paces batches or caps their concurrency, form a batch only for

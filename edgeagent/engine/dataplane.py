@@ -21,6 +21,7 @@ import numpy as np
 from edgeagent import __version__
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
+from edgeagent.engine.hooks import Hooks, InferenceEvent
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datatype_of
@@ -29,7 +30,14 @@ from edgeagent.engine.settings import EngineSettings
 from edgeagent.heap import release_free_memory
 from edgeagent.models.detector import decode_row, detections_json
 from edgeagent.models.package import ModelPackage, Preprocess, TensorSpec
-from edgeagent.models.preprocess import image_tensor, open_image, prepare_opened, top_k
+from edgeagent.models.preprocess import (
+    image_tensor,
+    open_image,
+    prepare_opened,
+    prepare_pixels,
+    top_k,
+)
+from edgeagent.models.tasks.decode import Detections, Geometry
 from edgeagent.runtimes.facts import v2_platform
 
 if TYPE_CHECKING:
@@ -136,6 +144,19 @@ def _decode(
             release_free_memory()
 
 
+def _detector(model: LoadedModel, min_score: float | None) -> ModelPackage:
+    """The model's package if it is a detector the image routes can feed, else InvalidInput."""
+    package = model.package
+    if package.detection is None or package.preprocess is None:
+        raise InvalidInput(
+            f"model {package.name!r} ({package.task}) is not a detector with [detection] "
+            f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
+        )
+    if min_score is not None and not 0 <= min_score <= 1:
+        raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+    return package
+
+
 def _not_a_classifier(package: ModelPackage) -> str:
     """Why /classify refuses a model of another task, and the route that serves it.
 
@@ -146,6 +167,19 @@ def _not_a_classifier(package: ModelPackage) -> str:
     if package.task == "detection":
         where = f"/v1/models/{package.name}/detect for boxes, or {where}"
     return f"model {package.name!r} is a {package.task} model, not a classifier: use {where}"
+
+
+def _event(model: LoadedModel, image: bytes, answer: dict[str, Any]) -> InferenceEvent:
+    backend = model.backend
+    return InferenceEvent(
+        model=model.package.name,
+        version=model.version,
+        task=model.package.task,
+        variant=f"{backend['runtime']}/{backend['precision']}@{backend['device']}",
+        image=image,
+        answer=answer,
+        capture=model.package.capture,
+    )
 
 
 class DataPlane:
@@ -160,6 +194,8 @@ class DataPlane:
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
+        # Who else sees an answered image request (capture): called after the answer is made.
+        self.hooks = Hooks()
         # A 40 Mpx image takes ~120 MB decoded and as much again resized: each image reserves
         # its pixels before decoding, so a burst of large uploads (small files: a flat PNG of
         # 40 Mpx is 115 kB) cannot exhaust a small board's memory; and no more decode at once
@@ -261,9 +297,17 @@ class DataPlane:
         )
 
     async def classify(
-        self, name: str, version: str | None, image: bytes, k: str | None
+        self,
+        name: str,
+        version: str | None,
+        image: bytes,
+        k: str | None,
+        *,
+        internal: bool = False,
     ) -> dict[str, Any]:
-        """One image through the model: decode, preprocess (``_decoded``), infer, top-k."""
+        """One image through the model: decode, preprocess (``_decoded``), infer, top-k.
+
+        The hooks see the answer unless the request is the agent's own (``internal``)."""
         model = self.model(name, version)
         package = model.package
         if package.task != "classification":
@@ -283,7 +327,7 @@ class DataPlane:
         )
         latency_ms = (time.perf_counter() - started) * 1000.0
         backend = model.backend
-        return {
+        answer_json = {
             "model_name": package.name,
             "model_version": model.version,
             "labels": [p.label for p in predictions],
@@ -294,9 +338,18 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round(latency_ms, 3),
         }
+        if self.hooks and not internal:
+            self.hooks.notify(_event(model, image, answer_json))
+        return answer_json
 
     async def detect(
-        self, name: str, version: str | None, image: bytes, min_score: float | None = None
+        self,
+        name: str,
+        version: str | None,
+        image: bytes,
+        min_score: float | None = None,
+        *,
+        internal: bool = False,
     ) -> dict[str, Any]:
         """One image through a detector: decode, preprocess, infer, decode the head, and boxes
         mapped back to the image's own pixels, best score first.
@@ -305,23 +358,13 @@ class DataPlane:
         ``DECODE_FLOOR``).
         """
         model = self.model(name, version)
-        package = model.package
-        if package.detection is None or package.preprocess is None:
-            raise InvalidInput(
-                f"model {package.name!r} ({package.task}) is not a detector with [detection] "
-                f"and [preprocess] sections; use /v2/models/{package.name}/infer for its tensors"
-            )
-        if min_score is not None and not 0 <= min_score <= 1:
-            raise InvalidInput(f"min_score must be between 0 and 1, got {min_score:g}")
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
         started = time.perf_counter()
         tensor, geometry = await self._decoded(image, prepare_opened, package.preprocess)
-        answer = await model.infer({package.inputs[0].name: tensor})
-        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
-        found = decode_row(package, outputs, geometry, min_score)
-        if self.metrics is not None:
-            self.metrics.detections.labels(package.name).inc(len(found))
+        found = await self._boxes(model, tensor, geometry, min_score, {})
         backend = model.backend
-        return {
+        answer_json = {
             "model_name": package.name,
             "model_version": model.version,
             "detections": detections_json(package, found),
@@ -331,6 +374,79 @@ class DataPlane:
             "precision": backend["precision"],
             "latency_ms": round((time.perf_counter() - started) * 1000.0, 3),
         }
+        if self.hooks and not internal:
+            self.hooks.notify(_event(model, image, answer_json))
+        return answer_json
+
+    async def detect_pixels(
+        self, name: str, pixels: np.ndarray, min_score: float | None = None
+    ) -> tuple[ModelPackage, Detections]:
+        """One decoded RGB frame (height × width × 3, uint8: what Frigate's zmq detector sends)
+        through a detector: its own preprocessing, infer, the head decoded, and boxes in the
+        frame's pixels, best first. The caller bounds the frame's size."""
+        model = self.model(name, None)
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
+        tensor, geometry = await asyncio.to_thread(prepare_pixels, pixels, package.preprocess)
+        return package, await self._boxes(model, tensor, geometry, min_score, {})
+
+    async def detect_frame(
+        self,
+        name: str,
+        image: Image.Image,
+        *,
+        min_score: float | None = None,
+        priority: int | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[ModelPackage, Detections]:
+        """A decoded frame (a camera's) through a detector, at the caller's priority and
+        deadline: the same model lookup, batcher, governor limits and head decoding as
+        ``detect``, without the image upload's byte decoding."""
+        model = self.model(name, None)
+        package = _detector(model, min_score)
+        assert package.preprocess is not None
+        async with self._decode_slots:
+            tensor, geometry = await asyncio.to_thread(prepare_opened, image, package.preprocess)
+        options: dict[str, Any] = {}
+        if priority is not None:
+            options["priority"] = priority
+        if timeout_s is not None:
+            options["timeout_s"] = min(timeout_s, self.settings.request_timeout_s)
+        return package, await self._boxes(model, tensor, geometry, min_score, options)
+
+    async def classify_frame(
+        self, name: str, image: Image.Image, *, priority: int | None = None
+    ) -> tuple[str, float]:
+        """The best class of a decoded image (a camera's crop) and its score."""
+        model = self.model(name)
+        package = model.package
+        if package.task != "classification" or package.preprocess is None:
+            raise InvalidInput(_not_a_classifier(package))
+        async with self._decode_slots:
+            tensor = await asyncio.to_thread(image_tensor, image, package.preprocess)
+        options = {} if priority is None else {"priority": priority}
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        best = top_k(
+            answer[package.outputs[0].name][0], package.labels, 1, package.postprocess.softmax
+        )[0]
+        return best.label, best.score
+
+    async def _boxes(
+        self,
+        model: LoadedModel,
+        tensor: np.ndarray,
+        geometry: Geometry,
+        min_score: float | None,
+        options: dict[str, Any],
+    ) -> Detections:
+        """Infer one prepared image and decode the head into boxes in ``geometry``'s pixels."""
+        package = model.package
+        answer = await model.infer({package.inputs[0].name: tensor}, **options)
+        outputs = [np.asarray(answer[spec.name])[0] for spec in package.outputs]
+        found = decode_row(package, outputs, geometry, min_score)
+        if self.metrics is not None:
+            self.metrics.detections.labels(package.name).inc(len(found))
+        return found
 
     async def _decoded(
         self, data: bytes, prepare: Callable[[Image.Image, Preprocess], T], spec: Preprocess

@@ -14,8 +14,9 @@ updater checks a language release's golden chats before it takes traffic instead
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from edgeagent.engine.language.plane import LanguagePlane
 from edgeagent.engine.registry import READY, Check, LoadedModel, ModelRegistry
 from edgeagent.models.names import TEXT_TASKS
 from edgeagent.models.package import ModelPackage
+from edgeagent.models.text_golden import Replay, TextGolden
 from edgeagent.runtimes import RuntimeUnavailable, installed_version
 from edgeagent.runtimes.facts import GENERATIVE_RUNTIMES
 
@@ -66,6 +68,9 @@ class ServedText:
     (``updates.text_health``). It answers no tensor request."""
 
     package: ModelPackage
+    # the golden chats on the copy placed to serve it (LanguagePlane.stage); None: the check
+    # loads a copy of its own
+    replay: Callable[[TextGolden], Awaitable[tuple[str, Replay] | None]] | None = None
 
     async def infer(
         self, feeds: dict[str, np.ndarray], *, priority: int = 0, timeout_s: float | None = None
@@ -98,6 +103,16 @@ class Planes:
         if name in self.language.names():
             return ServedText(self.language.package(name))
         return self.registry.get(name)
+
+    async def stage(self, package_dir: Path) -> ServedText:
+        """A language release placed but not serving, for its health check to replay its
+        golden chats on; ``activate`` of the same directory then serves that copy."""
+        package = await self.language.stage(package_dir)
+        return ServedText(package, partial(self.language.replay_staged, package.name))
+
+    async def discard(self, name: str) -> None:
+        """Drop a staged language release (its check failed)."""
+        await self.language.discard_staged(name)
 
     def index(self) -> list[dict[str, str]]:
         """The registry's index and one row per served language model (what a new agent of a
@@ -133,3 +148,13 @@ class Planes:
                 "are checked before it takes traffic instead)"
             )
         return await self.registry.canary(package_dir, policy, check=check)
+
+
+def split_text(directories: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(tensor packages, language-model packages): each goes to its own plane. A package that
+    cannot be read stays with the tensor registry, which reports why."""
+    tensors: list[Path] = []
+    texts: list[Path] = []
+    for directory in directories:
+        (texts if is_language_package(directory) else tensors).append(directory)
+    return tensors, texts

@@ -129,6 +129,21 @@ class MqttLink:
         self._events.append(event)
         self._wake.set()
 
+    async def publish(self, topic: str, payload: bytes | str, *, retain: bool = False) -> None:
+        """Publish now at QoS 1 and wait for the broker's PUBACK; MqttError when not connected
+        or not acknowledged in ``connect_timeout_s``. For callers that keep their own durable
+        queue (a camera's event spool) and delete a message only once the broker has it."""
+        client = self._client
+        if client is None or not self.connected.is_set():
+            raise aiomqtt.MqttError("not connected to the broker")
+        try:
+            await asyncio.wait_for(
+                client.publish(topic, payload, qos=1, retain=retain),
+                self.settings.connect_timeout_s,
+            )
+        except asyncio.TimeoutError:
+            raise aiomqtt.MqttError(f"no PUBACK for {topic} in time") from None
+
     async def run(self) -> None:
         """Connect, serve, and reconnect forever (until cancelled)."""
         delays = backoff_delays(self.settings.reconnect_min_s, self.settings.reconnect_max_s)

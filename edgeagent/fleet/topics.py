@@ -14,6 +14,7 @@ from dataclasses import dataclass
 ANY = "+"  # the MQTT single-level wildcard: "any device" in a subscription
 DEVICE_KINDS = ("release", "availability", "state", "events")
 _RETAINED_DEVICE_KINDS = frozenset({"availability", "state"})
+STREAM_STATE_KINDS = ("presence", "count")  # retained per (stream, label)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,20 @@ class DeviceTopics:
     @property
     def events(self) -> Topic:
         return self.kind("events")
+
+    def stream(self, stream: str, kind: str, label: str = "") -> Topic:
+        """A camera's topics: ``…/stream/<stream>/events`` (track start/update/end, not
+        retained) and its retained states ``…/stream/<stream>/presence/<label>`` ("ON"/"OFF")
+        and ``…/stream/<stream>/count/<label>`` (objects in view)."""
+        for level in (stream, label):
+            if any(c in level for c in "/+#"):
+                raise ValueError(f"{level!r} cannot be a topic level")
+        if kind == "events":
+            return Topic(f"{self.prefix}/device/{self.device_id}/stream/{stream}/events", False)
+        if kind not in STREAM_STATE_KINDS or not label:
+            raise ValueError(f"unknown stream topic {kind!r}/{label!r}")
+        name = f"{self.prefix}/device/{self.device_id}/stream/{stream}/{kind}/{label}"
+        return Topic(name, retained=True)
 
     @staticmethod
     def parse(prefix: str, topic: str) -> tuple[str, str] | None:
@@ -160,3 +175,8 @@ def purpose_of(topic: str) -> str | None:
     if len(levels) >= 3 and levels[-3] == "group" and levels[-1] == "trust":
         return "trust"
     return None
+
+
+def discovery_topic(prefix: str, component: str, node_id: str, object_id: str) -> Topic:
+    """Home Assistant's MQTT discovery slot of one entity (retained: HA reads it at start)."""
+    return Topic(f"{prefix}/{component}/{node_id}/{object_id}/config", retained=True)

@@ -250,5 +250,17 @@ def offloads(session: Session) -> bool:
     return any(is_remote(i.device) and i.available for i in session.scheduler.instances)
 
 
+def spare_peer(session: Session, rows: int) -> Placement | None:
+    """A peer instance in the rotation with nothing reserved on it, reserved for one batch of
+    ``rows`` now; None when there is none. Where a request goes that the local queue, full,
+    would refuse: the peer has room at once, so it is answered instead of told to retry."""
+    if not isinstance(session, InstanceGroup):
+        return None
+    ticket = session.scheduler.reserve_idle(rows, lambda instance: is_remote(instance.device))
+    if ticket is None:
+        return None
+    return Placement(ticket.instance.session, ticket.instance.device, session, ticket)
+
+
 def _rows(feeds: Mapping[str, np.ndarray]) -> int:
     return len(next(iter(feeds.values()))) if feeds else 1

@@ -174,6 +174,20 @@ class Scheduler:
             chosen.tickets.append(ticket)
             return ticket
 
+    def reserve_idle(self, rows: int, eligible: Callable[[Instance], bool]) -> Ticket | None:
+        """Reserve the fastest ``eligible`` instance in the rotation with nothing reserved on
+        it, or None when every one is busy: a batch that may only start at once, or not at all."""
+        with self._lock:
+            idle = [i for i in self.instances if eligible(i) and i.available and not i.tickets]
+            if not idle:
+                return None
+            estimates = {id(i): i.times.estimate(max(1, rows)) for i in idle}
+            chosen = min(idle, key=lambda i: math.inf if (e := estimates[id(i)]) is None else e)
+            estimate = estimates[id(chosen)]
+            ticket = Ticket(chosen, max(1, rows), 0.0 if estimate is None else estimate)
+            chosen.tickets.append(ticket)
+            return ticket
+
     def start(self, ticket: Ticket, rows: int) -> None:
         """The ticket's run holds its instance now, with ``rows`` rows (known only then)."""
         with self._lock:

@@ -12,17 +12,19 @@ archive from this hub never carries a link.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
-import hashlib
 import io
 import os
 import secrets
 import tarfile
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import BinaryIO
 
 from edgeagent.fleet.cancel import Cancellation, parse_cancellation
 from edgeagent.fleet.encryption import Encryption
@@ -44,7 +46,7 @@ from edgeagent.hub.deltas import DEFAULT_MAX_RATIO, build_deltas, old_release
 from edgeagent.hub.encrypt import Recipients, for_targets, seal_variant
 from edgeagent.hub.keys import HubError, load_private_key
 from edgeagent.hub.serials import ReleaseSerials, serials_path_for
-from edgeagent.models.package import ModelPackage, PackageError, load_package
+from edgeagent.models.package import ModelPackage, PackageError, file_sha256, load_package
 
 DEFAULT_RELEASE_LIFETIME = timedelta(days=30)
 
@@ -62,27 +64,52 @@ def _entries(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
-def _files(root: Path, files: Sequence[Path]) -> dict[str, bytes]:
-    """Archive entries for ``files``, named relative to ``root``."""
-    return {path.relative_to(root).as_posix(): path.read_bytes() for path in files}
+def _files(root: Path, files: Sequence[Path]) -> dict[str, Path]:
+    """Archive entries for ``files``, named relative to ``root`` (read while archiving)."""
+    return {path.relative_to(root).as_posix(): path for path in files}
 
 
-def _tar(entries: Mapping[str, bytes]) -> bytes:
-    """A reproducible ``.tar.gz`` of ``entries`` (name → bytes; the unpacker makes the
-    directories)."""
-    buffer = io.BytesIO()
+def _write_tar(entries: Mapping[str, bytes | Path], out: BinaryIO) -> None:
+    """A reproducible ``.tar.gz`` of ``entries`` (name → bytes, or a file streamed from disk
+    so a multi-GB model never sits in memory; the unpacker makes the directories)."""
     with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as compressed,
+        gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as compressed,
         tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
     ):
         for name in sorted(entries):
+            entry = entries[name]
             info = tarfile.TarInfo(name)
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""
-            info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, len(entries[name])
-            archive.addfile(info, io.BytesIO(entries[name]))
+            size = entry.stat().st_size if isinstance(entry, Path) else len(entry)
+            info.type, info.mode, info.size = tarfile.REGTYPE, 0o644, size
+            with entry.open("rb") if isinstance(entry, Path) else io.BytesIO(entry) as data:
+                archive.addfile(info, data)
+
+
+def _tar(entries: Mapping[str, bytes | Path]) -> bytes:
+    """``_write_tar`` into memory (small archives: an agent's wheelhouse index, tests)."""
+    buffer = io.BytesIO()
+    _write_tar(entries, buffer)
     return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class ArchiveFile:
+    """One artifact written to a working file: what its manifest entry records."""
+
+    path: Path
+    size: int
+    sha256: str
+
+
+def _tar_file(entries: Mapping[str, bytes | Path], path: Path) -> ArchiveFile:
+    with path.open("wb") as out:
+        _write_tar(entries, out)
+        out.flush()
+        os.fsync(out.fileno())
+    return ArchiveFile(path, path.stat().st_size, file_sha256(path))
 
 
 SHARED = "shared"  # the key of the shared files' artifact beside the variant keys
@@ -120,8 +147,8 @@ class PackageArchives:
     (model.toml, labels, golden inputs: ``device_shared_files``) and one archive per variant."""
 
     package: ModelPackage
-    shared: bytes
-    variants: dict[str, bytes]  # Variant.key ("onnxruntime/int8") → archive bytes
+    shared: ArchiveFile
+    variants: dict[str, ArchiveFile]  # Variant.key ("onnxruntime/int8") → its archive
     encryption: dict[str, Encryption] = dataclasses.field(default_factory=dict)  # sealed ones
 
     def names(self) -> dict[str, str]:
@@ -134,16 +161,16 @@ class PackageArchives:
             names[key] = f"{stem}.{key.replace('/', '.')}{sealed}.tar.gz"
         return names
 
-    def data(self) -> dict[str, bytes]:
+    def data(self) -> dict[str, ArchiveFile]:
         return {SHARED: self.shared, **self.variants}
 
 
 def archive_package(
-    package_dir: str | Path, recipients: Recipients | None = None
+    package_dir: str | Path, work: Path, recipients: Recipients | None = None
 ) -> PackageArchives:
-    """Validate the package and return its archives (see ``PackageArchives``): reproducible,
-    except that with ``recipients`` each variant is sealed for them under a fresh key
-    (``hub.encrypt``), which by design never gives the same bytes twice."""
+    """Validate the package and write its archives into ``work`` (see ``PackageArchives``):
+    reproducible, except that with ``recipients`` each variant is sealed for them under a
+    fresh key (``hub.encrypt``), which by design never gives the same bytes twice."""
     try:
         package = load_package(package_dir)
     except PackageError as exc:
@@ -151,34 +178,54 @@ def archive_package(
     shared = device_shared_files(package, _entries(package.root))
     variants, encryption = {}, {}
     for variant in package.variants:
+        target = work / variant.key.replace("/", ".")
         if recipients is None:
-            variants[variant.key] = _tar(_files(package.root, variant.files))
+            variants[variant.key] = _tar_file(_files(package.root, variant.files), target)
         else:
             sealed, encryption[variant.key] = seal_variant(package, variant, recipients)
-            variants[variant.key] = _tar(sealed)
-    return PackageArchives(package, _tar(_files(package.root, shared)), variants, encryption)
+            variants[variant.key] = _tar_file(sealed, target)
+    shared_file = _tar_file(_files(package.root, shared), work / SHARED)
+    return PackageArchives(package, shared_file, variants, encryption)
 
 
-def _write_artifact(path: Path, data: bytes, *, replace: bool) -> None:
+def _check_artifact(path: Path, archive: ArchiveFile, *, replace: bool) -> None:
     """Unless ``replace``, a published artifact never changes: devices holding its manifest
     expect exactly these bytes, and would fail the hash check on new ones."""
-    if not replace and path.exists() and path.read_bytes() != data:
+    if not replace and path.exists() and file_sha256(path) != archive.sha256:
         raise HubError(
             f"{path} already exists with other content; a released version never changes, "
             "so raise the version in model.toml"
         )
-    write_file_atomic(path, data)
+
+
+def _publish(path: Path, archive: ArchiveFile) -> None:
+    """Move the finished archive into place (one rename: never half an artifact there)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(archive.path, path)
+
+
+@contextlib.contextmanager
+def _work_dir(out_dir: str | Path) -> Iterator[Path]:
+    """Where archives are written before they are published: beside ``out_dir`` on its file
+    system (a rename publishes them), without creating ``out_dir`` before every check passed."""
+    existing = Path(out_dir).absolute()
+    while not existing.is_dir():
+        existing = existing.parent
+    with tempfile.TemporaryDirectory(dir=existing, prefix=".edgeagent-archives-") as work:
+        yield Path(work)
 
 
 def build_artifacts(
     package_dir: str | Path, out_dir: str | Path, *, replace: bool = True
 ) -> tuple[dict[str, Path], ModelPackage]:
     """Write every artifact of the package into ``out_dir``; {"shared" | variant key: path}."""
-    archives = archive_package(package_dir)
-    paths = {}
-    for key, name in archives.names().items():
-        paths[key] = Path(out_dir) / name
-        _write_artifact(paths[key], archives.data()[key], replace=replace)
+    with _work_dir(out_dir) as work:
+        archives = archive_package(package_dir, work)
+        paths = {key: Path(out_dir) / name for key, name in archives.names().items()}
+        for key, path in paths.items():
+            _check_artifact(path, archives.data()[key], replace=replace)
+        for key, path in paths.items():
+            _publish(path, archives.data()[key])
     return paths, archives.package
 
 
@@ -273,24 +320,59 @@ def sign_package(
     """
     signer = ManifestSigner(key_paths, passphrase)
     wrapped_for = None if recipients is None else for_targets(recipients, targets or Targets())
-    archives = archive_package(package_dir, wrapped_for)
+    with _work_dir(out_dir) as work:
+        archives = archive_package(package_dir, work, wrapped_for)
+        return _sign_archives(
+            archives,
+            signer,
+            base_url=base_url,
+            out_dir=Path(out_dir),
+            targets=targets,
+            expires_in=expires_in,
+            deployment_id=deployment_id,
+            min_agent_version=min_agent_version,
+            trust_path=trust_path,
+            replace_artifact=replace_artifact,
+            counter=serials or ReleaseSerials(serials_path_for(key_paths[0])),
+            now=now,
+            canary=canary,
+            delta_from=delta_from,
+            delta_max_ratio=delta_max_ratio,
+            window=window,
+        )
+
+
+def _sign_archives(
+    archives: PackageArchives,
+    signer: ManifestSigner,
+    *,
+    base_url: str,
+    out_dir: Path,
+    targets: Targets | None,
+    expires_in: timedelta,
+    deployment_id: str | None,
+    min_agent_version: str,
+    trust_path: str | Path | None,
+    replace_artifact: bool,
+    counter: ReleaseSerials,
+    now: datetime | None,
+    canary: ReleaseCanary | None,
+    delta_from: Path | None = None,
+    delta_max_ratio: float = DEFAULT_MAX_RATIO,
+    window: MaintenanceWindow | None = None,
+) -> tuple[Path, Path]:
+    """``sign_package`` once its archives are written (in a working folder in ``out_dir``)."""
     package, names, data = archives.package, archives.names(), archives.data()
     base = base_url.rstrip("/")
     deltas = {}
-    if delta_from is not None:
-        deltas = build_deltas(
-            old_release(delta_from), Path(out_dir), data, names, base, delta_max_ratio
-        )
+    if delta_from is not None:  # the patches need the archives' bytes (hub side only)
+        blobs = {key: archive.path.read_bytes() for key, archive in data.items()}
+        deltas = build_deltas(old_release(delta_from), out_dir, blobs, names, base, delta_max_ratio)
 
     def artifact(key: str) -> Artifact:
-        return Artifact(
-            url=f"{base}/{names[key]}",
-            size=len(data[key]),
-            sha256=hashlib.sha256(data[key]).hexdigest(),
-            delta=deltas[key].delta if key in deltas else None,
-        )
+        patch = deltas[key].delta if key in deltas else None
+        return Artifact(f"{base}/{names[key]}", data[key].size, data[key].sha256, patch)
 
-    counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     manifest = ReleaseManifest(
         model=package.name,
@@ -313,11 +395,13 @@ def sign_package(
     _check_against(envelope, trust_path)
     envelope_path = release_path(out_dir, package.name, package.version)
     for key, name in names.items():
-        _write_artifact(Path(out_dir) / name, data[key], replace=replace_artifact)
+        _check_artifact(out_dir / name, data[key], replace=replace_artifact)
+    for key, name in names.items():
+        _publish(out_dir / name, data[key])
     for patch in deltas.values():
-        write_file_atomic(Path(out_dir) / patch.name, patch.data)
+        write_file_atomic(out_dir / patch.name, patch.data)
     write_file_atomic(envelope_path, envelope)
-    return Path(out_dir) / names[SHARED], envelope_path
+    return out_dir / names[SHARED], envelope_path
 
 
 def sign_rollback(
@@ -375,8 +459,8 @@ def _check_kept_artifact(out_dir: Path, artifact: Artifact) -> None:
     """The artifact a rollback points at must still be in ``out_dir`` with the signed bytes."""
     path = out_dir / artifact.url.rsplit("/", 1)[-1]
     try:
-        data = path.read_bytes()
+        size, digest = path.stat().st_size, file_sha256(path)
     except OSError as exc:
         raise HubError(f"{path}: the artifact to roll back to is gone ({exc.strerror})") from exc
-    if len(data) != artifact.size or hashlib.sha256(data).hexdigest() != artifact.sha256:
+    if size != artifact.size or digest != artifact.sha256:
         raise HubError(f"{path}: no longer the signed artifact (size or SHA-256 differ)")

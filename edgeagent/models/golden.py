@@ -60,34 +60,47 @@ def sample_feeds(package: ModelPackage) -> dict[str, np.ndarray]:
     input; a fixed pattern, so every check of one package sees the same input, and not
     ``numpy.random``, which would stay loaded in the daemon for this alone (1.5 MB).
     An integer input that has golden inputs takes the first of them: its integers mean
-    something no pattern stands for (Silero VAD refuses a sample rate of 0).
+    something no pattern stands for (Silero VAD refuses a sample rate of 0); so does an input
+    with an open dimension other than the batch (an audio length, a text line's width), whose
+    size 1 the model may refuse (a 1-sample spectrogram has no frame).
     """
-    golden = _golden_integers(package)
+    golden = _golden_samples(package)
     feeds = {}
     for spec in package.inputs:
         shape = tuple(1 if d == -1 else d for d in spec.shape)
         dtype = np.dtype(spec.dtype)
-        if dtype.kind == "f":
+        if spec.name in golden:
+            feeds[spec.name] = golden[spec.name]
+        elif dtype.kind == "f":
             pattern = 2 * np.sin(np.arange(math.prod(shape)) * 2.39996)
             feeds[spec.name] = pattern.reshape(shape).astype(dtype)
-        elif spec.name in golden:
-            feeds[spec.name] = golden[spec.name]
         else:
             feeds[spec.name] = np.zeros(shape, dtype=dtype)
     return feeds
 
 
-def _golden_integers(package: ModelPackage) -> dict[str, np.ndarray]:
-    """The first golden sample of each integer input (none without a golden file)."""
-    wanted = [s for s in package.inputs if np.dtype(s.dtype).kind != "f"]
+def _golden_samples(package: ModelPackage) -> dict[str, np.ndarray]:
+    """The first golden sample of each integer input and of each input with an open
+    dimension other than the batch (none without a golden file)."""
+    batches = all(len(s.shape) > 0 and s.shape[0] == -1 for s in package.inputs)
+    wanted = [
+        s
+        for s in package.inputs
+        if np.dtype(s.dtype).kind != "f" or -1 in (s.shape[1:] if batches else s.shape)
+    ]
     if not wanted or package.golden is None:
         return {}
+    alias = {package.inputs[0].name: "inputs"} if len(package.inputs) == 1 else {}
     try:
         with np.load(package.golden) as golden:
-            found = {s: golden[s.name] for s in wanted if s.name in golden.files}
+            found = {}
+            for spec in wanted:
+                for key in (spec.name, alias.get(spec.name)):
+                    if key in golden.files:
+                        found[spec] = golden[key]
+                        break
     except (OSError, ValueError):
         return {}  # load_golden reports an unusable file where it matters
-    batches = all(len(s.shape) > 0 and s.shape[0] == -1 for s in package.inputs)
     feeds = {}
     for spec, value in found.items():
         value = value[:1] if batches else value  # a batch of rows, or one whole feed

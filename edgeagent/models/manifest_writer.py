@@ -105,6 +105,7 @@ def manifest_table(manifest: Manifest, root: Path) -> dict[str, Any]:
             "mean": list(pre.mean),
             "std": list(pre.std),
             "letterbox": pre.letterbox or None,  # absent is the reader's False
+            "resize_filter": None if pre.resize_filter == "bilinear" else pre.resize_filter,
         }
     if manifest.postprocess is not None:
         table["postprocess"] = {

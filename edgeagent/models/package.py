@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeagent._toml import tomllib
+from edgeagent.models.capture_table import CaptureHints, read_capture
 from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.detection_table import read_detection
 
@@ -106,6 +107,7 @@ class ModelPackage:
     device_files: tuple[Path, ...] | None = None
     named_files: tuple[Path, ...] = ()  # what model.toml names besides variants: labels, …
     text: TextSpec | None = None  # a language model's [text] table (tasks TEXT_TASKS)
+    capture: CaptureHints = field(default_factory=CaptureHints)  # [capture]: may it be sampled
 
     @property
     def input_layout(self) -> str:
@@ -182,10 +184,12 @@ def _load(root: Path) -> ModelPackage:
             "golden",
             "detection",
             "device_files",
+            "capture",
         }
     )
     name, version = _identity(top)
     description = top.get("description", str, "")
+    capture = read_capture(manifest, top.get("capture", dict, None))
 
     inputs = read_tensors(manifest, "inputs", top.get("inputs", list))
     outputs = read_tensors(manifest, "outputs", top.get("outputs", list))
@@ -204,7 +208,9 @@ def _load(root: Path) -> ModelPackage:
             for line in labels_path.read_text(encoding="utf-8").splitlines()
             if line.strip()
         )
-        classes = outputs[0].shape[-1]
+        if task == "classification" and not outputs[0].shape:
+            top.fail(f"output {outputs[0].name!r} is a scalar: labels need a class axis", "labels")
+        classes = outputs[0].shape[-1] if outputs[0].shape else 0
         if task == "classification" and classes > 0 and len(labels) != classes:
             top.fail(
                 f"{labels_name} has {len(labels)} labels but output {outputs[0].name!r} "
@@ -249,6 +255,7 @@ def _load(root: Path) -> ModelPackage:
         anchors=anchors,
         device_files=device_files,
         named_files=tuple(named.values()),
+        capture=capture,
     )
 
 

@@ -94,22 +94,30 @@ def resize_and_crop(image: Image.Image, spec: Preprocess) -> Image.Image:
         mode = "L" if spec.color == "L" else "RGB"
         scaled = image.convert(mode).resize(
             (max(1, round(image.width * fit.scale[0])), max(1, round(image.height * fit.scale[1]))),
-            Image.Resampling.BILINEAR,
+            _filter(spec),
         )
         fill = LETTERBOX_FILL if mode == "L" else (LETTERBOX_FILL,) * 3
         canvas = Image.new(mode, (width, height), fill)
         canvas.paste(scaled, (int(fit.offset[0]), int(fit.offset[1])))
         return canvas
     if spec.resize is None:
-        return image.resize((width, height), Image.Resampling.BILINEAR)
+        return image.resize((width, height), _filter(spec))
     scale = spec.resize / min(image.size)
     resized = image.resize(
         (max(width, round(image.width * scale)), max(height, round(image.height * scale))),
-        Image.Resampling.BILINEAR,
+        _filter(spec),
     )
     left = (resized.width - width) // 2
     top = (resized.height - height) // 2
     return resized.crop((left, top, left + width, top + height))
+
+
+def _filter(spec: Preprocess) -> Image.Resampling:
+    """Pillow's filter for the package's ``resize_filter`` (``area`` is Pillow's box filter)."""
+    from PIL import Image
+
+    name = "box" if spec.resize_filter == "area" else spec.resize_filter
+    return Image.Resampling[name.upper()]
 
 
 def to_tensor(image: Image.Image, spec: Preprocess) -> np.ndarray:
@@ -122,10 +130,25 @@ def to_tensor(image: Image.Image, spec: Preprocess) -> np.ndarray:
         pixels = pixels[:, :, ::-1]
     mean = np.asarray(spec.mean, dtype=np.float32)
     std = np.asarray(spec.std, dtype=np.float32)
-    normalised = (pixels * np.float32(spec.scale) - mean) / std
-    if spec.layout == "NCHW":
-        normalised = normalised.transpose(2, 0, 1)
-    return np.ascontiguousarray(normalised[None], dtype=np.float32)
+    channels = pixels.shape[2]
+    if mean.size != channels or std.size != channels:  # broadcast as the package asks
+        normalised = (pixels * np.float32(spec.scale) - mean) / std
+        if spec.layout == "NCHW":
+            normalised = normalised.transpose(2, 0, 1)
+        return np.ascontiguousarray(normalised[None], dtype=np.float32)
+    # One channel at a time, the same arithmetic: broadcasting a 3-value mean over H×W×3 runs
+    # numpy's inner loop 3 elements long, ~15× slower (11 ms for a 300×300 frame here).
+    nchw = spec.layout == "NCHW"
+    height, width = pixels.shape[:2]
+    shape = (1, channels, height, width) if nchw else (1, height, width, channels)
+    out = np.empty(shape, np.float32)
+    scale = np.float32(spec.scale)
+    for channel in range(channels):
+        plane = out[0, channel] if nchw else out[0, :, :, channel]
+        np.multiply(pixels[:, :, channel], scale, out=plane)
+        np.subtract(plane, mean[channel], out=plane)
+        np.divide(plane, std[channel], out=plane)
+    return out
 
 
 def preprocess_image(data: bytes, spec: Preprocess) -> np.ndarray:
@@ -182,3 +205,10 @@ def top_k(
         )
         for i in best
     ]
+
+
+def prepare_pixels(pixels: np.ndarray, spec: Preprocess) -> tuple[np.ndarray, Geometry]:
+    """``prepare_image`` of a frame already decoded to RGB (height × width × 3, uint8)."""
+    from PIL import Image
+
+    return prepare_opened(Image.fromarray(pixels, "RGB"), spec)

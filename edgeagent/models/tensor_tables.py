@@ -49,6 +49,14 @@ class Preprocess:
     # Scale to fit inside size keeping the aspect ratio and pad the rest (detectors trained on
     # letterboxed images, e.g. YOLO); excludes resize.
     letterbox: bool = False
+    # The resampling filter of every resize (RESIZE_FILTERS): what the model's own pipeline
+    # used, since a classifier trained on Lanczos-resized images scores differently on bilinear.
+    resize_filter: str = "bilinear"
+
+
+# The filters a package may name, as Pillow has them ("area" is Pillow's box filter, which
+# averages every source pixel under a target one, as OpenCV's INTER_AREA does when shrinking).
+RESIZE_FILTERS = ("bilinear", "nearest", "bicubic", "lanczos", "area", "hamming")
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,9 @@ def read_preprocess(
     if table is None:
         return None
     fields = Fields(manifest, "preprocess", table)
-    fields.unknown({"size", "resize", "layout", "color", "scale", "mean", "std", "letterbox"})
+    fields.unknown(
+        {"size", "resize", "layout", "color", "scale", "mean", "std", "letterbox", "resize_filter"}
+    )
     size = fields.get("size", list)
     if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
         fields.fail("must be [height, width] in pixels", "size")
@@ -114,6 +124,7 @@ def read_preprocess(
         mean=mean,
         std=std,
         letterbox=letterbox,
+        resize_filter=fields.get("resize_filter", str, "bilinear", choices=RESIZE_FILTERS),
     )
 
 

@@ -24,7 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from edgeagent.runtimes.generative import GenerativeSession, SequenceInput
+from edgeagent.runtimes.generative import (
+    GeneratingSession,
+    GenerationSpec,
+    GenerativeSession,
+    SequenceInput,
+)
 
 FORMAT = 1
 GOLDEN_FILE = "golden.json"
@@ -147,7 +152,10 @@ def greedy(
     """The ``count`` most likely next tokens one after the other (argmax), up to an end token.
 
     The sequence's KV cache is freed afterwards whatever happens, so it can be called again.
+    A runtime that samples itself is asked for the greedy generation whole.
     """
+    if isinstance(session, GeneratingSession):
+        return _greedy_generation(session, prompt, count, sequence)
     tokens: list[int] = []
     decode_s = 0.0
     try:
@@ -167,6 +175,33 @@ def greedy(
     return Greedy(tuple(tokens), decode_s)
 
 
+def _greedy_generation(
+    session: GeneratingSession, prompt: Sequence[int], count: int, sequence: int
+) -> Greedy:
+    """Greedy through ``begin``/``advance``; the decode time runs from the first token on."""
+    tokens: list[int] = []
+    first = last = 0.0
+    session.begin(sequence, GenerationSpec(tuple(prompt), count))
+    try:
+        # every step after the prompt's yields a token; the prompt takes a few at most
+        for _ in range(len(prompt) + count + 2):
+            got = session.advance().get(sequence)
+            if got is None:
+                continue
+            now = time.perf_counter()
+            if got.tokens:
+                first = first or now
+                last = now
+                tokens.extend(got.tokens)
+            if got.finished or len(tokens) >= count:
+                break
+        else:
+            raise RuntimeError(f"no end of the greedy generation after {len(tokens)} tokens")
+    finally:
+        session.free(sequence)
+    return Greedy(tuple(tokens[:count]), last - first)
+
+
 def perplexity(session: GenerativeSession, tokens: Sequence[int], sequence: int = 0) -> float:
     """exp(mean negative log-likelihood) of each token given the ones before it.
 
@@ -175,6 +210,8 @@ def perplexity(session: GenerativeSession, tokens: Sequence[int], sequence: int 
     """
     if len(tokens) < 2:
         raise ValueError("perplexity needs at least two tokens")
+    if isinstance(session, GeneratingSession):  # it scores the whole text at once
+        return math.exp(-float(np.mean(session.log_likelihoods(tokens))))
     total = 0.0
     try:
         for position, (token, following) in enumerate(itertools.pairwise(tokens)):
@@ -217,9 +254,11 @@ def replay(session: GenerativeSession, golden: TextGolden) -> Replay:
     return answer_all(session, [p.prompt_tokens for p in golden.prompts], golden.max_tokens)
 
 
-def answer_all(session: GenerativeSession, prompts: Sequence[Sequence[int]], count: int) -> Replay:
-    """Greedy continuations of ``prompts`` and the decode rate over all of them."""
-    answers = [greedy(session, prompt, count) for prompt in prompts]
+def answer_all(
+    session: GenerativeSession, prompts: Sequence[Sequence[int]], count: int, sequence: int = 0
+) -> Replay:
+    """Greedy continuations of ``prompts`` (on ``sequence``) and the decode rate over all."""
+    answers = [greedy(session, prompt, count, sequence) for prompt in prompts]
     steps = sum(max(0, len(a.tokens) - 1) for a in answers)
     seconds = sum(a.decode_s for a in answers)
     rate = steps / seconds if seconds > 0 else 0.0

@@ -27,9 +27,15 @@ from edgeagent.packaging.options import (
     logical_model,
 )
 from edgeagent.packaging.probabilities import wants_softmax
-from edgeagent.packaging.self_described import fixed_outputs, head_of, letterboxed, read_self
+from edgeagent.packaging.self_described import (
+    answered_outputs,
+    head_of,
+    letterboxed,
+    read_self,
+)
 from edgeagent.packaging.sources import SourceModel, read_source
 from edgeagent.packaging.task_checks import Head, Thresholds, golden_boxes_record
+from edgeagent.packaging.task_guess import embedding_or_classifier, served_as_detector
 from edgeagent.packaging.tensorflow_export import is_tensorflow_source
 from edgeagent.packaging.tf_onnx import raw_pixel_options
 from edgeagent.packaging.validate import VariantReport, as_json, judge, validate
@@ -44,6 +50,7 @@ from edgeagent.packaging.variants import (
 )
 
 GOLDEN_ROWS = 8
+QUANTIZED_ONLY = "no fp32 source: the quantized file itself is the reference"
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,12 @@ def build_package(
         work.mkdir()
         models = [_source(spec, options, work, progress) for spec in sources]
         reference = _reference(models)
+        if reference.precision != "fp32":
+            progress(
+                f"no fp32 source: {reference.path.name} ({reference.precision}) is its own "
+                "reference (variants validated against it, golden records from it)"
+            )
+        asked_task = options.task
         options = raw_pixel_options(reference, options, progress)  # a uint8 TF graph: 0..255
         found = read_self(reference, options, progress)  # metadata names, imgsz, detector head
         options, rules = found.options, thresholds or Thresholds()
@@ -85,6 +98,7 @@ def build_package(
         preprocess = letterboxed(_preprocess(reference, logical, options), found, options)
         labels = _labels(options, logical, found.names, work)
         head = head_of(found, logical)
+        logical = served_as_detector(logical, head, preprocess, asked_task, found, progress)
         name = options.name or default_name(reference.path)
         source = _pinned(reference, logical, work)
         made, failed = _variants(
@@ -116,12 +130,15 @@ def build_package(
             progress=progress,
             task=logical.task,
             head=head,
+            reference_precision=reference.precision,
+            repeats=options.timing_runs,
         )
-        if logical.task == "detection":
-            logical = fixed_outputs(logical, ref_outputs)  # [-1, 22, -1] would read as 1 class
+        logical = answered_outputs(logical, ref_outputs)  # not the file's declaration
         if logical.task == "classification":  # probabilities already: no second softmax
             first = ref_outputs[logical.outputs[0].name]
             logical = replace(logical, softmax=wants_softmax(options.softmax, first))
+        if asked_task is None and labels is None:
+            logical = embedding_or_classifier(logical, ref_outputs, reports, progress)
         judge(reports, options.max_top1_drop, rules)
         kept = [m for m, r in zip(made, reports, strict=True) if r.kept]
         reports += [
@@ -161,7 +178,12 @@ def build_package(
                 detection=head.head if head is not None else None,
             ),
         )
-        reference_figures = {"file": reference.path.name, **ref_timing}
+        reference_figures = {
+            "file": reference.path.name,
+            "precision": reference.precision,
+            **({} if reference.precision == "fp32" else {"note": QUANTIZED_ONLY}),
+            **ref_timing,
+        }
         seconds = round(time.perf_counter() - started, 1)
         (staging / "validation.json").write_text(
             json.dumps(
@@ -215,13 +237,14 @@ def _pinned(reference: SourceModel, logical: LogicalModel, work: Path) -> Path:
 
 
 def _reference(models: list[SourceModel]) -> SourceModel:
-    """The fp32 file the others are judged against: ONNX first, it is what variants come from."""
+    """The file the others are judged against: the fp32 one (ONNX first, it is what variants
+    come from), else the quantized file itself, for a model that exists only quantized (an
+    int8 TFLite for a microcontroller, a dynamically quantized ONNX): its own answers are then
+    what every other variant and the golden records are measured by."""
     fp32 = [m for m in models if m.precision == "fp32"]
-    onnx = [m for m in fp32 if m.runtime == "onnxruntime"]
-    if not fp32:
-        names = ", ".join(str(m.path) for m in models)
-        raise PackagingError(f"{names}: no fp32 source to validate against: add the fp32 model")
-    return (onnx or fp32)[0]
+    pool = fp32 or models
+    onnx = [m for m in pool if m.runtime == "onnxruntime"]
+    return (onnx or pool)[0]
 
 
 def _preprocess(
@@ -234,8 +257,8 @@ def _preprocess(
     channels, height, width = (
         (shape[1], shape[2], shape[3]) if logical.layout == "NCHW" else (shape[3], *shape[1:3])
     )
-    if channels not in (1, 3):
-        return None
+    if channels not in (1, 3) or -1 in (height, width):
+        return None  # an open height or width: a tensor the client sizes (v2 carries the -1)
     mean = options.mean or (0.0,) * channels
     std = options.std or (1.0,) * channels
     for flag, values in (("--mean", mean), ("--std", std)):
@@ -247,7 +270,16 @@ def _preprocess(
         raise PackagingError(f"{reference.path}: --std must not contain 0")
     color = "L" if channels == 1 else ("BGR" if options.bgr else "RGB")
     resize = round(min(height, width) / 0.875) if options.crop else None
-    return Preprocess((height, width), resize, logical.layout, color, options.scale, mean, std)
+    return Preprocess(
+        (height, width),
+        resize,
+        logical.layout,
+        color,
+        options.scale,
+        mean,
+        std,
+        resize_filter=options.resize_filter or "bilinear",
+    )
 
 
 def _labels(
@@ -298,10 +330,12 @@ def _variants(
     """Made variants from the fp32 ONNX, then every other source passed through as it is."""
     made: list[Made] = []
     failed: list[Failed] = []
-    if reference.runtime == "onnxruntime":
+    derive = reference.runtime == "onnxruntime"
+    quantized_source = reference.precision != "fp32"  # no fp32 original: the file itself
+    if derive:
         wanted = options.variants or DEFAULT_VARIANTS + (("int8",) if options.calibration else ())
         calibration = None
-        if "int8" in wanted:
+        if "int8" in wanted and not quantized_source:
             if options.calibration is None:
                 raise PackagingError(
                     f"{reference.path}: an int8 variant needs calibration "
@@ -326,9 +360,10 @@ def _variants(
             method=options.calibration_method,
             reduce_range=reduce_range_for(options.reduce_range),
             progress=progress,
+            quantized_source=quantized_source,
         )
     for model in models:
-        if model is reference and model.runtime == "onnxruntime":
+        if model is reference and derive:
             continue
         if logical.layout == "NHWC" and model.layout == "NCHW":
             raise PackagingError(
@@ -361,7 +396,8 @@ def _heldout(
     labels: Path | None,
 ) -> tuple[Samples, str]:
     names = _label_names(labels)
-    if len(logical.inputs) > 1 or not logical.batches:  # not one batched input: packaging.feeds
+    if len(logical.inputs) > 1 or not logical.batches or preprocess is None:
+        # not one batched image: token ids, bytes, audio, several inputs (packaging.feeds)
         given = options.heldout or options.calibration
         what = f"--heldout {given}" if given else "seeded noise (no --heldout given)"
         return tensor_samples(given, "--heldout", logical, options.max_images), what

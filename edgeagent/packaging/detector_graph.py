@@ -7,6 +7,10 @@ The families edge users bring, and what gives each away:
   is the anchor-free grid: one cell per stride 8, 16, 32 (and 64 for P6 models) of the input.
 - **YOLOv5**: one output ``[1, N, 5 + C]`` with an objectness column, ``N`` three anchors per
   cell of the same grid.
+- **YOLOX**: ``[1, N, 5 + C]`` rows first at the *anchor-free* count (one per cell), with an
+  objectness column, centres relative to their cell and log sizes. Its row count at 416 equals
+  YOLOv8's, so rows first without Ultralytics' metadata are taken for YOLOX, not decoded as
+  YOLOv8 boxes: recognised and said so, packaged as tensors.
 - **NMS in the graph** (Ultralytics ``nms=True``, end-to-end exports): ``[1, K, 6]`` rows of
   corners, score and class; **SSD-style post-processed** (the TF Object Detection API's boxes,
   classes, scores, count), which get the ``postprocessed`` head (threshold and mapping back,
@@ -111,6 +115,17 @@ def _one_output(
     # [1, 4 + C, N]: the usual Ultralytics export (N open when the export left the size open).
     if rows is not None and rows > 4 and (cols in anchor_free or (cols is None and ultralytics)):
         return Recognised(v8, rows - 4, True, f"YOLOv8-style head [4 + {rows - 4}, N]")
+    if cols is not None and cols > 5 and rows in anchor_free and not ultralytics:
+        # Rows first at the anchor-free count: what YOLOX exports (objectness, centres
+        # relative to their grid cell, log sizes). Ultralytics writes [4 + C, N] and says so in
+        # its metadata; without that the rows are not decoded as YOLOv8's pixel boxes.
+        return Recognised(
+            None,
+            cols - 5,
+            False,
+            f"YOLOX-style rows [N, 5 + {cols - 5}] (objectness, grid-relative centres, log "
+            "sizes), which /detect does not decode",
+        )
     if cols is not None and cols > 4 and rows in anchor_free:
         return Recognised(v8, cols - 4, True, f"YOLOv8-style head [N, 4 + {cols - 4}]")
     if cols is not None and cols > 5 and rows in anchored:

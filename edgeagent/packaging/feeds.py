@@ -25,6 +25,7 @@ from edgeagent.packaging.measure import STACKED
 from edgeagent.packaging.options import LogicalModel
 
 NOISE_SAMPLES = 16  # seeded samples when no data is given (float inputs only)
+NOISE_OPEN_SIZE = 64  # an open dimension other than the batch, in seeded noise
 
 
 def tensor_samples(source: Path | None, flag: str, logical: LogicalModel, limit: int) -> Samples:
@@ -40,8 +41,11 @@ def tensor_samples(source: Path | None, flag: str, logical: LogicalModel, limit:
             f"{flag} {source}: a model with {_what(logical)} takes an .npz of one array per "
             f"input ({', '.join(t.name for t in logical.inputs)})"
         )
-    with np.load(source) as data:
-        arrays = {key: data[key] for key in data.files}
+    try:
+        with np.load(source, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError) as exc:  # not an .npz, cut short, pickled objects
+        raise PackagingError(f"{flag} {source}: not a readable .npz of arrays: {exc}") from exc
     if len(logical.inputs) == 1 and "inputs" in arrays:
         arrays[logical.inputs[0].name] = arrays.pop("inputs")
     missing = [t.name for t in logical.inputs if t.name not in arrays]
@@ -87,7 +91,7 @@ def _noise(logical: LogicalModel) -> Samples:
     feeds = {}
     for spec in logical.inputs:
         sample = spec.shape[1:] if logical.batches else spec.shape
-        shape = (NOISE_SAMPLES, *(1 if d == -1 else d for d in sample))
+        shape = (NOISE_SAMPLES, *(NOISE_OPEN_SIZE if d == -1 else d for d in sample))
         feeds[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
     first, *rest = (t.name for t in logical.inputs)
     return Samples(feeds[first], None, {name: feeds[name] for name in rest})

@@ -8,7 +8,6 @@ reference the others are judged against.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ class GgufFacts:
 def read_gguf(path: Path) -> GgufFacts:
     """The facts of ``path``; PackagingError naming the file when it is not a usable GGUF."""
     if path.is_dir():
-        raise PackagingError(hugging_face_refusal(path))
+        raise PackagingError(f"{path}: a folder, but not a Hugging Face model (no config.json)")
     try:
         with path.open("rb") as handle:
             magic = handle.read(4)
@@ -95,20 +94,3 @@ def read_gguf(path: Path) -> GgufFacts:
 
 def is_hugging_face_folder(path: Path) -> bool:
     return path.is_dir() and (path / "config.json").is_file()
-
-
-def hugging_face_refusal(path: Path) -> str:
-    """Why a folder is refused: what it lacks, or what converts it."""
-    if not is_hugging_face_folder(path):
-        return f"{path}: a folder, but not a Hugging Face model (no config.json): pass a .gguf file"
-    if importlib.util.find_spec("transformers") is None:
-        return (
-            f"{path}: a Hugging Face model folder needs transformers to be read, and it is not "
-            "installed here (pip install transformers); or convert the folder to GGUF with "
-            "llama.cpp's convert_hf_to_gguf.py and package the .gguf"
-        )
-    return (
-        f"{path}: a Hugging Face model folder is not packaged directly yet: convert it to GGUF "
-        "with llama.cpp's convert_hf_to_gguf.py (and quantize it with llama-quantize) and "
-        "package the .gguf files"
-    )

@@ -92,7 +92,14 @@ def _class_index(directory: str, position: int, labels: tuple[str, ...]) -> int:
 
 
 def _from_npz(source: Path, flag: str, limit: int) -> Samples:
-    with np.load(source) as data:
+    try:
+        return _read_npz(source, flag, limit)
+    except (OSError, ValueError, EOFError) as exc:  # not an .npz, cut short, pickled objects
+        raise PackagingError(f"{flag} {source}: not a readable .npz of arrays: {exc}") from exc
+
+
+def _read_npz(source: Path, flag: str, limit: int) -> Samples:
+    with np.load(source, allow_pickle=False) as data:
         if "inputs" not in data.files:
             raise PackagingError(f"{flag} {source}: the .npz needs an 'inputs' array")
         inputs = data["inputs"][:limit].astype(np.float32)

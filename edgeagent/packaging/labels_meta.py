@@ -80,6 +80,37 @@ def image_size_from_metadata(meta: Mapping[str, str]) -> tuple[int, int] | None:
     return None
 
 
+# Metadata keys exporters use for the resampling filter of their resize: ours, timm's
+# ``interpolation`` (its pretrained_cfg), torchvision's and Pillow's words.
+FILTER_KEYS = ("resize_filter", "interpolation", "resample", "resize_interpolation")
+_FILTER_WORDS = {
+    "bilinear": "bilinear",
+    "linear": "bilinear",
+    "inter_linear": "bilinear",
+    "nearest": "nearest",
+    "inter_nearest": "nearest",
+    "bicubic": "bicubic",
+    "cubic": "bicubic",
+    "inter_cubic": "bicubic",
+    "lanczos": "lanczos",
+    "antialias": "lanczos",
+    "inter_lanczos4": "lanczos",
+    "area": "area",
+    "box": "area",
+    "inter_area": "area",
+    "hamming": "hamming",
+}
+
+
+def resize_filter_from_metadata(meta: Mapping[str, str]) -> str | None:
+    """The filter the model's metadata names (``interpolation = "bicubic"``), or None."""
+    for key in FILTER_KEYS:
+        word = str(meta.get(key, "")).strip().lower().removeprefix("cv2.")
+        if word in _FILTER_WORDS:
+            return _FILTER_WORDS[word]
+    return None
+
+
 def tflite_label_file(path: Path) -> tuple[str, ...] | None:
     """The label file packed into a TFLite model's metadata (the file doubles as a zip)."""
     if path.suffix != ".tflite" or not zipfile.is_zipfile(path):

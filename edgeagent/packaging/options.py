@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeagent.models.names import TEXT_TASKS
 from edgeagent.models.package import TASKS, TensorSpec
 from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.sources import NativeTensor, SourceModel, guess_layout
@@ -33,6 +34,7 @@ class PackageOptions:
     scale: float = 1.0 / 255.0
     bgr: bool = False
     crop: bool = False
+    resize_filter: str | None = None  # None: the model's metadata's, else bilinear
     variants: tuple[str, ...] = ()
     weights: Path | None = None  # state_dict for a PyTorch file.py:factory source
     channels: int = 3  # image channels of a PyTorch source (the module does not say)
@@ -45,6 +47,7 @@ class PackageOptions:
     max_top1_drop: float = 1.0  # points of top-1 agreement a variant may lose against fp32
     max_images: int = 200
     threads: int | None = None
+    timing_runs: int = 30  # batch-1 runs per variant whose median is its latency
     description: str = ""
 
 
@@ -199,16 +202,23 @@ def _apply(
 
 def _task(reference: SourceModel, options: PackageOptions) -> str:
     if options.task is not None:
+        if options.task in TEXT_TASKS:  # a language model's (GGUF) tasks, served by llama.cpp
+            raise PackagingError(
+                f"--task {options.task}: a language-model task (GGUF sources); {reference.path} "
+                "is a tensor model: pass --task tensor (for feature vectors too)"
+            )
         if options.task not in TASKS:
             raise PackagingError(f"--task {options.task!r}: one of {', '.join(TASKS)}")
         return options.task
     outputs = reference.outputs
-    if len(outputs) == 1 and len(outputs[0].shape) == 2:
-        return "classification"
+    shape = outputs[0].shape
+    if len(outputs) == 1 and len(shape) >= 2 and all(d == 1 for d in shape[1:-1]):
+        return "classification"  # [batch, classes] or [batch, 1, 1, classes]
     shapes = ", ".join(f"{t.name} {_dims(t.shape)}" for t in outputs)
+    tensor_tasks = [t for t in TASKS if t not in TEXT_TASKS]
     raise PackagingError(
         f"{reference.path}: cannot tell the task from its outputs ({shapes}): "
-        f"pass --task {'|'.join(TASKS)}"
+        f"pass --task {'|'.join(tensor_tasks)}"
     )
 
 

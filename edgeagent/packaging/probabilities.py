@@ -29,3 +29,21 @@ def wants_softmax(forced: bool | None, scores: np.ndarray) -> bool:
     if forced is not None:
         return forced
     return not already_probabilities(scores)
+
+
+EMBEDDING_MIN_WIDTH = 64  # narrower unlabelled outputs stay classifiers (scores of a few classes)
+
+
+def looks_like_embedding(values: np.ndarray) -> bool:
+    """True when an unlabelled "classifier" output is better served as a feature vector.
+
+    Wide (``EMBEDDING_MIN_WIDTH`` or more) and not a distribution: with no label to name any
+    of its columns, ranking them as classes would only invent a classifier (a 1280-wide
+    pooled feature served as 1280 unnamed classes). Values alone cannot tell logits from
+    features, so the packager says so and ``--task classification`` or ``--labels`` keeps a
+    classifier.
+    """
+    rows = np.asarray(values, dtype=np.float64).reshape(len(values), -1)
+    if rows.size == 0 or rows.shape[-1] < EMBEDDING_MIN_WIDTH:
+        return False
+    return not already_probabilities(rows)

@@ -37,7 +37,7 @@ def table(result: Result) -> str:
     ref = result.reference
     rows = [
         (
-            "fp32 reference",
+            f"{ref.get('precision', 'fp32')} reference",
             "cpu",
             "ref",
             "100.00",

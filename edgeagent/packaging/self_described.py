@@ -16,7 +16,12 @@ import numpy as np
 
 from edgeagent.models.package import Preprocess
 from edgeagent.packaging.detector_graph import Recognised, recognise
-from edgeagent.packaging.labels_meta import image_size_from_metadata, model_labels, onnx_metadata
+from edgeagent.packaging.labels_meta import (
+    image_size_from_metadata,
+    model_labels,
+    onnx_metadata,
+    resize_filter_from_metadata,
+)
 from edgeagent.packaging.options import LogicalModel, PackageOptions
 from edgeagent.packaging.sources import SourceModel
 from edgeagent.packaging.task_checks import Head
@@ -42,6 +47,10 @@ def read_self(reference: SourceModel, options: PackageOptions, progress: Progres
         if None in native and recorded is not None:
             progress(f"input size {recorded[0]}×{recorded[1]} from the model's metadata (imgsz)")
             options = replace(options, input_size=recorded)
+    recorded_filter = resize_filter_from_metadata(meta)
+    if options.resize_filter is None and recorded_filter is not None:
+        progress(f"resize filter {recorded_filter} from the model's metadata")
+        options = replace(options, resize_filter=recorded_filter)
     names = None if options.labels is not None else model_labels(reference.path, meta)
     known = _label_lines(options.labels) if options.labels is not None else names
     detector = None
@@ -88,16 +97,32 @@ def head_of(found: SelfDescribed, logical: LogicalModel) -> Head | None:
     return Head(detector.head, (width, height), detector.classes)
 
 
-def fixed_outputs(logical: LogicalModel, measured: Mapping[str, np.ndarray]) -> LogicalModel:
-    """Output dimensions the file left open, as the reference answered them (batch open).
+def answered_outputs(logical: LogicalModel, measured: Mapping[str, np.ndarray]) -> LogicalModel:
+    """Output shapes as the reference answered them, not as the file declares them.
 
-    A detector's class count is read from its output's shape when it has no labels; a shape
-    recorded as ``[-1, 22, -1]`` would read as one class.
+    A file's declaration may be open (``[-1, 22, -1]`` would read as a one-class detector) or
+    plain wrong (a recogniser declaring ``[1, seqlen]`` answers ``[T, 1, C]``). ``measured`` holds
+    the reference's answers on the validation data: rows of a batch for a model that batches,
+    a stack of whole answers for one that does not. The batch stays open; a dimension the file
+    leaves open stays open when an input has an open dimension too (it follows that input's
+    size), and is the answered size otherwise. A fixed dimension is always the answered one.
     """
-    outputs = tuple(
-        replace(t, shape=(-1, *(int(d) for d in measured[t.name].shape[1:])))
-        if t.name in measured and measured[t.name].ndim == len(t.shape)
-        else t
-        for t in logical.outputs
-    )
-    return replace(logical, outputs=outputs)
+    batches = logical.batches
+    open_inputs = any(-1 in (t.shape[1:] if batches else t.shape) for t in logical.inputs)
+    outputs = []
+    for spec in logical.outputs:
+        if spec.name not in measured:
+            outputs.append(spec)
+            continue
+        sample = tuple(int(d) for d in measured[spec.name].shape[1:])
+        answered = (-1, *sample) if batches else sample
+        if len(answered) != len(spec.shape):  # the declaration is of another tensor
+            declared = tuple(-1 if open_inputs else d for d in answered)
+            shape = (-1, *declared[1:]) if batches else declared
+        else:
+            shape = tuple(
+                -1 if want == -1 and ((batches and axis == 0) or open_inputs) else got
+                for axis, (want, got) in enumerate(zip(spec.shape, answered, strict=True))
+            )
+        outputs.append(replace(spec, shape=shape))
+    return replace(logical, outputs=tuple(outputs))

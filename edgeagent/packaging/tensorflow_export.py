@@ -10,6 +10,14 @@ made packageable here, with onnx only (``tf_onnx.finish``).
 
 A frozen graph does not say which of its nodes are outputs: the unconsumed ones are taken when
 they are few, the TF Object Detection API's four by their names, else ``--tf-outputs`` must say.
+
+A SavedModel is loaded for inference only: its serving signature's graph, through the
+MetaGraph loader that TensorFlow Serving uses, with the variables frozen into constants
+(``freeze``), then converted as a frozen graph with the signature's own input and output names.
+TensorFlow's object loader (what tf2onnx's SavedModel path uses) rebuilds every saved object,
+and fails on a model saved with its optimizer, whose slot variables TF 2.16+ cannot rebuild
+(``'_UserObject' object has no attribute 'add_slot'``); it is the fallback where the signature
+does not convert, and what ``--tf-inputs``/``--tf-outputs`` use.
 """
 
 from __future__ import annotations
@@ -38,7 +46,14 @@ CHECKOUT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-tf" / "bin" / "py
 SETUP_STEP = "scripts/setup.sh (its step 'TensorFlow converter environment (.venv-tf)')"
 # Ops that end a graph without being an answer: constants, bookkeeping, savers.
 _NOT_OUTPUTS = {"Const", "NoOp", "Assert", "Placeholder", "PlaceholderWithDefault", "SaveV2"}
-_RESIZE_OPS = {"ResizeBilinear", "ResizeNearestNeighbor", "ResizeBicubic", "ResizeArea"}
+# TensorFlow's resize ops and the [preprocess] resize_filter that resizes as each does.
+RESIZE_FILTERS = {
+    "ResizeBilinear": "bilinear",
+    "ResizeNearestNeighbor": "nearest",
+    "ResizeBicubic": "bicubic",
+    "ResizeArea": "area",
+}
+_RESIZE_OPS = set(RESIZE_FILTERS)
 _TF_NOISE = ("I0000", "W0000", "oneDNN", "cpu_feature_guard", "All log messages before", "rebuild")
 
 
@@ -49,6 +64,7 @@ class GraphFacts:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]  # unconsumed nodes that could be answers
     resize: tuple[int, int] | None  # the TF OD API's fixed resize (height, width), if any
+    resize_filter: str | None = None  # that resize's filter (its op: ResizeBicubic → bicubic)
 
 
 def is_tensorflow_source(spec: str) -> bool:
@@ -101,11 +117,69 @@ def export_tensorflow(
         command += ["--inputs", ",".join(_tensor(n) for n in chosen_in)]
         command += ["--outputs", ",".join(_tensor(n) for n in chosen_out)]
     progress(f"TensorFlow → ONNX (tf2onnx, opset {TF_OPSET}): {source}")
-    _run(command, f"{source}: tf2onnx could not convert the graph")
+    if source.is_dir() and not inputs and not outputs:
+        _saved_model(python, source, work, raw, command, progress)
+    else:
+        _run(command, f"{source}: tf2onnx could not convert the graph")
     pinned = size or (facts.resize if facts is not None else None)
     if size is None and pinned is not None:
         progress(f"input size {pinned[0]}×{pinned[1]} from the graph's own resize")
-    return finish(raw, out, pinned, progress)
+    recorded = {"resize_filter": facts.resize_filter} if facts and facts.resize_filter else {}
+    return finish(raw, out, pinned, progress, recorded)
+
+
+def _saved_model(
+    python: str, source: Path, work: Path, raw: Path, command: list[str], progress: Any
+) -> None:
+    """A SavedModel for inference: its serving signature frozen and converted (its training
+    objects never loaded), else tf2onnx's own SavedModel loader, which rebuilds every object."""
+    try:
+        signature = _signature_command(python, source, work, raw)
+        progress(f"{source.name}: its serving signature, for inference (variables frozen)")
+        _run(signature, f"{source}: tf2onnx could not convert its serving signature")
+        return
+    except PackagingError as exc:
+        progress(f"the serving signature did not convert ({_first_line(exc)}): the whole model")
+    _run(command, f"{source}: tf2onnx could not convert the graph")
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][-160:] if lines else type(exc).__name__
+
+
+def _signature_command(python: str, source: Path, work: Path, raw: Path) -> list[str]:
+    """Freeze the SavedModel's serving signature (``freeze`` in the TF environment) and the
+    tf2onnx command that converts it, naming its tensors as the signature names them."""
+    frozen = work / f"{source.resolve().name}.frozen.pb"
+    text = _run(
+        [python, str(Path(__file__).resolve()), "freeze", str(source), str(frozen)],
+        f"{source}: its serving signature cannot be loaded for inference either",
+    )
+    try:
+        signature = json.loads(text.strip().splitlines()[-1])
+        ins, outs = signature["inputs"], signature["outputs"]
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise PackagingError(f"{source}: the signature reader answered {text[-300:]!r}") from exc
+    return [
+        python,
+        "-m",
+        "tf2onnx.convert",
+        "--opset",
+        str(TF_OPSET),
+        "--output",
+        str(raw),
+        "--graphdef",
+        str(frozen),
+        "--inputs",
+        ",".join(ins.values()),
+        "--outputs",
+        ",".join(outs.values()),
+        "--rename-inputs",
+        ",".join(ins),
+        "--rename-outputs",
+        ",".join(outs),
+    ]
 
 
 def tensorflow_python(checkout: Path = CHECKOUT_PYTHON) -> str:
@@ -138,7 +212,10 @@ def inspect_graph(python: str, path: Path) -> GraphFacts:
         raise PackagingError(f"{path}: the graph inspector answered {text[-300:]!r}") from exc
     resize = data.get("resize")
     return GraphFacts(
-        tuple(data["inputs"]), tuple(data["outputs"]), tuple(resize) if resize else None
+        tuple(data["inputs"]),
+        tuple(data["outputs"]),
+        tuple(resize) if resize else None,
+        RESIZE_FILTERS.get(data.get("resize_op") or ""),
     )
 
 
@@ -204,12 +281,19 @@ def _inspect(path: Path) -> dict[str, Any]:
     consumed = {name.lstrip("^").split(":")[0] for node in graph.node for name in node.input}
     inputs = [n.name for n in graph.node if n.op == "Placeholder"]
     outputs = [n.name for n in graph.node if n.name not in consumed and n.op not in _NOT_OUTPUTS]
-    return {"inputs": inputs, "outputs": outputs, "resize": _resize(graph)}
+    resize = _resize(graph)
+    return {
+        "inputs": inputs,
+        "outputs": outputs,
+        "resize": resize[0] if resize else None,
+        "resize_op": resize[1] if resize else None,
+    }
 
 
-def _resize(graph: Any) -> list[int] | None:
+def _resize(graph: Any) -> tuple[list[int], str] | None:
     """The OD API's fixed resize: a Resize* op under ``Preprocessor/`` whose size is a Const of
-    two ints (``Preprocessor/map/while/ResizeImage/stack``: [300, 300] for SSDLite)."""
+    two ints (``Preprocessor/map/while/ResizeImage/stack``: [300, 300] for SSDLite), and the
+    op (which filter it resizes with)."""
     import tensorflow as tf
 
     constants = {n.name: n for n in graph.node if n.op == "Const"}
@@ -221,14 +305,45 @@ def _resize(graph: Any) -> list[int] | None:
             continue
         value = tf.make_ndarray(size.attr["value"].tensor).reshape(-1).tolist()
         if len(value) == 2 and all(isinstance(v, int) and 0 < v <= 8192 for v in value):
-            return [int(v) for v in value]
+            return [int(v) for v in value], str(node.op)
     return None
+
+
+SERVING_TAG, SERVING_SIGNATURE = "serve", "serving_default"
+
+
+def _freeze(path: Path, out: Path) -> dict[str, Any]:
+    """The serving signature of a SavedModel as a frozen graph at ``out``, loaded through the
+    MetaGraph (never the training objects), and its inputs and outputs: signature key → the
+    graph tensor, in the signature's key order."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session() as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, [SERVING_TAG], str(path))
+        if SERVING_SIGNATURE not in meta.signature_def:
+            known = ", ".join(meta.signature_def) or "none"
+            raise SystemExit(f"no {SERVING_SIGNATURE!r} signature (signatures: {known})")
+        signature = meta.signature_def[SERVING_SIGNATURE]
+        inputs = {key: signature.inputs[key].name for key in sorted(signature.inputs)}
+        outputs = {key: signature.outputs[key].name for key in sorted(signature.outputs)}
+        nodes = sorted({name.split(":")[0] for name in outputs.values()})
+        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+            session, graph.as_graph_def(), nodes
+        )
+    out.write_bytes(frozen.SerializeToString())
+    return {"inputs": inputs, "outputs": outputs}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 3 and args[0] == "freeze":
+        print(json.dumps(_freeze(Path(args[1]), Path(args[2]))))
+        return 0
     if len(args) != 2 or args[0] != "inspect":
-        print("usage: tensorflow_export.py inspect FROZEN_GRAPH.pb", file=sys.stderr)
+        print(
+            "usage: tensorflow_export.py inspect FROZEN_GRAPH.pb | freeze SAVED_MODEL OUT.pb",
+            file=sys.stderr,
+        )
         return 2
     print(json.dumps(_inspect(Path(args[1]))))
     return 0

@@ -8,6 +8,10 @@ held-out text and kept only when
                  different one (mean over the golden chats) ≥ ``min_agreement``, and
     perplexity on the held-out text ≤ ``max_perplexity_ratio`` × the reference's.
 
+A Hugging Face model folder is converted first (``packaging.hf_gguf``: an f16 GGUF, the
+reference) and quantized by llama.cpp's own quantizer (``--quantize``, q8_0 by default); the
+files are then judged as if they had been given.
+
 A dropped variant is reported with its figures and never written. The model is driven through
 the generative runtime plugin (``runtimes.llama_cpp``) and the chat rendered by the language
 plane's own template code, so what is recorded is what a device will replay in its health
@@ -21,7 +25,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +40,14 @@ from edgeagent.models.text_golden import (
     perplexity,
 )
 from edgeagent.packaging.errors import PackagingError
-from edgeagent.packaging.gguf_source import GgufFacts, read_gguf
+from edgeagent.packaging.gguf_source import GgufFacts, is_hugging_face_folder, read_gguf
+from edgeagent.packaging.hf_gguf import convert_hf_folder
 from edgeagent.packaging.text_prompts import GOLDEN_CHATS, HELD_OUT
+from edgeagent.runtimes.base import RuntimeLoadError, RuntimeUnavailable
 from edgeagent.runtimes.generative import GenerativeLoadRequest, GenerativeSession
 
 RUNTIME = "llama_cpp"
+OPENVINO = "openvino_genai"
 JUDGE_CONTEXT = 1024  # enough for a golden chat or the held-out text, small for memory
 Progress = Callable[[str], None]
 
@@ -58,13 +65,16 @@ class TextOptions:
     description: str = ""
     max_tokens: int = 16  # greedy tokens per golden chat
     threads: int | None = None
+    quantize: tuple[str, ...] = ("q8_0",)  # of a Hugging Face folder's f16 conversion
+    openvino: bool = False  # also an OpenVINO GenAI IR variant of every GGUF, judged alike
 
 
 @dataclass
 class Judgement:
     key: str  # llama_cpp/q4_1
-    file: Path
+    files: tuple[Path, ...]
     precision: str
+    folder: str = ""  # where its files go in the package ("": beside model.toml)
     agreement: float = 1.0
     perplexity: float = 0.0
     perplexity_ratio: float = 1.0
@@ -99,20 +109,63 @@ def package_text_model(
     started = time.perf_counter()
     if out.exists() and any(out.iterdir()):
         raise PackagingError(f"{out}: already exists and is not empty: pass a new --out directory")
-    files = [read_gguf(Path(spec)) for spec in sources]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.hf-") as work:
+        paths = []
+        for spec in sources:
+            if is_hugging_face_folder(Path(spec)):
+                paths += _from_hugging_face(Path(spec), Path(work), options, progress)
+                options = replace(options, name=options.name or Path(spec).resolve().name.lower())
+            else:
+                paths.append(Path(spec))
+        return _package(paths, out, options, rules, progress, started, Path(work))
+
+
+def _from_hugging_face(
+    folder: Path, work: Path, options: TextOptions, progress: Progress
+) -> list[Path]:
+    """The folder's f16 GGUF and its quantizations, in ``work``."""
+    from edgeagent.runtimes.llama_cpp import quantize
+
+    stem = folder.resolve().name.lower()
+    progress(f"{folder}: converting to GGUF (f16)")
+    reference = convert_hf_folder(folder, work / f"{stem}.f16.gguf")
+    files = [reference]
+    for precision in options.quantize:
+        progress(f"{folder}: quantizing to {precision}")
+        try:
+            files.append(quantize(reference, work / f"{stem}.{precision}.gguf", precision))
+        except RuntimeLoadError as exc:
+            raise PackagingError(str(exc)) from exc
+    return files
+
+
+def _package(
+    paths: Sequence[Path],
+    out: Path,
+    options: TextOptions,
+    rules: TextRules,
+    progress: Progress,
+    started: float,
+    work: Path,
+) -> TextResult:
+    files = [read_gguf(path) for path in paths]
     _same_model(files)
     files.sort(key=lambda f: f.bits_per_weight, reverse=True)
     reference = files[0]
     judgements = []
-    with _session(reference.path, options.threads) as session:
+    with _session(RUNTIME, (reference.path,), options.threads) as session:
         prompts = _render(reference, session)
-        judgements.append(_judge(reference, session, prompts, options, progress))
+        judgements.append(_judge(_gguf(reference), session, prompts, options, progress))
     for facts in files[1:]:
-        with _session(facts.path, options.threads) as session:
-            judgements.append(_judge(facts, session, prompts, options, progress))
+        with _session(RUNTIME, (facts.path,), options.threads) as session:
+            judgements.append(_judge(_gguf(facts), session, prompts, options, progress))
+    if options.openvino:
+        judgements += _openvino(files, work, prompts, options, progress)
     ref = judgements[0]
     for judged in judgements[1:]:
-        _compare(judged, ref, rules)
+        if judged.kept:  # not dropped already (an IR that could not be made)
+            _compare(judged, ref, rules)
     for judged in judgements:
         progress(_figures(judged, ref.key))
     kept = [j for j in judgements if j.kept]
@@ -184,31 +237,68 @@ def _render(reference: GgufFacts, session: GenerativeSession) -> Prompts:
         else:
             text = "\n".join(m["content"] for m in chat) + "\n"
         chats.append((text, tuple(session.tokenize(text, add_special=True))))
-    heldout = tuple(session.tokenize(HELD_OUT, add_special=True))
+    # a small vocabulary takes more tokens for the same text: keep within the judging context
+    limit = min(JUDGE_CONTEXT, reference.context) - 1
+    heldout = tuple(session.tokenize(HELD_OUT, add_special=True))[:limit]
     return Prompts(tuple(chats), heldout)
 
 
-class _session:
-    """A small session of one file on the CPU (context manager: closed on the way out)."""
+def _gguf(facts: GgufFacts) -> Judgement:
+    return Judgement(f"{RUNTIME}/{facts.precision}", (facts.path,), facts.precision)
 
-    def __init__(self, path: Path, threads: int | None) -> None:
+
+def _openvino(
+    files: Sequence[GgufFacts],
+    work: Path,
+    prompts: Prompts,
+    options: TextOptions,
+    progress: Progress,
+) -> list[Judgement]:
+    """Each GGUF as OpenVINO GenAI converts it (its IR saved), judged like a GGUF variant."""
+    try:
+        from edgeagent.runtimes.openvino_genai import ir_from_gguf
+    except RuntimeUnavailable as exc:
+        raise PackagingError(f"--openvino: {exc}") from exc
+    judgements = []
+    for facts in files:
+        folder = f"openvino-{facts.precision}"
+        judged = Judgement(f"{OPENVINO}/{facts.precision}", (), facts.precision, folder)
+        progress(f"{judged.key}: converting {facts.path.name} to OpenVINO IR")
+        try:
+            judged.files = tuple(ir_from_gguf(facts.path, work / folder))
+        except RuntimeLoadError as exc:
+            judged.kept, judged.why = False, f"not converted: {exc}"
+            judgements.append(judged)
+            continue
+        with _session(OPENVINO, judged.files, options.threads) as session:
+            judgements.append(_judge(judged, session, prompts, options, progress))
+    return judgements
+
+
+class _session:
+    """A small session of one variant on the CPU (context manager: closed on the way out)."""
+
+    def __init__(self, runtime: str, files: tuple[Path, ...], threads: int | None) -> None:
+        self.runtime = runtime
         self.request = GenerativeLoadRequest(
-            files=(path,), context=JUDGE_CONTEXT, sequences=1, batch_tokens=256, threads=threads
+            files=files, context=JUDGE_CONTEXT, sequences=1, batch_tokens=256, threads=threads
         )
 
     def __enter__(self) -> GenerativeSession:
         from edgeagent.runtimes import get_runtime
-        from edgeagent.runtimes.base import RuntimeLoadError, RuntimeUnavailable
 
+        extra = "llm" if self.runtime == RUNTIME else "llm-openvino"
         try:
-            runtime: Any = get_runtime(RUNTIME)  # a GenerativeRuntime, not a tensor Runtime
+            runtime: Any = get_runtime(self.runtime)  # a GenerativeRuntime, not a tensor one
             self.session: GenerativeSession = runtime.load(self.request)
         except RuntimeUnavailable as exc:
             raise PackagingError(
-                f"llama.cpp is not usable here ({exc}): pip install 'edgeagent[llm]'"
+                f"{self.runtime} is not usable here ({exc}): pip install 'edgeagent[{extra}]'"
             ) from exc
         except RuntimeLoadError as exc:
-            raise PackagingError(f"{self.request.files[0]}: llama.cpp refused it: {exc}") from exc
+            raise PackagingError(
+                f"{self.request.files[0]}: {self.runtime} refused it: {exc}"
+            ) from exc
         return self.session
 
     def __exit__(self, *_: object) -> None:
@@ -216,15 +306,14 @@ class _session:
 
 
 def _judge(
-    facts: GgufFacts,
+    judged: Judgement,
     session: GenerativeSession,
     prompts: Prompts,
     options: TextOptions,
     progress: Progress,
 ) -> Judgement:
-    key = f"{RUNTIME}/{facts.precision}"
-    progress(f"{key}: golden chats and held-out perplexity ({facts.path.name})")
-    judged = Judgement(key, facts.path, facts.precision)
+    """``judged``'s figures: greedy answers to the golden chats, held-out perplexity."""
+    progress(f"{judged.key}: golden chats and held-out perplexity ({judged.files[0].name})")
     answers = answer_all(session, [tokens for _, tokens in prompts.chats], options.max_tokens)
     judged.tokens = list(answers.tokens)
     judged.tokens_per_second = answers.tokens_per_second
@@ -274,8 +363,12 @@ def _write(
     name = options.name or reference.path.stem.split(".")[0].lower()
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
         staging = Path(tmp)
+        names = {}  # variant key → its files' names in the package
         for judged in kept:
-            shutil.copyfile(judged.file, staging / judged.file.name)
+            (staging / judged.folder).mkdir(exist_ok=True)
+            names[judged.key] = [f"{judged.folder}/{f.name}".lstrip("/") for f in judged.files]
+            for file, stored in zip(judged.files, names[judged.key], strict=True):
+                shutil.copyfile(file, staging / stored)
         (staging / GOLDEN_FILE).write_text(json.dumps(golden.to_json()) + "\n", encoding="utf-8")
         text = {
             "architecture": reference.architecture,
@@ -295,10 +388,10 @@ def _write(
             "text": text,
             "variant": [
                 {
-                    "runtime": RUNTIME,
+                    "runtime": j.key.split("/")[0],
                     "precision": j.precision,
-                    "files": [j.file.name],
-                    "sha256": {j.file.name: file_sha256(staging / j.file.name)},
+                    "files": names[j.key],
+                    "sha256": {Path(n).name: file_sha256(staging / n) for n in names[j.key]},
                 }
                 for j in kept
             ],

@@ -39,8 +39,16 @@ _OD_API_DIMS = (
 _UINT8, _FLOAT = 2, 1  # onnx.TensorProto element types
 
 
-def finish(raw: Path, out: Path, size: tuple[int, int] | None, progress: Callable) -> Path:
-    """Write the packageable form of ``raw`` to ``out``; returns ``out``."""
+def finish(
+    raw: Path,
+    out: Path,
+    size: tuple[int, int] | None,
+    progress: Callable,
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write the packageable form of ``raw`` to ``out``; returns ``out``. ``metadata``: what
+    the graph said about its own preprocessing (its resize filter), kept in ``metadata_props``
+    where the packager reads any model's (``labels_meta``)."""
     import onnx
 
     model = onnx.load(str(raw))
@@ -62,6 +70,9 @@ def finish(raw: Path, out: Path, size: tuple[int, int] | None, progress: Callabl
         entry = model.metadata_props.add()
         entry.key, entry.value = RAW_PIXELS_KEY, ",".join(raw_pixels)
         progress(f"uint8 input {', '.join(raw_pixels)}: fed as float 0..255, cast in the graph")
+    for key, text in (metadata or {}).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, text
     if size is not None:
         for value in graph.input:
             dims = value.type.tensor_type.shape.dim

@@ -33,6 +33,8 @@ from edgeagent.packaging.task_checks import (
 from edgeagent.packaging.variants import Made, Progress
 from edgeagent.runtimes.facts import NATIVE_SUFFIXES, weights_file
 
+DEFAULT_TIMING_RUNS = 30  # batch-1 runs whose median is a variant's latency
+
 
 @dataclass
 class VariantReport:
@@ -68,8 +70,11 @@ def run_isolated(
     workdir: Path,
     layout: str | None,
     threads: int | None,
+    precision: str = "fp32",
+    repeats: int = DEFAULT_TIMING_RUNS,
 ) -> tuple[dict, dict[str, np.ndarray]] | str:
-    """Answers and timing of one file set in a child process, or the reason it failed."""
+    """Answers and timing of one file set in a child process, or the reason it failed
+    (``precision``: a reference file's own, where it is not fp32)."""
     if isinstance(made, Made):
         files = made.files
     else:  # the reference file, with the weights file its format keeps beside it
@@ -78,7 +83,7 @@ def run_isolated(
     tag = f"{runtime}-{made.precision if isinstance(made, Made) else 'reference'}"
     job = {
         "runtime": runtime,
-        "precision": made.precision if isinstance(made, Made) else "fp32",
+        "precision": made.precision if isinstance(made, Made) else precision,
         "files": [str(f) for f in files],
         "layout": layout,
         "threads": threads,
@@ -86,6 +91,7 @@ def run_isolated(
         "output_names": names[1],
         "inputs": str(inputs),
         "outputs": str(workdir / f"{tag}.npz"),
+        "repeats": repeats,
     }
     job_file = workdir / f"{tag}.json"
     job_file.write_text(json.dumps(job), encoding="utf-8")
@@ -216,15 +222,19 @@ def validate(
     head: Head | None = None,
     threads: int | None,
     progress: Progress,
+    reference_precision: str = "fp32",
+    repeats: int = DEFAULT_TIMING_RUNS,
 ) -> tuple[list[VariantReport], dict[str, np.ndarray], dict, dict[str, dict[str, np.ndarray]]]:
     """Reports per variant (kept or not, and why), the reference's outputs and timing, and
     each variant's outputs by key."""
-    progress(f"validation: fp32 reference {reference.name}")
+    what = f"{reference_precision} reference"
+    progress(f"validation: {what} {reference.name}")
+    runtime = NATIVE_SUFFIXES[reference.suffix]
     ref_run = run_isolated(
-        reference, NATIVE_SUFFIXES[reference.suffix], names, inputs, workdir, None, threads
+        reference, runtime, names, inputs, workdir, None, threads, reference_precision, repeats
     )
     if isinstance(ref_run, str):
-        raise PackagingError(f"{reference}: the fp32 reference does not run here: {ref_run}")
+        raise PackagingError(f"{reference}: the {what} does not run here: {ref_run}")
     ref_timing, ref_outputs = ref_run
     if classifier and labels is not None:
         first = next(iter(ref_outputs))
@@ -237,7 +247,9 @@ def validate(
         progress(f"validation: {item.runtime}/{item.precision} ({item.device_class})")
         report = VariantReport(item.runtime, item.precision, item.device_class, item.how)
         layout = item.layout if item.layout not in (None, logical_layout or "NCHW") else None
-        result = run_isolated(item, item.runtime, names, inputs, workdir, layout, threads)
+        result = run_isolated(
+            item, item.runtime, names, inputs, workdir, layout, threads, repeats=repeats
+        )
         if isinstance(result, str):
             elsewhere = item.device_class != "cpu"
             report.kept = elsewhere

@@ -128,9 +128,14 @@ def make_variants(
     method: str,
     reduce_range: bool,
     progress: Progress,
+    quantized_source: bool = False,
 ) -> tuple[list[Made], list[Failed]]:
     """Every variant in ``wanted`` made from ``fp32`` into ``out`` (the fp32 ONNX first), and
-    those whose conversion failed, with the converter's words."""
+    those whose conversion failed, with the converter's words.
+
+    ``quantized_source``: the ONNX is itself quantized (QDQ, or integer ops of a dynamic
+    quantization) and no fp32 original exists: it is served as it is (onnxruntime/int8) and
+    OpenVINO's int8 IR is made from it; no float variant can be made from integers."""
     made: list[Made] = []
     failed: list[Failed] = []
 
@@ -151,6 +156,14 @@ def make_variants(
         target.write_bytes(fp32.read_bytes())
         return [target]
 
+    quantized = out / f"{stem}.int8.onnx"
+    if quantized_source:
+        attempt("onnxruntime", "int8", "cpu", "source: the quantized file", lambda: copy(quantized))
+        if "openvino" in wanted:
+            xml8 = out / f"{stem}.int8.xml"
+            ir = lambda: openvino_ir(fp32, xml8, compress_to_fp16=False)  # noqa: E731
+            attempt("openvino", "int8", "cpu", "IR from the quantized ONNX", ir)
+        return made, failed
     fp32_out = out / f"{stem}.fp32.onnx"
     if "graph" in wanted:
         attempt(
@@ -162,7 +175,6 @@ def make_variants(
         )
     else:
         attempt("onnxruntime", "fp32", "cpu", "source", lambda: copy(fp32_out))
-    quantized = out / f"{stem}.int8.onnx"
     has_int8 = False
     if "int8" in wanted and calibration is not None:
         rows = len(next(iter(calibration.values())))

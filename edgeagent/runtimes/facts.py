@@ -67,13 +67,27 @@ RUNTIME_FACTS: dict[str, RuntimeFacts] = {
             (".gguf",),
             "llama_cpp",
         ),
+        # OpenVINO GenAI's LLM pipelines: an IR folder (the model's and the tokenizer's .xml
+        # with their .bin), or a GGUF it converts when loading.
+        RuntimeFacts(
+            "openvino_genai",
+            "edgeagent.runtimes.openvino_genai",
+            ("openvino-genai",),
+            (".xml", ".gguf"),
+            "openvino_genai",
+            weights=".bin",
+        ),
     )
 }
 # Runtimes that load language models (runtimes.generative) rather than tensor models.
-GENERATIVE_RUNTIMES: tuple[str, ...] = ("llama_cpp",)
+GENERATIVE_RUNTIMES: tuple[str, ...] = ("llama_cpp", "openvino_genai")
 RUNTIME_NAMES: tuple[str, ...] = tuple(RUNTIME_FACTS)
-# Which runtime's own format each file suffix is (.onnx is onnxruntime's, though OpenVINO reads it).
-NATIVE_SUFFIXES: dict[str, str] = {f.native_suffix: f.name for f in RUNTIME_FACTS.values()}
+# Which runtime's own format each file suffix is (.onnx is onnxruntime's, though OpenVINO reads
+# it): the first runtime in the table to name a suffix owns it (.xml is openvino's IR, which
+# openvino_genai reads too).
+NATIVE_SUFFIXES: dict[str, str] = {}
+for _facts in RUNTIME_FACTS.values():
+    NATIVE_SUFFIXES.setdefault(_facts.native_suffix, _facts.name)
 
 
 def native_runtime(path: Path) -> str | None:

@@ -112,6 +112,55 @@ class GenerativeSession(ABC):
         """Free the model and its KV cache."""
 
 
+@dataclass(frozen=True)
+class GenerationSpec:
+    """One whole generation for a ``GeneratingSession``: the prompt and how to sample."""
+
+    prompt: tuple[int, ...]
+    max_tokens: int
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What one ``advance`` gave one sequence: its new tokens (an end token included when
+    the runtime ended on one) and their text, whole UTF-8 characters only (a character split
+    over tokens comes with the token that completes it)."""
+
+    tokens: tuple[int, ...]
+    text: bytes
+    finished: bool  # the runtime ended it (an end token or max_tokens); free() it next
+
+
+class GeneratingSession(GenerativeSession):
+    """A session whose runtime samples itself (no per-step logits): driven by whole
+    generations. ``step`` and ``copy_prefix`` are refused; prefix caching is the runtime's."""
+
+    def step(self, inputs: Sequence[SequenceInput]) -> dict[int, np.ndarray]:
+        raise NotImplementedError(
+            f"{type(self).__name__} samples inside its runtime: it gives no logits to step"
+        )
+
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} caches prefixes itself")
+
+    @abstractmethod
+    def begin(self, sequence: int, spec: GenerationSpec) -> None:
+        """Start a generation on a free ``sequence``; its tokens come from ``advance``."""
+
+    @abstractmethod
+    def advance(self) -> dict[int, Produced]:
+        """One step of every begun generation; what each produced (absent: nothing yet)."""
+
+    def log_likelihoods(self, tokens: Sequence[int]) -> np.ndarray:
+        """Each token's log-probability given the ones before it (len(tokens) - 1 values),
+        for perplexity; runtimes that cannot score a text leave it unimplemented."""
+        raise NotImplementedError(f"{type(self).__name__} cannot score a text")
+
+
 class GenerativeRuntime(ABC):
     """A plugin that loads language models (llama.cpp, OpenVINO GenAI …)."""
 

@@ -392,5 +392,27 @@ class LlamaCppRuntime(GenerativeRuntime):
             )
 
 
+def quantize(source: Path, target: Path, precision: str, threads: int | None = None) -> Path:
+    """llama.cpp's own quantizer: ``source`` (f16/f32 GGUF) → ``target`` at ``precision``
+    (a gguf ``LlamaFileType`` name in lower case: q8_0, q4_k_m …)."""
+    from gguf import LlamaFileType
+
+    try:
+        file_type = LlamaFileType[f"MOSTLY_{precision.upper()}"]
+    except KeyError:
+        problem = f"{precision!r} is not a llama.cpp quantization (q8_0, q4_k_m …)"
+        raise RuntimeLoadError(problem) from None
+    params = lc.llama_model_quantize_default_params()
+    params.ftype = int(file_type)
+    params.nthread = threads or default_threads()
+    _init_backend()
+    failed = lc.llama_model_quantize(
+        str(source).encode(), str(target).encode(), ctypes.byref(params)
+    )
+    if failed or not target.is_file():
+        raise RuntimeLoadError(f"llama.cpp could not quantize {source.name} to {precision}")
+    return target
+
+
 def create() -> LlamaCppRuntime:
     return LlamaCppRuntime()

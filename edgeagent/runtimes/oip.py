@@ -1,8 +1,8 @@
 """The Open Inference Protocol's tensor datatypes, for both sides of the wire.
 
 The engine's request codec (``engine.requests``) decodes what clients send with this table and
-the remote runtime (``runtimes.remote``) encodes what it sends to a peer with it: one table, at
-the lowest layer both may import.
+the wire codec (``runtimes.oip_codec``, which the API and the remote runtime share) encodes and
+decodes with it: one table, at the lowest layer all of them may import.
 """
 
 from __future__ import annotations

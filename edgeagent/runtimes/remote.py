@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
-import json
 import socket
 import ssl
 import threading
@@ -37,7 +36,8 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 
 from edgeagent.runtimes.base import InferenceError, Session, TensorInfo
-from edgeagent.runtimes.oip import BY_DTYPE_NAME, DATATYPES, HEADER_LENGTH
+from edgeagent.runtimes.oip import HEADER_LENGTH
+from edgeagent.runtimes.oip_codec import WireError, decode_response, encode_request
 
 RUNTIME = "remote"
 DEVICE_PREFIX = "peer:"  # a peer's device key: "peer:<name>"
@@ -308,14 +308,15 @@ class RemoteSession(Session):
                 sock.shutdown(socket.SHUT_RDWR)
 
     def _exchange(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        body, header = encode(feeds)
+        try:
+            body, header = encode_request(feeds, binary=True)
+        except WireError as exc:
+            raise InferenceError(str(exc)) from None
         model = quote(self.state.model, safe="")
         path = self.state.link.path(f"/v2/models/{model}/infer")
-        headers = {
-            **self.state.link.headers(),
-            "Content-Type": "application/octet-stream",
-            HEADER_LENGTH: str(header),
-        }
+        headers = {**self.state.link.headers(), "Content-Type": "application/octet-stream"}
+        if header is not None:
+            headers[HEADER_LENGTH] = str(header)
         try:
             answer = self._post(path, body, headers)
         except STALE:
@@ -335,7 +336,7 @@ class RemoteSession(Session):
         if answer.status != 200:
             text = data[:200].decode("utf-8", "replace")
             raise InferenceError(f"HTTP {answer.status}: {text}")
-        arrays = decode(data, answer.getheader(HEADER_LENGTH))
+        arrays = decode_response(data, answer.getheader(HEADER_LENGTH)).outputs
         rows = len(next(iter(feeds.values()))) if feeds and self._batching else None
         return conform(arrays, self._outputs, rows)
 
@@ -378,58 +379,6 @@ class RemoteSession(Session):
     def close(self) -> None:
         self._drop_connection()
         self.closed = True
-
-
-def encode(feeds: Mapping[str, np.ndarray]) -> tuple[bytes, int]:
-    """A v2 infer request with every input in the binary extension: (body, JSON length)."""
-    entries = []
-    blobs = []
-    for name, array in feeds.items():
-        datatype = BY_DTYPE_NAME.get(array.dtype.name)
-        if datatype is None:
-            raise InferenceError(f"input {name}: dtype {array.dtype.name} has no v2 datatype")
-        blob = np.ascontiguousarray(array, dtype=DATATYPES[datatype]).tobytes()
-        entries.append(
-            {
-                "name": name,
-                "shape": list(array.shape),
-                "datatype": datatype,
-                "parameters": {"binary_data_size": len(blob)},
-            }
-        )
-        blobs.append(blob)
-    head = json.dumps({"inputs": entries, "parameters": {"binary_data_output": True}}).encode()
-    return head + b"".join(blobs), len(head)
-
-
-def decode(body: bytes, header: str | None) -> dict[str, np.ndarray]:
-    """The outputs of a v2 infer answer, binary or JSON; ValueError names what is wrong."""
-    length = len(body) if header is None else int(header)
-    if not 0 <= length <= len(body):
-        raise ValueError(f"{HEADER_LENGTH} {length} is not within the body")
-    message = json.loads(body[:length])
-    outputs = message.get("outputs") if isinstance(message, dict) else None
-    if not isinstance(outputs, list):
-        raise ValueError("the answer has no outputs list")
-    tail = memoryview(body)[length:]
-    arrays = {}
-    for entry in outputs:
-        name, datatype = str(entry.get("name")), entry.get("datatype")
-        dtype = DATATYPES.get(datatype) if isinstance(datatype, str) else None
-        if dtype is None:
-            raise ValueError(f"output {name}: datatype {datatype!r} is not numeric")
-        shape = [int(d) for d in entry.get("shape", [])]
-        size = (entry.get("parameters") or {}).get("binary_data_size")
-        if size is not None:
-            size = int(size)
-            if size > len(tail):
-                raise ValueError(f"output {name}: {size} bytes run past the body")
-            array = np.frombuffer(tail[:size], dtype).reshape(shape)
-            tail = tail[size:]
-        else:
-            array = np.asarray(entry.get("data"), dtype).reshape(shape)
-        arrays[name] = array
-    return arrays
 
 
 def conform(

@@ -134,7 +134,8 @@ async def health_check(
     """
     package = model.package
     if package.text is not None:
-        return await text_health_check(package, timeout_s, llm_floor)
+        replay = getattr(model, "replay", None)  # the serving copy's (engine.planes)
+        return await text_health_check(package, timeout_s, llm_floor, replay_served=replay)
     try:
         golden = load_golden(package)
     except GoldenError as exc:
@@ -268,7 +269,7 @@ class Installer:
                     log.warning(TEXT_CANARY, manifest.model, manifest.version)
                     policy = None
                 step = "health"
-                await self._golden(ServedText(await asyncio.to_thread(load_package, installed)))
+                await self._golden_text(installed, manifest.model)
 
             if self.before_swap is not None:  # a lock taken while this downloaded
                 await self.before_swap(release)
@@ -358,6 +359,27 @@ class Installer:
                     outcomes.HEALTH_CHECK_INTERRUPTED,
                     f"{name} was unloaded or replaced during its health check ({exc})",
                 ) from exc
+            raise
+
+    async def _golden_text(self, installed: Path, name: str) -> None:
+        """A language release's check, on the copy that will serve it where the activator
+        can place one without serving it (``Planes.stage``; activation then reuses it),
+        else on a copy the check loads; a staged copy that fails is closed."""
+        stage = getattr(self.registry, "stage", None)
+        if stage is None:
+            await self._golden(ServedText(await asyncio.to_thread(load_package, installed)))
+            return
+        try:
+            served = await asyncio.wait_for(stage(installed), self.settings.health_timeout_s)
+        except asyncio.TimeoutError as exc:
+            message = f"loading took over {self.settings.health_timeout_s} s"
+            raise InstallFailed(outcomes.LOAD_FAILED, message, bad=True) from exc
+        except Exception as exc:
+            raise InstallFailed(outcomes.LOAD_FAILED, str(exc), bad=True) from exc
+        try:
+            await self._golden(served)
+        except BaseException:
+            await self.registry.discard(name)  # type: ignore[attr-defined]
             raise
 
     async def _golden(self, model: Served) -> None:

@@ -8,13 +8,18 @@ quantization or a broken runtime build all change them — and decode at least
 scalar code answers right but ten times slower). The record is the packaging machine's, so the
 floor is a fraction, not a figure.
 
-The variant is loaded here, on the CPU, with one sequence and a context just long enough for
-the longest golden chat; it is closed before the check returns.
+The chats run on the copy the language plane placed for the release but does not serve yet
+(``replay_served``: ``Planes.stage``), which activation then serves as it is: the model is
+loaded once, checked on the device and variant that will serve it, and held to that variant's
+record. Without such a copy (an activator that cannot stage) the first installed variant is
+loaded here, on the CPU, with one sequence and a context just long enough for the longest
+chat, and closed before the check returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from edgeagent.fleet import outcomes
@@ -39,8 +44,15 @@ def _failed(message: str) -> InstallFailed:
     return InstallFailed(outcomes.HEALTH_CHECK_FAILED, message, bad=True)
 
 
+Replayer = Callable[[TextGolden], Awaitable[tuple[str, Replay] | None]]
+
+
 async def text_health_check(
-    package: ModelPackage, timeout_s: float, floor: float, threads: int | None = None
+    package: ModelPackage,
+    timeout_s: float,
+    floor: float,
+    threads: int | None = None,
+    replay_served: Replayer | None = None,
 ) -> None:
     """Raise InstallFailed (``health_check_failed``, the release marked bad) unless the
     package's first installed generative variant repeats its golden record within the floor."""
@@ -53,18 +65,23 @@ async def text_health_check(
     variant = next((v for v in package.variants if v.runtime in GENERATIVE_RUNTIMES), None)
     if variant is None:
         raise _failed(f"{package.name} {package.version}: no variant on a language-model runtime")
+    key = variant.key
     try:
-        answer = await asyncio.wait_for(
-            asyncio.to_thread(_replay, variant, golden, threads), timeout_s
-        )
+        served = await asyncio.wait_for(replay_served(golden), timeout_s) if replay_served else None
+        if served is not None:
+            key, answer = served
+        else:
+            answer = await asyncio.wait_for(
+                asyncio.to_thread(_replay, variant, golden, threads), timeout_s
+            )
     except asyncio.TimeoutError as exc:
         raise _failed(f"the golden chats took longer than {timeout_s:g} s") from exc
     except Exception as exc:
-        raise _failed(f"golden generation with {variant.key} failed: {exc}") from exc
-    problem = replay_problem(golden, variant.key, answer, floor)
+        raise _failed(f"golden generation with {key} failed: {exc}") from exc
+    problem = replay_problem(golden, key, answer, floor)
     if problem:
         hint = f" ({FLOOR_KEY})" if problem.startswith("decodes") else ""
-        raise _failed(f"{package.name} {package.version} {variant.key}: {problem}{hint}")
+        raise _failed(f"{package.name} {package.version} {key}: {problem}{hint}")
 
 
 def _replay(variant: Variant, golden: TextGolden, threads: int | None) -> Replay:

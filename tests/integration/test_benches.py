@@ -22,6 +22,7 @@ import pytest
 from PIL import Image
 
 from devtools.broker import mosquitto_binary
+from devtools.cameras import rtsp_available
 from tests.support.helpers import REPO, write_tiny_package
 
 SCRIPTS = REPO / "scripts"
@@ -45,6 +46,10 @@ COVERED = {
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
     "bench_llm.py",
     "bench_site.py",
+    "bench_capture.py",
+    "bench_learning.py",
+    "bench_zmq.py",
+    "bench_streams.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -130,6 +135,13 @@ def test_site_reports_overflow_a_lost_peer_and_an_idle_one() -> None:
     assert (kill["lost"], kill["answered_twice"]) == (0, 0)
     assert kill["rounds"][0]["sent"] == kill["rounds"][0]["answered"] + kill["failed"]
     assert_figures(report["idle"], "p50_ratio", "p50_ms.alone", "p50_ms.with_peer")
+
+
+@pytest.mark.slow
+def test_zmq_bench_times_frigates_plugin_against_the_deepstack_route() -> None:
+    report = run_bench("bench_zmq.py --rounds 1 --requests 3 --json")
+    assert_figures(report["median"], "model_ms", "zmq_ms", "deepstack_ms", "zmq_over_model")
+    assert report["detections_zmq"] == report["detections_deepstack"] > 0  # the same frame
 
 
 def served(model: Path) -> str:
@@ -326,11 +338,12 @@ def test_plan_reports_the_grid_and_the_search_pick(tiny_package: Path, tmp_path:
 @pytest.mark.slow
 def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server.app", reason="the peer needs edgeagent[bench]")
-    from tests.support.language import smollm2_gguf
+    from tests.support.language import smollm2_gguf, write_text_package
 
     gguf = smollm2_gguf()
+    package = write_text_package(tmp_path / "pkg")  # packaging is test_package_gguf's
     report = run_bench(
-        f"bench_llm.py --gguf {gguf} --package {tmp_path / 'pkg'} --rounds 1 --max-tokens 8 "
+        f"bench_llm.py --gguf {gguf} --package {package} --rounds 1 --max-tokens 8 "
         "--streams 2 --context 512 --skip openvino --json"
     )
     for side in ("agent", "peer", "in-process"):
@@ -340,3 +353,37 @@ def test_llm_reports_the_agent_the_peer_and_in_process(tmp_path: Path) -> None:
         assert_figures(report["rss_mb"], side)
         assert len(report["sides"][side]["inter_token_p95_ms"]) == 2
     assert_figures(report["ratios"], "one_stream_tps_agent_over_peer", "ttft_agent_over_peer")
+
+
+@pytest.mark.slow
+def test_capture_bench_reports_overhead_caps_and_upload_rate() -> None:
+    report = run_bench(
+        "bench_capture.py --seconds 1 --rounds 1 --concurrency 2 --upload-samples 3 --json"
+    )
+    assert_figures(report, "p95_ms_off", "p95_ms_on", "p95_ratio_on_off", "rate_over_cap")
+    assert report["most_in_60s"] <= report["per_minute_cap"]
+    assert report["plaintext_image_files"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
+)
+def test_learning_bench_runs_the_loop() -> None:
+    report = run_bench("bench_learning.py --shifted 20 --field 20 --steps 3 --json")
+    assert_figures(report, "old_heldout_before", "old_heldout_after", "train_package_sign_s")
+    assert report["shifted_reviewed"] == 20 and report["release"] is True
+
+
+@needs_broker
+@pytest.mark.skipif(rtsp_available() is not None, reason=str(rtsp_available()))
+def test_streams_reports_latency_recovery_and_the_broker_restart() -> None:
+    report = run_bench(
+        "bench_streams.py --streams 1 --size 320x180 --photo-seconds 1 --plan fixed --seconds 3 "
+        "--outage 1 --soak --json"
+    )
+    assert_figures(report["window"], "frames_taken", "cpu_ms_per_frame", "max_frame_age_s")
+    assert report["rtsp_restart_recovery_s"] > 0
+    restart = report["broker_restart"]
+    assert restart["events_spooled"] > 0 and (restart["lost"], restart["duplicated"]) == (0, 0)
+    assert report["soak"]["fds_end"] > 0 and report["soak"]["rss_mb_end"] > 0

@@ -16,7 +16,12 @@ import pytest
 
 from devtools.agent_process import TOKEN
 from tests.support.helpers import REPO
-from tests.support.language_agent import MODEL, LanguageAgent, language_agent
+from tests.support.language_agent import (
+    MODEL,
+    LanguageAgent,
+    language_agent,
+    whole_and_streamed,
+)
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -37,23 +42,11 @@ def _ollama(agent: LanguageAgent) -> ollama.Client:
 
 def test_openai_chat_whole_and_streamed_give_the_same_greedy_text(agent: LanguageAgent) -> None:
     client = _openai(agent)
-    whole = client.chat.completions.create(
-        model=MODEL, messages=QUESTION, max_tokens=8, temperature=0
-    )
+    whole, chunks = whole_and_streamed(client, messages=QUESTION, max_tokens=8, temperature=0)
     text = whole.choices[0].message.content
     assert text and whole.choices[0].finish_reason in ("stop", "length")
     assert whole.usage is not None and 0 < whole.usage.completion_tokens <= 8
     assert whole.usage.prompt_tokens > 5  # the question in the chat template
-    chunks = list(
-        client.chat.completions.create(
-            model=MODEL,
-            messages=QUESTION,
-            max_tokens=8,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
     assert chunks[0].choices[0].delta.role == "assistant"
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == text

@@ -135,14 +135,6 @@ def test_a_bad_file_is_refused_with_a_clear_error(
     assert not (tmp_path / "out").exists()
 
 
-def test_a_hugging_face_folder_without_transformers_is_refused(tmp_path: Path) -> None:
-    folder = tmp_path / "hf"
-    folder.mkdir()
-    (folder / "config.json").write_text('{"model_type": "llama"}')
-    status, _, err = package(str(folder), "--out", str(tmp_path / "out"))
-    assert status == 2 and "Hugging Face" in err
-
-
 def test_a_gguf_and_an_onnx_file_are_not_one_package(tmp_path: Path) -> None:
     onnx = tmp_path / "m.onnx"
     onnx.write_bytes(b"x")

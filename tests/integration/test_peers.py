@@ -17,6 +17,8 @@ import aiohttp
 import numpy as np
 import pytest
 
+from devtools.agent_process import TOKEN as DAEMON_TOKEN
+from devtools.agent_process import running_daemon
 from devtools.ports import free_port
 from devtools.simulated_runtime import install_simulated
 from devtools.waiting import until
@@ -25,6 +27,7 @@ from edgeagent.daemon import Daemon
 from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.errors import Throttled
 from edgeagent.engine.limits import ServingLimits
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings, with_peers
 from edgeagent.models.package import load_package
@@ -32,7 +35,7 @@ from edgeagent.runtimes import remote as remote_module
 from tests.support.hardware import FIXTURES, write_profile
 from tests.support.helpers import REPO, write_tiny_package
 from tests.support.http_agent import TOKEN, direct_run, tiny_agent
-from tests.support.peers import HostilePeer, board, frames, lanes, served, serving
+from tests.support.peers import HostilePeer, board, frames, infer_frames, lanes, served, serving
 
 LOCAL_S = 0.2  # the local device's service time: a peer on loopback is far faster
 THROTTLED = ServingLimits(duty_cycle=0.1, reason="hot (simulated)")
@@ -66,6 +69,31 @@ async def test_a_throttled_board_moves_its_overflow_to_an_edgeagent_peer(
             assert load.totals()[1] == served_here  # what heats this board: not the peer's
             answered, _, faults = peer.registry.get("tiny").stats.health()
             assert (answered, faults) == (served_there + 1, 0)  # + the lane's warm-up
+
+
+async def test_a_full_local_queue_overflows_to_a_peer_with_room(tmp_path, executor, monkeypatch):
+    """A request that finds this board's queue full goes to an idle peer instance instead of
+    being answered 429; the peer is another ``edgeagent run`` process on loopback."""
+    sim = install_simulated(monkeypatch, {"SIM0": LOCAL_S})
+    root = write_tiny_package(tmp_path / "models" / "tiny")
+    with running_daemon(tmp_path / "peer") as peer, direct_run(root) as reference:
+        peers = [PeerSettings(url=peer.url, token=DAEMON_TOKEN, name="b", concurrency=2)]
+        one = EngineSettings(max_queue=1)  # the second request at once finds the queue full
+        async with served(tmp_path, executor, root, peers, settings=one) as model:
+            before = sim.sim["SIM0"].batches
+            xs = frames(3, seed=18)
+            answers = await asyncio.gather(*(model.infer({"input": x}) for x in xs))
+            for x, answer in zip(xs, answers, strict=True):
+                np.testing.assert_allclose(answer["logits"], reference(x), rtol=1e-5, atol=1e-6)
+            _, remote = lanes(model)
+            served_there = sum(i.batches for i in remote)
+            assert served_there >= 2 and served_there + sim.sim["SIM0"].batches - before == 3
+        async with (
+            aiohttp.ClientSession(headers=peer.headers) as http,
+            http.get(f"{peer.url}/v2/models/tiny/stats") as response,
+        ):
+            stats = (await response.json())["model_stats"][0]["inference_stats"]
+        assert (stats["success"]["count"], stats["fail"]["count"]) == (served_there + 1, 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,11 +272,7 @@ async def test_the_daemon_takes_its_peers_from_config_and_shows_them(tmp_path, m
         connector = aiohttp.UnixConnector(path=str(tmp_path / "agent.sock"))
         try:
             async with aiohttp.ClientSession(connector=connector, base_url="http://agent") as http:
-                for x in frames(4):
-                    tensor = {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32"}
-                    body = {"inputs": [{**tensor, "data": x.ravel().tolist()}]}
-                    async with http.post("/v2/models/tiny/infer", json=body) as response:
-                        assert response.status == 200, await response.text()
+                await infer_frames(http, 4)
                 async with http.get("/v1/status") as response:
                     status = await response.json()
                 shown = status["models"]["tiny"]["versions"]["1"]["session"]["instances"]

@@ -61,8 +61,9 @@ async def test_mtls_with_the_sites_ca(tmp_path, executor, monkeypatch, client_ce
         keys = {"cert_file": pki.client_cert, "key_file": pki.client_key} if client_cert else {}
         peer = PeerSettings(url=p.url, name="b", ca_file=pki.ca, **keys)  # type: ignore[arg-type]
         batches, up = await serve_some(tmp_path, executor, root, peer)
-    if client_cert:
-        assert batches > 0 and up and p.requests["good"] == batches + 1  # + the warm-up
+    if client_cert:  # it joined: its warm-up came through the handshake (whether the
+        # scheduler then sends it work depends on how fast each lane measured, not on TLS)
+        assert up and p.requests["good"] == batches + 1
     else:  # the peer refuses the handshake: it never joins, every request is served here
         assert (batches, up, p.requests["good"]) == (0, False, 0)
 
@@ -82,5 +83,5 @@ async def test_a_pinned_peer_and_a_forged_one(tmp_path, executor, monkeypatch, f
         batches, up = await serve_some(tmp_path, executor, root, peer)
     if forged:
         assert (batches, up, p.requests["good"]) == (0, False, 0)  # not even the warm-up
-    else:
-        assert batches > 0 and up
+    else:  # the pinned key: it joined, its warm-up through the handshake
+        assert up and p.requests["good"] == batches + 1

@@ -105,3 +105,54 @@ async def test_the_updater_health_check_replays_a_language_model(
 
     with pytest.raises(InstallFailed, match="golden prompt 1"):
         await health_check(Loaded(tampered(packaged, tmp_path, change)), TIMEOUT_S)
+
+
+async def test_the_check_runs_on_the_staged_copy_that_then_serves(
+    packaged: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No second copy: the release is placed once, checked there, and that copy serves."""
+    from prometheus_client import CollectorRegistry
+
+    from edgeagent.engine.language import plane as plane_module
+    from edgeagent.engine.language.plane import LanguagePlane
+    from edgeagent.engine.language.settings import LanguageSettings
+    from edgeagent.engine.planes import Planes, ServedText
+    from edgeagent.engine.text_requests import GenerationRequest, Sampling
+    from edgeagent.updates import text_health
+
+    def no_copy(*_: object) -> None:
+        raise AssertionError("the health check loaded a copy of the model")
+
+    placements = []
+
+    def counted(*args: object) -> object:
+        placements.append(args)
+        return place(*args)
+
+    place = plane_module.place
+    monkeypatch.setattr(text_health, "_replay", no_copy)
+    monkeypatch.setattr(plane_module, "place", counted)
+    plane = LanguagePlane(
+        LanguageSettings(context=512, sequences=2, threads=2), metrics=CollectorRegistry()
+    )
+    planes = Planes(registry=None, language=plane)  # type: ignore[arg-type]
+    try:
+        staged = await planes.stage(packaged)
+        assert plane.names() == []  # placed, not serving
+        await health_check(staged, TIMEOUT_S, llm_floor=0.0)
+
+        def change(record: dict) -> None:
+            record["prompts"][2]["tokens"]["llama_cpp/q4_1"] = [0, 0, 0]
+
+        other = ServedText(tampered(packaged, tmp_path, change), staged.replay)
+        with pytest.raises(InstallFailed, match="golden prompt 2"):
+            await health_check(other, TIMEOUT_S)  # the staged copy's answers, another record
+
+        info = await plane.load(packaged)  # activation: the checked copy serves
+        assert len(placements) == 1 and plane.names() == [info.name]
+        stream = await plane.generate(
+            GenerationRequest(info.name, prompt="Once upon a time", sampling=Sampling(4, 0.0))
+        )
+        assert "".join([chunk.text async for chunk in stream])
+    finally:
+        await plane.close()

@@ -60,3 +60,14 @@ def write_text_package(root: Path, name: str = "smollm2", version: str = "1.0.0"
         except OSError:
             shutil.copyfile(source, target)
     return root
+
+
+def write_embedding_package(root: Path, name: str = "smollm2") -> Path:
+    """SmolLM2's GGUF as an ``embedding`` package: llama.cpp's mean-pooled hidden states of
+    the chat model (no embedding model is pinned in the package index for the tests)."""
+    write_text_package(root, name)
+    table = text_table(name)
+    table["task"] = "embedding"
+    table["description"] = "SmolLM2 135M Instruct, mean-pooled hidden states"
+    write_table(root, table)
+    return root

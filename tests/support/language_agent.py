@@ -8,7 +8,7 @@ cores.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -48,11 +48,17 @@ class LanguageAgent(RunningDaemon):
 
 
 @contextmanager
-def language_agent(root: Path, server: str = "", **limits: Any) -> Iterator[LanguageAgent]:
+def language_agent(
+    root: Path,
+    server: str = "",
+    package: Callable[[Path], object] = lambda where: write_text_package(where, MODEL),
+    **limits: Any,
+) -> Iterator[LanguageAgent]:
     """The daemon (``running_daemon``: its tiny package, a socket, loopback TCP with the token)
     also serving SmolLM2 with ``[llm]`` = ``LIMITS`` | ``limits``; ``server``: more lines for
-    its ``[server]`` table. Ready once the model is."""
-    write_text_package(root / "models" / MODEL, MODEL)
+    its ``[server]`` table; ``package`` writes the model's package into the folder it is
+    given (the GGUF's by default). Ready once the model is."""
+    package(root / "models" / MODEL)
     llm = "\n".join(f"{key} = {value}" for key, value in (LIMITS | limits).items())
     with running_daemon(root, f"{server}\n[llm]\n{llm}\n") as daemon:
         agent = LanguageAgent(daemon.process, daemon.socket, daemon.url, daemon.log)
@@ -69,3 +75,13 @@ def _ready(agent: LanguageAgent) -> bool:
         return agent.model_status().get("state") == "READY"
     except (requests.RequestException, KeyError):
         return False
+
+
+def whole_and_streamed(client: Any, **request: Any) -> tuple[Any, list[Any]]:
+    """The stock ``openai`` client's chat completion for ``request``, whole and then streamed
+    with usage (the last chunk carries it)."""
+    whole = client.chat.completions.create(model=MODEL, **request)
+    stream = client.chat.completions.create(
+        model=MODEL, stream=True, stream_options={"include_usage": True}, **request
+    )
+    return whole, list(stream)

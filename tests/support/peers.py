@@ -19,6 +19,7 @@ from aiohttp import web
 from devtools.package import read_model_toml, write_model_toml
 from edgeagent.engine.busy_counter import LoadCounter
 from edgeagent.engine.limits import UNTHROTTLED
+from edgeagent.engine.settings import EngineSettings
 from edgeagent.hardware.instances import InstanceGroup
 from edgeagent.hardware.peers import PeerSettings
 from edgeagent.hardware.service import Accelerators
@@ -57,10 +58,15 @@ async def served(
     peers: list[PeerSettings],
     limits=UNTHROTTLED,
     load: LoadCounter | None = None,
+    settings: EngineSettings | None = None,
 ) -> AsyncIterator:
     """The tiny model served on this board (SIM0) with ``peers``, batches of one row."""
     registry = serving_registry(
-        board(tmp_path, peers).open, executor=executor, limits=lambda: limits, load=load
+        board(tmp_path, peers).open,
+        executor=executor,
+        limits=lambda: limits,
+        load=load,
+        settings=settings,
     )
     registry.add(serving(root, max_batch_size=1))
     await registry.load_all()
@@ -165,3 +171,12 @@ class HostilePeer:
         asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+async def infer_frames(http, count: int) -> None:
+    """``count`` tiny frames as v2 JSON requests through a client session to a daemon."""
+    for x in frames(count):
+        tensor = {"name": "input", "shape": [1, 3, 8, 8], "datatype": "FP32"}
+        body = {"inputs": [{**tensor, "data": x.ravel().tolist()}]}
+        async with http.post("/v2/models/tiny/infer", json=body) as response:
+            assert response.status == 200, await response.text()

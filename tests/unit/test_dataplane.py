@@ -185,3 +185,40 @@ def test_builders_refuse_what_does_not_fit_and_build_what_does() -> None:
     built = tensor_from_buffer(big_endian.astype("<i2").tobytes(), (3,), "INT16", "input 'x'")
     np.testing.assert_array_equal(built, [0, 1, 2])
     np.testing.assert_array_equal(tensor_from_values([[1, 2]], (1, 2), "FP16", "x"), [[1, 2]])
+
+
+class SilentDetector(FakeModel):
+    """A detector's outputs in its own shapes, finding nothing."""
+
+    async def infer(self, feeds: dict[str, np.ndarray], **options: Any) -> dict[str, np.ndarray]:
+        self.calls.append(options)
+        rows = next(iter(feeds.values())).shape[0]
+        return {
+            spec.name: np.zeros((rows, *spec.shape[1:]), np.float32)
+            for spec in self.package.outputs
+        }
+
+
+async def test_a_camera_frame_goes_at_its_priority_and_deadline_through_the_detector(
+    tmp_path: Path,
+) -> None:
+    from PIL import Image
+
+    from tests.support.helpers import REPO
+
+    registry = FakeRegistry(SilentDetector(load_package(REPO / "zoo" / "coco_ssd")))
+    dataplane = DataPlane(registry, EngineSettings(request_timeout_s=5.0))  # type: ignore[arg-type]
+    frame = Image.new("RGB", (640, 360))
+    package, found = await dataplane.detect_frame(
+        "coco_ssd", frame, min_score=0.25, priority=5, timeout_s=1.5
+    )
+    assert package.name == "coco_ssd" and len(found) == 0
+    # A deadline longer than [server] request_timeout_s is cut to it, never lengthened.
+    await dataplane.detect_frame("coco_ssd", frame, priority=7, timeout_s=60)
+    assert registry.model.calls == [
+        {"priority": 5, "timeout_s": 1.5},
+        {"priority": 7, "timeout_s": 5.0},
+    ]
+    tiny = FakeRegistry(FakeModel(load_package(write_tiny_package(tmp_path / "tiny"))))
+    with pytest.raises(InvalidInput, match="not a detector"):
+        await DataPlane(tiny, EngineSettings()).detect_frame("tiny", frame)  # type: ignore[arg-type]

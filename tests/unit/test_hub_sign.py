@@ -342,3 +342,44 @@ def test_rollback_refuses_when_the_kept_artifact_is_gone_or_changed(
     with pytest.raises(HubError, match="is gone"):
         sign_rollback("tiny", "1", key_paths=keys, out_dir=out)
     assert (hub / "serials.json").read_text() == before  # no serial spent on a refusal
+
+
+def test_a_large_model_file_is_archived_from_disk_not_held_in_memory(
+    hub: Path, tmp_path: Path
+) -> None:
+    """A GGUF of gigabytes must not pass through memory whole: the artifacts are streamed to
+    disk (and hashed from there), so signing's Python heap stays far below the file's size."""
+    import tracemalloc
+
+    from edgeagent.models.manifest_writer import write_table
+    from tests.support.language import text_table
+
+    package = tmp_path / "big"
+    package.mkdir()
+    table = text_table("big")
+    table["variant"][0]["files"] = ["big.gguf"]
+    write_table(package, table)
+    size = 24 << 20
+    (package / "big.gguf").write_bytes(os.urandom(size))  # incompressible
+    tracemalloc.start()
+    try:
+        shared, envelope = sign_package(
+            package,
+            key_paths=[hub / "release.key"],
+            base_url="http://hub.local",
+            out_dir=tmp_path / "out",
+        )
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < size // 4, f"signing held {peak >> 20} MiB for a {size >> 20} MiB file"
+    variant = tmp_path / "out" / "big-1.0.0.llama_cpp.q4_1.tar.gz"
+    with tarfile.open(variant) as archive:
+        member = archive.extractfile("big.gguf")
+        assert member is not None
+        assert (
+            hashlib.sha256(member.read()).digest()
+            == hashlib.sha256((package / "big.gguf").read_bytes()).digest()
+        )
+    assert envelope.is_file() and shared.is_file()
+    assert not list(tmp_path.glob(".edgeagent-archives-*"))  # the working folder is gone

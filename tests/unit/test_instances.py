@@ -176,6 +176,27 @@ def test_pacing_and_lost_devices_move_the_work() -> None:
     assert scheduler.reserve(1).instance in (fast, slow)
 
 
+def test_only_an_idle_eligible_instance_is_reserved_at_once() -> None:
+    """What a full queue overflows to: an eligible instance with nothing reserved, the fastest
+    first; none while each is busy or out of the rotation."""
+    slow, fast, local = (
+        Instance(Still(), "peer:a"),
+        Instance(Still(), "peer:b"),
+        Instance(Still(), "D0"),
+    )
+    slow.times.observe(1, 0.5)
+    fast.times.observe(1, 0.1)
+    scheduler = Scheduler([local, slow, fast])
+    remote = lambda instance: instance.device.startswith("peer:")  # noqa: E731
+    first = scheduler.reserve_idle(1, remote)
+    second = scheduler.reserve_idle(1, remote)
+    assert first is not None and second is not None
+    assert (first.instance, second.instance) == (fast, slow)
+    assert scheduler.reserve_idle(1, remote) is None  # both busy; the local one is not eligible
+    scheduler.finish(first, 0.1)
+    assert scheduler.reserve_idle(1, remote) is not None
+
+
 def test_service_time_estimates_from_what_was_measured() -> None:
     times = ServiceTime(prior={4: 0.04})
     assert times.estimate(8) == pytest.approx(0.08)  # the prior, scaled per row

@@ -53,6 +53,7 @@ def test_content_hash_changes_with_model_bytes(tiny_package: Path) -> None:
         ('dtype = "float32"', 'dtype = "complex64"', "inputs[0].dtype"),
         ("shape = [-1, 3, 8, 8]", 'shape = [-1, "x"]', "inputs[0].shape"),
         ("shape = [-1, 4]", "shape = [-1, 5]", "labels.txt has 4 labels but output"),
+        ("shape = [-1, 4]", "shape = []", "output 'logits' is a scalar: labels need a class"),
         ('labels = "labels.txt"', 'labels = "nope.txt"', "labels: file 'nope.txt' does not exist"),
         ('labels = "labels.txt"', 'labels = "../../etc/passwd"', "points outside the package"),
         ("size = [8, 8]", "size = [8]", "preprocess.size"),

@@ -100,3 +100,16 @@ def test_letterbox_excludes_a_crop(tmp_path: Path) -> None:
     write_model_toml(root, data)
     with pytest.raises(PackageError, match="letterbox pads instead of cropping"):
         load_package(root)
+
+
+def test_resize_filter_is_read_and_written(tmp_path: Path) -> None:
+    root = write_tiny_package(tmp_path / "p")
+    assert load_package(root).preprocess.resize_filter == "bilinear"  # absent: the default
+    data = read_model_toml(root)
+    data["preprocess"]["resize_filter"] = "lanczos"
+    write_model_toml(root, data)
+    assert load_package(root).preprocess.resize_filter == "lanczos"
+    data["preprocess"]["resize_filter"] = "spline"
+    write_model_toml(root, data)
+    with pytest.raises(PackageError, match="'spline' is not one of bilinear, nearest, bicubic"):
+        load_package(root)

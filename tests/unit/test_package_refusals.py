@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import onnx
@@ -140,10 +141,27 @@ def test_two_files_for_one_variant(
     assert "a second onnxruntime/fp32 variant" in err
 
 
-def test_no_fp32_reference(zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_quantized_only_model_is_its_own_reference(
+    zoo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No fp32 original: the int8 file is packaged as it is, the reference of its validation
+    and of the golden records, and the report says so."""
     int8 = zoo / "digits_mnv3" / "digits_mnv3.int8.onnx"
-    err = refusal(capsys, str(int8), "--out", str(tmp_path / "p"))
-    assert f"{int8}: no fp32 source to validate against" in err
+    argv = ["package", str(int8), "--out", str(tmp_path / "p"), "--json", "--timing-runs", "3"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "no fp32 source: digits_mnv3.int8.onnx (int8) is its own reference" in err
+    report = json.loads(out)
+    assert report["reference"]["precision"] == "int8"
+    assert report["reference"]["note"] == (
+        "no fp32 source: the quantized file itself is the reference"
+    )
+    judged = {f"{v['runtime']}/{v['precision']}": v for v in report["variants"]}
+    assert judged["onnxruntime/int8"]["kept"] and judged["onnxruntime/int8"]["cosine_min"] == 1
+    assert "openvino/int8" in judged  # made from the int8 file, judged against it
+    package = load_package(tmp_path / "p")
+    assert "onnxruntime/int8" in [v.key for v in package.variants]
+    assert package.golden is not None
 
 
 def test_nchw_file_behind_an_nhwc_reference(
@@ -162,3 +180,28 @@ def test_pytorch_source_without_torch(tmp_path: Path, capsys: pytest.CaptureFixt
     module.write_text("def make():\n    raise AssertionError('never called')\n")
     err = refusal(capsys, f"{module}:make", "--input-size", "8,8", "--out", str(tmp_path / "p"))
     assert f"{module}:make: torch is not installed in this environment" in err
+
+
+def test_an_unexpected_failure_is_one_line_naming_its_cause() -> None:
+    """What no check names still reaches the user as one line: the exception, where in the
+    packager it happened and that nothing was written, never a traceback."""
+    import numpy as np
+
+    from edgeagent.commands.package import unexpected
+    from edgeagent.packaging.probabilities import looks_like_embedding
+
+    with pytest.raises(TypeError) as caught:
+        looks_like_embedding(np.float64(1.0))  # a scalar has no rows
+    line = unexpected(["model.onnx"], caught.value)
+    assert line.startswith("edgeagent package: model.onnx: unexpected TypeError in ")
+    assert "probabilities.py:" in line and "nothing was written" in line
+    assert "\n" not in line and "Traceback" not in line
+
+
+def test_a_language_model_task_on_a_tensor_model(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = refusal(capsys, str(tiny), "--task", "embedding", "--out", str(tmp_path / "p"))
+    assert "--task embedding: a language-model task (GGUF sources)" in err
+    assert "pass --task tensor (for feature vectors too)" in err
+    assert not (tmp_path / "p").exists()

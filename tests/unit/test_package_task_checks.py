@@ -14,6 +14,7 @@ from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.labels_meta import (
     image_size_from_metadata,
     names_from_metadata,
+    resize_filter_from_metadata,
     tflite_label_file,
 )
 from edgeagent.packaging.task_checks import Head, Thresholds, detection_map, mean_mask_iou
@@ -31,6 +32,14 @@ def test_names_from_ultralytics_and_paddle_metadata() -> None:
     assert names_from_metadata({"names": "{0: 'two\\nlines'}"}) == ("two lines",)
     assert image_size_from_metadata({"imgsz": "[320, 256]"}) == (320, 256)
     assert image_size_from_metadata({"imgsz": "[0, 99999]"}) is None
+
+
+def test_resize_filter_from_metadata() -> None:
+    assert resize_filter_from_metadata({"interpolation": "bicubic"}) == "bicubic"  # timm
+    assert resize_filter_from_metadata({"resize_filter": "cv2.INTER_AREA"}) == "area"
+    assert resize_filter_from_metadata({"resample": "LANCZOS"}) == "lanczos"
+    assert resize_filter_from_metadata({"interpolation": "spline36"}) is None
+    assert resize_filter_from_metadata({}) is None
 
 
 def test_tflite_associated_label_file(tmp_path: Path) -> None:
@@ -61,6 +70,63 @@ def test_yolo_heads_are_told_by_the_grid() -> None:
     assert shuffled is not None and shuffled.head is None  # classes/scores order unknowable
     with pytest.raises(PackagingError, match="3 class names, but the detector's output scores 80"):
         recognise([(None, 84, 8400)], (640, 640), {}, ("a", "b", "c"))
+
+
+def test_output_shapes_are_what_the_reference_answered() -> None:
+    """A recogniser declaring [1, seqlen] that answers [T, 1, C]; open dimensions filled where
+    the inputs are fixed, kept open where they follow an open input."""
+    from edgeagent.models.package import TensorSpec
+    from edgeagent.packaging.options import LogicalModel
+    from edgeagent.packaging.self_described import answered_outputs
+
+    def logical(input_shape: tuple[int, ...], output_shape: tuple[int, ...]) -> LogicalModel:
+        return LogicalModel(
+            (TensorSpec("x", "float32", input_shape),),
+            (TensorSpec("y", "float32", output_shape),),
+            None,
+            "tensor",
+        )
+
+    stacked = {"y": np.zeros((4, 40, 1, 97), np.float32)}  # 4 feeds of [T=40, 1, C=97]
+    fixed = answered_outputs(logical((1, 1, 64, 256), (1, -1)), stacked)
+    assert fixed.outputs[0].shape == (40, 1, 97)
+    open_width = answered_outputs(logical((1, 1, 64, -1), (1, -1)), stacked)
+    assert open_width.outputs[0].shape == (-1, -1, -1)  # which of them follow the width: unknown
+    rows = {"y": np.zeros((8, 1, 97, 32), np.float32)}  # a batching model's rows
+    assert answered_outputs(logical((-1, 16000), (-1, 1, -1, 32)), rows).outputs[0].shape == (
+        -1,
+        1,
+        97,
+        32,
+    )
+    assert answered_outputs(logical((-1, -1), (-1, 1, -1, 32)), rows).outputs[0].shape == (
+        -1,
+        1,
+        -1,
+        32,
+    )
+
+
+def test_wide_unlabelled_scores_that_are_no_distribution_read_as_an_embedding() -> None:
+    from edgeagent.packaging.probabilities import looks_like_embedding
+
+    rng = np.random.default_rng(0)
+    features = rng.uniform(0, 6, (4, 1280))  # pooled ReLU features
+    assert looks_like_embedding(features) and looks_like_embedding(features[:, None, None])
+    softmax = np.exp(features) / np.exp(features).sum(axis=1, keepdims=True)
+    assert not looks_like_embedding(softmax)  # a distribution: class scores
+    assert not looks_like_embedding(rng.standard_normal((4, 10)))  # ten logits: a classifier
+
+
+def test_yolox_rows_are_not_taken_for_yolov8() -> None:
+    """At 416 a YOLOX head has 3549 rows, YOLOv8's grid count: without Ultralytics' metadata
+    rows first are YOLOX's (objectness, grid-relative centres, log sizes), not decoded."""
+    assert 3549 in grid_counts(416, 416)
+    yolox = recognise([(1, 3549, 6)], (416, 416), {}, None)
+    assert yolox is not None and yolox.head is None and yolox.classes == 1
+    assert "YOLOX-style rows [N, 5 + 1]" in yolox.what and "not decode" in yolox.what
+    exported = recognise([(1, 3549, 6)], (416, 416), ULTRALYTICS, None)  # Ultralytics says so
+    assert exported is not None and exported.head is not None and exported.classes == 2
 
 
 def _yolo(rows: list[list[float]]) -> np.ndarray:

@@ -35,8 +35,11 @@ def test_a_file_is_its_runtimes_by_suffix(name: str, runtime: str | None, weight
 
 
 def test_every_runtime_accepts_its_own_format_and_its_weights() -> None:
+    order = list(RUNTIME_FACTS)
     for facts in RUNTIME_FACTS.values():
-        assert native_runtime(Path("m" + facts.native_suffix)) == facts.name
+        owner = native_runtime(Path("m" + facts.native_suffix))
+        # a format two runtimes read (an IR: openvino, openvino_genai) is the first one's
+        assert owner == facts.name or (owner and order.index(owner) < order.index(facts.name))
         assert set(facts.suffixes) == {*facts.model_suffixes, *filter(None, [facts.weights])}
 
 

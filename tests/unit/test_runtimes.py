@@ -136,7 +136,8 @@ def test_unknown_runtime_and_status() -> None:
     with pytest.raises(RuntimeUnavailable, match="unknown runtime 'tensorflow'"):
         get_runtime("tensorflow")
     status = runtime_status()
-    assert set(status) == {"onnxruntime", "litert", "openvino", "llama_cpp"}
+    assert set(status) == {"onnxruntime", "litert", "openvino", "llama_cpp", "openvino_genai"}
     assert status["llama_cpp"]["devices"][0] == "CPU"  # a generative runtime reports the same
+    assert status["openvino_genai"]["devices"][0] == "CPU"
     assert status["onnxruntime"]["available"] is True
     assert "CPUExecutionProvider" in status["onnxruntime"]["devices"]

@@ -146,3 +146,14 @@ def test_tensorflow_sources_are_told_apart_and_a_missing_converter_names_the_ste
     step = r"run scripts/setup.sh \(its step 'TensorFlow converter environment \(.venv-tf\)'\)"
     with pytest.raises(PackagingError, match=step):
         tensorflow_python(tmp_path / "no-venv-tf" / "python")
+
+
+def test_the_graphs_own_resize_filter_reaches_the_package(tmp_path: Path) -> None:
+    """A graph that resizes with ResizeBicubic gets [preprocess] resize_filter = "bicubic":
+    the filter travels in the ONNX's metadata, where the packager reads any model's."""
+    from edgeagent.packaging.labels_meta import onnx_metadata, resize_filter_from_metadata
+    from edgeagent.packaging.tensorflow_export import RESIZE_FILTERS
+
+    metadata = {"resize_filter": RESIZE_FILTERS["ResizeBicubic"]}
+    out = finish(tf2onnx_like(tmp_path / "r.onnx"), tmp_path / "m.onnx", None, print, metadata)
+    assert resize_filter_from_metadata(onnx_metadata(out)) == "bicubic"

@@ -10,6 +10,8 @@
     status               the fleet table from the devices' retained MQTT reports
     server               the fleet manager as a service (database, REST API, durable rollouts)
     rotate TRUST         trust file N+1 signed by the old and the new root keys
+    export               a model's captured samples as a COCO, YOLO or ImageFolder dataset
+    train                fine-tune a classifier on its reviewed samples, package, sign a canary
 
 Every command exits 0 on success, 2 on a usage or input error (a bad key, package or release
 file, an unreachable or malformed --broker), 1 when the work itself failed (a rollout aborted),
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from edgeagent.commands.hub import keys, publish, rollout, sign, status
+from edgeagent.commands.hub import keys, publish, rollout, samples, sign, status, train
 from edgeagent.commands.hub.common import (
     EXIT_USAGE,
     broker_arguments,
@@ -47,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rollout.add_rollout(commands)
     status.add_status(commands)
     keys.add_rotate(commands)
+    samples.add_export(commands)
+    train.add_train(commands)
     # ---- hub server, and --server for status / rollout (edgeagent/commands/hub_server.py) ----
     from edgeagent.commands import hub_server
 

@@ -11,17 +11,16 @@ its reason, and the model fails to load only when every one did.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.models.package import ModelPackage, Variant
+from edgeagent.models.text_golden import greedy
 from edgeagent.runtimes import RuntimeLoadError, RuntimeUnavailable, get_runtime
 from edgeagent.runtimes.generative import (
     GenerativeLoadRequest,
     GenerativeRuntime,
     GenerativeSession,
-    SequenceInput,
 )
 
 log = logging.getLogger(__name__)
@@ -72,21 +71,21 @@ def load_request(
         batch_tokens=settings.prefill_chunk + settings.sequences,
         threads=settings.threads or None,
         embedding=package.task == "embedding",
+        # what a runtime that does not read GGUF metadata learns from the package
+        options={
+            "architecture": package.text.architecture if package.text else "unknown",
+            "context_trained": trained,
+            "precision": variant.precision,
+        },
     )
 
 
 def probe(session: GenerativeSession, count: int = PROBE_TOKENS) -> float:
-    """Greedy-decode ``count`` tokens on sequence 0; decode tokens per second (then freed)."""
-    prompt = session.tokenize(PROBE_PROMPT, add_special=True)
-    try:
-        logits = session.step([SequenceInput(0, tuple(prompt), 0)])[0]
-        started = time.perf_counter()
-        for index in range(count):
-            token = int(logits.argmax())
-            logits = session.step([SequenceInput(0, (token,), len(prompt) + index)])[0]
-        return count / max(time.perf_counter() - started, 1e-9)
-    finally:
-        session.free(0)
+    """Greedy-decode ``count`` tokens after the first on sequence 0; decode tokens per second
+    (0 when the model ended at once). The sequence is freed afterwards."""
+    answer = greedy(session, session.tokenize(PROBE_PROMPT, add_special=True), count + 1)
+    steps = len(answer.tokens) - 1
+    return steps / answer.decode_s if steps > 0 and answer.decode_s > 0 else 0.0
 
 
 def place(package: ModelPackage, settings: LanguageSettings) -> Placed:

@@ -38,7 +38,8 @@ from edgeagent.engine.text_requests import (
     LanguageModelInfo,
     Sampling,
 )
-from edgeagent.models.package import ModelPackage, file_sha256, load_package
+from edgeagent.models.package import ModelPackage, PackageError, file_sha256, load_package
+from edgeagent.models.text_golden import Replay, TextGolden, answer_all
 from edgeagent.runtimes.generative import GenerativeSession
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,13 @@ class _Loaded:
     placed: Placed
     scheduler: Scheduler
     info: LanguageModelInfo
+
+
+@dataclass
+class _Staged:
+    package: ModelPackage
+    placed: Placed
+    digest: str
 
 
 class LanguagePlane:
@@ -80,6 +88,7 @@ class LanguagePlane:
         self._loading: dict[str, str] = {}  # name → version being loaded
         self._failed: dict[str, str] = {}  # name → why its last load failed
         self._draining: set[asyncio.Task[None]] = set()
+        self._staged: dict[str, _Staged] = {}  # placed for the updater's check, not serving
 
     # ---- what transports call ------------------------------------------------------------
 
@@ -198,25 +207,19 @@ class LanguagePlane:
 
     async def load(self, directory: Path) -> LanguageModelInfo:
         """Load (or hot-swap to) the package in ``directory``; LoadFailed says why."""
-        package = await asyncio.to_thread(load_package, directory)
-        if package.text is None:
-            raise LoadFailed(
-                f"{directory}: {package.name} is a {package.task} model, not a language model"
-            )
-        self._loading[package.name] = package.version
-        try:
-            placed = await asyncio.to_thread(place, package, self.settings)
-            digest = await asyncio.to_thread(_digest, placed)
-        except NoCandidate as exc:
-            self._failed[package.name] = str(exc)
-            raise LoadFailed(str(exc)) from exc
-        finally:
-            self._loading.pop(package.name, None)
+        package = await self._read(directory)
+        staged = self._staged.pop(package.name, None)
+        if staged is not None and staged.package.version == package.version:
+            placed, digest = staged.placed, staged.digest  # checked, now it serves
+        else:
+            if staged is not None:
+                await asyncio.to_thread(staged.placed.session.close)
+            placed, digest = await self._place(package)
         scheduler = Scheduler(
             placed.session,
             model=package.name,
             settings=self.settings,
-            stop=package.text.stop,
+            stop=package.text.stop if package.text else (),
             gate=self._gate,
             limits=self._limits,
             load=self._load,
@@ -234,6 +237,57 @@ class LanguagePlane:
             self._drain(old)
         return info
 
+    async def _read(self, directory: Path) -> ModelPackage:
+        package = await asyncio.to_thread(load_package, directory)
+        if package.text is None:
+            raise LoadFailed(
+                f"{directory}: {package.name} is a {package.task} model, not a language model"
+            )
+        return package
+
+    async def _place(self, package: ModelPackage) -> tuple[Placed, str]:
+        self._loading[package.name] = package.version
+        try:
+            placed = await asyncio.to_thread(place, package, self.settings)
+            digest = await asyncio.to_thread(_digest, placed)
+        except NoCandidate as exc:
+            self._failed[package.name] = str(exc)
+            raise LoadFailed(str(exc)) from exc
+        finally:
+            self._loading.pop(package.name, None)
+        return placed, digest
+
+    # ---- a release checked on the copy that will serve it ----------------------------------
+
+    async def stage(self, directory: Path) -> ModelPackage:
+        """Place the package in ``directory`` without serving it: the updater replays its
+        golden chats on this copy (``replay_staged``), and ``load`` of the same version then
+        serves it as it is, so a board never holds a second copy just for the check. The
+        version serving ``name`` meanwhile is untouched. LoadFailed says why it cannot."""
+        package = await self._read(directory)
+        await self.discard_staged(package.name)
+        placed, digest = await self._place(package)
+        self._failed.pop(package.name, None)
+        self._staged[package.name] = _Staged(package, placed, digest)
+        return package
+
+    async def replay_staged(self, name: str, golden: TextGolden) -> tuple[str, Replay]:
+        """The golden chats, greedily, on the staged copy of ``name`` (nothing else drives it:
+        its first sequence, the decode timed alone); the key of the variant placed."""
+        staged = self._staged.get(name)
+        if staged is None:
+            raise ModelNotFound(f"no staged copy of language model {name!r}")
+        prompts = [p.prompt_tokens for p in golden.prompts]
+        session = staged.placed.session
+        answer = await asyncio.to_thread(answer_all, session, prompts, golden.max_tokens)
+        return staged.placed.variant.key, answer
+
+    async def discard_staged(self, name: str) -> None:
+        """Close the staged copy of ``name`` (its check failed, or another replaces it)."""
+        staged = self._staged.pop(name, None)
+        if staged is not None:
+            await asyncio.to_thread(staged.placed.session.close)
+
     async def unload(self, name: str) -> None:
         loaded = self._models.pop(name, None)
         self._failed.pop(name, None)
@@ -243,12 +297,37 @@ class LanguagePlane:
     def names(self) -> list[str]:
         return list(self._models)
 
+    async def load_each(self, directories: Sequence[Path]) -> None:
+        """Load (or hot-swap) language-model packages; one that fails is logged, not fatal."""
+        for directory in directories:
+            if self.serves(directory):
+                continue
+            try:
+                info = await self.load(directory)
+                log.info("language model %s %s on %s", info.name, info.version, info.device)
+            except Exception as exc:
+                log.error("language model in %s is unavailable: %s", directory, exc)
+
+    async def reconcile(self, directories: Sequence[Path]) -> None:
+        """Serve exactly these packages (SIGHUP): new and changed ones load, removed unload."""
+        wanted: set[str] = set()
+        for directory in directories:
+            try:
+                wanted.add(load_package(directory).name)
+            except PackageError:
+                continue
+        for name in set(self.names()) - wanted:
+            await self.unload(name)
+        await self.load_each(directories)
+
     def _drain(self, old: _Loaded) -> None:
         task = spawn(old.scheduler.close(self._engine.drain_timeout_s), name="llm-drain")
         self._draining.add(task)
         task.add_done_callback(self._draining.discard)
 
     async def close(self) -> None:
+        for name in list(self._staged):
+            await self.discard_staged(name)
         for name in list(self._models):
             await self.unload(name)
         if self._draining:

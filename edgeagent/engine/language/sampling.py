@@ -23,6 +23,7 @@ class Sampler:
         self.temperature = sampling.temperature
         self.top_k = sampling.top_k
         self.top_p = sampling.top_p
+        self.seed = sampling.seed  # a runtime that samples itself is given it
         self._random = np.random.default_rng(sampling.seed)
 
     @property

@@ -8,6 +8,11 @@ prompt is read). The device gate admits the step like a vision batch (the govern
 concurrency cap and duty-cycle pacing), then the session's own thread frees KV, copies shared
 prefixes, decodes, samples and assembles text; the loop hands the chunks to each stream.
 
+A runtime that samples inside (``GeneratingSession``: OpenVINO GenAI) is driven the same way
+one level up: a sequence's whole generation begins when it is admitted, and each step
+advances every running one by one step of the runtime's own batching; admission, the budget,
+deadlines, stop strings, cancellation and metrics stay here.
+
 A sequence is admitted only when its whole worst case (prompt + max_tokens) fits the KV
 budget with everyone else's, so a running sequence never runs out of cache mid-answer; what
 does not fit waits, and a full waiting queue answers 429.
@@ -36,8 +41,9 @@ from edgeagent.engine.language.sequence import SequenceState, StepEvent
 from edgeagent.engine.language.settings import LanguageSettings
 from edgeagent.engine.language.stream import GenerationStream
 from edgeagent.engine.language.text import TextAssembler
+from edgeagent.engine.language.whole import advance
 from edgeagent.engine.text_requests import FINISH_LENGTH, FINISH_STOP, Sampling, TextChunk, Usage
-from edgeagent.runtimes.generative import GenerativeSession, SequenceInput
+from edgeagent.runtimes.generative import GeneratingSession, GenerativeSession, SequenceInput
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20
@@ -62,6 +68,8 @@ class Scheduler:
         default_priority: int,
     ) -> None:
         self.session = session
+        # A runtime that samples itself: whole generations, its own prefix cache.
+        self._generating = session if isinstance(session, GeneratingSession) else None
         self.model = model
         self.device = getattr(session, "device", "CPU")
         self._settings = settings
@@ -278,10 +286,12 @@ class Scheduler:
             if not self._free_slots and not self._retained:
                 return  # every slot runs a sequence: nothing to look up this step
             sequence = self._waiting[0]
-            source = best_source(
-                sequence.prompt,
-                [(s.slot, s.tokens) for s in self._running.values()] + self._retained.items(),
-            )
+            source = None
+            if self._generating is None:
+                source = best_source(
+                    sequence.prompt,
+                    [(s.slot, s.tokens) for s in self._running.values()] + self._retained.items(),
+                )
             keep = source[0] if source else None
             used = sum(s.reserve for s in self._running.values()) + self._retained.tokens
             while used + sequence.reserve > self.capacity and self._retained:
@@ -314,6 +324,9 @@ class Scheduler:
 
     def _plan(self) -> list[tuple[SequenceState, SequenceInput]]:
         """This step's batch: every decode token, then prompt chunks within prefill_chunk."""
+        if self._generating is not None:  # the runtime chunks prompts itself
+            ordered = sorted(self._running.values(), key=lambda s: (s.priority, s.order))
+            return [(s, SequenceInput(s.slot, (), s.fed)) for s in ordered]
         budget = self._settings.prefill_chunk
         inputs = []
         for sequence in sorted(self._running.values(), key=lambda s: (s.priority, s.order)):
@@ -341,6 +354,10 @@ class Scheduler:
         if not inputs:
             self.kv = self.session.kv_bytes()
             return []
+        if self._generating is not None:
+            events = advance(self._generating, [sequence for sequence, _ in inputs])
+            self.kv = self.session.kv_bytes()
+            return events
         logits = self.session.step([item for _, item in inputs])
         self.kv = self.session.kv_bytes()  # read here: the loop never waits on the session
         events = []
@@ -411,7 +428,7 @@ class Scheduler:
     def _release(self, sequence: SequenceState, *, keep: bool) -> None:
         """A sequence left its slot: kept for its prefix, or freed in the next step."""
         del self._running[sequence.slot]
-        if keep and not self._closing and sequence.fed > 0:
+        if keep and not self._closing and sequence.fed > 0 and self._generating is None:
             self._retained.keep(sequence.slot, sequence.tokens)
         else:
             self._frees.append(sequence.slot)

@@ -19,7 +19,15 @@ from aiohttp import web
 
 from edgeagent.httpguard import Guard, security_headers
 from edgeagent.hub.policy import PolicyError, RolloutPolicy, StagedPolicy
-from edgeagent.hub.server import api_inputs, deploydb, deployreads, fleetdb, inputs, releasedb
+from edgeagent.hub.server import (
+    api_inputs,
+    deploydb,
+    deployreads,
+    fleetdb,
+    inputs,
+    releasedb,
+    samples_api,
+)
 from edgeagent.hub.server.auth import TOKENS, Tokens, auth_middleware, needs
 from edgeagent.hub.server.context import (
     CONTEXT,
@@ -30,6 +38,7 @@ from edgeagent.hub.server.context import (
     query_page,
 )
 from edgeagent.hub.server.dashboard.fleet_pages import dashboard_routes
+from edgeagent.hub.server.dashboard.sample_pages import sample_routes
 from edgeagent.hub.server.database import head_revision
 from edgeagent.hub.server.releasedb import DeploymentError
 from edgeagent.hub.server.settings import ServerSettings
@@ -77,8 +86,18 @@ async def health(request: web.Request) -> web.Response:
             "ingest": hub.ingest.stats,
             "database": hub.engine.dialect.name,
             "schema_revision": head_revision(),
+            "controller": _controller(hub),
         }
     )
+
+
+def _controller(hub: HubContext) -> dict[str, object]:
+    """Whether this replica runs the rollout controller now (replicas on one database: the
+    one holding the lease), its name in the lease and its fencing token."""
+    lead = hub.leadership
+    if lead is None:
+        return {"leading": True, "replica": "", "token": None}
+    return {"leading": lead.leading(), "replica": lead.holder, "token": lead.token}
 
 
 async def _long_poll(request: web.Request) -> None:
@@ -384,5 +403,7 @@ def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
     app[CONTEXT] = hub
     app[TOKENS] = tokens
     app.add_routes(dashboard_routes())
+    app.add_routes(sample_routes())
+    samples_api.install(app, hub.settings.samples)
     app.add_routes([operation.route(hub.settings) for operation in operations()])
     return app

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from edgeagent.fleet.samples import DEVICE_PREFIX
 from edgeagent.fsutil import SecretFileError, create_file_exclusive, read_secret_file
 from edgeagent.httpguard import SAFE_METHODS
 from edgeagent.hub.server.settings import ServerSettings
@@ -190,8 +191,8 @@ def may_change(request: web.Request) -> bool:
 def auth_middleware(tokens: Tokens) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
-            return await handler(request)
+        if request.path in OPEN_PATHS or request.path.startswith(DEVICE_PREFIX):
+            return await handler(request)  # device routes check device tokens themselves
         scope = _scope(tokens, request)
         if scope is None and not request.path.startswith("/api/"):
             raise web.HTTPSeeOther("/login")  # a person at the dashboard: sign in first

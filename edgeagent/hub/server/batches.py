@@ -13,15 +13,20 @@ which the server never signs: it always goes out as uploaded, after the same che
 server with release keys (``_signer``).
 
 Each batch: first it commits what each device of the batch will be sent (the envelope's
-SHA-256 and serial), then publishes, then marks them ``sent``. A batch published but not yet
-marked sent (the marking failed) is marked on the next pass, not published again. Only a crash
-between publishing and marking re-sends — the same bytes (the recorded serial, the batch's
-devices, the deployment's dates: Ed25519 is deterministic), which a device that has it already
-refuses as ``same_version``.
+SHA-256 and serial); then, device by device, one transaction fences (the controller's token,
+``leadership.fence``: refused when a newer controller holds the lease, and no takeover can
+commit until this transaction ends), checks that the lease surely still holds by this
+process's clock, publishes, and marks the device ``sent`` before it commits. A device published
+but not yet marked (the marking failed) is marked on the next pass, not published again. Only a
+crash between a publish and its commit re-sends, to that one device — the same bytes (the
+recorded serial, the batch's devices, the deployment's dates: Ed25519 is deterministic), which
+a device that has it already refuses as ``same_version``. A replica paused in that window
+publishes the one message it held when it wakes (``leadership``'s docstring), and nothing after.
 
 A deployment's release is parsed once and kept while the deployment is active, not once per
 batch. Every write is one of ``deploydb``'s transitions (``claim_batch``, ``record_batch``,
-``mark_sent``, ``abort``); which stage is sent is the controller's decision.
+``mark_sent``, ``abort``), each with the fencing token; which stage is sent is the
+controller's decision.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from edgeagent.fleet.topics import Topics
 from edgeagent.hub.release_checks import AnyRelease
 from edgeagent.hub.rollout import stage_manifest
 from edgeagent.hub.server import deploydb
+from edgeagent.hub.server.leadership import Leadership, fence
 from edgeagent.hub.server.releasedb import DeploymentError, next_serial, release_manifest
 
 log = logging.getLogger(__name__)
@@ -60,7 +66,8 @@ class Batch:
 
 class BatchSender:
     """One per controller. ``publish`` sends one QoS 1 message (raises when the broker is down);
-    ``sign`` is the hub's release key(s), None: send the uploaded envelope."""
+    ``sign`` is the hub's release key(s), None: send the uploaded envelope; ``leadership``
+    gives the fencing token of every write and says whether the lease still holds."""
 
     def __init__(
         self,
@@ -70,11 +77,13 @@ class BatchSender:
         *,
         send_batch: int,
         sign: Sign | None,
+        leadership: Leadership,
     ) -> None:
         self.engine = engine
         self.publish = publish
         self.prefix = prefix
-        self.send_batch = send_batch  # devices published to between two commits
+        self.send_batch = send_batch  # devices one envelope is recorded (and signed) for
+        self.leadership = leadership
         self.sign = sign
         # published but not yet marked sent: deployment → envelope SHA-256 → devices
         self._unmarked: dict[str, dict[str, list[str]]] = {}
@@ -103,16 +112,29 @@ class BatchSender:
             if isinstance(batch, str):  # the server serial check refused it: nothing sent
                 log.warning("deployment %s aborted: %s", deployment["id"], batch)
                 async with self.engine.begin() as connection:
-                    return await deploydb.abort(connection, deployment, batch), True
-            group = deployment["group_name"]
-            unmarked = self._unmarked.setdefault(deployment["id"], {})
-            published = unmarked.setdefault(batch.sha256, [])
+                    aborted = await deploydb.abort(
+                        connection, deployment, batch, token=self.leadership.check()
+                    )
+                    return aborted, True
             for device in batch.devices:
-                topic = Topics(self.prefix, group, device).device_release
-                await self.publish(topic, batch.envelope)
-                published.append(device)
-            await self._mark(deployment["id"])
+                await self._send_one(deployment, batch, device)
             sent_any = True
+
+    async def _send_one(self, deployment: dict[str, Any], batch: Batch, device: str) -> None:
+        """Publish to one device and mark it sent, in one fenced transaction (module
+        docstring); a publish whose marking failed is remembered and marked next pass."""
+        topic = Topics(self.prefix, deployment["group_name"], device).device_release
+        unmarked = self._unmarked.setdefault(deployment["id"], {}).setdefault(batch.sha256, [])
+        async with self.engine.begin() as connection:
+            token = self.leadership.check()
+            await fence(connection, token)
+            self.leadership.check()  # the fence may have waited: the lease must still hold
+            await self.publish(topic, batch.envelope)
+            unmarked.append(device)
+            await deploydb.mark_sent(
+                connection, deployment["id"], batch.sha256, [device], token=token
+            )
+        unmarked.remove(device)
 
     async def _next_batch(
         self, connection: AsyncConnection, deployment: dict[str, Any]
@@ -123,6 +145,8 @@ class BatchSender:
         Devices recorded but still queued (a crash or the broker away after the record) come
         first, with the very bytes recorded for them; then the next ``send_batch`` devices
         never recorded, with a fresh serial when the server signs."""
+        token = self.leadership.check()
+        await fence(connection, token)  # before any row is locked: a takeover waits for us
         claim = await deploydb.claim_batch(connection, deployment, self.send_batch)
         if claim is None:
             return None
@@ -143,7 +167,9 @@ class BatchSender:
             serial = await next_serial(connection, deployment["model"])
             envelope = self._signed(sign, deployment, serial, claim.devices)
         sha256 = hashlib.sha256(envelope).hexdigest()
-        await deploydb.record_batch(connection, deployment["id"], claim.devices, sha256, serial)
+        await deploydb.record_batch(
+            connection, deployment["id"], claim.devices, sha256, serial, token=token
+        )
         return Batch(envelope, sha256, serial, claim.devices)
 
     def _recorded_batch(self, deployment: dict[str, Any], claim: deploydb.Claim) -> Batch | None:
@@ -200,6 +226,8 @@ class BatchSender:
         for sha256, devices in list(self._unmarked.get(deployment_id, {}).items()):
             if devices:
                 async with self.engine.begin() as connection:
-                    await deploydb.mark_sent(connection, deployment_id, sha256, devices)
+                    await deploydb.mark_sent(
+                        connection, deployment_id, sha256, devices, token=self.leadership.check()
+                    )
             del self._unmarked[deployment_id][sha256]
         self._unmarked.pop(deployment_id, None)

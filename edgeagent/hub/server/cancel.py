@@ -36,6 +36,7 @@ from edgeagent.fleet.cancel import Cancellation
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.topics import DeviceTopics
 from edgeagent.hub.server import deploydb, deployreads
+from edgeagent.hub.server.leadership import Leadership
 from edgeagent.hub.server.releasedb import release_manifest
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,12 @@ class Canceller:
         publish: Publish,
         prefix: str,
         *,
+        leadership: Leadership,
         sign: SignCancel | None = None,
         clear_slot: ClearSlot | None = None,
     ) -> None:
         self.engine = engine
+        self.leadership = leadership  # its token fences the write; checked before publishing
         self.publish = publish
         self.prefix = prefix
         self.sign = sign
@@ -85,7 +88,9 @@ class Canceller:
                 )
             await self._send(deployment, manifest)
         async with self.engine.begin() as connection:
-            await deploydb.mark_cancelled(connection, deployment["id"])
+            await deploydb.mark_cancelled(
+                connection, deployment["id"], token=self.leadership.check()
+            )
 
     async def _send(self, deployment: dict[str, Any], manifest: ReleaseManifest) -> None:
         """The signed cancellation to every device that may hold the release unanswered."""
@@ -115,5 +120,6 @@ class Canceller:
             )
         )
         for device in devices:
+            self.leadership.check()  # a replica paused past its lease sends nothing more
             await self.publish(DeviceTopics(self.prefix, device).release.name, envelope)
         log.info("deployment %s: cancellation sent to %d device(s)", deployment["id"], len(devices))

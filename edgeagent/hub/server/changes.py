@@ -14,17 +14,33 @@ Two rules keep a client from missing a change:
 - **Read the version before the state it describes** (``snapshot``). A version read after the
   state may already count a change the state does not show; the client then waits past it and
   misses it until the next, unrelated change (or its wait's end).
+
+Replicas (several hub servers on one PostgreSQL database) share one counter, the database's
+sequence ``changes_counter`` (``SharedChanges``): a change takes its next number, and each
+replica reads the sequence every ``FOLLOW_S`` and wakes its waiters when it moved, so the
+dashboard's long poll, sent to any replica, sees a stage the leader entered on another one or a
+report another replica stored. The sequence never goes back, so a restart needs no epoch there.
+The same reading wakes the rollout controller (``on_moved``): a deployment created or paused
+through another replica's API is acted on by the leader within ``FOLLOW_S``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from edgeagent.hub.server.schema import changes_counter
+
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+FOLLOW_S = 0.5  # how often a replica reads the shared counter: its long polls' extra latency
 
 
 def epoch_version() -> int:
@@ -56,3 +72,46 @@ class Changes:
         """``read()`` and a version no newer than what it read (see the module docstring)."""
         version = self.version
         return version, await read()
+
+
+class SharedChanges(Changes):
+    """The change counter of replicas on one PostgreSQL database (module docstring)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(start=0)
+        self.engine = engine
+        self.on_moved: Callable[[], None] = lambda: None  # the counter moved (any replica)
+
+    async def bump(self) -> None:
+        """Count a change of ours; a number past the next one means other replicas changed
+        something since we last looked, which ``on_moved`` hears of as ``follow`` would."""
+        seen = self.version
+        async with self.engine.begin() as connection:
+            value = await connection.scalar(sa.select(changes_counter.next_value()))
+        if await self._advance(int(value or 0)) and int(value or 0) > seen + 1:
+            self.on_moved()
+
+    async def read(self) -> None:
+        """Catch up with the changes every replica counted so far."""
+        async with self.engine.connect() as connection:
+            value = await connection.scalar(sa.text("SELECT last_value FROM changes_counter"))
+        if await self._advance(int(value or 0)):
+            self.on_moved()
+
+    async def follow(self) -> None:
+        """Read the counter every ``FOLLOW_S`` until cancelled (the database away: logged,
+        tried again; a stale counter only delays a long poll)."""
+        while True:
+            try:
+                await self.read()
+            except Exception as exc:  # SQLAlchemy wraps every driver's errors differently
+                log.warning("reading the shared change counter failed: %s", exc)
+            await asyncio.sleep(FOLLOW_S)
+
+    async def _advance(self, value: int) -> bool:
+        async with self._condition:
+            if value <= self.version:
+                return False
+            self.version = value
+            self._condition.notify_all()
+            return True

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from edgeagent.hub.server import api_inputs, fleetdb, inputs
 from edgeagent.hub.server.changes import Changes
 from edgeagent.hub.server.ingest import Ingest
+from edgeagent.hub.server.leadership import Leadership
 from edgeagent.hub.server.settings import ServerSettings
 
 
@@ -29,6 +30,7 @@ class HubContext:
     changes: Changes
     wake_controller: Callable[[], None]
     trust_file: Path | None = None
+    leadership: Leadership | None = None  # whether this replica runs the rollout controller
 
 
 CONTEXT = web.AppKey("hub", HubContext)

@@ -25,7 +25,14 @@ The controller only decides, in one place (``_advance``): what it reads comes fr
 a transaction it opens; the sending of a stage is its ``BatchSender``'s.
 
 The controller sleeps until the nearest stage deadline or until ``wake()`` (a device answered,
-a person acted, the broker reconnected).
+a person acted, the broker reconnected, this replica took the lease over).
+
+Replicas: several hub servers may share one PostgreSQL database; each runs a controller, and
+only the one whose replica holds the controller's lease acts (``leadership``: the controller
+asks, the database decides). Every move it makes carries the lease's fencing token, which the
+database checks in the move's transaction, so a controller that lost the lease while paused
+moves and sends nothing when it wakes (``NotLeader``); the new leader's first pass carries on
+from the rows, as after a restart.
 """
 
 from __future__ import annotations
@@ -43,14 +50,18 @@ from edgeagent.hub.server import deploydb, deployreads
 from edgeagent.hub.server.batches import BatchSender, Publish, Sign
 from edgeagent.hub.server.cancel import Canceller, ClearSlot, SignCancel
 from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.leadership import Leadership, NotLeader
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 5.0  # after a failed pass (broker or database away), unless woken sooner
+LONE_LEASE_S = 3600.0  # a controller without a Leadership of the server's (tests, tools)
 
 
 class RolloutController:
-    """One per server. ``publish`` sends one QoS 1 message (raises when the broker is down)."""
+    """One per server. ``publish`` sends one QoS 1 message (raises when the broker is down);
+    ``leadership`` says whether this replica leads (None: a lone controller of its own,
+    which takes the lease at its first pass, as on SQLite)."""
 
     def __init__(
         self,
@@ -63,14 +74,29 @@ class RolloutController:
         sign: Sign | None = None,
         sign_cancel: SignCancel | None = None,
         clear_slot: ClearSlot | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self.engine = engine
         self.publish = publish
         self.prefix = prefix
         self.changes = changes  # bumped after every pass that changed a deployment
-        self.sender = BatchSender(engine, publish, prefix, send_batch=send_batch, sign=sign)
-        self.canceller = Canceller(engine, publish, prefix, sign=sign_cancel, clear_slot=clear_slot)
         self._wake = asyncio.Event()
+        self._lone = leadership is None
+        self.leadership = leadership or Leadership(
+            engine, "controller", lease_s=LONE_LEASE_S, renew_s=LONE_LEASE_S / 2
+        )
+        self.leadership.on_gained = self.wake
+        self.sender = BatchSender(
+            engine, publish, prefix, send_batch=send_batch, sign=sign, leadership=self.leadership
+        )
+        self.canceller = Canceller(
+            engine,
+            publish,
+            prefix,
+            leadership=self.leadership,
+            sign=sign_cancel,
+            clear_slot=clear_slot,
+        )
 
     def wake(self) -> None:
         self._wake.set()
@@ -87,7 +113,13 @@ class RolloutController:
         while True:
             self._wake.clear()
             try:
-                deadline = await self.run_once()
+                if not (self._lone or self.leadership.leading()):  # another replica leads
+                    deadline = None
+                else:
+                    deadline = await self.run_once()
+            except NotLeader as exc:  # the lease lapsed mid-pass: the new leader carries on
+                log.warning("rollout controller stopped: %s", exc)
+                deadline = None
             except Exception:  # the broker or the database away: try again on the next wake
                 log.exception("rollout controller pass failed; retrying")
                 deadline = time.time() + RETRY_S
@@ -96,7 +128,10 @@ class RolloutController:
                 await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def run_once(self) -> float | None:
-        """Advance every active deployment; returns the nearest stage deadline (or None)."""
+        """Advance every active deployment; returns the nearest stage deadline (or None).
+        Raises ``NotLeader`` when this replica does not hold the controller's lease."""
+        if self._lone and not self.leadership.leading():  # it takes (renews) the lease itself
+            await self.leadership.claim_once()
         await self.sender.mark_unmarked()  # before anything could send them again
         async with self.engine.connect() as connection:
             active = await deployreads.active_deployments(connection)
@@ -123,7 +158,9 @@ class RolloutController:
                         "deployment %s: stage 1 of %d", deployment["id"], deployment["stage_count"]
                     )
                     async with self.engine.begin() as connection:
-                        deployment = await deploydb.enter_stage(connection, deployment, 1)
+                        deployment = await deploydb.enter_stage(
+                            connection, deployment, 1, token=self.leadership.check()
+                        )
                     changed = True
                 if deployment["state"] != "running":  # paused or aborted by a person meanwhile
                     return None
@@ -137,7 +174,9 @@ class RolloutController:
                 if not policy.stage_over(waiting, started, time.time()):
                     return policy.deadline(started)
                 async with self.engine.begin() as connection:  # the silent ones time out first
-                    await deploydb.time_out_stage(connection, deployment)
+                    await deploydb.time_out_stage(
+                        connection, deployment, token=self.leadership.check()
+                    )
                 async with self.engine.connect() as connection:
                     tally = await deployreads.tally(connection, deployment)
                 verdict = policy.verdict(deployment["stage"], deployment["stage_count"], tally)
@@ -149,7 +188,9 @@ class RolloutController:
                     stage, count = deployment["stage"] + 1, deployment["stage_count"]
                     log.info("deployment %s: stage %d of %d", deployment["id"], stage, count)
                 async with self.engine.begin() as connection:
-                    deployment = await deploydb.conclude_stage(connection, deployment, verdict)
+                    deployment = await deploydb.conclude_stage(
+                        connection, deployment, verdict, token=self.leadership.check()
+                    )
                 changed = True
         finally:
             if changed:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, event
@@ -30,8 +31,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def open_engine(url: str) -> AsyncEngine:
-    """An engine for ``url`` (plain ``sqlite:///`` / ``postgresql://`` spellings accepted)."""
+def open_engine(url: str, *, idle_in_transaction_s: float | None = None) -> AsyncEngine:
+    """An engine for ``url`` (plain ``sqlite:///`` / ``postgresql://`` spellings accepted).
+
+    ``idle_in_transaction_s`` (PostgreSQL): the server ends a session that sits that long
+    inside a transaction — a replica paused mid-transaction (SIGSTOP) then stops holding the
+    locks, the lease's share lock included, that a takeover waits for."""
     url = normalise_database_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -40,7 +45,17 @@ def open_engine(url: str) -> AsyncEngine:
         engine = create_async_engine(url)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
-    return create_async_engine(url, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    server_settings = {}
+    if idle_in_transaction_s is not None:
+        ms = max(1, int(idle_in_transaction_s * 1000))
+        server_settings["idle_in_transaction_session_timeout"] = str(ms)
+    return create_async_engine(
+        url,
+        pool_size=5,
+        max_overflow=5,
+        pool_pre_ping=True,
+        connect_args={"server_settings": server_settings},
+    )
 
 
 def _alembic_config(connection: Connection | None = None) -> Config:
@@ -54,9 +69,17 @@ def _upgrade(connection: Connection) -> None:
     command.upgrade(_alembic_config(connection), "head")
 
 
+MIGRATION_LOCK = 0x6564676568756201  # PostgreSQL advisory lock: one replica migrates at a time
+
+
 async def upgrade(engine: AsyncEngine) -> None:
-    """Bring the schema to the newest shipped revision (a no-op when it is there already)."""
+    """Bring the schema to the newest shipped revision (a no-op when it is there already).
+
+    Replicas started together on one PostgreSQL database migrate one after the other (an
+    advisory lock held by the migration's transaction): the next finds the schema current."""
     async with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
         await connection.run_sync(_upgrade)
 
 

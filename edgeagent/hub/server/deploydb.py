@@ -13,7 +13,10 @@ the caller's transaction, so a crash leaves a consistent row for the controller 
 from. Callers decide; nothing else writes these rows (the reads are in ``deployreads``).
 
 The controller's moves are guarded: each writes only if the state and stage are still the ones
-it decided from (a person pausing meanwhile wins), and says ``changed`` otherwise.
+it decided from (a person pausing meanwhile wins), and says ``changed`` otherwise. They are
+fenced too: each takes the controller's fencing token (``leadership``) and is refused
+(``NotLeader``) in a transaction where a newer controller holds the lease, so a replica that
+lost it (paused, then woken) cannot move anything.
 
 It stays one module past 500 lines on purpose: being the only writer is its job, and the state
 machine's legal moves are checked by reading them side by side; its reads already live apart.
@@ -39,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from edgeagent.hub.policy import FINISHED, TIMED_OUT, RolloutPolicy, Verdict
 from edgeagent.hub.release_checks import AnyRelease
+from edgeagent.hub.server.leadership import fence
 from edgeagent.hub.server.releasedb import (
     DeploymentError,
     check_serial,
@@ -318,9 +322,17 @@ async def relay_serial(
 
 
 async def record_batch(
-    connection: AsyncConnection, deployment_id: str, devices: list[str], sha256: str, serial: int
+    connection: AsyncConnection,
+    deployment_id: str,
+    devices: list[str],
+    sha256: str,
+    serial: int,
+    *,
+    token: int,
 ) -> None:
-    """Record on ``devices`` (locked, queued) the envelope they will be sent, before it is."""
+    """Record on ``devices`` (locked, queued) the envelope they will be sent, before it is
+    (fenced)."""
+    await fence(connection, token)
     await connection.execute(
         dd.update()
         .where(dd.c.deployment_id == deployment_id, dd.c.device_id.in_(devices))
@@ -329,10 +341,17 @@ async def record_batch(
 
 
 async def mark_sent(
-    connection: AsyncConnection, deployment_id: str, sha256: str, devices: list[str]
+    connection: AsyncConnection,
+    deployment_id: str,
+    sha256: str,
+    devices: list[str],
+    *,
+    token: int,
 ) -> None:
     """``devices`` were published the envelope ``sha256``: ``sent`` (rows an abort made
-    ``not_sent`` meanwhile too: they were sent all the same)."""
+    ``not_sent`` meanwhile too: they were sent all the same). Fenced: the sender calls it in
+    the transaction it fenced before publishing (``batches``)."""
+    await fence(connection, token)
     where = (
         dd.c.deployment_id == deployment_id,
         dd.c.device_id.in_(devices),
@@ -343,8 +362,12 @@ async def mark_sent(
     await connection.execute(dd.update().where(*where).values(status="sent", sent_at=time.time()))
 
 
-async def time_out_stage(connection: AsyncConnection, deployment: dict[str, Any]) -> None:
-    """The current stage is over: its devices that have not answered are ``timed_out``."""
+async def time_out_stage(
+    connection: AsyncConnection, deployment: dict[str, Any], *, token: int
+) -> None:
+    """The current stage is over: its devices that have not answered are ``timed_out``
+    (fenced)."""
+    await fence(connection, token)
     silent = (
         dd.c.deployment_id == deployment["id"],
         dd.c.stage == deployment["stage"],
@@ -357,44 +380,48 @@ async def time_out_stage(connection: AsyncConnection, deployment: dict[str, Any]
 
 
 async def enter_stage(
-    connection: AsyncConnection, deployment: dict[str, Any], stage: int
+    connection: AsyncConnection, deployment: dict[str, Any], stage: int, *, token: int
 ) -> dict[str, Any]:
-    """``running`` stage ``stage``, its time-out counted from now (guarded)."""
+    """``running`` stage ``stage``, its time-out counted from now (guarded, fenced)."""
     return await _guarded(
-        connection, deployment, state="running", stage=stage, stage_started_at=time.time()
+        connection, deployment, token, state="running", stage=stage, stage_started_at=time.time()
     )
 
 
 async def abort(
-    connection: AsyncConnection, deployment: dict[str, Any], reason: str
+    connection: AsyncConnection, deployment: dict[str, Any], reason: str, *, token: int
 ) -> dict[str, Any]:
     """The controller's abort (its policy's verdict, or the serial check refused what it would
-    send): ``aborted``, its devices never sent ``not_sent`` (guarded)."""
-    return await _guarded(connection, deployment, state="aborted", reason=reason)
+    send): ``aborted``, its devices never sent ``not_sent`` (guarded, fenced)."""
+    return await _guarded(connection, deployment, token, state="aborted", reason=reason)
 
 
-async def succeed(connection: AsyncConnection, deployment: dict[str, Any]) -> dict[str, Any]:
-    """The last stage is over and the policy is content: ``succeeded`` (guarded)."""
-    return await _guarded(connection, deployment, state="succeeded")
+async def succeed(
+    connection: AsyncConnection, deployment: dict[str, Any], *, token: int
+) -> dict[str, Any]:
+    """The last stage is over and the policy is content: ``succeeded`` (guarded, fenced)."""
+    return await _guarded(connection, deployment, token, state="succeeded")
 
 
 async def conclude_stage(
-    connection: AsyncConnection, deployment: dict[str, Any], verdict: Verdict
+    connection: AsyncConnection, deployment: dict[str, Any], verdict: Verdict, *, token: int
 ) -> dict[str, Any]:
     """The move the policy's verdict on a finished stage names: ``abort`` (its reason),
-    ``succeed``, or the next stage entered (guarded, as each of them)."""
+    ``succeed``, or the next stage entered (guarded and fenced, as each of them)."""
     if verdict.state == "aborted":
-        return await abort(connection, deployment, verdict.reason)
+        return await abort(connection, deployment, verdict.reason, token=token)
     if verdict.state == "succeeded":
-        return await succeed(connection, deployment)
-    return await enter_stage(connection, deployment, deployment["stage"] + 1)
+        return await succeed(connection, deployment, token=token)
+    return await enter_stage(connection, deployment, deployment["stage"] + 1, token=token)
 
 
 async def _guarded(
-    connection: AsyncConnection, deployment: dict[str, Any], **changes: Any
+    connection: AsyncConnection, deployment: dict[str, Any], token: int, **changes: Any
 ) -> dict[str, Any]:
     """Write ``changes`` only if nobody (a person pausing) changed the state or stage since
-    ``deployment`` was read; returns the row as written, or with the state ``changed``."""
+    ``deployment`` was read, and the fencing ``token`` is still the controller's (else
+    ``NotLeader``); returns the row as written, or with the state ``changed``."""
+    await fence(connection, token)
     changes["updated_at"] = time.time()
     result = await connection.execute(
         deployments.update()
@@ -412,8 +439,10 @@ async def _guarded(
     return {**deployment, **changes}
 
 
-async def mark_cancelled(connection: AsyncConnection, deployment_id: str) -> None:
-    """An aborted deployment's cancellation was sent (``server.cancel``): never again."""
+async def mark_cancelled(connection: AsyncConnection, deployment_id: str, *, token: int) -> None:
+    """An aborted deployment's cancellation was sent (``server.cancel``): never again
+    (fenced)."""
+    await fence(connection, token)
     await connection.execute(
         deployments.update()
         .where(deployments.c.id == deployment_id)

@@ -27,6 +27,7 @@ EMPTY_EVENT: dict[str, Any] = {
     "result": "",
     "code": "",
     "detail": {},
+    "report_id": None,
 }
 
 
@@ -38,16 +39,25 @@ async def upsert_devices(connection: AsyncConnection, rows: Sequence[Mapping[str
     columns = [c for c in rows[0] if c != "device_id"]
     dialect = sqlite if connection.dialect.name == "sqlite" else postgresql
     statement = dialect.insert(devices)
+    newer = None
+    if "reported_at" in columns:  # a replica that lags behind another never writes older news
+        newer = sa.or_(
+            devices.c.reported_at.is_(None),
+            statement.excluded.reported_at >= devices.c.reported_at,
+        )
     statement = statement.on_conflict_do_update(
-        index_elements=["device_id"], set_={c: statement.excluded[c] for c in columns}
+        index_elements=["device_id"], set_={c: statement.excluded[c] for c in columns}, where=newer
     )
     await connection.execute(statement, [{**EMPTY_DEVICE, **row} for row in rows])
 
 
 async def append_events(connection: AsyncConnection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows of the append-only history (``kind``: event, state or availability)."""
+    """Rows of the append-only history (``kind``: event, state or availability); a row whose
+    ``report_id`` is stored already (another replica stored that report) is left out."""
     if rows:
-        await connection.execute(events.insert(), [{**EMPTY_EVENT, **row} for row in rows])
+        dialect = sqlite if connection.dialect.name == "sqlite" else postgresql
+        statement = dialect.insert(events).on_conflict_do_nothing(index_elements=["report_id"])
+        await connection.execute(statement, [{**EMPTY_EVENT, **row} for row in rows])
 
 
 async def prune_events(connection: AsyncConnection, older_than: float) -> int:

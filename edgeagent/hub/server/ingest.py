@@ -9,11 +9,20 @@ the one order every writer of those rows takes (``deploydb.lock_devices``). A *s
 put on the queue by the link after its subscriptions tells when everything the broker had
 retained has been stored: ``synced`` is set then, and ``retained_devices`` says how many
 devices that was.
+
+Every replica of the hub (several servers on one database) receives every report, each in its
+own persistent session, so none is lost when a replica dies; the database keeps each once.
+A history row carries its report's identity (topic and bytes hashed: events and state
+reports carry the device's own time, so two reports never share one) and is inserted only if
+no replica stored it yet; an availability row (its bytes are only "online"/"offline") only when
+the device's availability changes; and a device's row takes a state report no older than the
+one it holds, so a replica that lags behind writes no stale picture over a fresh one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -170,14 +179,17 @@ class Ingest:
         deployment answers. True when a device answered a deployment."""
         now = time.time()
         states = {r.device_id for r in reports if r.kind == "state"}
+        flips = {r.device_id for r in reports if r.kind == "availability"}
         known: dict[str, float | None] = {}
-        if states:  # a state report the hub already has (a replay on resubscribe) adds no row
+        availability: dict[str, str] = {}
+        if states or flips:  # a report the hub already has (a replay on resubscribe) adds no row
             rows = await connection.execute(
-                sa.select(devices.c.device_id, devices.c.reported_at).where(
-                    devices.c.device_id.in_(states)
+                sa.select(devices.c.device_id, devices.c.reported_at, devices.c.availability).where(
+                    devices.c.device_id.in_(states | flips)
                 )
             )
-            known = {device: reported for device, reported in rows.all()}
+            for device, reported, available in rows.all():
+                known[device], availability[device] = reported, available
         groups: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
         history = []
         for report in reports:
@@ -187,8 +199,19 @@ class Ingest:
                 report.kind == "state"
                 and known.get(report.device_id, -1.0) == (report.values["reported_at"])
             )
+            if report.kind == "availability":
+                value = report.values["availability"]
+                replay = availability.get(report.device_id) == value
+                availability[report.device_id] = value
             if report.history is not None and not replay:
-                history.append({"device_id": report.device_id, "at": now, **report.history})
+                history.append(
+                    {
+                        "device_id": report.device_id,
+                        "at": now,
+                        "report_id": report.report_id,
+                        **report.history,
+                    }
+                )
         for rows_of_a_kind in groups.values():
             await fleetdb.upsert_devices(connection, list(rows_of_a_kind.values()))
         await fleetdb.append_events(connection, history)
@@ -224,6 +247,16 @@ class Parsed:
     history: dict[str, Any] | None
     event: DeviceEvent | None = None
     ended_at: float | None = None  # set when ``event`` is a state report's last outcome
+    report_id: str | None = None  # the report's identity (None: availability, see above)
+
+
+def _report_id(message: Incoming) -> str:
+    """A report's identity: the same report received twice (by two replicas, or redelivered
+    by the broker) has the same one."""
+    digest = hashlib.sha256(message.topic.encode())
+    digest.update(b"\0")
+    digest.update(message.payload)
+    return digest.hexdigest()
 
 
 def _parse_kind(device_id: str, kind: str, message: Incoming) -> Parsed:
@@ -234,7 +267,15 @@ def _parse_kind(device_id: str, kind: str, message: Incoming) -> Parsed:
         ended_at: float | None = None,
     ) -> Parsed:
         return Parsed(
-            message.topic, device_id, kind, message.retained, values, history, event, ended_at
+            message.topic,
+            device_id,
+            kind,
+            message.retained,
+            values,
+            history,
+            event,
+            ended_at,
+            None if kind == "availability" else _report_id(message),
         )
 
     if kind == "availability":

@@ -50,7 +50,11 @@ events = sa.Table(
     sa.Column("result", sa.String(32), nullable=False, server_default=""),
     sa.Column("code", sa.String(64), nullable=False, server_default=""),
     sa.Column("detail", sa.JSON, nullable=False),
+    # the report's identity (its topic and bytes hashed): a report that two replicas both
+    # received, or the broker delivered twice, is stored once (``fleetdb.append_events``)
+    sa.Column("report_id", sa.String(64), nullable=True),
     sa.Index("ix_events_device_at", "device_id", "at"),
+    sa.Index("ix_events_report", "report_id", unique=True),
     sa.Index("ix_events_at", "at"),
 )
 
@@ -133,3 +137,48 @@ model_serials = sa.Table(
     sa.Column("model", sa.String(128), primary_key=True),
     sa.Column("serial", sa.BigInteger, nullable=False),
 )
+
+# Samples captured on devices (``samples_db``): one row per (device, sample id), so a device
+# that uploads a sample again after a power cut never makes a second row. The image is a file
+# under the samples directory (``blob``: its path relative to it); the row holds what the
+# model said (``outputs``) and, once someone reviewed it, the label (``annotation``).
+samples = sa.Table(
+    "samples",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("device_id", sa.String(128), nullable=False),
+    sa.Column("sample_id", sa.String(64), nullable=False),
+    sa.Column("model", sa.String(128), nullable=False),
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("variant", sa.String(128), nullable=False, server_default=""),
+    sa.Column("task", sa.String(32), nullable=False),
+    sa.Column("captured_at", sa.Float, nullable=False),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("width", sa.Integer, nullable=False),
+    sa.Column("height", sa.Integer, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("blob", sa.String(512), nullable=False),
+    sa.Column("outputs", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, server_default="new"),
+    sa.Column("annotation", sa.JSON, nullable=True),
+    sa.Column("reviewed_at", sa.Float, nullable=True),
+    sa.UniqueConstraint("device_id", "sample_id", name="uq_samples_device_sample"),
+    sa.Index("ix_samples_model_version", "model", "version"),
+)
+# Who runs the rollout controller when several hub servers share this database
+# (``leadership``): one row per lease; ``token`` grows by one each time another replica takes
+# it, and every write the controller makes checks it (the fencing token).
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("name", sa.String(32), primary_key=True),
+    sa.Column("holder", sa.String(128), nullable=False, server_default=""),
+    sa.Column("token", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("expires_at", sa.Float, nullable=False, server_default="0"),  # the database's clock
+)
+
+# The change counter every replica's long polls follow on PostgreSQL (``changes``): each
+# change takes the next number, and a replica that sees the counter move wakes its waiters.
+# SQLite serves one process, which counts its changes in memory.
+changes_counter = sa.Sequence("changes_counter", metadata=metadata)

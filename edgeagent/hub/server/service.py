@@ -1,5 +1,10 @@
 """``hub server``'s composition: database, MQTT link, ingest, rollout controller, REST API.
 
+Replicas: any number of these processes may share one PostgreSQL database (each with its own
+``--client-id``). Each serves the REST API, the dashboard and the ingest; the rollout
+controller acts only in the one holding the controller's lease (``leadership``), and the
+change counter that long polls follow is the database's (``changes.SharedChanges``).
+
 Start order: migrate the database, start the HTTP listener (the API answers ``synced: false``
 until the retained reports are read), the ingest writer, the MQTT link and the controller.
 ``stop`` ends it (the CLI sets it on SIGTERM/SIGINT); SIGKILL is fine too — every decision is
@@ -22,10 +27,11 @@ from edgeagent.hub.publish import clear_release_of
 from edgeagent.hub.server import fleetdb
 from edgeagent.hub.server.api import HubContext, create_app
 from edgeagent.hub.server.auth import hub_tokens
-from edgeagent.hub.server.changes import Changes
+from edgeagent.hub.server.changes import Changes, SharedChanges
 from edgeagent.hub.server.controller import RolloutController
 from edgeagent.hub.server.database import open_engine, upgrade
 from edgeagent.hub.server.ingest import Ingest
+from edgeagent.hub.server.leadership import Leadership
 from edgeagent.hub.server.link import HubLink
 from edgeagent.hub.server.settings import ServerSettings
 from edgeagent.hub.server.upload_gate import open_trust
@@ -75,9 +81,12 @@ async def serve(
     if settings.trust_file is None:
         log.warning("no --trust: uploads are relayed unverified (devices verify them)")
     tokens = hub_tokens(settings)
-    engine = open_engine(settings.database_url)
+    engine = open_engine(settings.database_url, idle_in_transaction_s=settings.lease_s)
     await upgrade(engine)
-    changes = Changes()
+    shared = SharedChanges(engine) if engine.dialect.name == "postgresql" else None
+    changes: Changes = shared or Changes()
+    if shared is not None:
+        await shared.read()
     controller: RolloutController | None = None
 
     async def stored(answered: bool) -> None:
@@ -94,6 +103,9 @@ async def serve(
         on_batch=stored,
     )
     link = HubLink(settings.mqtt, ingest, client_id=client_id)
+    leadership = Leadership(
+        engine, client_id, lease_s=settings.lease_s, renew_s=settings.lease_renew_s
+    )
     controller = RolloutController(
         engine,
         link.publish,
@@ -103,9 +115,14 @@ async def serve(
         sign=signer,
         sign_cancel=signer.cancellation if signer is not None else None,
         clear_slot=functools.partial(clear_release_of, settings.mqtt),
+        leadership=leadership,
     )
     link.on_connect = controller.wake
-    context = HubContext(engine, settings, ingest, changes, controller.wake, settings.trust_file)
+    if shared is not None:  # another replica's API or ingest changed something: look again
+        shared.on_moved = controller.wake
+    context = HubContext(
+        engine, settings, ingest, changes, controller.wake, settings.trust_file, leadership
+    )
     tls = ServerTls(settings.tls) if settings.tls_mode != "off" and settings.tls.enabled else None
     runner = web.AppRunner(create_app(context, tokens), access_log=None)
     await runner.setup()
@@ -125,8 +142,11 @@ async def serve(
             ("mqtt", link.run()),
             ("controller", controller.run(ready=ingest.synced)),
             ("retention", _prune_forever(ingest, settings)),
+            ("leadership", leadership.run()),
         )
     ]
+    if shared is not None:
+        tasks.append(asyncio.create_task(shared.follow(), name="changes"))
     stop = stop or asyncio.Event()
     ready(url)
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 from edgeagent.fleet.manifest import MAX_TARGETS
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.hub.policy.staged import MAX_STAGES
+from edgeagent.hub.server.samples_settings import SamplesSettings
 from edgeagent.netaddr import is_loopback
 from edgeagent.paths import default_state_dir
 from edgeagent.tls import TlsMode, TlsSettings, plain_listener_problem
@@ -53,7 +54,9 @@ class ServerSettings:
     max_wait_s: float = 3600.0  # cap on a stage's in-progress time-out and on rollout waits
     ingest_queue: int = 10_000  # reports waiting for the database before the broker is paused
     ingest_batch: int = 500  # reports stored per transaction
-    send_batch: int = 100  # releases published between two commits (re-sent after a crash)
+    send_batch: int = 100  # devices one recorded (signed) envelope is for; each sent is committed
+    lease_s: float = 6.0  # the controller's lease: another replica takes over this long after
+    lease_renew_s: float = 2.0  # how often the leader renews it (and followers try to take it)
     max_stages: int = MAX_STAGES  # stages of one deployment (each is a row in every answer)
     max_device_ids: int = 10_000  # one deployment's explicit device list (a group names more)
     chart_points: int = 288  # state reports a device page charts (a day of 5-minute heartbeats)
@@ -64,6 +67,7 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides the listener's own
     tls: TlsSettings = field(default_factory=TlsSettings)  # --tls-cert / -key / -client-ca
     tls_mode: TlsMode = "auto"  # --tls off: plain HTTP off loopback (a TLS proxy in front)
+    samples: SamplesSettings = field(default_factory=SamplesSettings)  # devices' captured samples
 
     def validate(self) -> None:
         normalise_database_url(self.database_url)
@@ -78,6 +82,12 @@ class ServerSettings:
             (self.ingest_queue > 0, "--ingest-queue must be positive"),
             (self.ingest_batch > 0, "--ingest-batch must be positive"),
             (self.send_batch > 0, "--send-batch must be positive"),
+            (self.lease_renew_s > 0, "--lease-renew must be positive"),
+            (
+                self.lease_s >= 2 * self.lease_renew_s,
+                "--lease must be at least twice --lease-renew (a renewal may be late once "
+                "without the leader losing its lease)",
+            ),
             (
                 0 < self.max_stages <= MAX_STAGES,
                 f"--max-stages must be 1..{MAX_STAGES} (more is a typo, not a rollout)",
@@ -125,3 +135,4 @@ class ServerSettings:
             if not ok:
                 raise ValueError(message)
         self.mqtt.validate()
+        self.samples.validate()

@@ -1,0 +1,1 @@
+"""Frigate's ``zmq`` detector protocol (``server``); its [zmq] keys (``settings``)."""

@@ -1,0 +1,157 @@
+"""``edgeagent hub train``: a model retrained on its reviewed field samples, packaged, signed.
+
+1. the reviewed samples of ``--model`` are split (by a hash of each sample's id, so the split
+   never changes between runs) into a training set and a held-out set, and exported with the
+   unreviewed ones (``hub.datasets``);
+2. the head is fine-tuned (``hub.train.head``) by a Python that has torch (``--torch-python``,
+   e.g. ``.venv-build/bin/python``: torch is a build-time tool, never the hub's dependency);
+3. the new ONNX goes through ``edgeagent package``: its variants are validated against the
+   held-out split (accuracy from the ImageFolder);
+4. with ``--key``, ``edgeagent hub sign --canary`` makes it a signed canary release.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from edgeagent.commands.helpfmt import DefaultsFormatter
+from edgeagent.commands.hub.common import emit, run
+from edgeagent.commands.hub.samples import add_database_arguments, load_rows
+from edgeagent.hub.keys import HubError
+
+TRAINER = Path(__file__).resolve().parents[2] / "hub" / "train" / "head.py"
+TORCH_PYTHON_ENV = "EDGEAGENT_TORCH_PYTHON"
+
+
+def held_out(row: dict, percent: float) -> bool:
+    digest = hashlib.sha256(f"{row['device_id']}/{row['sample_id']}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 10_000 < percent * 100
+
+
+def _next_version(version: str) -> str:
+    parts = version.split(".")
+    if len(parts) == 3 and all(p.isdigit() for p in parts):
+        return f"{parts[0]}.{int(parts[1]) + 1}.0"
+    return str(int(version) + 1) if version.isdigit() else version + ".1"
+
+
+def _call(command: list[str], what: str) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise HubError(f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+    return done.stdout
+
+
+def add_train(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "train",
+        formatter_class=DefaultsFormatter,
+        help="fine-tune a classifier on its reviewed field samples, package and sign it",
+        description=(
+            "Split --model's reviewed samples into training and held-out sets, fine-tune the "
+            "head of --package on them (the old head teaches on the unreviewed ones, so the "
+            "model keeps what it knew), package the result with edgeagent package validated "
+            "on the held-out split, and with --key sign it as a canary release."
+        ),
+    )
+    add_database_arguments(parser)
+    parser.add_argument("--package", type=Path, required=True, help="the package in service")
+    parser.add_argument("--out", type=Path, required=True, help="the new package directory")
+    parser.add_argument("--new-version", help="its version (default: the next minor)")
+    parser.add_argument("--heldout-percent", type=float, default=20.0, help="of reviewed samples")
+    parser.add_argument("--steps", type=int, default=300, help="optimiser steps on the head")
+    parser.add_argument(
+        "--variants", default="graph,int8", help="edgeagent package --variants of the result"
+    )
+    parser.add_argument(
+        "--torch-python",
+        help=f"a Python with torch, onnx and onnxruntime (unset: ${TORCH_PYTHON_ENV}, else the "
+        "Python running this command)",
+    )
+    parser.add_argument("--key", type=Path, action="append", help="release key: sign a canary")
+    parser.add_argument("--base-url", help="with --key: where the artifact will be served")
+    parser.add_argument("--release-out", type=Path, help="with --key: artifact directory")
+    parser.add_argument("--canary", default="share=0.1", help="with --key: the canary policy")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    async def work(args: argparse.Namespace) -> int:
+        summary = await train(args)
+        emit(args, summary, f"trained {summary['package']}: {json.dumps(summary['training'])}")
+        return 0
+
+    parser.set_defaults(handler=lambda args: run(args, work))
+
+
+async def train(args: argparse.Namespace) -> dict:
+    from edgeagent.hub.datasets.export import ExportError, export
+    from edgeagent.models.package import PackageError, load_package
+
+    try:
+        package = load_package(args.package)
+    except PackageError as exc:
+        raise HubError(str(exc)) from exc
+    if package.preprocess is None or package.task != "classification":
+        raise HubError(f"{package.name}: hub train fine-tunes image classifiers")
+    if args.out.exists():
+        raise HubError(f"{args.out} exists: name a new package directory")
+    rows, blobs = await load_rows(args)
+    reviewed = [r for r in rows if r["status"] in ("accepted", "corrected")]
+    fresh = [r for r in rows if r["status"] == "new"]
+    train_rows = [r for r in reviewed if not held_out(r, args.heldout_percent)]
+    heldout_rows = [r for r in reviewed if held_out(r, args.heldout_percent)]
+    if not train_rows or not heldout_rows:
+        raise HubError(
+            f"{len(reviewed)} reviewed samples of {args.model}: too few for a training and a "
+            "held-out set; review more on the dashboard"
+        )
+    work = args.out.with_name(f".{args.out.name}.work")
+    labels = list(package.labels)
+    try:
+        for name, chosen in (("train", train_rows), ("heldout", heldout_rows), ("new", fresh)):
+            if chosen:
+                export(chosen, blobs, work / name, "imagefolder", classes=labels)
+    except ExportError as exc:
+        raise HubError(str(exc)) from exc
+    onnx = work / f"{package.name}.onnx"
+    python = args.torch_python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
+    command = [python, str(TRAINER), str(package.root), "--train", str(work / "train")]
+    if fresh:
+        command += ["--unlabelled", str(work / "new")]
+    training = json.loads(
+        _call([*command, "--out", str(onnx), "--steps", str(args.steps)], "training")
+    )
+    (work / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
+    spec = package.preprocess
+    version = args.new_version or _next_version(package.version)
+    packaging = [sys.executable, "-m", "edgeagent.cli", "package", str(onnx), "--out"]
+    packaging += [str(args.out), "--name", package.name, "--version", version, "--labels"]
+    packaging += [str(work / "labels.txt"), "--input-size", f"{spec.size[0]},{spec.size[1]}"]
+    packaging += ["--scale", repr(spec.scale), "--mean", ",".join(map(repr, spec.mean))]
+    packaging += ["--std", ",".join(map(repr, spec.std)), "--heldout", str(work / "heldout")]
+    packaging += ["--calibration", str(work / "train"), "--variants", args.variants, "--json"]
+    report = json.loads(_call(packaging, "edgeagent package"))
+    summary = {
+        "package": str(args.out),
+        "version": version,
+        "train": len(train_rows),
+        "heldout": len(heldout_rows),
+        "unreviewed": len(fresh),
+        "training": training,
+        "validation": report,
+    }
+    if args.key:
+        if not args.base_url:
+            raise HubError("--key needs --base-url (where the artifact will be served)")
+        sign = [sys.executable, "-m", "edgeagent.cli", "hub", "sign", str(args.out)]
+        for key in args.key:
+            sign += ["--key", str(key)]
+        sign += ["--base-url", args.base_url, "--out", str(args.release_out or args.out.parent)]
+        sign += ["--canary", args.canary, "--json"]
+        summary["release"] = json.loads(_call(sign, "edgeagent hub sign"))
+    return summary

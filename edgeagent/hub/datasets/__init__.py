@@ -1,0 +1,1 @@
+"""Datasets from the samples devices captured: exported in formats other tools read."""
