@@ -64,6 +64,7 @@ from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
 from edgeagent.streams.service import StreamsService
+from edgeagent.updates.locks import UpdateGate, UpdateLocks
 
 log = logging.getLogger(__name__)
 # Config fields a SIGHUP applies; a change to any other is reported as needing a restart.
@@ -176,12 +177,19 @@ class Daemon:
         self.services.append(self.governor)
         self.status_providers["governor"] = self.governor.snapshot
         self.updates = None
+        # /v1/update-lock: served even with updates off, so an app's lock calls never fail
+        self.update_locks = UpdateLocks(config.updates.max_lock_hold_s, config.updates.max_locks)
         if config.updates.enabled:  # recovers a half-done install before any model loads
+            from edgeagent.fleet.windows import device_zone
             from edgeagent.hardware.choose import release_variants
             from edgeagent.updates.service import UpdateService
 
             profile = self.accelerators.profile
             planes = Planes(self.registry, self.language)  # each release to its plane
+            settings = config.updates
+            gate = UpdateGate(
+                self.update_locks, device_zone(settings.timezone), settings.window_check_s
+            )
 
             self.updates = UpdateService(
                 config.updates,
@@ -204,6 +212,7 @@ class Daemon:
                     )
                 ),
                 profile=profile.name,
+                gate=gate,
             )
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
@@ -329,6 +338,7 @@ class Daemon:
             status=self.status,
             shared_memory=self.shared_memory,
             language=self.language,
+            update_locks=self.update_locks,
         )
         self._runner = web.AppRunner(
             app,

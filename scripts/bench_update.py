@@ -29,6 +29,7 @@ Real parts only: a real Mosquitto (the test suite's launcher), the real ``edgeag
 daemon as a separate process, the hub's artifact server and signing code.
 
     python scripts/bench_update.py [--model mobilenet_v3_small] [--rounds 3] [--clients 4] [--json]
+    python scripts/bench_update.py --deltas [--rounds 3] [--json]   # delta updates (bench_deltas)
 """
 
 from __future__ import annotations
@@ -354,7 +355,21 @@ def main() -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--deltas",
+        action="store_true",
+        help="measure delta updates instead (scripts/bench_deltas.py: zstd, bsdiff4, detools on "
+        "a head retrain of MobileNetV2 and an agent patch release)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="with --deltas: the new-head case, zstd only"
+    )
     args = parser.parse_args()
+    if args.deltas:
+        from bench_deltas import main as deltas
+
+        deltas(min(args.rounds, 3), args.json, args.quick)
+        return 0
     result = asyncio.run(run(args))
     if args.json:
         print(json.dumps(result, indent=2))

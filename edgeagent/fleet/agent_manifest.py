@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from edgeagent.fleet import outcomes
+from edgeagent.fleet.artifact import artifact_dict
 from edgeagent.fleet.manifest import (
     DEFAULT_CLOCK_SKEW_S,
     FORMAT,
@@ -77,8 +78,7 @@ class Wheelhouse:
     artifact: Artifact
 
     def to_dict(self) -> dict[str, Any]:
-        a = self.artifact
-        return {"platform": self.platform, "url": a.url, "size": a.size, "sha256": a.sha256}
+        return {"platform": self.platform, **artifact_dict(self.artifact)}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ expiry, target, version floor — *before* anything is downloaded: the MQTT mess
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 
 from edgeagent import __version__
 from edgeagent.fleet import outcomes
+from edgeagent.fleet.artifact import Artifact, Delta, artifact_dict, read_artifact
 from edgeagent.fleet.encryption import Encryption, parse_encryption
 from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.release_ref import ReleaseRef
@@ -39,11 +39,13 @@ from edgeagent.fleet.signing import (
     parse_time,
 )
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.windows import MaintenanceWindow, WindowError
 from edgeagent.fleet.wire import Reader, integer_in, is_object
 from edgeagent.models.names import NAME_RE, VERSION_RE, version_tuple
 
 __all__ = [
     "Artifact",
+    "Delta",
     "DeviceIdentity",
     "ManifestError",
     "Refused",
@@ -64,7 +66,6 @@ _TARGET_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z", re.ASCII)
 MAX_VARIANTS = 64
 _VARIANT_FIELD_RE = re.compile(r"\A[a-z0-9][a-z0-9_]{0,31}\Z", re.ASCII)  # runtime, precision
 MAX_TARGETS = 1024  # entries per targets list (a stage of a rollout names its devices)
-MAX_URL_CHARS = 2048
 FORMAT = 2
 MAX_SERIAL = 2**53 - 1  # exact in every JSON parser
 # the fields every release shares (``read_opening``), then a model release's own
@@ -72,7 +73,8 @@ OPENING_FIELDS = frozenset(
     {"type", "format", "serial", "targets", "issued_at", "expires", "deployment_id"}
 )
 _FIELDS = OPENING_FIELDS | {"model", "version", "artifact", "variants", "min_agent_version"}
-_OPTIONAL_FIELDS = {"canary"}  # written only when set, so a release without one signs as before
+# written only when set, so a release without them signs as before
+_OPTIONAL_FIELDS = {"canary", "window"}
 _TARGET_FIELDS = ("profiles", "device_classes", "device_ids")
 
 
@@ -82,13 +84,6 @@ class ManifestError(VerificationError):
 
     def __init__(self, message: str, code: str = outcomes.MALFORMED) -> None:
         super().__init__(code, message)
-
-
-@dataclass(frozen=True)
-class Artifact:
-    url: str
-    size: int
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -110,13 +105,9 @@ class VariantArtifact:
         return {
             "runtime": self.runtime,
             "precision": self.precision,
-            **_artifact_dict(self.artifact),
+            **artifact_dict(self.artifact),
             **sealed,
         }
-
-
-def _artifact_dict(artifact: Artifact) -> dict[str, Any]:
-    return {"url": artifact.url, "size": artifact.size, "sha256": artifact.sha256}
 
 
 @dataclass(frozen=True)
@@ -149,9 +140,12 @@ class ReleaseManifest:
     targets: Targets = field(default_factory=Targets)
     min_agent_version: str = "0.0.0"
     canary: ReleaseCanary | None = None  # on-device canary before the commit (fleet.release_canary)
+    window: MaintenanceWindow | None = None  # when the device may take it (fleet.windows)
 
     def to_dict(self) -> dict[str, Any]:
         optional = {} if self.canary is None else {"canary": self.canary.to_dict()}
+        if self.window is not None:
+            optional["window"] = self.window.to_dict()
         return {
             **optional,
             "type": "release",
@@ -159,7 +153,7 @@ class ReleaseManifest:
             "serial": self.serial,
             "model": self.model,
             "version": self.version,
-            "artifact": _artifact_dict(self.artifact),
+            "artifact": artifact_dict(self.artifact),
             "variants": [variant.to_dict() for variant in self.variants],
             "targets": {name: list(getattr(self.targets, name)) for name in _TARGET_FIELDS},
             "issued_at": format_time(self.issued_at),
@@ -190,14 +184,9 @@ def _artifact(
     extra: frozenset[str] = frozenset(),
     reader: Reader = _MANIFEST,
 ) -> Artifact:
-    """A pinned download: ``url``, ``size`` and ``sha256``, beside the ``extra`` keys of the
-    object it is part of (a variant's runtime, a wheelhouse's platform)."""
-    item = reader.exact_object(value, where, {"url", "size", "sha256"} | extra)
-    return Artifact(
-        url=reader.url(item["url"], f"{where}.url", MAX_URL_CHARS),
-        size=reader.integer(item["size"], f"{where}.size", 1, math.inf, "a positive integer"),
-        sha256=reader.digest(item["sha256"], "sha256"),
-    )
+    """A pinned download (``fleet.artifact``), beside the ``extra`` keys of the object it is
+    part of (a variant's runtime, a wheelhouse's platform)."""
+    return read_artifact(reader, value, where, extra)
 
 
 def _variants(value: Any) -> tuple[VariantArtifact, ...]:
@@ -328,7 +317,15 @@ def parse_manifest(payload: bytes) -> ReleaseManifest:
             document["min_agent_version"], "min_agent_version", VERSION_RE, version_rule
         ),
         canary=_canary(document["canary"]) if "canary" in document else None,
+        window=_window(document["window"]) if "window" in document else None,
     )
+
+
+def _window(value: Any) -> MaintenanceWindow:
+    try:
+        return MaintenanceWindow.parse(value)
+    except WindowError as exc:
+        raise ManifestError(f"manifest window: {exc}") from exc
 
 
 def _canary(value: Any) -> ReleaseCanary:

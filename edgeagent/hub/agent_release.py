@@ -39,6 +39,7 @@ from edgeagent.fleet.manifest import Artifact, ManifestError, Targets
 from edgeagent.fleet.signing import TrustError, sign_envelope
 from edgeagent.fleet.trust import TrustStore
 from edgeagent.fsutil import write_file_atomic
+from edgeagent.hub.deltas import DEFAULT_MAX_RATIO, build_deltas, old_agent_release
 from edgeagent.hub.keys import HubError, load_private_key
 from edgeagent.hub.serials import ReleaseSerials, serials_path_for
 from edgeagent.hub.sign import DEFAULT_RELEASE_LIFETIME, _tar
@@ -140,10 +141,15 @@ def sign_agent_release(
     trust_path: Path | None = None,
     passphrase: bytes | None = None,
     now: datetime | None = None,
+    delta_from: Path | None = None,
+    delta_max_ratio: float = DEFAULT_MAX_RATIO,
 ) -> Path:
     """Write one tarball per platform and ``edgeagent-<version>.agent-release.json``; return
     the envelope's path. ``wheelhouses`` maps platform tags (``linux_aarch64``) to wheel
-    directories, all holding the same agent version."""
+    directories, all holding the same agent version. With ``delta_from`` (an earlier
+    ``.agent-release.json`` whose wheelhouses are in ``out_dir``) each wheelhouse also names a
+    patch from that release's (``hub.deltas``): a device ships only the wheels it lacks, the
+    unchanged ones are copied from the wheelhouse it installed last."""
     if not wheelhouses:
         raise HubError("an agent release needs at least one wheelhouse")
     keys = [load_private_key(p, passphrase) for p in key_paths]
@@ -166,6 +172,10 @@ def sign_agent_release(
     data = {tag: wheelhouse_tar(Path(d)) for tag, d in sorted(wheelhouses.items())}
     names = {tag: f"edgeagent-{version}-{tag}.wheelhouse.tar.gz" for tag in data}
     base = base_url.rstrip("/")
+    deltas = {}
+    if delta_from is not None:
+        old = old_agent_release(delta_from)
+        deltas = build_deltas(old, out_dir, data, names, base, delta_max_ratio)
     counter = serials or ReleaseSerials(serials_path_for(key_paths[0]))
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     manifest = AgentManifest(
@@ -175,7 +185,12 @@ def sign_agent_release(
         wheelhouses=tuple(
             Wheelhouse(
                 tag,
-                Artifact(f"{base}/{names[tag]}", len(blob), hashlib.sha256(blob).hexdigest()),
+                Artifact(
+                    f"{base}/{names[tag]}",
+                    len(blob),
+                    hashlib.sha256(blob).hexdigest(),
+                    deltas[tag].delta if tag in deltas else None,
+                ),
             )
             for tag, blob in data.items()
         ),
@@ -200,6 +215,8 @@ def sign_agent_release(
     out_dir.mkdir(parents=True, exist_ok=True)
     for tag, blob in data.items():
         write_file_atomic(out_dir / names[tag], blob)
+    for patch in deltas.values():
+        write_file_atomic(out_dir / patch.name, patch.data)
     path = out_dir / f"edgeagent-{version}.agent-release.json"
     write_file_atomic(path, envelope)
     return path

@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -33,6 +33,7 @@ from edgeagent.fleet.cancel import Cancellation
 from edgeagent.fleet.manifest import ReleaseManifest
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.topics import DeviceTopics
+from edgeagent.fleet.windows import MaintenanceWindow
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.policy import SUCCEEDED, TIMED_OUT, RolloutPolicy, Tally, classify
 from edgeagent.hub.publish import hub_client
@@ -71,10 +72,13 @@ class RolloutReport:
         }
 
 
-def stage_manifest(manifest: ReleaseManifest, wave: Sequence[str]) -> ReleaseManifest:
-    """The release as one stage receives it: targeted at exactly that stage's devices."""
+def stage_manifest(
+    manifest: ReleaseManifest, wave: Sequence[str], window: MaintenanceWindow | None = None
+) -> ReleaseManifest:
+    """The release as one stage receives it: targeted at exactly that stage's devices, in the
+    stage's own maintenance window if it has one (else the release's)."""
     targets = dataclasses.replace(manifest.targets, device_ids=tuple(wave))
-    return dataclasses.replace(manifest, targets=targets)
+    return dataclasses.replace(manifest, targets=targets, window=window or manifest.window)
 
 
 async def rollout(
@@ -87,12 +91,14 @@ async def rollout(
     policy: RolloutPolicy,
     devices: Sequence[str] | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    windows: Mapping[int, MaintenanceWindow] | None = None,
 ) -> RolloutReport:
     """Roll out to the devices of ``group`` (or the given ones) as ``policy`` says.
 
     ``sign`` turns each stage's manifest into its envelope (``hub.sign.ManifestSigner``), and
     ``cancel`` an abort's cancellation (``ManifestSigner.cancellation``). A release already
-    limited to some device ids goes only to those of them in the group.
+    limited to some device ids goes only to those of them in the group. ``windows`` gives
+    stages (1-based) a maintenance window of their own (``fleet.windows``).
     """
     if devices is None:
         devices = [row["device_id"] for row in await collect_fleet(settings, group=group)]
@@ -111,7 +117,8 @@ async def rollout(
                 wave = report.devices[done:size]
                 done = size
                 progress(f"stage {number}: {len(wave)} device(s) → {size}/{len(report.devices)}")
-                envelope = sign(stage_manifest(manifest, wave))
+                window = (windows or {}).get(number)
+                envelope = sign(stage_manifest(manifest, wave, window))
                 for device in wave:
                     topic = DeviceTopics(prefix, device).release
                     await client.publish(topic.name, envelope, qos=1, retain=topic.retained)

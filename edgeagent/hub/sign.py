@@ -40,7 +40,9 @@ from edgeagent.fleet.manifest import (
 from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.fleet.signing import TrustError, decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.windows import MaintenanceWindow
 from edgeagent.fsutil import write_file_atomic
+from edgeagent.hub.deltas import DEFAULT_MAX_RATIO, build_deltas, old_release
 from edgeagent.hub.encrypt import Recipients, for_targets, seal_variant
 from edgeagent.hub.keys import HubError, load_private_key
 from edgeagent.hub.serials import ReleaseSerials, serials_path_for
@@ -294,6 +296,9 @@ def sign_package(
     recipients: Recipients | None = None,
     now: datetime | None = None,
     canary: ReleaseCanary | None = None,
+    delta_from: Path | None = None,
+    delta_max_ratio: float = DEFAULT_MAX_RATIO,
+    window: MaintenanceWindow | None = None,
 ) -> tuple[Path, Path]:
     """Build the artifacts and ``<name>-<version>.release.json`` (the signed manifest) in out_dir.
 
@@ -307,8 +312,11 @@ def sign_package(
     written unless every check passed. With ``recipients`` (device id → X25519 public key)
     every variant is sealed, for the release's target devices when it names some (each must
     be a recipient) or else for all of them. With ``canary`` the device judges the new
-    version on live traffic before committing it. Returns (shared artifact path, envelope
-    path).
+    version on live traffic before committing it. With ``delta_from`` (an earlier
+    ``.release.json`` whose artifacts are in ``out_dir``) each artifact also names a patch
+    from that release's (``hub.deltas``; kept only when at most ``delta_max_ratio`` of it).
+    With ``window`` devices take it only inside that maintenance window (``fleet.windows``).
+    Returns (shared artifact path, envelope path).
     """
     signer = ManifestSigner(key_paths, passphrase)
     wrapped_for = None if recipients is None else for_targets(recipients, targets or Targets())
@@ -328,6 +336,9 @@ def sign_package(
             counter=serials or ReleaseSerials(serials_path_for(key_paths[0])),
             now=now,
             canary=canary,
+            delta_from=delta_from,
+            delta_max_ratio=delta_max_ratio,
+            window=window,
         )
 
 
@@ -346,13 +357,21 @@ def _sign_archives(
     counter: ReleaseSerials,
     now: datetime | None,
     canary: ReleaseCanary | None,
+    delta_from: Path | None = None,
+    delta_max_ratio: float = DEFAULT_MAX_RATIO,
+    window: MaintenanceWindow | None = None,
 ) -> tuple[Path, Path]:
     """``sign_package`` once its archives are written (in a working folder in ``out_dir``)."""
     package, names, data = archives.package, archives.names(), archives.data()
     base = base_url.rstrip("/")
+    deltas = {}
+    if delta_from is not None:  # the patches need the archives' bytes (hub side only)
+        blobs = {key: archive.path.read_bytes() for key, archive in data.items()}
+        deltas = build_deltas(old_release(delta_from), out_dir, blobs, names, base, delta_max_ratio)
 
     def artifact(key: str) -> Artifact:
-        return Artifact(url=f"{base}/{names[key]}", size=data[key].size, sha256=data[key].sha256)
+        patch = deltas[key].delta if key in deltas else None
+        return Artifact(f"{base}/{names[key]}", data[key].size, data[key].sha256, patch)
 
     issued = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     manifest = ReleaseManifest(
@@ -370,6 +389,7 @@ def _sign_archives(
         targets=targets or Targets(),
         min_agent_version=min_agent_version,
         canary=canary,
+        window=window,
     )
     envelope = signer(manifest)
     _check_against(envelope, trust_path)
@@ -378,6 +398,8 @@ def _sign_archives(
         _check_artifact(out_dir / name, data[key], replace=replace_artifact)
     for key, name in names.items():
         _publish(out_dir / name, data[key])
+    for patch in deltas.values():
+        write_file_atomic(out_dir / patch.name, patch.data)
     write_file_atomic(envelope_path, envelope)
     return out_dir / names[SHARED], envelope_path
 

@@ -43,13 +43,14 @@ import logging
 import os
 import shutil
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import aiohttp
 import numpy as np
 
+from edgeagent import __version__
 from edgeagent.aio import spawn
 from edgeagent.engine.canary_judge import CanaryVerdict
 from edgeagent.engine.limits import UNTHROTTLED, ServingLimits
@@ -71,6 +72,7 @@ from edgeagent.updates.canary_step import (
     WaitingCanary,
 )
 from edgeagent.updates.cancels import Cancellations
+from edgeagent.updates.deltas import Deltas
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits, tls_context
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.release_memory import ReleaseMemory
@@ -84,6 +86,7 @@ from edgeagent.updates.wrapped_keys import install_wrapped_keys
 log = logging.getLogger(__name__)
 
 KILL_ENV = "EDGEAGENT_UPDATE_KILL_AT"
+AGENT_BASES = "_agent"  # delta bases of agent wheelhouses (no model name starts with "_")
 TEXT_CANARY = (
     "%s %s: a language model takes no live canary (the canary judge measures tensor "
     "requests); its golden chats are checked before it takes traffic, then it is hot-swapped"
@@ -167,8 +170,10 @@ class Installer:
         canaries: WaitingCanaries,
         cancels: Cancellations,
         limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+        before_swap: Callable[[ReleaseRef], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
+        self.before_swap = before_swap  # waits while an update lock is held (updates.locks)
         self.store = store
         self.registry = registry
         self.reporter = reporter
@@ -177,6 +182,9 @@ class Installer:
         self.cancels = cancels  # asked once more after the download, the last moment to stop
         self.limits = limits
         self.canary = CanaryStage(settings, registry, reporter, self._golden)
+        self.deltas = Deltas(
+            store.root.parent / "bases", settings.keep_delta_bases, settings.max_delta_base_bytes
+        )
 
     async def install(
         self, manifest: ReleaseManifest, variants: list[VariantArtifact], key: str, device_id: str
@@ -221,10 +229,13 @@ class Installer:
         downloads: list[Path] = []  # completed artifacts in staging, removed when done
         step = "download"
         try:
-            for artifact in (manifest.artifact, *(v.artifact for v in variants)):
-                downloads.append(await self.download(artifact, release))
+            artifacts = (manifest.artifact, *(v.artifact for v in variants))
+            downloaded = 0
+            for artifact in artifacts:
+                path, spent = await self.deltas.fetch(artifact, lambda a: self.download(a, release))
+                downloaded += spent + (0 if path else artifact.size)
+                downloads.append(path or await self.download(artifact, release))
             shared, *files = downloads
-            downloaded = manifest.artifact.size + sum(v.artifact.size for v in variants)
             self.store.advance(pending, "downloaded")
             self.reporter.progress(
                 release, "downloaded", bytes=downloaded, variants=[v.key for v in variants]
@@ -246,6 +257,8 @@ class Installer:
             installed = await asyncio.to_thread(
                 self.store.install, manifest.model, manifest.version, unpacked
             )
+            kept = list(zip(artifacts, downloads, strict=True))
+            await asyncio.to_thread(self.deltas.keep, manifest.model, manifest.version, kept)
             self._discard(downloads)
             self.store.advance(pending, "installed")
             self.reporter.progress(release, "installed")
@@ -258,6 +271,8 @@ class Installer:
                 step = "health"
                 await self._golden_text(installed, manifest.model)
 
+            if self.before_swap is not None:  # a lock taken while this downloaded
+                await self.before_swap(release)
             if policy is not None:  # the old version serves until the canary is promoted
                 step = "canary"
                 self.store.advance(pending, "canary")
@@ -391,6 +406,7 @@ class Installer:
         crash between any two steps still ends in one durable "succeeded" (recover() reports
         a raised floor as a committed install, and the reporter persists its outcomes)."""
         self.store.raise_floor(pending.model, pending.version, pending.serial)
+        self.deltas.bases.retain(pending.model, pending.version)  # the next delta's base
         self.memory.remember(key)  # a re-delivered envelope is answered, not reinstalled
         self.memory.supersede(pending.model, key)
         removed = self.store.gc(pending.model, self.settings.keep_releases)
@@ -409,6 +425,18 @@ class Installer:
         """Drop the record of a finished install: a parked canary's, or ``pending.json``."""
         if not self.canaries.finish(pending):
             self.store.clear_pending()
+
+    async def fetch(self, artifact: Artifact, release: Mapping[str, str]) -> Path:
+        """An agent release's wheelhouse: by its delta from a kept base when it can, else
+        whole; its tar is kept as the base of the next one (``updates.deltas``)."""
+        path, _spent = await self.deltas.fetch(artifact, lambda a: self.download(a, release))
+        path = path or await self.download(artifact, release)
+        version = release.get("version", "")
+        await asyncio.to_thread(
+            self.deltas.keep, AGENT_BASES, version, [(artifact, path)], copy=True
+        )
+        self.deltas.bases.retain(AGENT_BASES, version, __version__)  # the new one, and this
+        return path
 
     async def download(self, artifact: Artifact, release: ReleaseRef | Mapping[str, str]) -> Path:
         """Fetch ``artifact`` with the device's limits (an agent release names itself by a dict)."""
@@ -563,6 +591,7 @@ class Installer:
                     message += f"; swapping back failed too: {exc}"
             if pending.version != previous:
                 self.store.remove(model, pending.version)
+                self.deltas.bases.drop(model, pending.version)
             if bad:
                 self.store.mark_bad(model, pending.version)
         finally:  # whatever else failed, the next install must not find this one pending

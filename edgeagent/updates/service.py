@@ -30,6 +30,7 @@ from edgeagent.selfupdate.install import InstallSettings
 from edgeagent.selfupdate.service import AgentUpdates, SwitchSettings
 from edgeagent.updates.canary_step import recover_parked
 from edgeagent.updates.install import Activator, checkpoint
+from edgeagent.updates.locks import UpdateGate
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import ModelStore
@@ -57,6 +58,7 @@ class UpdateService:
         sources: Mapping[str, Callable[[], dict[str, Any]]],
         choose_variants: VariantChoice,
         profile: str = "",
+        gate: UpdateGate | None = None,
     ) -> None:
         self.store = ModelStore(state_dir)
         recovery = self.store.recover()
@@ -87,6 +89,7 @@ class UpdateService:
             reporter=self.reporter,
             choose_variants=choose_variants,
             limits=limits,
+            gate=gate,
         )
         if settings.agent_root is not None:
             self.updater.agent = _agent_updates(settings, self.updater)
@@ -162,7 +165,7 @@ def _agent_updates(settings: UpdateSettings, updater: Updater) -> AgentUpdates:
         ),
         device=updater.device,
         reporter=updater.reporter,
-        download=updater.installer.download,
+        download=updater.installer.fetch,
         served_models=updater.ready_models,
         check_model=updater.serves,
         checkpoint=checkpoint,

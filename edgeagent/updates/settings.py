@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from edgeagent.fleet.limits import MAX_ENVELOPE_BYTES
+from edgeagent.fleet.windows import WindowError, device_zone
 from edgeagent.sections import computed_setting, require, setting
 
 
@@ -62,6 +63,36 @@ class UpdateSettings:
         30 * 86400.0,
         "an accelerator whose probe failed here keeps its variants out of downloads this long "
         "(for the same runtime version); 0 = download them anyway",
+        "s",
+    )
+    # --- deltas (docs/fleet/deltas.md) ---
+    keep_delta_bases: bool = setting(
+        True,
+        "keep the committed release's uncompressed tars, so the next release may come as a "
+        "delta from them (one more copy of each model on disk)",
+    )
+    max_delta_base_bytes: int = setting(
+        1024 * 1024 * 1024,
+        "a base tar above this is neither kept nor patched (applying one holds it in memory)",
+        "bytes",
+    )
+    # --- update locks and maintenance windows (docs/fleet/windows-and-locks.md) ---
+    max_lock_hold_s: float = setting(
+        3600.0,
+        "longest hold a local app may ask for with POST /v1/update-lock; a lock held past it "
+        "is broken (logged)",
+        "s",
+    )
+    max_locks: int = setting(64, "update locks held at once (one per holder name)")
+    timezone: str = setting(
+        "",
+        "this device's IANA time zone for maintenance windows (e.g. Europe/Berlin); "
+        "empty = the system's local zone",
+    )
+    window_check_s: float = setting(
+        15.0,
+        "how often a deferred release re-checks its maintenance window and the locks "
+        "(it also wakes at once on a lock's release)",
         "s",
     )
     # --- state report (retained on <p>/device/<id>/state) ---
@@ -150,6 +181,23 @@ class UpdateSettings:
             require(getattr(self, key) > 0, "updates", key, "must be positive")
         for key in ("download_timeout_s", "download_gap_s", "health_timeout_s"):
             require(getattr(self, key) > 0, "updates", key, "must be positive")
+        require(
+            self.max_delta_base_bytes > 0, "updates", "max_delta_base_bytes", "must be positive"
+        )
+        require(
+            1 <= self.max_lock_hold_s <= 7 * 86400,
+            "updates",
+            "max_lock_hold_s",
+            "must be 1..604800 seconds",
+        )
+        try:
+            device_zone(self.timezone)
+        except WindowError as exc:
+            require(False, "updates", "timezone", str(exc))
+        require(1 <= self.max_locks <= 10_000, "updates", "max_locks", "must be 1..10000")
+        require(
+            0.1 <= self.window_check_s <= 60, "updates", "window_check_s", "must be 0.1..60 seconds"
+        )
         require(self.keep_releases >= 1, "updates", "keep_releases", "must be at least 1")
         require(self.golden_top_k >= 1, "updates", "golden_top_k", "must be at least 1")
         require(

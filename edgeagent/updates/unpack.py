@@ -136,6 +136,14 @@ def unpack_archive(
         raise
 
 
+def _open_tar(archive: Path, tarinfo: type[tarfile.TarInfo]) -> tarfile.TarFile:
+    """Artifacts are ``.tar.gz``; a delta's result is the uncompressed ``.tar`` it was checked
+    as (``updates.deltas``). No other compression is accepted."""
+    if archive.suffix == ".tar":
+        return tarfile.open(archive, mode="r:", tarinfo=tarinfo)
+    return tarfile.open(archive, mode="r:gz", tarinfo=tarinfo)
+
+
 def _extract(
     archive: Path, dest: Path, *, max_bytes: int, max_files: int, max_header_bytes: int
 ) -> None:
@@ -143,7 +151,7 @@ def _extract(
     total = 0
     entries = 0
     try:
-        with tarfile.open(archive, mode="r:gz", tarinfo=_bounded_tarinfo(max_header_bytes)) as tar:
+        with _open_tar(archive, _bounded_tarinfo(max_header_bytes)) as tar:
             for member in tar:
                 entries += 1
                 if entries > max_files:

@@ -40,12 +40,14 @@ from edgeagent.fleet.release_ref import ReleaseRef
 from edgeagent.fleet.signing import TrustError, VerificationError
 from edgeagent.fleet.topics import purpose_of, release_model
 from edgeagent.fleet.trust import TrustStore
+from edgeagent.fleet.windows import MaintenanceWindow, device_zone
 from edgeagent.models.names import VERSION_RE
 from edgeagent.selfupdate.service import AgentUpdates
 from edgeagent.updates.canary_step import WaitingCanaries
 from edgeagent.updates.cancels import Cancellations
 from edgeagent.updates.errors import InstallFailed
 from edgeagent.updates.install import Activator, Installer, health_check
+from edgeagent.updates.locks import UpdateGate, UpdateLocks
 from edgeagent.updates.release_memory import ReleaseMemory, handled_key
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
@@ -89,8 +91,15 @@ class Updater:
         reporter: UpdateReporter,
         choose_variants: VariantChoice,
         limits: Callable[[], ServingLimits] = lambda: UNTHROTTLED,
+        gate: UpdateGate | None = None,
     ) -> None:
         self.settings = settings
+        # maintenance windows and update locks (updates.locks); one of its own without a daemon
+        self.gate = gate or UpdateGate(
+            UpdateLocks(settings.max_lock_hold_s, settings.max_locks),
+            device_zone(settings.timezone),
+            settings.window_check_s,
+        )
         self.choose_variants = choose_variants
         self.store = store
         self.trust = trust
@@ -109,6 +118,7 @@ class Updater:
             canaries=self.canaries,
             cancels=self.cancels,
             limits=limits,
+            before_swap=lambda release: self._defer(release, None),
         )
 
     @property
@@ -229,6 +239,7 @@ class Updater:
             await self.canaries.supersede(manifest.model, newer)
             # concluded: its verdict may have come first and raised the floor, so verify again
             return await self.apply(envelope, topic, await_canary=await_canary)
+        await self._defer(manifest.ref(), manifest.window)
         concluding = await self.installer.install(
             manifest, variants, arrival.key, self.device.device_id
         )
@@ -245,7 +256,14 @@ class Updater:
             )
         if self.agent is None:
             raise TrustError(outcomes.SELF_UPDATE_OFF, "agent releases need [updates] agent_root")
+        await self._defer(ReleaseRef("edgeagent", "", "agent-release"), None)
         return await self.agent.apply(envelope, self.trust)
+
+    async def _defer(self, release: ReleaseRef, window: MaintenanceWindow | None) -> None:
+        """Wait for the release's maintenance window and for the update locks; say why."""
+        await self.gate.wait(
+            window, lambda reason: self.reporter.progress(release, "deferred", reason=reason)
+        )
 
     async def serves(self, name: str) -> None:
         """A new agent's confirmation of one model that served before its switch: it is

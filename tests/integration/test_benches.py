@@ -41,6 +41,7 @@ COVERED = {
     "bench_soak.py",
     "bench_images.py",
     "bench_update.py",
+    "bench_deltas.py",  # run by bench_update.py --deltas; its smoke test is below
     "bench_plan.py",
     "bench_instances.py",  # its smoke test: tests/integration/test_spread_bench.py
     "bench_llm.py",
@@ -307,6 +308,16 @@ def test_update_reports_publish_to_serving_and_canary(tiny_zoo: Path) -> None:
         "ratio_to_baseline",
         "median_canary_publish_to_verdict_s",
     )
+
+
+@pytest.mark.slow
+def test_update_deltas_reports_the_patch_of_a_head_retrain() -> None:
+    report = run_bench("bench_update.py --deltas --quick --rounds 1 --json")
+    case = report["head retrain, 10 new classes"]
+    zstd = case["libraries"]["zstd --patch-from"]
+    assert 0 < zstd["patch_bytes"] < case["full_bytes"]
+    assert 0 < case["signed"]["ratio"] <= 0.15  # the goal: a head retrain ships <= 15 %
+    assert_figures(zstd, "ratio", "make_s", "apply_s")
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from edgeagent.api.http.app_keys import (
     SETTINGS,
     SHARED_MEMORY,
     STATUS,
+    UPDATE_LOCKS,
     LanguagePlane,
 )
 from edgeagent.api.http.body import BodyTooSlow
@@ -37,6 +38,7 @@ from edgeagent.api.http.deepstack_routes import deepstack_routes
 from edgeagent.api.http.detect_routes import detect_routes
 from edgeagent.api.http.edge_routes import edge_routes
 from edgeagent.api.http.listener_guard import agent_guard
+from edgeagent.api.http.lock_routes import lock_routes
 from edgeagent.api.http.ollama_routes import ollama_routes
 from edgeagent.api.http.openai_routes import openai_errors, openai_routes
 from edgeagent.api.http.shm_routes import shm_routes
@@ -49,6 +51,8 @@ from edgeagent.engine.budget import Budget
 from edgeagent.engine.dataplane import DataPlane
 from edgeagent.engine.errors import ServingError
 from edgeagent.httpguard import security_headers
+from edgeagent.updates.locks import UpdateLocks
+from edgeagent.updates.settings import UpdateSettings
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +158,15 @@ def create_app(
     status: Callable[[], dict],
     shared_memory: SharedMemoryRegistry | None = None,
     language: LanguagePlane | None = None,
+    update_locks: UpdateLocks | None = None,
 ) -> web.Application:
     """The HTTP application over ``dataplane``; serve it on any listener.
 
     ``shared_memory`` is the daemon's region registry (shared with gRPC, released by the
     daemon); without one the app keeps its own and releases it on cleanup. ``language`` is the
-    language plane: given, the OpenAI and Ollama routes are served over it.
+    language plane: given, the OpenAI and Ollama routes are served over it. ``update_locks``
+    (the daemon's, which its updater waits on) serves ``/v1/update-lock``; without them the
+    app keeps its own, with the default limits.
     """
     http_metrics = HttpMetrics(metrics)
     # OpenAI's clients read their own error shape: its middleware sits inside the agent's (which
@@ -192,6 +199,9 @@ def create_app(
     app.add_routes(
         [*v2_routes(), *edge_routes(), *detect_routes(), *deepstack_routes(), *shm_routes()]
     )
+    defaults = UpdateSettings()
+    app[UPDATE_LOCKS] = update_locks or UpdateLocks(defaults.max_lock_hold_s, defaults.max_locks)
+    app.add_routes(lock_routes())
     if language is not None:
         app[LANGUAGE] = language
         app.add_routes([*openai_routes(), *ollama_routes()])

@@ -20,6 +20,7 @@ from edgeagent.engine.text_requests import (
     GenerationRequest,
     LanguageModelInfo,
 )
+from edgeagent.updates.locks import UpdateLocks
 
 
 class LanguagePlane(Protocol):
@@ -39,6 +40,7 @@ class LanguagePlane(Protocol):
 
 
 DATAPLANE = web.AppKey("dataplane", DataPlane)
+UPDATE_LOCKS = web.AppKey("update_locks", UpdateLocks)  # /v1/update-lock (updates.locks)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", CollectorRegistry)
 STATUS: web.AppKey[Callable[[], dict[str, Any]]] = web.AppKey("status")

@@ -14,6 +14,7 @@ from typing import Any
 from edgeagent.fleet.manifest import Targets
 from edgeagent.fleet.settings import MqttSettings
 from edgeagent.fleet.signing import TrustError
+from edgeagent.fleet.windows import MaintenanceWindow, WindowError
 from edgeagent.hub.keys import HubError
 
 EXIT_FAILED = 1
@@ -102,3 +103,54 @@ def release_serials(args: argparse.Namespace):
     from edgeagent.hub.serials import ReleaseSerials
 
     return None if args.serials is None else ReleaseSerials(args.serials)
+
+
+def window_arguments(parser: argparse.ArgumentParser, stages: bool = False) -> None:
+    """``--window SCHEDULE`` / ``--window-timezone TZ`` (and per stage ``--stage-window``):
+    when devices may take the release, in their local time (fleet.windows)."""
+    parser.add_argument(
+        "--window",
+        metavar="SCHEDULE",
+        help="maintenance window, e.g. 'Mon-Fri 02:00-04:00' (entries separated by ';'); a "
+        "release arriving outside it waits for it (docs/fleet/windows-and-locks.md)",
+    )
+    parser.add_argument(
+        "--window-timezone",
+        metavar="TZ",
+        help="IANA zone of the window(s), e.g. Europe/Berlin (default: each device's own)",
+    )
+    if stages:
+        parser.add_argument(
+            "--stage-window",
+            action="append",
+            default=[],
+            metavar="N=SCHEDULE",
+            help="maintenance window of stage N (1-based) only; repeat per stage",
+        )
+
+
+def release_window(
+    schedule: str | None, zone: str | None, flag: str = "--window"
+) -> MaintenanceWindow | None:
+    """The ``MaintenanceWindow`` the flags describe (None without a schedule)."""
+    if schedule is None:
+        if zone is not None:
+            raise HubError(f"--window-timezone needs {flag}")
+        return None
+    try:
+        return MaintenanceWindow(schedule, zone)
+    except WindowError as exc:
+        raise HubError(f"{flag} {schedule!r}: {exc}") from exc
+
+
+def stage_windows(args: argparse.Namespace) -> dict[int, MaintenanceWindow]:
+    """``--stage-window N=SCHEDULE`` flags as {stage number: MaintenanceWindow}."""
+    windows = {}
+    for entry in args.stage_window:
+        number, sep, schedule = entry.partition("=")
+        if not sep or not number.isdigit() or int(number) < 1:
+            raise HubError(f"--stage-window {entry!r}: must be N=SCHEDULE, N from 1")
+        window = release_window(schedule, args.window_timezone, "--stage-window")
+        assert window is not None
+        windows[int(number)] = window
+    return windows

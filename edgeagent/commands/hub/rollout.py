@@ -5,6 +5,7 @@ older release.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,8 +16,11 @@ from edgeagent.commands.hub.common import (
     emit,
     mqtt_settings,
     release_serials,
+    release_window,
     run,
     serials_argument,
+    stage_windows,
+    window_arguments,
 )
 from edgeagent.hub.keys import HubError
 from edgeagent.hub.policy import PolicyError, StagedPolicy
@@ -166,6 +170,7 @@ def add_rollout(commands: argparse._SubParsersAction) -> None:
         help="release key that signs each stage's envelope (repeat for a threshold; needed "
         "without --server, where the hub server sends the envelope as signed)",
     )
+    window_arguments(parser, stages=True)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     broker_arguments(parser)
 
@@ -178,6 +183,12 @@ def add_rollout(commands: argparse._SubParsersAction) -> None:
             raise HubError("--release-key is required (it signs each stage's envelope)")
         policy = rollout_policy(args)
         _envelope, manifest = read_release(args.release, args.trust)
+        if args.window_timezone and not (args.window or args.stage_window):
+            raise HubError("--window-timezone needs --window or --stage-window")
+        if args.window:  # the whole rollout's, unless a stage has its own
+            window = release_window(args.window, args.window_timezone)
+            manifest = dataclasses.replace(manifest, window=window)
+        windows = stage_windows(args)
         say = (lambda line: None) if args.json else (lambda line: print(line, flush=True))
         signer = ManifestSigner(args.keys)
         report = await rollout(
@@ -189,6 +200,7 @@ def add_rollout(commands: argparse._SubParsersAction) -> None:
             policy=policy,
             devices=args.device,
             progress=say,
+            windows=windows,
         )
         data = report.to_dict()
         verdict = f"ABORTED: {report.reason}" if report.aborted else "completed"

@@ -11,8 +11,10 @@ from edgeagent.commands.hub.common import (
     emit,
     release_serials,
     release_targets,
+    release_window,
     run,
     serials_argument,
+    window_arguments,
 )
 from edgeagent.fleet.release_canary import ReleaseCanary
 from edgeagent.hub.keys import HubError
@@ -94,6 +96,21 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
         "committing it: share, min_requests, max_error_rate, max_p99_ratio, max_seconds "
         "(e.g. share=0.1,min_requests=200); a key left out takes the device's default",
     )
+    parser.add_argument(
+        "--delta-from",
+        type=Path,
+        metavar="RELEASE_JSON",
+        help="also publish patches from this earlier release's artifacts (in --out; with "
+        "--agent an earlier agent release): devices holding it download only the patch "
+        "(docs/fleet/deltas.md); needs agents that read deltas",
+    )
+    parser.add_argument(
+        "--delta-max-ratio",
+        type=float,
+        default=0.8,
+        help="offer a patch only when at most this fraction of its full artifact",
+    )
+    window_arguments(parser)
     serials_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -120,6 +137,9 @@ def add_sign(commands: argparse._SubParsersAction) -> None:
             serials=release_serials(args),
             recipients=recipients,
             canary=None if args.canary is None else _canary(args.canary),
+            delta_from=args.delta_from,
+            window=release_window(args.window, args.window_timezone),
+            delta_max_ratio=args.delta_max_ratio,
         )
         data = {"artifact": str(artifact), "release": str(envelope)}
         emit(args, data, f"artifact {artifact}\nrelease  {envelope}")
@@ -133,8 +153,8 @@ def _sign_agent(args: argparse.Namespace) -> int:
     from edgeagent.fleet.agent_manifest import this_platform
     from edgeagent.hub.agent_release import sign_agent_release
 
-    if args.encrypt or args.canary is not None:
-        raise HubError("--encrypt and --canary are for model releases, not --agent")
+    if args.encrypt or args.canary is not None or args.window:
+        raise HubError("--encrypt, --canary and --window are for model releases, not --agent")
     wheelhouses = {args.platform or this_platform(): args.package}
     for entry in args.wheelhouse:
         tag, sep, directory = entry.partition("=")
@@ -152,6 +172,8 @@ def _sign_agent(args: argparse.Namespace) -> int:
         deployment_id=args.deployment_id,
         serials=release_serials(args),
         trust_path=args.trust,
+        delta_from=args.delta_from,
+        delta_max_ratio=args.delta_max_ratio,
     )
     emit(args, {"release": str(envelope)}, f"agent release {envelope}")
     return 0
