@@ -47,7 +47,7 @@ from edgeagent.engine.language.plane import LanguagePlane
 from edgeagent.engine.limits import ServingLimits
 from edgeagent.engine.metrics import EngineMetrics, new_registry
 from edgeagent.engine.plan import plan_request
-from edgeagent.engine.planes import Planes, language_variants, split_text
+from edgeagent.engine.planes import split_text
 from edgeagent.engine.registry import ModelRegistry
 from edgeagent.engine.serving import ModelFactory
 from edgeagent.fleet.topics import Topics
@@ -64,7 +64,7 @@ from edgeagent.paths import default_models_dir
 from edgeagent.sdnotify import Notifier
 from edgeagent.sections import ConfigError
 from edgeagent.streams.service import StreamsService
-from edgeagent.updates.locks import UpdateGate, UpdateLocks
+from edgeagent.updates.locks import UpdateLocks
 
 log = logging.getLogger(__name__)
 # Config fields a SIGHUP applies; a change to any other is reported as needing a restart.
@@ -180,39 +180,20 @@ class Daemon:
         # /v1/update-lock: served even with updates off, so an app's lock calls never fail
         self.update_locks = UpdateLocks(config.updates.max_lock_hold_s, config.updates.max_locks)
         if config.updates.enabled:  # recovers a half-done install before any model loads
-            from edgeagent.fleet.windows import device_zone
-            from edgeagent.hardware.choose import release_variants
-            from edgeagent.updates.service import UpdateService
+            from edgeagent.updates.assemble import assemble_updates
 
-            profile = self.accelerators.profile
-            planes = Planes(self.registry, self.language)  # each release to its plane
-            settings = config.updates
-            gate = UpdateGate(
-                self.update_locks, device_zone(settings.timezone), settings.window_check_s
-            )
-
-            self.updates = UpdateService(
+            self.updates = assemble_updates(
                 config.updates,
                 config.mqtt,
                 state_dir=config.agent.state_dir,
                 device_id=config.agent.device_id or socket.gethostname(),
-                registry=planes,
+                registry=self.registry,
+                language=self.language,
+                accelerators=self.accelerators,
+                locks=self.update_locks,
                 metrics=self.metrics,
                 limits=self.limits_provider,
-                sources={**self.status_providers, "models": planes.status},
-                choose_variants=lambda available: (
-                    language_variants(available)
-                    or release_variants(
-                        profile,
-                        available,
-                        cpu_fallback=config.updates.cpu_fallback_variant,
-                        failed=self.accelerators.failed_candidates(
-                            config.updates.failed_probe_memory_s
-                        ),
-                    )
-                ),
-                profile=profile.name,
-                gate=gate,
+                sources=self.status_providers,
             )
             self.services.append(self.updates)
             self.status_providers["updates"] = self.updates.status
