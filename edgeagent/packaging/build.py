@@ -20,6 +20,11 @@ from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.feeds import golden_inputs, one_feed_record, tensor_samples, write_feeds
 from edgeagent.packaging.images import Samples, load_samples
 from edgeagent.packaging.manifest import describe
+from edgeagent.packaging.mindspore_source import (
+    check_against_mindspore,
+    export_mindspore,
+    is_mindspore_source,
+)
 from edgeagent.packaging.options import (
     LogicalModel,
     PackageOptions,
@@ -27,6 +32,7 @@ from edgeagent.packaging.options import (
     logical_model,
 )
 from edgeagent.packaging.probabilities import wants_softmax
+from edgeagent.packaging.pruning import check_prune, figures_json, prune_job, prune_source
 from edgeagent.packaging.self_described import fixed_outputs, head_of, letterboxed, read_self
 from edgeagent.packaging.sources import SourceModel, read_source
 from edgeagent.packaging.stateful import sequence_of
@@ -70,6 +76,7 @@ def build_package(
     A failed build leaves nothing at ``out``.
     """
     started = time.perf_counter()
+    check_prune(sources, options)
     if out.exists() and any(out.iterdir()):
         raise PackagingError(f"{out}: already exists and is not empty: pass a new --out directory")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +98,13 @@ def build_package(
         head = head_of(found, logical)
         name = options.name or default_name(reference.path)
         source = _pinned(reference, logical, work)
+        data, what = _heldout(options, preprocess, logical, labels)
+        pruning = None  # --prune: the variants come from the pruned network that passed
+        if options.prune:
+            finetune = _finetune_data(options, preprocess, logical, labels)
+            job = prune_job(sources[0], options, logical.inputs[0].shape, data, finetune)
+            pruned, pruning = prune_source(job, source, work, progress)
+            source = pruned or source
         made, failed = _variants(
             models,
             reference,
@@ -103,7 +117,6 @@ def build_package(
             options,
             progress,
         )
-        data, what = _heldout(options, preprocess, logical, labels)
         feeds_path = work / "heldout.npz"
         write_feeds(feeds_path, logical, data)  # every input; a stack of feeds unless it batches
         names = ([t.name for t in logical.inputs], [t.name for t in logical.outputs])
@@ -121,6 +134,11 @@ def build_package(
             task=logical.task,
             head=head,
         )
+        framework = None  # a framework's own answers where its export is the reference
+        if is_mindspore_source(sources[0], options.weights):
+            framework = check_against_mindspore(
+                sources[0], options.weights, feeds_path, names, ref_outputs, work, progress
+            )
         if logical.task == "detection":
             logical = fixed_outputs(logical, ref_outputs)  # [-1, 22, -1] would read as 1 class
         if logical.task == "classification":  # probabilities already: no second softmax
@@ -182,6 +200,8 @@ def build_package(
                     "thresholds": asdict(rules),
                     "detector": found.detector.what if found.detector is not None else None,
                     "reference": reference_figures,
+                    "framework": framework,
+                    "pruning": None if pruning is None else figures_json(pruning),
                     "variants": as_json(reports),
                 },
                 indent=2,
@@ -203,6 +223,9 @@ def _state_words(state: str, pairs: tuple[tuple[str, str], ...]) -> str:
 
 
 def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) -> SourceModel:
+    if is_mindspore_source(spec, options.weights):  # MindSpore's exporter in .venv-ms
+        size, channels = options.input_size, options.channels
+        return read_source(export_mindspore(spec, options.weights, size, channels, work, progress))
     if ".py:" in spec:
         from edgeagent.packaging.torch_export import export_factory
 
@@ -388,6 +411,20 @@ def _heldout(
     shape = tuple(1 if d == -1 else d for d in logical.inputs[0].shape)
     noise = np.random.default_rng(0).standard_normal((32, *shape[1:])).astype(np.float32)
     return Samples(noise, None), "seeded noise (no --heldout or --calibration given)"
+
+
+def _finetune_data(
+    options: PackageOptions,
+    preprocess: Preprocess | None,
+    logical: LogicalModel,
+    labels: Path | None,
+) -> Samples | None:
+    """--calibration's labelled rows for --prune-epochs (never the validation data)."""
+    if not options.prune_epochs or options.calibration is None:  # check_prune: both or none
+        return None
+    names, shape = _label_names(labels), logical.inputs[0].shape
+    limit = options.max_images
+    return load_samples(options.calibration, preprocess, "--calibration", limit, names, shape)
 
 
 def _golden(
