@@ -143,18 +143,17 @@ class SequenceStore:
                 f"itself: leave out input(s) {', '.join(given)}"
             )
         await self._evict_idle()
-        live = await self._enter(control)
-        live.waiting += 1
+        live = await self._enter(control)  # counted in live.waiting, its lock held
         try:
-            async with live.lock:
-                if live.ended:  # restarted or evicted while this request waited its turn
-                    raise InvalidInput(self._not_live(control))
-                answer = await self._step(live, feeds, run)
-                live.last_used = self._clock()
-                if control.end:
-                    await self._drop(control.id, live)
-                return answer
+            if live.ended:  # restarted or evicted while this request waited its turn
+                raise InvalidInput(self._not_live(control))
+            answer = await self._step(live, feeds, run)
+            live.last_used = self._clock()
+            if control.end:
+                await self._drop(control.id, live)
+            return answer
         finally:
+            live.lock.release()
             live.waiting -= 1
             if live.ended and live.waiting == 0:
                 await self._release(live)
@@ -187,10 +186,19 @@ class SequenceStore:
         return await run(feeds)
 
     async def _enter(self, control: SequenceControl) -> _Live:
+        """The request's sequence, its lock acquired (in arrival order) and the request counted
+        in ``waiting``; a start holds the fresh sequence's lock before anyone can see it, so a
+        next request never runs before the first one's session has opened."""
         live = self._live.get(control.id)
         if not control.start:
             if live is None:
                 raise InvalidInput(self._not_live(control))
+            live.waiting += 1
+            try:
+                await live.lock.acquire()
+            except BaseException:
+                live.waiting -= 1
+                raise
             return live
         if live is not None:  # a start on a live id begins the stream again
             await self._drop(control.id, live)
@@ -202,17 +210,19 @@ class SequenceStore:
                 f"{self.idle_timeout_s:g}",
                 retry_after=max(1, round(self.idle_timeout_s)),
             )
-        fresh = _Live(self._clock())
+        fresh = _Live(self._clock(), waiting=1)
+        await fresh.lock.acquire()  # free: nobody else knows this sequence yet
         self._live[control.id] = fresh  # claimed before the fork: the bound holds meanwhile
         if self.spec.state == "variables":
             assert self._fork is not None
             try:
                 fresh.session = await self._fork()
             except BaseException:
-                self._live.pop(control.id, None)
+                if self._live.get(control.id) is fresh:
+                    del self._live[control.id]
+                fresh.lock.release()
+                fresh.waiting -= 1
                 raise
-            if fresh.ended:  # dropped while its session opened
-                await self._release(fresh)
         return fresh
 
     def _not_live(self, control: SequenceControl) -> str:
