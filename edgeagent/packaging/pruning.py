@@ -32,6 +32,9 @@ import numpy as np
 
 from edgeagent.packaging.errors import PackagingError
 
+# Kept channel counts are multiples of this: CPU kernels vectorise over 8 channels (AVX2
+# floats), so 0.3 of 32 channels kept as 22 would run barely faster than 32.
+ROUND_TO = 8
 MIN_SPEEDUP = 1.05  # below this a "faster" pruned network is within timing noise
 ROUNDS = 5  # alternating timing rounds (reference, pruned, reference, …)
 RUNS_PER_ROUND = 20
@@ -187,6 +190,7 @@ def prune_network(network: Any, shape: tuple[int, ...], ratio: float) -> Any:
         importance=tp.importance.GroupMagnitudeImportance(p=2),
         pruning_ratio=ratio,
         ignored_layers=heads,
+        round_to=ROUND_TO,
     )
     pruner.step()
     return model
