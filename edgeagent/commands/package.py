@@ -163,7 +163,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma list of {', '.join(VARIANT_NAMES)} (default "
         f"{','.join(DEFAULT_VARIANTS)}, plus int8 with --calibration)",
     )
-    parser.add_argument("--weights", type=Path, help="PyTorch state_dict for file.py:factory")
+    parser.add_argument(
+        "--weights",
+        type=Path,
+        help="file.py:factory's weights: a PyTorch state_dict, or a MindSpore .ckpt",
+    )
+    parser.add_argument(
+        "--prune",
+        type=_numbers,
+        metavar="RATIO[,RATIO…]",
+        help="PyTorch sources: remove this share of channels (torch-pruning); the largest ratio "
+        "that passes validation and runs faster here is packaged",
+    )
+    parser.add_argument(
+        "--prune-epochs",
+        type=int,
+        default=0,
+        help="fine-tune each pruned network this many epochs on --calibration (labelled)",
+    )
     parser.add_argument("--channels", type=int, default=3, help="input channels of file.py:factory")
     for flag, what in (("inputs", "input"), ("outputs", "output")):
         parser.add_argument(
@@ -306,6 +323,8 @@ def run(args: argparse.Namespace) -> int:
         resize_filter=args.resize_filter,
         variants=args.variants or (),
         weights=args.weights,
+        prune=args.prune or (),
+        prune_epochs=args.prune_epochs,
         channels=args.channels,
         tf_inputs=args.tf_inputs or (),
         tf_outputs=args.tf_outputs or (),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,6 +25,7 @@ from edgeagent.engine.hooks import Hooks, InferenceEvent
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datatype_of
+from edgeagent.engine.sequences import sequence_control
 from edgeagent.engine.serving import LoadedModel
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.heap import release_free_memory
@@ -278,6 +279,7 @@ class DataPlane:
         metadata advertises, whatever precision the variant computed in.
         """
         model = self.model(name, version)
+        control = sequence_control(request.parameters)
         chosen = select_outputs(request, model.package)
         options = infer_options(request, self.settings)
         kwargs: dict[str, Any] = {}
@@ -285,7 +287,22 @@ class DataPlane:
             kwargs["priority"] = options.priority
         if options.timeout_s is not None:
             kwargs["timeout_s"] = options.timeout_s
-        results = await model.infer(request.inputs, **kwargs)
+
+        async def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return await model.infer(feeds, **kwargs)
+
+        if model.sequences is not None:  # a stateful model: each stream its own state
+            if control is not None and request.outputs is None:
+                hidden = model.sequences.hidden_outputs()  # kept here, fed back
+                chosen = [spec for spec in chosen if spec.name not in hidden]
+            results = await model.sequences.infer(control, request.inputs, run)
+        elif control is not None:
+            raise InvalidInput(
+                f"model {model.package.name!r} keeps no state between requests: leave out "
+                "parameters.sequence_id"
+            )
+        else:
+            results = await run(request.inputs)
         return InferenceResponse(
             model_name=model.package.name,
             model_version=model.version,

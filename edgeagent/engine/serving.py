@@ -8,6 +8,7 @@ caches itself (MLServer keeps its registry just as ignorant of its runtimes' int
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 
@@ -20,9 +21,11 @@ from edgeagent.engine.gate import DeviceGate, LimitsProvider
 from edgeagent.engine.limits import UNTHROTTLED
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.plan import ServingPlan, serving_plan
+from edgeagent.engine.sequences import SequenceStore
 from edgeagent.engine.settings import EngineSettings
 from edgeagent.engine.stats import ModelStats
 from edgeagent.models.package import ModelPackage
+from edgeagent.models.sequence_table import SequenceSpec
 from edgeagent.runtimes.base import Session
 
 
@@ -52,6 +55,8 @@ class LoadedModel:
         # Set when a newer version replaced this one: a request that looked this version up
         # just before the swap is answered by the successor instead of failing.
         self.successor: LoadedModel | None = None
+        # A stateful model's live sequences (engine.sequences); None for a stateless one.
+        self.sequences: SequenceStore | None = None
         # Called after each request this version finished, answered or failed (on the event
         # loop): how the registry judges a canary without doing it inside a lookup.
         self.on_request_done: list[Callable[[], None]] = []
@@ -115,6 +120,8 @@ class LoadedModel:
     async def close(self, drain_timeout_s: float) -> None:
         """Answer what is queued (within the time-out), then release the session."""
         await self._batcher.close(drain_timeout_s)
+        if self.sequences is not None:
+            await self.sequences.close()
         await asyncio.get_running_loop().run_in_executor(None, self.session.close)
 
 
@@ -191,7 +198,42 @@ class ModelFactory:
         size = self._settings.cache_size
         size = package.serving.cache_size if size is None else size
         cache = ResultCache(size) if size > 0 else None
-        return LoadedModel(package, session, batcher, cache, stats, self._metrics, plan)
+        model = LoadedModel(package, session, batcher, cache, stats, self._metrics, plan)
+        if package.sequence is not None:
+            model.sequences = self._sequences(package, package.sequence, session)
+        return model
+
+    def _sequences(
+        self, package: ModelPackage, spec: SequenceSpec, session: Session
+    ) -> SequenceStore:
+        """The live-sequence store of a stateful model: forked sessions (state inside the
+        runtime) run on the shared worker threads through the device gate, like batches."""
+        loop = asyncio.get_running_loop()
+
+        async def fork() -> Session:
+            return await loop.run_in_executor(self._executor, session.fork)
+
+        async def run_on(own: Session, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            device = backend_of(own)[1]
+            await self._gate.acquire(self._limits, device)
+            started = time.perf_counter()
+            try:
+                return await loop.run_in_executor(self._executor, own.run, feeds)
+            finally:
+                await self._gate.release(device, time.perf_counter() - started)
+
+        async def close(own: Session) -> None:
+            await loop.run_in_executor(self._executor, own.close)
+
+        return SequenceStore(
+            package,
+            spec,
+            max_sequences=self._settings.max_sequences,
+            idle_timeout_s=self._settings.sequence_idle_timeout_s,
+            fork=fork,
+            run_on=run_on,
+            close_session=close,
+        )
 
 
 def _ahead(plan: ServingPlan | None, worker_threads: int) -> int:

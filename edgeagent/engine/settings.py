@@ -87,6 +87,17 @@ class EngineSettings:
     canary_max_p99_ratio: float = setting(
         1.5, "a canary whose p99 latency / the stable version's p99 is above this is rolled back"
     )
+    max_sequences: int = setting(
+        64,
+        "live sequences per stateful model version (a stream's state, or for state inside the "
+        "runtime a session of its own, is kept per sequence); a sequence_start beyond it gets 429",
+    )
+    sequence_idle_timeout_s: float = setting(
+        60.0,
+        "a stateful model's sequence with no request for this long is evicted (its state "
+        "dropped) when the model's next request arrives",
+        "s",
+    )
     latency_samples: int = setting(
         2048,
         "answered-request latencies kept per model version (rings) for a canary's p99 and the "
@@ -134,6 +145,18 @@ class EngineSettings:
             "server",
             "plan_disagreement",
             "must be in (0, 1]",
+        )
+        require(
+            1 <= self.max_sequences <= 100_000,
+            "server",
+            "max_sequences",
+            "must be between 1 and 100000",
+        )
+        require(
+            self.sequence_idle_timeout_s > 0,
+            "server",
+            "sequence_idle_timeout_s",
+            "must be positive",
         )
         require(self.default_priority >= 1, "server", "default_priority", "must be at least 1")
         require(

@@ -159,6 +159,14 @@ class ResilientSession(Session):
             return outputs
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def fork(self) -> Session:
+        """A fresh session on the backend that serves now (runtime state of its own)."""
+        lease = self._acquire()
+        try:
+            return lease.session.fork()
+        finally:
+            self._release(lease)
+
     @property
     def closed(self) -> bool:
         return self._closed

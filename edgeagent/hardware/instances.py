@@ -125,6 +125,9 @@ class InstanceGroup(Session):
     def instances(self) -> int:
         return len(self.sessions)
 
+    def fork(self) -> Session:
+        return self.first.fork()
+
     @property
     def first(self) -> Session:
         return self.sessions[0]

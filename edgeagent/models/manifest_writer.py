@@ -33,6 +33,7 @@ from edgeagent.models.package import (
     file_sha256,
     load_package,
 )
+from edgeagent.models.sequence_table import SequenceSpec
 
 MANIFEST = "model.toml"
 _BARE_KEY = re.compile(r"\A[A-Za-z0-9_-]+\Z")
@@ -76,6 +77,7 @@ class Manifest:
     serving: ServingHints | None = None
     detection: DetectionHead | None = None
     anchors: str | None = None  # an SSD head's anchors: a .npy file inside the package
+    sequence: SequenceSpec | None = None  # a stateful model: how its state is kept
     # Besides model.toml and the variant files, what devices need; the files named above
     # (labels, golden, anchors) are added. None: undeclared (the hub ships every other file).
     device_files: tuple[str, ...] | None = None
@@ -134,6 +136,8 @@ def manifest_table(manifest: Manifest, root: Path) -> dict[str, Any]:
             "max_queue_delay_ms": manifest.serving.max_queue_delay_ms,
             "cache_size": manifest.serving.cache_size,
         }
+    if manifest.sequence is not None:
+        table["sequence"] = manifest.sequence.table()
     table["variant"] = [
         {
             "runtime": v.runtime,

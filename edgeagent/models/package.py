@@ -27,6 +27,7 @@ from edgeagent.models.names import version_tuple as version_tuple
 
 # The error, the table accessors and the [serving] table have modules of their own; the reader
 # re-exports what its importers name.
+from edgeagent.models.sequence_table import SequenceSpec, read_sequence
 from edgeagent.models.serving_hints import MAX_SPREAD as MAX_SPREAD
 from edgeagent.models.serving_hints import ServingHints, read_serving
 from edgeagent.models.serving_hints import spread_problem as spread_problem
@@ -108,6 +109,7 @@ class ModelPackage:
     named_files: tuple[Path, ...] = ()  # what model.toml names besides variants: labels, …
     text: TextSpec | None = None  # a language model's [text] table (tasks TEXT_TASKS)
     capture: CaptureHints = field(default_factory=CaptureHints)  # [capture]: may it be sampled
+    sequence: SequenceSpec | None = None  # a stateful model's [sequence] table
 
     @property
     def input_layout(self) -> str:
@@ -185,6 +187,7 @@ def _load(root: Path) -> ModelPackage:
             "detection",
             "device_files",
             "capture",
+            "sequence",
         }
     )
     name, version = _identity(top)
@@ -196,6 +199,7 @@ def _load(root: Path) -> ModelPackage:
     preprocess = read_preprocess(manifest, top.get("preprocess", dict, None), inputs)
     postprocess = read_postprocess(manifest, top.get("postprocess", dict, {}))
     serving = read_serving(manifest, top.get("serving", dict, {}))
+    sequence = read_sequence(manifest, top.get("sequence", dict, None), inputs, outputs)
 
     labels: tuple[str, ...] = ()
     labels_name = top.get("labels", str, None)
@@ -256,6 +260,7 @@ def _load(root: Path) -> ModelPackage:
         device_files=device_files,
         named_files=tuple(named.values()),
         capture=capture,
+        sequence=sequence,
     )
 
 

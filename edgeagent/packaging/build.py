@@ -20,6 +20,11 @@ from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.feeds import golden_inputs, one_feed_record, tensor_samples, write_feeds
 from edgeagent.packaging.images import Samples, load_samples
 from edgeagent.packaging.manifest import describe
+from edgeagent.packaging.mindspore_source import (
+    check_against_mindspore,
+    export_mindspore,
+    is_mindspore_source,
+)
 from edgeagent.packaging.options import (
     LogicalModel,
     PackageOptions,
@@ -27,6 +32,7 @@ from edgeagent.packaging.options import (
     logical_model,
 )
 from edgeagent.packaging.probabilities import wants_softmax
+from edgeagent.packaging.pruning import check_prune, figures_json, prune_job, prune_source
 from edgeagent.packaging.self_described import (
     answered_outputs,
     head_of,
@@ -34,6 +40,7 @@ from edgeagent.packaging.self_described import (
     read_self,
 )
 from edgeagent.packaging.sources import SourceModel, read_source
+from edgeagent.packaging.stateful import sequence_of
 from edgeagent.packaging.task_checks import Head, Thresholds, golden_boxes_record
 from edgeagent.packaging.task_guess import embedding_or_classifier, served_as_detector
 from edgeagent.packaging.tensorflow_export import is_tensorflow_source
@@ -76,6 +83,7 @@ def build_package(
     A failed build leaves nothing at ``out``.
     """
     started = time.perf_counter()
+    check_prune(sources, options)
     if out.exists() and any(out.iterdir()):
         raise PackagingError(f"{out}: already exists and is not empty: pass a new --out directory")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -95,12 +103,22 @@ def build_package(
         found = read_self(reference, options, progress)  # metadata names, imgsz, detector head
         options, rules = found.options, thresholds or Thresholds()
         logical = logical_model(reference, options)
+        sequence = sequence_of(reference)  # served per client stream (engine.sequences)
+        if sequence is not None:
+            progress(f"stateful model: state in {_state_words(sequence.state, sequence.pairs)}")
         preprocess = letterboxed(_preprocess(reference, logical, options), found, options)
         labels = _labels(options, logical, found.names, work)
         head = head_of(found, logical)
         logical = served_as_detector(logical, head, preprocess, asked_task, found, progress)
         name = options.name or default_name(reference.path)
         source = _pinned(reference, logical, work)
+        data, what = _heldout(options, preprocess, logical, labels)
+        pruning = None  # --prune: the variants come from the pruned network that passed
+        if options.prune:
+            finetune = _finetune_data(options, preprocess, logical, labels)
+            job = prune_job(sources[0], options, logical.inputs[0].shape, data, finetune)
+            pruned, pruning = prune_source(job, source, work, progress)
+            source = pruned or source
         made, failed = _variants(
             models,
             reference,
@@ -113,7 +131,6 @@ def build_package(
             options,
             progress,
         )
-        data, what = _heldout(options, preprocess, logical, labels)
         feeds_path = work / "heldout.npz"
         write_feeds(feeds_path, logical, data)  # every input; a stack of feeds unless it batches
         names = ([t.name for t in logical.inputs], [t.name for t in logical.outputs])
@@ -133,6 +150,11 @@ def build_package(
             reference_precision=reference.precision,
             repeats=options.timing_runs,
         )
+        framework = None  # a framework's own answers where its export is the reference
+        if is_mindspore_source(sources[0], options.weights):
+            framework = check_against_mindspore(
+                sources[0], options.weights, feeds_path, names, ref_outputs, work, progress
+            )
         logical = answered_outputs(logical, ref_outputs)  # not the file's declaration
         if logical.task == "classification":  # probabilities already: no second softmax
             first = ref_outputs[logical.outputs[0].name]
@@ -154,13 +176,17 @@ def build_package(
             if not report.kept:
                 for path in item.files:
                     path.unlink(missing_ok=True)
-        golden = _golden(logical, data.inputs, ref_outputs, outputs, reports, head)
-        np.savez(
-            staging / "golden.npz",
-            allow_pickle=False,
-            **golden_inputs(logical, data, golden["rows"]),
-            **golden["record"],
-        )
+        # State inside the runtime: a shared session's answers depend on what it ran before,
+        # so no golden record can hold for it (a health check runs it from any state).
+        golden_file = None if sequence is not None and sequence.state == "variables" else "golden"
+        if golden_file is not None:
+            golden = _golden(logical, data.inputs, ref_outputs, outputs, reports, head)
+            np.savez(
+                staging / "golden.npz",
+                allow_pickle=False,
+                **golden_inputs(logical, data, golden["rows"]),
+                **golden["record"],
+            )
         if labels is not None:
             shutil.copyfile(labels, staging / "labels.txt")
         write_manifest(  # read back as the agent will: a bad package fails here, naming the field
@@ -172,10 +198,11 @@ def build_package(
                 logical=logical,
                 preprocess=preprocess,
                 labels="labels.txt" if labels is not None else None,
-                golden="golden.npz",
+                golden=None if golden_file is None else "golden.npz",
                 variants=kept,
                 root=staging,
                 detection=head.head if head is not None else None,
+                sequence=sequence,
             ),
         )
         reference_figures = {
@@ -195,6 +222,8 @@ def build_package(
                     "thresholds": asdict(rules),
                     "detector": found.detector.what if found.detector is not None else None,
                     "reference": reference_figures,
+                    "framework": framework,
+                    "pruning": None if pruning is None else figures_json(pruning),
                     "variants": as_json(reports),
                 },
                 indent=2,
@@ -209,7 +238,16 @@ def build_package(
     return Result(out, reports, reference_figures, seconds, what)
 
 
+def _state_words(state: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    if state == "variables":
+        return "the runtime's resource variables (one session per sequence)"
+    return ", ".join(f"{i} <- {o}" for i, o in pairs) + " (fed back per sequence)"
+
+
 def _source(spec: str, options: PackageOptions, work: Path, progress: Progress) -> SourceModel:
+    if is_mindspore_source(spec, options.weights):  # MindSpore's exporter in .venv-ms
+        size, channels = options.input_size, options.channels
+        return read_source(export_mindspore(spec, options.weights, size, channels, work, progress))
     if ".py:" in spec:
         from edgeagent.packaging.torch_export import export_factory
 
@@ -409,6 +447,20 @@ def _heldout(
     shape = tuple(1 if d == -1 else d for d in logical.inputs[0].shape)
     noise = np.random.default_rng(0).standard_normal((32, *shape[1:])).astype(np.float32)
     return Samples(noise, None), "seeded noise (no --heldout or --calibration given)"
+
+
+def _finetune_data(
+    options: PackageOptions,
+    preprocess: Preprocess | None,
+    logical: LogicalModel,
+    labels: Path | None,
+) -> Samples | None:
+    """--calibration's labelled rows for --prune-epochs (never the validation data)."""
+    if not options.prune_epochs or options.calibration is None:  # check_prune: both or none
+        return None
+    names, shape = _label_names(labels), logical.inputs[0].shape
+    limit = options.max_images
+    return load_samples(options.calibration, preprocess, "--calibration", limit, names, shape)
 
 
 def _golden(

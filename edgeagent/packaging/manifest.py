@@ -9,6 +9,7 @@ from pathlib import Path
 from edgeagent.models.detection_head import DetectionHead
 from edgeagent.models.manifest_writer import Manifest, VariantFiles
 from edgeagent.models.package import Postprocess, Preprocess, ServingHints
+from edgeagent.models.sequence_table import SequenceSpec
 from edgeagent.packaging.options import LogicalModel
 from edgeagent.packaging.variants import Made
 
@@ -28,6 +29,7 @@ def describe(
     variants: Sequence[Made],
     root: Path,
     detection: DetectionHead | None = None,
+    sequence: SequenceSpec | None = None,
 ) -> Manifest:
     """The package of ``variants`` (files relative to ``root``).
 
@@ -52,6 +54,7 @@ def describe(
         if logical.task == "classification"
         else None,
         detection=detection,
+        sequence=sequence,
         # Never more rows a run than the model takes: a fixed batch is served one at a time.
         serving=None if logical.batches else ServingHints(max_batch_size=1),
         variants=tuple(

@@ -40,6 +40,8 @@ class PackageOptions:
     channels: int = 3  # image channels of a PyTorch source (the module does not say)
     tf_inputs: tuple[str, ...] = ()  # a TensorFlow graph's input nodes where discovery cannot tell
     tf_outputs: tuple[str, ...] = ()  # ... and its output nodes (see packaging.tensorflow_export)
+    prune: tuple[float, ...] = ()  # --prune: channel ratios to try (packaging.pruning)
+    prune_epochs: int = 0  # fine-tuning epochs of a pruned network on --calibration
     calibration: Path | None = None
     calibration_method: str = "minmax"
     reduce_range: str = "auto"  # auto | on | off

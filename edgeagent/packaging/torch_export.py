@@ -14,7 +14,6 @@ from any directory. The error message names that path.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ if __package__ in (None, ""):  # run by path: the checkout (or site-packages) ho
 import numpy as np
 
 from edgeagent.packaging.errors import PackagingError
+from edgeagent.packaging.factories import import_factory
 
 ONNX_OPSET = 18  # the exporter's native opset: no lossy version conversion; ORT ≥ 1.14 reads it
 
@@ -66,14 +66,7 @@ def load_factory(spec: str, weights: Path | None) -> Any:
             "Python that has torch (e.g. .venv-build), from any directory, and package the "
             ".onnx it writes"
         ) from exc
-    module_spec = importlib.util.spec_from_file_location(path.stem, path)
-    if module_spec is None or module_spec.loader is None:
-        raise PackagingError(f"{path}: cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    make = getattr(module, factory, None)
-    if not callable(make):
-        raise PackagingError(f"{path}: has no callable {factory!r}")
+    make = import_factory(spec)
     model = make()
     if weights is not None:
         if not weights.is_file():

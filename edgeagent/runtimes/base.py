@@ -100,6 +100,12 @@ class Session(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most runtimes free on GC
         """Release native resources now rather than at garbage collection."""
 
+    def fork(self) -> Session:
+        """A fresh session of the same files on the same device, sharing no state with this
+        one: a model whose state lives inside the runtime (TFLite resource variables) gets one
+        per client sequence. Runtimes that keep no state between runs need not offer it."""
+        raise RuntimeLoadError(f"{self.runtime} cannot open a second session of this model")
+
 
 class Backend(Protocol):
     """Where a session runs, in the profile's words."""

@@ -80,11 +80,24 @@ def _dequantize(values: np.ndarray, detail: Mapping[str, Any]) -> np.ndarray:
     return ((values.astype(np.float32) - zero_point) * scale).astype(np.float32)
 
 
+VARIABLE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE"})
+
+
+def holds_variables(interpreter: Any) -> bool:
+    """Whether the graph keeps state in resource variables between invokes."""
+    try:
+        ops = interpreter._get_ops_details()
+    except (AttributeError, RuntimeError, ValueError):  # an older tflite_runtime: assume not
+        return False
+    return any(op.get("op_name") in VARIABLE_OPS for op in ops)
+
+
 class LiteRTSession(Session):
     runtime = "litert"
 
     def __init__(self, interpreter: Any, request: LoadRequest, device: str) -> None:
         self._interpreter = interpreter
+        self._request = request  # what fork() loads again
         self._layout = request.layout
         self._lock = threading.Lock()  # an Interpreter must not be entered by two threads
         self.device = device
@@ -96,7 +109,9 @@ class LiteRTSession(Session):
             [d["name"] for d in self._out_details], request.output_names, "output"
         )
         self._batch = int(self._in_details[0]["shape"][0])
-        self._resizable = True
+        # Resizing the inputs of a graph with resource variables re-allocates them: LiteRT
+        # crashes (a double free) or resets the state, so such a graph runs row by row.
+        self._resizable = not holds_variables(interpreter)
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -172,6 +187,11 @@ class LiteRTSession(Session):
 
     def close(self) -> None:
         self._interpreter = None
+
+    def fork(self) -> LiteRTSession:
+        """A new interpreter of the same file: resource variables start at their initial
+        values, apart from this one's."""
+        return LiteRTRuntime().load(self._request)
 
 
 class LiteRTRuntime(Runtime):

@@ -30,6 +30,7 @@ from edgeagent.cli import main
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import preprocess_image
 from tests.support.helpers import REPO
+from tests.support.stateful import write_vad_heldout
 
 MODELS = Path(os.environ.get("EDGEAGENT_THIRD_PARTY", REPO / "third-party-models"))
 VAD = MODELS / "silero_vad.onnx"
@@ -87,14 +88,7 @@ def built(zoo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(f"{VAD} not found: run scripts/setup.sh (it runs scripts/fetch_models.py)")
     root = tmp_path_factory.mktemp("shapes")
     models = root / "models"
-    audio = _audio(8, 0)
-    heldout = root / "vad.npz"
-    np.savez(
-        heldout,
-        input=audio[:, None, :],
-        state=np.zeros((len(audio), 2, 1, 128), np.float32),
-        sr=np.full(len(audio), 16000, np.int64),
-    )
+    heldout = write_vad_heldout(root / "vad.npz", _audio(8, 0))
     package(
         str(VAD),
         "--name", "vad",

@@ -35,6 +35,7 @@ class FakeModel:
     def __init__(self, package: ModelPackage) -> None:
         self.package = package
         self.version = package.version
+        self.sequences = None  # stateless
         self.calls: list[dict[str, Any]] = []
 
     async def infer(self, feeds: dict[str, np.ndarray], **options: Any) -> dict[str, np.ndarray]:
