@@ -56,3 +56,13 @@ def join_videos(out: Path, parts: Sequence[Path]) -> Path:
                "-safe", "0", "-i", str(listing), "-c", "copy", str(out)]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, timeout=60)
     return out
+
+
+def loop_video(out: Path, cycle: Path, times: int) -> Path:
+    """``cycle`` played ``times`` times in ``out``, without encoding it again (a soak's hour of
+    video in seconds: one ffmpeg input per photo would not scale to it)."""
+    repeats = str(max(0, times - 1))
+    command = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
+               "-stream_loop", repeats, "-i", str(cycle), "-c", "copy", str(out)]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    return out

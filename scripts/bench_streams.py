@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from devtools.agent_process import spawn_agent
 from devtools.broker import Broker
-from devtools.camera_video import make_video
+from devtools.camera_video import loop_video, make_video
 from devtools.cameras import RtspCamera, Subscriber
 from edgeagent.api.client import AgentClient
 
@@ -152,11 +152,12 @@ def main() -> int:
         work = Path(tmp)
         # A file long enough that a session rarely ends inside the window (each client's
         # session ends at the end of the file and the agent reconnects, as after a reboot).
-        photos = PHOTOS * max(1, int(args.seconds // (args.photo_seconds * len(PHOTOS))) + 1)
+        cycles = max(1, int(args.seconds // (args.photo_seconds * len(PHOTOS))) + 1)
         width, height = (int(v) for v in args.size.split("x"))
-        video = make_video(
-            work / "cam.mp4", photos, width=width, height=height, fps=5, seconds=args.photo_seconds
+        cycle = make_video(
+            work / "cycle.mp4", PHOTOS, width=width, height=height, seconds=args.photo_seconds
         )
+        video = loop_video(work / "cam.mp4", cycle, cycles)
         broker = Broker(work / "broker")
         broker.start()
         camera = RtspCamera(video).start()
