@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--ratios", default="0.2,0.3,0.4,0.5,0.6,0.7")
     parser.add_argument("--epochs", type=int, default=EPOCHS, help="training epochs")
-    parser.add_argument("--prune-epochs", type=int, default=3, help="fine-tuning epochs")
+    parser.add_argument("--prune-epochs", type=int, default=8, help="fine-tuning epochs")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads when timing")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,12 @@ Each ratio removes that share of the channels of every prunable layer, by the L2
 their weights; the classifier's output layer is never pruned (its channels are the classes).
 
 A pruned network is optionally fine-tuned for a few epochs (``--prune-epochs``) on labelled
-data kept apart from the validation data (``--calibration``), then judged like any variant: by
+data kept apart from the validation data (``--calibration``): the unpruned network teaches it
+(knowledge distillation: half the loss is the labels', half the teacher's softened outputs'),
+image-shaped rows are shifted by up to two pixels, and the learning rate follows one cycle.
+Labels alone for three epochs lost 3.9–5 points of a MobileNetV2's top-1 on the digits; with the
+teacher, the shifts and eight epochs the 0.3 ratio ends within a point (docs: the curve). Then
+each is judged like any variant: by
 task on the held-out data (top-1 accuracy within ``--max-top1-drop`` points of the unpruned
 network's where the data is labelled, top-1 agreement where not), and by speed here (batch-1
 latency on this CPU, medians of alternating rounds against the unpruned network). The largest
@@ -39,7 +44,9 @@ MIN_SPEEDUP = 1.05  # below this a "faster" pruned network is within timing nois
 ROUNDS = 5  # alternating timing rounds (reference, pruned, reference, …)
 RUNS_PER_ROUND = 20
 FINETUNE_BATCH = 32
-FINETUNE_LR = 1e-3
+FINETUNE_LR = 3e-3  # the one cycle's peak
+DISTILL_TEMPERATURE = 4.0  # softens the teacher's outputs so the runner-up classes teach too
+MAX_SHIFT = 2  # pixels an image-shaped row moves at most, each way
 
 
 @dataclass
@@ -143,7 +150,7 @@ def prune_source(
         pruned = prune_network(network, job.shape, ratio)
         if job.epochs and job.finetune is not None:
             progress(f"pruning {ratio:g}: fine-tuning {job.epochs} epoch(s)")
-            finetune(pruned, *job.finetune, job.epochs)
+            finetune(pruned, network, *job.finetune, job.epochs)
         path = work / f"pruned-{round(ratio * 100)}.onnx"
         sample = np.zeros((2, *job.shape[1:]), np.float32)
         export_onnx(pruned.eval(), sample, path, "input", "output")
@@ -196,9 +203,13 @@ def prune_network(network: Any, shape: tuple[int, ...], ratio: float) -> Any:
     return model
 
 
-def finetune(model: Any, inputs: np.ndarray, labels: np.ndarray | None, epochs: int) -> None:
-    """A few epochs of AdamW on labelled rows (the pruned network recovers what it lost)."""
+def finetune(
+    model: Any, teacher: Any, inputs: np.ndarray, labels: np.ndarray | None, epochs: int
+) -> None:
+    """``epochs`` of AdamW on labelled rows, ``teacher`` (the unpruned network) distilled into
+    the pruned ``model``, on one learning-rate cycle (see the module docstring)."""
     import torch
+    import torch.nn.functional as F
 
     if labels is None:
         raise PackagingError(
@@ -207,20 +218,44 @@ def finetune(model: Any, inputs: np.ndarray, labels: np.ndarray | None, epochs: 
         )
     generator = torch.Generator().manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=FINETUNE_LR, weight_decay=0.01)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    steps = epochs * -(-len(inputs) // FINETUNE_BATCH)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, FINETUNE_LR, total_steps=steps)
     x, y = torch.from_numpy(inputs), torch.from_numpy(labels.astype(np.int64))
+    t = DISTILL_TEMPERATURE
+    teacher.eval()
     model.train()
     for _ in range(epochs):
         order = torch.randperm(len(x), generator=generator)
         for start in range(0, len(x), FINETUNE_BATCH):
             rows = order[start : start + FINETUNE_BATCH]
-            if len(rows) < 2:  # BatchNorm needs two rows to train
-                continue
-            loss = loss_fn(model(x[rows]), y[rows])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            if len(rows) >= 2:  # BatchNorm needs two rows to train
+                batch = _shifted(x[rows], generator)
+                with torch.no_grad():
+                    taught = F.softmax(teacher(batch) / t, dim=1)
+                out = model(batch)
+                distilled = F.kl_div(F.log_softmax(out / t, dim=1), taught, reduction="batchmean")
+                loss = 0.5 * F.cross_entropy(out, y[rows]) + 0.5 * t * t * distilled
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            schedule.step()
     model.eval()
+
+
+def _shifted(batch: Any, generator: Any) -> Any:
+    """Image-shaped rows (N, C, H, W of at least 16×16) moved by up to ``MAX_SHIFT`` pixels
+    each way, the edge zero-filled; any other tensor as it is."""
+    import torch
+    import torch.nn.functional as F
+
+    if batch.dim() != 4 or min(batch.shape[2:]) < 16:
+        return batch
+    m, (height, width) = MAX_SHIFT, batch.shape[2:]
+    padded = F.pad(batch, (m, m, m, m))
+    offsets = torch.randint(0, 2 * m + 1, (len(batch), 2), generator=generator).tolist()
+    return torch.stack(
+        [padded[i, :, y : y + height, x : x + width] for i, (y, x) in enumerate(offsets)]
+    )
 
 
 def speedup(reference: Path, pruned: Path, shape: tuple[int, ...], threads: int | None) -> float:
