@@ -31,7 +31,7 @@ EPOCHS = 12
 SEED = 0
 
 
-def train(work: Path, epochs: int) -> Path:
+def train(work: Path, epochs: int, rows: int | None = None) -> Path:
     """The trained network's state_dict (kept in ``work``) and the split as .npz files."""
     import torch
     from modelbuild.data import digits_split
@@ -39,6 +39,8 @@ def train(work: Path, epochs: int) -> Path:
 
     weights = work / "digits_mobilenetv2.pt"
     split = digits_split(32)
+    if rows is not None:  # a smoke run: the first rows of each split
+        split = type(split)(**{k: v[:rows] for k, v in vars(split).items()})
 
     def nchw(images: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray((images.astype(np.float32) / 255.0).transpose(0, 3, 1, 2))
@@ -66,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=EPOCHS, help="training epochs")
     parser.add_argument("--prune-epochs", type=int, default=8, help="fine-tuning epochs")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads when timing")
+    parser.add_argument("--rows", type=int, help="only the first rows of each split (a smoke run)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    weights = train(args.work, args.epochs)
+    weights = train(args.work, args.epochs, args.rows)
     from edgeagent.packaging.build import build_package
     from edgeagent.packaging.options import PackageOptions
 

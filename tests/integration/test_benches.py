@@ -50,6 +50,7 @@ COVERED = {
     "bench_learning.py",
     "bench_zmq.py",
     "bench_streams.py",
+    "bench_prune.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -387,3 +388,20 @@ def test_streams_reports_latency_recovery_and_the_broker_restart() -> None:
     restart = report["broker_restart"]
     assert restart["events_spooled"] > 0 and (restart["lost"], restart["duplicated"]) == (0, 0)
     assert report["soak"]["fds_end"] > 0 and report["soak"]["rss_mb_end"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
+)
+def test_prune_bench_prints_the_curve(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(REPO / ".venv-build" / "bin" / "python"), str(SCRIPTS / "bench_prune.py"),
+         "--work", str(tmp_path), "--epochs", "1", "--ratios", "0.5", "--prune-epochs", "1",
+         "--rows", "160"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    (row,) = json.loads((tmp_path / "package" / "validation.json").read_text())["pruning"]
+    assert row["ratio"] == 0.5 and row["parameters"] > 0 and row["speedup"] > 0
+    assert "| 0.5 | " in done.stdout and "unpruned top-1" in done.stdout
