@@ -6,6 +6,11 @@ one ``infer(request, name, version)`` with the types of ``engine/requests.py``);
 datatype, the repository and statistics views, image classification) is made here once, so two
 transports can never disagree. The idea is MLServer's ``DataPlane``; errors are
 ``ServingError``s that each transport maps to its own status codes.
+
+A little over 500 lines, on purpose: the image entries (an upload's classify and detect, a
+camera's frame, Frigate's pixels) share the decode slots, the detector lookup and the head
+decoding with each other and with ``infer``'s hooks and sequences; split, each transport would
+again have a place of its own where such a decision is made.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ The updater (``updates.updater``) decides *whether* a release is installed; this
 *how*, one release at a time::
 
     download    the shared artifact and the chosen variants' only, each into
-                staging/<sha256>.part, capped at its signed length, resumable, hashed
+                staging/<sha256>.part, capped at its signed length, resumable, hashed; or
+                a signed delta applied to a held base, its result hashed (``updates.deltas``)
     unpack      into staging, refusing traversal, links, devices and oversize archives, each
                 variant's files beside the shared ones (``variants.installed`` lists them); the
                 package's own model.toml must name the signed model and version
@@ -32,7 +33,9 @@ checkpoint (``verified``, ``downloaded``, ``unpacked``, ``installed``, ``activat
 agent at an exact point rather than at a random moment.
 
 A little over 500 lines, on purpose: the steps, the canary's conclusion and the rollback share
-one pending record and one ``step`` that says where a failure stopped, and are read together.
+one pending record and one ``step`` that says where a failure stopped, and are read together
+(the health check itself is ``updates.health``, what it drives of the engine
+``updates.activation``, the deltas ``updates.deltas``).
 """
 
 from __future__ import annotations
@@ -45,10 +48,9 @@ import shutil
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import aiohttp
-import numpy as np
 
 from edgeagent import __version__
 from edgeagent.aio import spawn
@@ -58,15 +60,14 @@ from edgeagent.engine.planes import ServedText
 from edgeagent.fleet import outcomes
 from edgeagent.fleet.manifest import Artifact, ReleaseManifest, VariantArtifact
 from edgeagent.fleet.release_ref import ReleaseRef
-from edgeagent.models.golden import GoldenError, load_golden, sample_feeds
 from edgeagent.models.package import (
     INSTALLED_VARIANTS,
     ModelPackage,
     PackageError,
     load_package,
 )
+from edgeagent.updates.activation import Activator, Served
 from edgeagent.updates.canary_step import (
-    CanaryRegistry,
     CanaryStage,
     WaitingCanaries,
     WaitingCanary,
@@ -75,11 +76,11 @@ from edgeagent.updates.cancels import Cancellations
 from edgeagent.updates.deltas import Deltas
 from edgeagent.updates.download import ArtifactDownload, DownloadError, DownloadLimits, tls_context
 from edgeagent.updates.errors import InstallFailed
+from edgeagent.updates.health import health_check
 from edgeagent.updates.release_memory import ReleaseMemory
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings
 from edgeagent.updates.store import STEPS, ModelStore, PendingInstall
-from edgeagent.updates.text_health import text_health_check
 from edgeagent.updates.unpack import UnpackError, unpack_archive, unpack_files
 from edgeagent.updates.wrapped_keys import install_wrapped_keys
 
@@ -93,67 +94,11 @@ TEXT_CANARY = (
 )
 
 
-class Served(Protocol):
-    """What the registry's LoadedModel offers the health check."""
-
-    package: ModelPackage
-
-    async def infer(
-        self, feeds: dict[str, np.ndarray], *, priority: int = 0, timeout_s: float | None = None
-    ) -> dict[str, np.ndarray]: ...
-
-
-class Activator(CanaryRegistry, Protocol):
-    """The part of ModelRegistry the updater drives (hot swap in, hot swap back, unload, and
-    a canary beside the serving version)."""
-
-    async def activate(self, package_dir: Path) -> Served: ...
-
-    async def unload(self, name: str) -> None: ...
-
-    def get(self, name: str) -> Served: ...
-
-
 def checkpoint(name: str) -> None:
     """The crash-test hook (see the module docstring); a no-op unless the env var names it."""
     if os.environ.get(KILL_ENV) == name:
         log.warning("%s=%s: killing this process now", KILL_ENV, name)
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-async def health_check(
-    model: Served, timeout_s: float, top_k: int = 1, llm_floor: float = 0.0
-) -> None:
-    """Run the package's golden inputs and hold the answers to the task's golden record: each
-    expected class in the model's top-k for a classifier, every golden box found again
-    (IoU-matched, score within the recorded tolerance, no extra confident box) for a detector
-    whose golden file holds boxes, tensors within the recorded tolerance otherwise.
-
-    Without golden inputs the model must at least answer the sample feeds with finite outputs.
-    A language model replays its golden chats instead (``updates.text_health``).
-    """
-    package = model.package
-    if package.text is not None:
-        replay = getattr(model, "replay", None)  # the serving copy's (engine.planes)
-        return await text_health_check(package, timeout_s, llm_floor, replay_served=replay)
-    try:
-        golden = load_golden(package)
-    except GoldenError as exc:
-        raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, str(exc), bad=True) from exc
-    feeds = golden.feeds if golden is not None else sample_feeds(package)
-    try:
-        outputs = await model.infer(feeds, priority=0, timeout_s=timeout_s)
-    except Exception as exc:
-        message = f"golden inference failed: {exc}"
-        raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, message, bad=True) from exc
-    if not all(np.all(np.isfinite(np.asarray(value))) for value in outputs.values()):
-        raise InstallFailed(
-            outcomes.HEALTH_CHECK_FAILED, "the model answers NaN or infinity", bad=True
-        )
-    problem = golden.problem(outputs, top_k) if golden is not None else ""
-    if problem:
-        hint = " ([updates] golden_top_k)" if package.task == "classification" else ""
-        raise InstallFailed(outcomes.HEALTH_CHECK_FAILED, problem + hint, bad=True)
 
 
 class Installer:

@@ -28,8 +28,9 @@ from edgeagent.fleet.trust import open_trust_store
 from edgeagent.sections import ConfigError
 from edgeagent.selfupdate.install import InstallSettings
 from edgeagent.selfupdate.service import AgentUpdates, SwitchSettings
+from edgeagent.updates.activation import Activator
 from edgeagent.updates.canary_step import recover_parked
-from edgeagent.updates.install import Activator, checkpoint
+from edgeagent.updates.install import checkpoint
 from edgeagent.updates.locks import UpdateGate
 from edgeagent.updates.report import UpdateReporter
 from edgeagent.updates.settings import UpdateSettings

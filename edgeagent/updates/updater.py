@@ -43,10 +43,12 @@ from edgeagent.fleet.trust import TrustStore
 from edgeagent.fleet.windows import MaintenanceWindow, device_zone
 from edgeagent.models.names import VERSION_RE
 from edgeagent.selfupdate.service import AgentUpdates
+from edgeagent.updates.activation import Activator
 from edgeagent.updates.canary_step import WaitingCanaries
 from edgeagent.updates.cancels import Cancellations
 from edgeagent.updates.errors import InstallFailed
-from edgeagent.updates.install import Activator, Installer, health_check
+from edgeagent.updates.health import health_check
+from edgeagent.updates.install import Installer
 from edgeagent.updates.locks import UpdateGate, UpdateLocks
 from edgeagent.updates.release_memory import ReleaseMemory, handled_key
 from edgeagent.updates.report import UpdateReporter

@@ -17,7 +17,7 @@ from edgeagent.cli import main
 from edgeagent.fleet import outcomes
 from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.updates.errors import InstallFailed
-from edgeagent.updates.install import health_check
+from edgeagent.updates.health import health_check
 from edgeagent.updates.text_health import text_health_check
 from tests.support.language import smollm2_gguf
 

@@ -24,7 +24,7 @@ from edgeagent.models.preprocess import prepare_image
 from edgeagent.models.session import open_variant
 from edgeagent.models.tasks.detection_map import mean_average_precision
 from edgeagent.updates.errors import InstallFailed
-from edgeagent.updates.install import health_check
+from edgeagent.updates.health import health_check
 from tests.integration.test_zoo import PRECISIONS, RUNTIMES, ZOO, zoo_package
 
 NAME = "shapes_grid_mnv2"

@@ -19,7 +19,7 @@ from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.models.session import open_variant
 from edgeagent.models.tasks import golden_record
 from edgeagent.updates.errors import InstallFailed
-from edgeagent.updates.install import health_check
+from edgeagent.updates.health import health_check
 from tests.support.helpers import write_tiny_package
 
 
