@@ -26,7 +26,7 @@ async def test_migrations_build_the_schema_and_are_idempotent(database_url: str)
         async with engine.connect() as connection:
             assert await connection.run_sync(_schema_difference) == []
             revision = await connection.scalar(sa.text("SELECT version_num FROM alembic_version"))
-            assert revision == head_revision() == "0007"
+            assert revision == head_revision() == "0008"
             if engine.dialect.name == "sqlite":
                 mode = await connection.scalar(sa.text("PRAGMA journal_mode"))
                 assert mode == "wal"

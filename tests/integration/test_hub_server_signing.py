@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from devtools.broker import Broker
-from devtools.hub_fleet import SIGNING_KEY, Api, fleet, hub_server, make_release
+from devtools.hub_fleet import MODEL, SIGNING_KEY, Api, fleet, hub_server, make_release
 from edgeagent.fleet.manifest import MAX_TARGETS, parse_manifest
 from edgeagent.fleet.signing import decode_envelope, sign_envelope
 from edgeagent.fleet.trust import TrustStore
@@ -117,6 +117,60 @@ async def test_each_stage_batch_is_signed_for_its_devices_and_recorded(
         ["dev-005"],
     ]
     assert done["release"]["sha256"] not in batches
+
+
+async def test_each_stage_is_signed_in_its_own_maintenance_window(
+    broker: Broker, tmp_path: Path
+) -> None:
+    trust_file = _trust_with_uploader(tmp_path / "keys")
+    trust = TrustStore.load(trust_file)
+    settings = broker.settings()
+    night = {"stage": 1, "schedule": "Mon-Sun 00:00-23:59"}
+    weekend = {"stage": 2, "schedule": "Sat,Sun 01:00-05:00", "timezone": "Europe/Berlin"}
+    async with (
+        fleet(settings, 4) as devices,
+        hub_server(
+            f"sqlite:///{tmp_path / 'hub.db'}",
+            settings,
+            release_keys=(tmp_path / "keys" / "release.key",),
+            trust_file=trust_file,
+        ) as url,
+    ):
+        api = Api(url)
+        await api.synced()
+        await api.call("POST", "/api/v1/releases", expect=201, data=make_release("2.0.0"))
+        request = {"model": MODEL, "version": "2.0.0", "group": "lab", "stages_pct": [50, 100]}
+        refused = [  # each a clear 422, nothing created
+            ({**night, "stage": 3}, "this deployment has stages 1-2"),
+            ({**night, "schedule": "Funday 02:00-04:00"}, "stage 1: days 'Funday'"),
+            ({**night, "timezone": "Mars/Olympus"}, "stage 1: time zone"),
+        ]
+        for entry, words in refused:
+            answer = await api.call(
+                "POST",
+                "/api/v1/deployments",
+                expect=422,
+                json={**request, "stage_windows": [entry]},
+            )
+            assert words in answer["error"], answer
+        twice = {**request, "stage_windows": [night, night]}
+        answer = await api.call("POST", "/api/v1/deployments", expect=422, json=twice)
+        assert "stage 1 has two windows" in answer["error"]
+        created = await api.call(
+            "POST",
+            "/api/v1/deployments",
+            expect=201,
+            json={**request, "stage_windows": [night, weekend]},
+        )
+        done = await api.until(created["id"], "succeeded", "aborted")
+        assert done["state"] == "succeeded", done
+    stage_of = {row["device_id"]: row["stage"] for row in done["devices"]}
+    for device in devices:
+        (envelope,) = set(device.envelopes)
+        window = parse_manifest(trust.verify(envelope, "release")).window
+        assert window is not None
+        expected = night if stage_of[device.topics.device_id] == 1 else weekend
+        assert window.to_dict() == {k: v for k, v in expected.items() if k != "stage"}
 
 
 async def test_without_a_release_key_the_uploaded_envelope_is_sent_and_recorded(

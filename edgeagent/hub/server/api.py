@@ -250,7 +250,12 @@ async def create_deployment(request: web.Request) -> web.Response:
         async with hub.engine.begin() as connection:
             release = await _pick_release(connection, body)
             deployment_id = await deploydb.create_deployment(
-                connection, release, targets, policy, signs=bool(hub.settings.release_keys)
+                connection,
+                release,
+                targets,
+                policy,
+                signs=bool(hub.settings.release_keys),
+                stage_windows=body.get("stage_windows", []),
             )
     except DeploymentError as exc:
         raise BadRequest(exc.status, exc.message) from exc

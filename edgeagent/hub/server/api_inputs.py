@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from edgeagent.fleet.windows import MAX_SCHEDULE_CHARS
 from edgeagent.hub.policy import StagedPolicy
 from edgeagent.hub.policy.staged import MAX_MIN_EXECUTED
 from edgeagent.hub.server import deploydb
@@ -115,6 +116,21 @@ def new_deployment(settings: ServerSettings) -> Schema:
             ),
             "profile": text(_PROFILE, "only devices of this hardware profile"),
             **_policy_fields(settings),
+            "stage_windows": array(
+                obj(
+                    {
+                        "stage": integer(1, settings.max_stages, "the stage, from 1"),
+                        "schedule": text(
+                            MAX_SCHEDULE_CHARS, "e.g. 'Mon-Fri 02:00-04:00; Sat,Sun 00:00-06:00'"
+                        ),
+                        "timezone": text(64, "an IANA zone; absent: each device's own"),
+                    },
+                    required=["stage", "schedule"],
+                ),
+                settings.max_stages,
+                "a maintenance window per stage, signed into that stage's envelopes "
+                "(the server needs --release-key); a stage without one: the release's",
+            ),
         },
         "a staged deployment: name the release ('release_id', or 'model' and 'version')",
     )

@@ -47,6 +47,7 @@ from edgeagent.hub.rollout import stage_manifest
 from edgeagent.hub.server import deploydb
 from edgeagent.hub.server.leadership import Leadership, fence
 from edgeagent.hub.server.releasedb import DeploymentError, next_serial, release_manifest
+from edgeagent.hub.server.stage_windows import stage_window
 
 log = logging.getLogger(__name__)
 
@@ -199,10 +200,12 @@ class BatchSender:
     def _signed(
         self, sign: Sign, deployment: dict[str, Any], serial: int, devices: list[str]
     ) -> bytes:
-        """The model release signed with ``serial`` for exactly ``devices`` (one batch)."""
+        """The model release signed with ``serial`` for exactly ``devices`` (one batch), in
+        its stage's maintenance window where the deployment gives the stage one."""
         manifest = self._release(deployment)
         assert isinstance(manifest, ReleaseManifest), "the server signs model releases only"
-        return sign(stage_manifest(dataclasses.replace(manifest, serial=serial), devices))
+        release = dataclasses.replace(manifest, serial=serial)
+        return sign(stage_manifest(release, devices, stage_window(deployment)))
 
     def _release(self, deployment: dict[str, Any]) -> AnyRelease:
         """The uploaded manifest, with the deployment's own dates if it re-issues it; parsed

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ from edgeagent.hub.server.releasedb import (
     release_manifest,
 )
 from edgeagent.hub.server.schema import deployment_devices, deployments, releases
+from edgeagent.hub.server.stage_windows import StageWindowError, read_stage_windows
 from edgeagent.hub.server.targets import TargetSpec, agent_devices, left_out_text, resolve_targets
 
 ACTIVE = ("scheduled", "running", "paused")
@@ -104,6 +106,7 @@ async def create_deployment(
     *,
     rollback_of: str | None = None,
     signs: bool | None = None,
+    stage_windows: Sequence[dict[str, Any]] = (),
 ) -> str:
     """Insert a ``scheduled`` deployment with its devices and their stages; returns its id.
 
@@ -150,6 +153,10 @@ async def create_deployment(
             connection, release, relayed_only=signs is None, rollback=rollback_of is not None
         )
     sizes = policy.stage_sizes(len(device_list))
+    try:
+        windows = read_stage_windows(stage_windows, len(sizes), signs=bool(signs), agent=agent)
+    except StageWindowError as exc:
+        raise DeploymentError(422, str(exc)) from exc
     deployment_id = f"dep-{secrets.token_hex(6)}"
     now = time.time()
     dates: dict[str, float] = {}
@@ -171,6 +178,7 @@ async def create_deployment(
             state="scheduled",
             stage=0,
             stage_count=len(sizes),
+            stage_windows=windows,
             rollback_of=rollback_of,
             **dates,
             left_out=left_out,

@@ -91,6 +91,9 @@ deployments = sa.Table(
     sa.Column("stage", sa.Integer, nullable=False, server_default="0"),  # 1-based when running
     sa.Column("stage_count", sa.Integer, nullable=False),
     sa.Column("stage_started_at", sa.Float, nullable=True),
+    # a stage's maintenance window, signed into its envelopes: {"2": {"schedule": …}}; None:
+    # every stage in the release's own (``hub.server.stage_windows``)
+    sa.Column("stage_windows", sa.JSON, nullable=True),
     sa.Column("reason", sa.Text, nullable=False, server_default=""),
     sa.Column("rollback_of", sa.String(64), nullable=True),
     # the dates a re-issued release is signed with (a rollback: a fresh serial and lifetime
