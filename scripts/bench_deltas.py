@@ -169,7 +169,7 @@ def _agent_wheel(work: Path, version: str, edit: bool) -> Path:
 
 
 def agent_case(work: Path) -> tuple[list[Pair], int, dict[str, int]]:
-    from tests.support.wheelhouse import dependency_wheels
+    from devtools.wheelhouse import dependency_wheels
 
     old_wheel = _agent_wheel(work, "0.1.0", edit=False)
     new_wheel = _agent_wheel(work, "0.1.1", edit=True)

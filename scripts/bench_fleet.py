@@ -119,7 +119,7 @@ async def _replicas(args: argparse.Namespace, workers: int, work: Path, states: 
         return await run_replica_scenario(
             args.devices, workers, args.replicas, args.db, work, state_root=states
         )
-    from tests.support.postgres import Postgres  # the test suite's throwaway cluster
+    from devtools.postgres import Postgres  # a throwaway cluster, as the tests start
 
     # its own directory under the system's temporary one: as root the cluster runs as the
     # postgres user, who cannot enter the benchmark's private work directory

@@ -63,7 +63,7 @@ async def test_json_infer_matches_a_direct_run(http: aiohttp.ClientSession, refe
     batch = _batch(2, seed=3)
     body = {
         "id": "json-1",
-        "parameters": {"sequence_id": 9, "priority": 0, "whatever": [1, 2]},
+        "parameters": {"trace_id": 9, "priority": 0, "whatever": [1, 2]},  # unknown ones ignored
         "inputs": [
             {"name": "input", "shape": [2, 3, 8, 8], "datatype": "FP32", "data": batch.tolist()}
         ],

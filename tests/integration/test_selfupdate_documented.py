@@ -24,10 +24,10 @@ import pytest
 
 from devtools.broker import Broker
 from devtools.waiting import wait_until
+from devtools.wheelhouse import dependency_wheels
 from edgeagent.fleet.agent_manifest import this_platform, this_python
 from tests.integration.test_hub import hub as hub_cli
 from tests.integration.test_selfupdate import BASE, INSTALL_S, Device, _build_wheel, committed
-from tests.support.wheelhouse import dependency_wheels
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(900)]
 
