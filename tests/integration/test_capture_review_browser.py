@@ -13,6 +13,7 @@ import pytest
 from devtools.sample_hub import SampleHub
 from tests.integration.test_capture_hub import ADMIN, _capture, _device, hub  # noqa: F401
 from tests.integration.test_hub_dashboard_browser import (  # noqa: F401
+    WAIT_S,
     _await_text,
     browser_fixture,
 )
@@ -27,9 +28,13 @@ async def test_review_in_chromium(tmp_path: Path, hub: SampleHub, browser) -> No
     first, second = sorted(row["id"] for row in await hub.rows())
 
     def review() -> list[int]:
+        from selenium.webdriver.support.ui import WebDriverWait
+
         browser.get(f"{hub.url}/login")
         browser.find_element("name", "token").send_keys(ADMIN)
         browser.find_element("css selector", "form button").click()
+        # the sign-in's answer sets the cookie: wait for it to land before the next page
+        WebDriverWait(browser, WAIT_S).until(lambda d: "/login" not in d.current_url)
         browser.get(f"{hub.url}/ui/samples")
         assert "digits" in browser.find_element("id", "samples").text
         browser.get(f"{hub.url}/ui/samples/digits/1.0.0")
