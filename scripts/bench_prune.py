@@ -9,7 +9,7 @@ and its batch-1 latency against the unpruned network's on this CPU (medians of a
 rounds, packaging.pruning.speedup). Prints the curve as JSON and a Markdown table; the package
 holds the largest ratio that passed (within --max-top1-drop points, ≥ 1.05× faster).
 
-    .venv-build/bin/python scripts/bench_prune.py --work bench-out/prune [--ratios 0.2,0.3,0.4,0.5,0.6]
+    .venv-build/bin/python scripts/bench_prune.py --work bench-out/prune [--ratios 0.2,0.3,0.5]
 
 Run from .venv-build (torch, torch-pruning), with the checkout on PYTHONPATH.
 """
