@@ -4,16 +4,17 @@ aiohttp accepts every connection it is offered and waits on each for ever by def
 hundred slow clients exhaust the process's file descriptors and take every listener down. Here:
 
 - each listener (the Unix socket, the TCP port) counts its own connections; one over
-  ``[server] max_connections`` is answered ``503`` and closed at once, so a flood on TCP never
-  takes the descriptors the Unix socket needs;
+  ``[server] max_connections`` is answered ``503`` and closed inside the accept
+  (``edgeagent.api.acceptor``), so a flood on TCP never takes the descriptors the Unix socket
+  needs, nor more than the cap plus one;
 - a connection must deliver a complete request head within ``[server] header_timeout_s`` of
   opening or of its previous answer, else it is closed (aiohttp's keep-alive timer, which
   closes a connection that is still waiting for a head when it fires);
 - bodies are paced by ``edgeagent.api.http.body``;
 - a client that stops reading its answers (the agent's send buffer stays full for
   ``[server] send_timeout_s``) is disconnected, so it cannot pin a handler and a slot for ever;
-- errors the event loop reports (``accept()`` failing with EMFILE) are logged at most once per
-  ``LOG_EVERY_S`` per kind, with a count of those suppressed;
+- errors the event loop reports are logged at most once per ``LOG_EVERY_S`` per kind, with a
+  count of those suppressed (a flood once logged a traceback per failed ``accept()``);
 - a TCP listener whose ``tls`` is "auto" serves the ``[tls]`` certificate (``edgeagent.tls``),
   read once and shared with the gRPC listener, so one SIGHUP renews both.
 
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from edgeagent.api.acceptor import Acceptor, ConnectionCap, tcp_sockets, unix_socket
 from edgeagent.api.settings import ServerSettings
 from edgeagent.tls import ServerTls, TlsError, TlsMode, TlsSettings
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # the grpc extra is optional: imported when [grpc] enabled
 log = logging.getLogger(__name__)
 
 LOG_EVERY_S = 10.0
+LISTEN_BACKLOG = 128  # the kernel's queue of connections not yet accepted (aiohttp's default)
 _BUSY = json.dumps({"error": "too many connections to this listener; retry shortly"}).encode()
 REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
@@ -68,18 +71,10 @@ def handler_args(settings: ServerSettings) -> dict[str, Any]:
     return {"keepalive_timeout": settings.header_timeout_s}
 
 
-class ConnectionCap:
-    """How many connections one listener holds, and how many it turned away."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.open = 0
-        self.refused = 0
-
-
 class _Guard(asyncio.Protocol):
-    """Stands between the transport and aiohttp's per-connection protocol, admitting or not,
-    and watching how long the client leaves the agent's answers unread."""
+    """Stands between the transport and aiohttp's per-connection protocol, counting the
+    connection open (the ``Acceptor`` admitted it) and watching how long the client leaves the
+    agent's answers unread."""
 
     def __init__(
         self, make: Callable[[], asyncio.Protocol], cap: ConnectionCap, send_timeout_s: float
@@ -92,12 +87,6 @@ class _Guard(asyncio.Protocol):
         self._stalled: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self._cap.open >= self._cap.limit:
-            self._cap.refused += 1
-            assert isinstance(transport, asyncio.WriteTransport)
-            transport.write(REFUSAL)
-            transport.close()
-            return
         self._cap.open += 1
         self._transport = transport
         self._inner = self._make()
@@ -142,19 +131,26 @@ class _Guard(asyncio.Protocol):
             self._inner = None
 
 
-Opener = Callable[[Callable[[], asyncio.Protocol]], Awaitable[asyncio.AbstractServer]]
+Opener = Callable[[], Awaitable[list[socket.socket]]]
 
 
 class GuardedSite(web.BaseSite):
     """An aiohttp site whose connections pass through a ``ConnectionCap``."""
 
     def __init__(
-        self, runner: web.BaseRunner, label: str, opener: Opener, settings: ServerSettings
+        self,
+        runner: web.BaseRunner,
+        label: str,
+        opener: Opener,
+        settings: ServerSettings,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``opener`` binds the listening sockets; ``tls`` wraps each admitted connection."""
         super().__init__(runner)
         self._label = label
         self._opener = opener
-        self._send_timeout_s = settings.send_timeout_s
+        self._settings = settings
+        self._tls = tls
         self.cap = ConnectionCap(settings.max_connections)
 
     @property
@@ -162,21 +158,30 @@ class GuardedSite(web.BaseSite):
         return self._label
 
     @property
-    def sockets(self) -> list[Any]:
-        return list(getattr(self._server, "sockets", None) or [])
+    def sockets(self) -> list[socket.socket]:
+        return self._server.sockets if isinstance(self._server, Acceptor) else []
 
     async def start(self) -> None:
         await super().start()
         server = self._runner.server
         assert server is not None
-        self._server = await self._opener(lambda: _Guard(server, self.cap, self._send_timeout_s))
+        send_timeout_s = self._settings.send_timeout_s
+        self._server = Acceptor(
+            await self._opener(),
+            lambda: _Guard(server, self.cap, send_timeout_s),
+            self.cap,
+            REFUSAL,
+            self._tls,
+            self._settings.header_timeout_s,
+        )
+        await self._server.start_serving()
 
 
 def unix_site(runner: web.BaseRunner, path: Path, settings: ServerSettings) -> GuardedSite:
     """The Unix socket listener at ``path`` (the caller claims the path and sets its mode)."""
 
-    async def opener(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
-        return await asyncio.get_running_loop().create_unix_server(factory, str(path))
+    async def opener() -> list[socket.socket]:
+        return [unix_socket(path, LISTEN_BACKLOG)]
 
     return GuardedSite(runner, f"unix:{path}", opener, settings)
 
@@ -189,20 +194,15 @@ def tcp_site(
     tls: ssl.SSLContext | None = None,
 ) -> GuardedSite:
     """The TCP listener on ``host:port`` (port 0: any free port, see ``GuardedSite.sockets``),
-    HTTPS with ``tls``. asyncio hands a TLS connection to the guard once its handshake is
-    done, so a handshake gets ``header_timeout_s`` (not asyncio's 60 s): a client that opens
-    connections and never finishes the handshake holds each no longer than a slow head."""
+    HTTPS with ``tls``. A TLS connection reaches the guard once its handshake is done, so a
+    handshake gets ``header_timeout_s`` (not asyncio's 60 s): a client that opens connections
+    and never finishes the handshake holds each no longer than a slow head."""
 
-    async def opener(factory: Callable[[], asyncio.Protocol]) -> asyncio.AbstractServer:
-        loop = asyncio.get_running_loop()
-        if tls is None:
-            return await loop.create_server(factory, host, port)
-        return await loop.create_server(
-            factory, host, port, ssl=tls, ssl_handshake_timeout=settings.header_timeout_s
-        )
+    async def opener() -> list[socket.socket]:
+        return await tcp_sockets(host, port, LISTEN_BACKLOG)
 
     scheme = "https" if tls is not None else "http"
-    return GuardedSite(runner, f"{scheme}://{host}:{port}", opener, settings)
+    return GuardedSite(runner, f"{scheme}://{host}:{port}", opener, settings, tls)
 
 
 class QuietLoopErrors:
