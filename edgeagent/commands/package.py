@@ -181,6 +181,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         help="fine-tune each pruned network this many epochs on --calibration (labelled)",
     )
+    parser.add_argument(
+        "--distil-from",
+        type=Path,
+        metavar="TEACHER_PACKAGE",
+        help="PyTorch sources: train file.py:factory to answer like this package (knowledge "
+        "distillation on --calibration; class folders or .npz labels add their cross-entropy)",
+    )
+    parser.add_argument(
+        "--distil-epochs", type=int, default=0, help="the student's epochs with --distil-from"
+    )
     parser.add_argument("--channels", type=int, default=3, help="input channels of file.py:factory")
     for flag, what in (("inputs", "input"), ("outputs", "output")):
         parser.add_argument(
@@ -325,6 +335,8 @@ def run(args: argparse.Namespace) -> int:
         weights=args.weights,
         prune=args.prune or (),
         prune_epochs=args.prune_epochs,
+        distil_from=args.distil_from,
+        distil_epochs=args.distil_epochs,
         channels=args.channels,
         tf_inputs=args.tf_inputs or (),
         tf_outputs=args.tf_outputs or (),

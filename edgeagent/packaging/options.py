@@ -42,6 +42,8 @@ class PackageOptions:
     tf_outputs: tuple[str, ...] = ()  # ... and its output nodes (see packaging.tensorflow_export)
     prune: tuple[float, ...] = ()  # --prune: channel ratios to try (packaging.pruning)
     prune_epochs: int = 0  # fine-tuning epochs of a pruned network on --calibration
+    distil_from: Path | None = None  # --distil-from: the teacher package (packaging.distillation)
+    distil_epochs: int = 0  # the student's training epochs on --calibration
     calibration: Path | None = None
     calibration_method: str = "minmax"
     reduce_range: str = "auto"  # auto | on | off

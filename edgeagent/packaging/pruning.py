@@ -26,8 +26,6 @@ Torch is a build-time tool: this runs where ``file.py:factory`` is exported (``.
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,18 +33,13 @@ from typing import Any
 
 import numpy as np
 
+from edgeagent.packaging.distillation import accuracy, answers, speedup, teach
 from edgeagent.packaging.errors import PackagingError
 
 # Kept channel counts are multiples of this: CPU kernels vectorise over 8 channels (AVX2
 # floats), so 0.3 of 32 channels kept as 22 would run barely faster than 32.
 ROUND_TO = 8
 MIN_SPEEDUP = 1.05  # below this a "faster" pruned network is within timing noise
-ROUNDS = 5  # alternating timing rounds (reference, pruned, reference, …)
-RUNS_PER_ROUND = 20
-FINETUNE_BATCH = 32
-FINETUNE_LR = 3e-3  # the one cycle's peak
-DISTILL_TEMPERATURE = 4.0  # softens the teacher's outputs so the runner-up classes teach too
-MAX_SHIFT = 2  # pixels an image-shaped row moves at most, each way
 
 
 @dataclass
@@ -142,8 +135,8 @@ def prune_source(
         ) from exc
     network = load_factory(job.spec, job.weights)
     inputs, labels = job.heldout
-    unpruned = _answers(reference, inputs, job.threads)
-    base_accuracy = _accuracy(unpruned, labels)
+    unpruned = answers(reference, inputs, job.threads)
+    base_accuracy = accuracy(unpruned, labels)
     best: tuple[Path, PruneFigures] | None = None
     figures: list[PruneFigures] = []
     for ratio in job.ratios:
@@ -154,13 +147,13 @@ def prune_source(
         path = work / f"pruned-{round(ratio * 100)}.onnx"
         sample = np.zeros((2, *job.shape[1:]), np.float32)
         export_onnx(pruned.eval(), sample, path, "input", "output")
-        answers = _answers(path, inputs, job.threads)
+        scores = answers(path, inputs, job.threads)
         figure = PruneFigures(
             ratio=ratio,
             parameters=sum(p.numel() for p in pruned.parameters()),
-            accuracy=_accuracy(answers, labels),
+            accuracy=accuracy(scores, labels),
             unpruned_accuracy=base_accuracy,
-            agreement=100.0 * float(np.mean(answers.argmax(1) == unpruned.argmax(1))),
+            agreement=100.0 * float(np.mean(scores.argmax(1) == unpruned.argmax(1))),
             speedup=speedup(reference, path, job.shape, job.threads),
         )
         figure.reason = _failure(figure, base_accuracy, job.max_top1_drop)
@@ -206,76 +199,15 @@ def prune_network(network: Any, shape: tuple[int, ...], ratio: float) -> Any:
 def finetune(
     model: Any, teacher: Any, inputs: np.ndarray, labels: np.ndarray | None, epochs: int
 ) -> None:
-    """``epochs`` of AdamW on labelled rows, ``teacher`` (the unpruned network) distilled into
-    the pruned ``model``, on one learning-rate cycle (see the module docstring)."""
-    import torch
-    import torch.nn.functional as F
-
+    """``epochs`` of training on labelled rows, ``teacher`` (the unpruned network) distilled
+    into the pruned ``model`` (``distillation.teach``: see the module docstring)."""
     if labels is None:
         raise PackagingError(
             "--prune-epochs needs labelled fine-tuning data: pass --calibration as class "
             "folders (or an .npz with labels), kept apart from --heldout"
         )
-    generator = torch.Generator().manual_seed(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=FINETUNE_LR, weight_decay=0.01)
-    steps = epochs * -(-len(inputs) // FINETUNE_BATCH)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, FINETUNE_LR, total_steps=steps)
-    x, y = torch.from_numpy(inputs), torch.from_numpy(labels.astype(np.int64))
-    t = DISTILL_TEMPERATURE
     teacher.eval()
-    model.train()
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=generator)
-        for start in range(0, len(x), FINETUNE_BATCH):
-            rows = order[start : start + FINETUNE_BATCH]
-            if len(rows) >= 2:  # BatchNorm needs two rows to train
-                batch = _shifted(x[rows], generator)
-                with torch.no_grad():
-                    taught = F.softmax(teacher(batch) / t, dim=1)
-                out = model(batch)
-                distilled = F.kl_div(F.log_softmax(out / t, dim=1), taught, reduction="batchmean")
-                loss = 0.5 * F.cross_entropy(out, y[rows]) + 0.5 * t * t * distilled
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            schedule.step()
-    model.eval()
-
-
-def _shifted(batch: Any, generator: Any) -> Any:
-    """Image-shaped rows (N, C, H, W of at least 16×16) moved by up to ``MAX_SHIFT`` pixels
-    each way, the edge zero-filled; any other tensor as it is."""
-    import torch
-    import torch.nn.functional as F
-
-    if batch.dim() != 4 or min(batch.shape[2:]) < 16:
-        return batch
-    m, (height, width) = MAX_SHIFT, batch.shape[2:]
-    padded = F.pad(batch, (m, m, m, m))
-    offsets = torch.randint(0, 2 * m + 1, (len(batch), 2), generator=generator).tolist()
-    return torch.stack(
-        [padded[i, :, y : y + height, x : x + width] for i, (y, x) in enumerate(offsets)]
-    )
-
-
-def speedup(reference: Path, pruned: Path, shape: tuple[int, ...], threads: int | None) -> float:
-    """Unpruned ÷ pruned batch-1 latency here: medians of alternating rounds, so a busy moment
-    slows both alike."""
-    sessions = [_session(reference, threads), _session(pruned, threads)]
-    row = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    for session in sessions:
-        for _ in range(3):
-            session.run(None, {"input": row})  # warm-up: first runs allocate
-    medians: list[list[float]] = [[], []]
-    for _ in range(ROUNDS):
-        for index, session in enumerate(sessions):
-            times = []
-            for _ in range(RUNS_PER_ROUND):
-                tick = time.perf_counter()
-                session.run(None, {"input": row})
-                times.append(time.perf_counter() - tick)
-            medians[index].append(statistics.median(times))
-    return statistics.median(medians[0]) / statistics.median(medians[1])
+    teach(model, teacher, inputs, labels, epochs)
 
 
 def figures_json(figures: Sequence[PruneFigures]) -> list[dict[str, Any]]:
@@ -297,24 +229,3 @@ def _failure(figure: PruneFigures, base: float | None, max_drop: float) -> str:
     if figure.speedup < MIN_SPEEDUP:
         return f"only {figure.speedup:.2f}x the unpruned speed here (needs {MIN_SPEEDUP:g}x)"
     return ""
-
-
-def _session(path: Path, threads: int | None) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads or 0
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _answers(path: Path, inputs: np.ndarray, threads: int | None) -> np.ndarray:
-    session = _session(path, threads)
-    name = session.get_inputs()[0].name
-    parts = [session.run(None, {name: inputs[i : i + 64]})[0] for i in range(0, len(inputs), 64)]
-    return np.concatenate(parts).reshape(len(inputs), -1)
-
-
-def _accuracy(answers: np.ndarray, labels: np.ndarray | None) -> float | None:
-    if labels is None:
-        return None
-    return 100.0 * float(np.mean(answers.argmax(1) == labels))

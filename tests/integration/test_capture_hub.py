@@ -229,8 +229,9 @@ async def test_review_and_exports_that_supervision_loads(tmp_path: Path, hub: Sa
     shutil.rmtree(coco_dir)
 
 
-BUILD_PYTHON = Path(__file__).resolve().parents[2] / ".venv-build" / "bin" / "python"
-ZOO_DIGITS = Path(__file__).resolve().parents[2] / "zoo" / "digits_mnv3"
+REPO = Path(__file__).resolve().parents[2]
+BUILD_PYTHON = REPO / ".venv-build" / "bin" / "python"
+ZOO_DIGITS = REPO / "zoo" / "digits_mnv3"
 
 
 def _digit_jpegs(count: int) -> list[tuple[bytes, int]]:
@@ -246,12 +247,9 @@ def _digit_jpegs(count: int) -> list[tuple[bytes, int]]:
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not BUILD_PYTHON.exists(), reason="no .venv-build (torch) in this checkout")
-async def test_hub_train_fine_tunes_packages_and_signs_a_canary(tmp_path: Path, hub: SampleHub):
-    import onnx
-    import onnx.numpy_helper
-
+async def _train_command(tmp_path: Path, hub: SampleHub, out: Path) -> list[str]:
+    """Sixteen digits captured on a device and uploaded, twelve reviewed (four stay new, for
+    the old model to teach), a release key: ``hub train``'s command line for them."""
     spool, _, uploader = _device(tmp_path, "dev-a", hub.url)
     for index, (jpeg, label) in enumerate(_digit_jpegs(16)):
         event = _event("digits_mnv3", "classification", str(label), 1_700_000_000.0 + index)
@@ -259,19 +257,33 @@ async def test_hub_train_fine_tunes_packages_and_signs_a_canary(tmp_path: Path, 
         spool.write(sample_id, sample_record(event, "dev-a", sample_id, 1.0, (32, 32), 0), jpeg)
     assert await uploader.run_once() == 16
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {ADMIN}"}) as http:
-        for row in (await hub.rows())[:12]:  # four stay unreviewed: the old head's to teach
+        for row in (await hub.rows())[:12]:
             async with http.post(
                 f"{hub.url}/ui/samples/{row['id']}/review", json={"status": "accepted"}
             ) as r:
                 assert r.status == 200
     assert await asyncio.to_thread(main, ["hub", "keygen", str(tmp_path / "keys")]) == 0
-    out = tmp_path / "retrained"
     command = ["hub", "train", "--state-dir", str(hub.state), "--model", "digits_mnv3"]
-    command += ["--package", str(ZOO_DIGITS), "--out", str(out), "--steps", "3"]
+    command += ["--package", str(ZOO_DIGITS), "--out", str(out)]
     command += ["--heldout-percent", "30", "--torch-python", str(BUILD_PYTHON)]
     command += ["--variants", "graph"]
     command += ["--key", str(tmp_path / "keys" / "release.key"), "--base-url", "http://h:1"]
-    command += ["--release-out", str(tmp_path / "releases")]
+    return [*command, "--release-out", str(tmp_path / "releases")]
+
+
+def _signed_canary(releases: Path) -> dict:
+    (release,) = releases.glob("*.release.json")
+    return json.loads(base64.b64decode(json.loads(release.read_text())["payload"]))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BUILD_PYTHON.exists(), reason="no .venv-build (torch) in this checkout")
+async def test_hub_train_fine_tunes_packages_and_signs_a_canary(tmp_path: Path, hub: SampleHub):
+    import onnx
+    import onnx.numpy_helper
+
+    out = tmp_path / "retrained"
+    command = [*await _train_command(tmp_path, hub, out), "--steps", "3"]
     assert await asyncio.to_thread(main, command) == 0
     from edgeagent.models.package import load_package
 
@@ -289,7 +301,26 @@ async def test_hub_train_fine_tunes_packages_and_signs_a_canary(tmp_path: Path, 
         if i.name in weights and not np.array_equal(onnx.numpy_helper.to_array(i), weights[i.name])
     }
     assert changed == {"classifier.0.weight", "classifier.3.weight"}  # the head, nothing else
-    (release,) = (tmp_path / "releases").glob("*.release.json")
-    payload = json.loads(release.read_text())["payload"]
-    manifest = json.loads(base64.b64decode(payload))
+    manifest = _signed_canary(tmp_path / "releases")
     assert manifest["canary"]["share"] == 0.1 and manifest["version"] == "1.1.0"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BUILD_PYTHON.exists(), reason="no .venv-build (torch) in this checkout")
+async def test_hub_train_distils_a_smaller_student_and_signs_it(tmp_path: Path, hub: SampleHub):
+    from edgeagent.models.package import load_package
+
+    out = tmp_path / "student"
+    command = await _train_command(tmp_path, hub, out)
+    command += ["--distil", f"{REPO / 'tests' / 'support' / 'tiny_student.py'}:make"]
+    assert await asyncio.to_thread(main, [*command, "--epochs", "2"]) == 0
+    report = json.loads((out / "validation.json").read_text())
+    figures = report["distillation"]
+    reviewed_train = figures["labelled"]
+    assert figures["rows"] == 16 - report["rows"] and figures["rows"] - reviewed_train == 4
+    assert figures["teacher"] == "digits_mnv3 1.0.0" and figures["epochs"] == 2
+    assert figures["parameters"] < 20_000  # the student, not a copy of the teacher
+    package = load_package(out)
+    assert (package.name, package.version) == ("digits_mnv3", "1.1.0")
+    assert package.labels == load_package(ZOO_DIGITS).labels
+    assert _signed_canary(tmp_path / "releases")["version"] == "1.1.0"

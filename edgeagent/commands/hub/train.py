@@ -5,7 +5,10 @@
    unreviewed ones (``hub.datasets``);
 2. the head is fine-tuned (``hub.train.head``) by a Python that has torch (``--torch-python``,
    e.g. ``.venv-build/bin/python``: torch is a build-time tool, never the hub's dependency);
-3. the new ONNX goes through ``edgeagent package``: its variants are validated against the
+   or, with ``--distil FILE.py:FACTORY``, a smaller student network is trained from scratch to
+   answer like the package in service (``packaging.distillation``): the teacher labels the
+   unreviewed samples, the reviewed ones add their labels;
+3. the new network goes through ``edgeagent package``: its variants are validated against the
    held-out split (accuracy from the ImageFolder);
 4. with ``--key``, ``edgeagent hub sign --canary`` makes it a signed canary release.
 """
@@ -19,6 +22,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from edgeagent.commands.helpfmt import DefaultsFormatter
 from edgeagent.commands.hub.common import emit, run
@@ -27,6 +33,8 @@ from edgeagent.hub.keys import HubError
 
 TRAINER = Path(__file__).resolve().parents[2] / "hub" / "train" / "head.py"
 TORCH_PYTHON_ENV = "EDGEAGENT_TORCH_PYTHON"
+MAX_ROWS = 100_000  # samples one distillation reads at most
+UNLABELLED = -1  # an unreviewed sample's label: the teacher's answer is all it has
 
 
 def held_out(row: dict, percent: float) -> bool:
@@ -41,11 +49,49 @@ def _next_version(version: str) -> str:
     return str(int(version) + 1) if version.isdigit() else version + ".1"
 
 
-def _call(command: list[str], what: str) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+def _call(command: list[str], what: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise HubError(f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return done.stdout
+
+
+def _distil(
+    args: argparse.Namespace, package: Any, work: Path, python: str, packaging: list[str]
+) -> dict:
+    """Package ``args.distil``'s network, trained by ``python`` (it has torch) to answer like
+    ``package``, on every exported sample: the reviewed with their label, the rest with -1
+    (only the teacher says what they are; their export folders hold the model's own guess).
+    The package's validation report."""
+    from edgeagent.packaging.images import load_samples
+
+    shape = tuple(package.inputs[0].shape)
+    rows = []
+    for name in ("train", "new"):
+        if (work / name).is_dir():
+            found = load_samples(
+                work / name, package.preprocess, "samples", MAX_ROWS, package.labels, shape
+            )
+            reviewed = name == "train" and found.labels is not None  # "new": folders guessed
+            labels = found.labels if reviewed else np.full(len(found.inputs), UNLABELLED)
+            rows.append((found.inputs, labels))
+    data = work / "distil.npz"
+    np.savez(
+        data,
+        inputs=np.concatenate([r[0] for r in rows]),
+        labels=np.concatenate([r[1] for r in rows]),
+    )
+    channels = shape[1] if package.preprocess.layout == "NCHW" else shape[-1]
+    command = [python, "-m", "edgeagent.cli", "package", args.distil, *packaging]
+    command += ["--distil-from", str(package.root), "--distil-epochs", str(args.epochs)]
+    command += ["--calibration", str(data), "--channels", str(channels)]
+    command += ["--max-images", str(MAX_ROWS)]
+    home = str(Path(__file__).resolve().parents[3])  # the folder holding edgeagent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (home, os.environ.get("PYTHONPATH")))),
+    }
+    return json.loads(_call(command, "distillation", env))
 
 
 def add_train(commands: argparse._SubParsersAction) -> None:
@@ -66,6 +112,13 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--new-version", help="its version (default: the next minor)")
     parser.add_argument("--heldout-percent", type=float, default=20.0, help="of reviewed samples")
     parser.add_argument("--steps", type=int, default=300, help="optimiser steps on the head")
+    parser.add_argument(
+        "--distil",
+        metavar="FILE.py:FACTORY",
+        help="train this smaller network to answer like --package (knowledge distillation) "
+        "instead of fine-tuning --package's head",
+    )
+    parser.add_argument("--epochs", type=int, default=30, help="with --distil: training epochs")
     parser.add_argument(
         "--variants", default="graph,int8", help="edgeagent package --variants of the result"
     )
@@ -118,24 +171,31 @@ async def train(args: argparse.Namespace) -> dict:
                 export(chosen, blobs, work / name, "imagefolder", classes=labels)
     except ExportError as exc:
         raise HubError(str(exc)) from exc
-    onnx = work / f"{package.name}.onnx"
     python = args.torch_python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
-    command = [python, str(TRAINER), str(package.root), "--train", str(work / "train")]
-    if fresh:
-        command += ["--unlabelled", str(work / "new")]
-    training = json.loads(
-        _call([*command, "--out", str(onnx), "--steps", str(args.steps)], "training")
-    )
     (work / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
     spec = package.preprocess
     version = args.new_version or _next_version(package.version)
-    packaging = [sys.executable, "-m", "edgeagent.cli", "package", str(onnx), "--out"]
-    packaging += [str(args.out), "--name", package.name, "--version", version, "--labels"]
-    packaging += [str(work / "labels.txt"), "--input-size", f"{spec.size[0]},{spec.size[1]}"]
+    packaging = ["--out", str(args.out), "--name", package.name, "--version", version]
+    packaging += ["--labels", str(work / "labels.txt")]
+    packaging += ["--input-size", f"{spec.size[0]},{spec.size[1]}"]
     packaging += ["--scale", repr(spec.scale), "--mean", ",".join(map(repr, spec.mean))]
     packaging += ["--std", ",".join(map(repr, spec.std)), "--heldout", str(work / "heldout")]
-    packaging += ["--calibration", str(work / "train"), "--variants", args.variants, "--json"]
-    report = json.loads(_call(packaging, "edgeagent package"))
+    packaging += ["--variants", args.variants, "--json"]
+    if args.distil:
+        training: dict = {"distil": args.distil, "epochs": args.epochs}
+        report = _distil(args, package, work, python, packaging)
+        training["distillation"] = report.get("distillation")
+    else:
+        onnx = work / f"{package.name}.onnx"
+        command = [python, str(TRAINER), str(package.root), "--train", str(work / "train")]
+        if fresh:
+            command += ["--unlabelled", str(work / "new")]
+        training = json.loads(
+            _call([*command, "--out", str(onnx), "--steps", str(args.steps)], "training")
+        )
+        packaging += ["--calibration", str(work / "train")]
+        command = [sys.executable, "-m", "edgeagent.cli", "package", str(onnx), *packaging]
+        report = json.loads(_call(command, "edgeagent package"))
     summary = {
         "package": str(args.out),
         "version": version,
