@@ -22,43 +22,13 @@ import shutil
 import sys
 from pathlib import Path
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO), str(REPO / "scripts"), str(REPO / "scripts" / "prune")]
 
 EPOCHS = 12
-SEED = 0
 
 
-def train(work: Path, epochs: int, rows: int | None = None) -> Path:
-    """The trained network's state_dict (kept in ``work``) and the split as .npz files."""
-    import torch
-    from modelbuild.data import digits_split
-    from modelbuild.train import train_classifier
-
-    weights = work / "digits_mobilenetv2.pt"
-    split = digits_split(32)
-    if rows is not None:  # a smoke run: the first rows of each split
-        split = type(split)(**{k: v[:rows] for k, v in vars(split).items()})
-
-    def nchw(images: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray((images.astype(np.float32) / 255.0).transpose(0, 3, 1, 2))
-
-    np.savez(work / "train.npz", inputs=nchw(split.train_images), labels=split.train_labels)
-    np.savez(work / "heldout.npz", inputs=nchw(split.heldout_images), labels=split.heldout_labels)
-    if weights.is_file():
-        return weights
-    sys.path.insert(0, str(REPO / "scripts" / "prune"))
-    from digits_mobilenetv2 import make
-
-    torch.manual_seed(SEED)
-    network = make()
-    x = torch.from_numpy(nchw(split.train_images))
-    y = torch.from_numpy(split.train_labels)
-    train_classifier(network, x, y, epochs=epochs, batch_size=64, lr=3e-3, seed=SEED, max_shift=2)
-    torch.save(network.state_dict(), weights)
-    return weights
+from digits_mobilenetv2 import trained  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, help="only the first rows of each split (a smoke run)")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    weights = train(args.work, args.epochs, args.rows)
+    weights = trained(args.work, args.epochs, args.rows)
     from edgeagent.packaging.build import build_package
     from edgeagent.packaging.options import PackageOptions
 

@@ -51,6 +51,7 @@ COVERED = {
     "bench_zmq.py",
     "bench_streams.py",
     "bench_prune.py",
+    "bench_distil.py",
 }
 
 needs_broker = pytest.mark.skipif(
@@ -405,3 +406,20 @@ def test_prune_bench_prints_the_curve(tmp_path: Path) -> None:
     (row,) = json.loads((tmp_path / "package" / "validation.json").read_text())["pruning"]
     assert row["ratio"] == 0.5 and row["parameters"] > 0 and row["speedup"] > 0
     assert "| 0.5 | " in done.stdout and "unpruned top-1" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
+)
+def test_distil_bench_sets_the_student_against_its_teacher(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(REPO / ".venv-build" / "bin" / "python"), str(SCRIPTS / "bench_distil.py"),
+         "--work", str(tmp_path), "--teacher-epochs", "1", "--epochs", "1", "--rows", "160"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    figures = json.loads((tmp_path / "student" / "validation.json").read_text())["distillation"]
+    assert figures["teacher"] == "digits_mobilenetv2 1.0.0" and figures["labelled"] == 0
+    assert figures["rows"] == 160 and figures["speedup"] > 0
+    assert "| MobileNetV3-Small 1.0 (student) |" in done.stdout
