@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from devtools.agent_process import running_daemon
+from devtools.waiting import until
 from edgeagent.api.listeners import REFUSAL
 from tests.support.http_agent import AgentServer, tiny_agent, unix_session
 
@@ -85,7 +86,7 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
 async def test_connections_over_the_cap_are_answered_503_while_the_socket_serves(
     capped: AgentServer,
 ) -> None:
-    await _until_released(capped)  # earlier tests' connections may still hold places
+    await _all_released(capped)  # earlier tests' connections may still hold places
     held = [await _open(capped.url) for _ in range(4)]
     for _, writer in held:  # each is admitted (and made to wait for its head)
         writer.write(HEAD)
@@ -96,17 +97,14 @@ async def test_connections_over_the_cap_are_answered_503_while_the_socket_serves
     assert await _unix_live(capped.socket) == 200  # the socket has its own cap
     for _, writer in held:
         writer.close()
-    await _until_released(capped)  # the next test starts with the whole cap too
+    await _all_released(capped)  # the next test starts with the whole cap too
 
 
-async def _until_released(agent: AgentServer) -> None:
+async def _all_released(agent: AgentServer) -> None:
     """Wait (bounded) until the agent has seen every TCP connection of the test end: the cap
     is counted at the accept, so a connection closed by the client still holds its place until
     the agent reads its end."""
-    deadline = asyncio.get_running_loop().time() + BOUND_S
-    while agent.tcp.cap.open and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-    assert agent.tcp.cap.open == 0, f"{agent.tcp.cap.open} connection(s) still held"
+    await until(lambda: agent.tcp.cap.open == 0, BOUND_S, what="every connection released")
 
 
 async def test_a_head_that_never_ends_is_cut_off(capped: AgentServer) -> None:
