@@ -11,9 +11,11 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
+import numpy as np
 from PIL import Image, ImageFilter
 
 Box = Sequence[float]  # x1, y1, x2, y2 in the image's own pixels
+FRAME_QUALITY = 95  # a frame's first encoding; the stored one uses [capture] jpeg_quality
 
 
 def blur_regions(image: Image.Image, boxes: Sequence[Box]) -> Image.Image:
@@ -33,6 +35,15 @@ def blur_regions(image: Image.Image, boxes: Sequence[Box]) -> Image.Image:
         radius = max(2, min(region.size) // 4)
         out.paste(mosaic.filter(ImageFilter.GaussianBlur(radius)), (x1, y1))
     return out
+
+
+def frame_jpeg(frame: Image.Image | np.ndarray) -> bytes:
+    """A decoded frame (a camera's, or Frigate's RGB pixels) as a near-lossless JPEG, to be
+    redacted and stored like an uploaded image; made only for a frame the rules kept."""
+    image = frame if isinstance(frame, Image.Image) else Image.fromarray(frame)
+    out = io.BytesIO()
+    image.convert("RGB").save(out, "JPEG", quality=FRAME_QUALITY)
+    return out.getvalue()
 
 
 def prepare(

@@ -24,7 +24,7 @@ from prometheus_client import Counter as PromCounter
 
 from edgeagent.aio import cancel_and_wait, spawn
 from edgeagent.capture.audit import AuditLog
-from edgeagent.capture.imaging import prepare
+from edgeagent.capture.imaging import frame_jpeg, prepare
 from edgeagent.capture.rules import Rules
 from edgeagent.capture.settings import CaptureSettings
 from edgeagent.capture.spool import Spool, SpoolFull, new_sample_id
@@ -143,16 +143,19 @@ class Capture:
                 last_sweep = time.monotonic()
 
     async def _take(self, event: InferenceEvent) -> None:
+        image = event.image
+        if not isinstance(image, bytes):  # a decoded frame: encoded now that it is kept
+            image = await asyncio.to_thread(frame_jpeg, image)
         blur: list[list[float]] = []
         if self.settings.redact_detector:
             try:
-                blur = await self._regions(event.image)
+                blur = await self._regions(image)
             except Exception as exc:
                 log.warning("redaction of a %s frame failed (%s): not stored", event.model, exc)
                 self.audit.record("refused", model=event.model, reason=f"redaction: {exc}")
                 self._count(event.model, REDACTION_FAILED)
                 return
-        outcome = await asyncio.to_thread(self._store, event, blur)
+        outcome = await asyncio.to_thread(self._store, event, image, blur)
         self._count(event.model, outcome)
 
     async def _regions(self, image: bytes) -> list[list[float]]:
@@ -166,12 +169,10 @@ class Capture:
             if d["score"] >= self.settings.redact_min_score and (not wanted or d["label"] in wanted)
         ]
 
-    def _store(self, event: InferenceEvent, blur: list[list[float]]) -> str:
+    def _store(self, event: InferenceEvent, image: bytes, blur: list[list[float]]) -> str:
         settings = self.settings
         try:
-            jpeg, scale, size = prepare(
-                event.image, blur, settings.max_image_side, settings.jpeg_quality
-            )
+            jpeg, scale, size = prepare(image, blur, settings.max_image_side, settings.jpeg_quality)
         except (OSError, ValueError) as exc:
             log.warning("a captured %s frame does not decode again: %s", event.model, exc)
             return UNREADABLE

@@ -26,7 +26,7 @@ import numpy as np
 from edgeagent import __version__
 from edgeagent.engine.budget import Budget
 from edgeagent.engine.errors import InvalidInput, ModelNotFound, NotReady
-from edgeagent.engine.hooks import Hooks, InferenceEvent
+from edgeagent.engine.hooks import Frame, Hooks, InferenceEvent
 from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.registry import READY, ModelRegistry
 from edgeagent.engine.requests import InferenceRequest, InferenceResponse, datatype_of
@@ -175,7 +175,7 @@ def _not_a_classifier(package: ModelPackage) -> str:
     return f"model {package.name!r} is a {package.task} model, not a classifier: use {where}"
 
 
-def _event(model: LoadedModel, image: bytes, answer: dict[str, Any]) -> InferenceEvent:
+def _event(model: LoadedModel, image: Frame, answer: dict[str, Any]) -> InferenceEvent:
     backend = model.backend
     return InferenceEvent(
         model=model.package.name,
@@ -410,7 +410,9 @@ class DataPlane:
         package = _detector(model, min_score)
         assert package.preprocess is not None
         tensor, geometry = await asyncio.to_thread(prepare_pixels, pixels, package.preprocess)
-        return package, await self._boxes(model, tensor, geometry, min_score, {})
+        found = await self._boxes(model, tensor, geometry, min_score, {})
+        self._seen_frame(model, pixels, geometry, found)
+        return package, found
 
     async def detect_frame(
         self,
@@ -434,7 +436,22 @@ class DataPlane:
             options["priority"] = priority
         if timeout_s is not None:
             options["timeout_s"] = min(timeout_s, self.settings.request_timeout_s)
-        return package, await self._boxes(model, tensor, geometry, min_score, options)
+        found = await self._boxes(model, tensor, geometry, min_score, options)
+        self._seen_frame(model, image, geometry, found)
+        return package, found
+
+    def _seen_frame(
+        self, model: LoadedModel, frame: Frame, geometry: Geometry, found: Detections
+    ) -> None:
+        """The hooks see a detector's answer on a frame (capture encodes it if it keeps it)."""
+        if self.hooks:
+            answer = {
+                "model_name": model.package.name,
+                "model_version": model.version,
+                "detections": detections_json(model.package, found),
+                "image_size": list(geometry.size),
+            }
+            self.hooks.notify(_event(model, frame, answer))
 
     async def classify_frame(
         self, name: str, image: Image.Image, *, priority: int | None = None
@@ -451,6 +468,9 @@ class DataPlane:
         best = top_k(
             answer[package.outputs[0].name][0], package.labels, 1, package.postprocess.softmax
         )[0]
+        if self.hooks:
+            labelled = {"labels": [best.label], "scores": [best.score], "indices": [best.index]}
+            self.hooks.notify(_event(model, image, labelled))
         return best.label, best.score
 
     async def _boxes(

@@ -1,7 +1,10 @@
 """Data-plane hooks: who else sees an answered image request (capture, MLServer-style).
 
 The data plane calls each hook after it answered a ``/classify`` or ``/detect`` request, on
-the event loop, with the image bytes as received and the answer as returned. A hook must not
+the event loop, with the image bytes as received and the answer as returned — or after a
+camera's frame or a Frigate zmq request went through a model, with the decoded frame itself
+(encoding every frame on the chance a hook keeps it would cost the request path; a hook that
+keeps one encodes it, off the loop). A hook must not
 block or raise into the request: it is handed a finished event and decides on its own (the
 capture hook checks its rules and enqueues or drops). A hook that raises is logged once per
 model and the request is answered all the same. Requests the agent makes for itself (the
@@ -14,11 +17,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from edgeagent.models.capture_table import CaptureHints
 
+if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
+
 log = logging.getLogger(__name__)
+
+# An uploaded image's bytes; a camera's decoded frame; Frigate's RGB pixels (H × W × 3 uint8).
+Frame: TypeAlias = "bytes | Image.Image | np.ndarray"
 
 
 @dataclass(frozen=True)
@@ -29,7 +39,7 @@ class InferenceEvent:
     version: str
     task: str  # classification | detection
     variant: str  # runtime/precision@device that computed the answer
-    image: bytes  # the request's body, encoded as the client sent it
+    image: Frame  # the request's body as the client sent it, or the decoded frame
     answer: dict[str, Any]  # the JSON the client got (labels/scores or detections)
     capture: CaptureHints = field(default_factory=CaptureHints)  # the package's [capture]
     at: float = field(default_factory=time.time)  # wall clock, for the sample's record

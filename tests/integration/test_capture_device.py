@@ -158,3 +158,36 @@ async def test_a_served_detector_blurs_people_before_anything_is_written(tmp_pat
     inside_original = np.abs(np.diff(original[y1:y2, x1:x2], axis=1)).mean()
     assert inside_stored < inside_original / 3  # the person's detail is gone
     assert _plain_images_under(tmp_path / "state") == []
+
+
+async def test_camera_and_zmq_frames_are_captured_and_redacted_like_uploads(
+    tmp_path: Path,
+) -> None:
+    """A camera's decoded frame (``detect_frame``, what a ``[[stream]]`` pipeline calls) and
+    Frigate's RGB pixels (``detect_pixels``, what the ``[zmq]`` detector calls) reach capture
+    as frames; each kept one is encoded, redacted and sealed as an upload is."""
+    root = tmp_path / "models"
+    shutil.copytree(ZOO / "coco_ssd", root / "coco_ssd")
+    daemon, client = await _serve(
+        tmp_path,
+        ["coco_ssd"],
+        "sample_percent = 100.0\nmax_image_side = 4096\n"
+        "redact_detector = 'coco_ssd'\nredact_labels = ['person']\n",
+    )
+    photo = Image.open(PHOTOS / "astronaut.png").convert("RGB")
+    try:
+        await daemon.dataplane.detect_frame("coco_ssd", photo, priority=1)
+        await daemon.dataplane.detect_pixels("coco_ssd", np.asarray(photo))
+        assert daemon.capture is not None
+        await daemon.capture.drained()
+    finally:
+        await client.close()
+        await daemon.stop()
+    spool = daemon.capture.spool
+    samples = [spool.read(sample_id) for sample_id in spool.ids()]
+    assert len(samples) == 2
+    for sample in samples:
+        labels = {d["label"] for d in sample.record["outputs"]["detections"]}
+        assert "person" in labels and sample.record["redacted_regions"] >= 1
+        assert Image.open(io.BytesIO(sample.image)).size == photo.size
+    assert _plain_images_under(tmp_path / "state") == []
