@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from devtools.bench_daemon import start_daemon, stop_tree, wait_ready  # noqa: E402
 from devtools.figures import add_report_arguments, report  # noqa: E402
 from devtools.http_endpoint import http_client  # noqa: E402
+from devtools.plaintext import plaintext_images  # noqa: E402
 from devtools.sample_hub import sample_hub, write_device_tokens  # noqa: E402
 from edgeagent.capture.audit import AuditLog  # noqa: E402
 from edgeagent.capture.settings import CaptureSettings  # noqa: E402
@@ -40,7 +41,6 @@ from edgeagent.capture.uploader import Uploader  # noqa: E402
 from edgeagent.hub.server.samples_settings import SamplesSettings  # noqa: E402
 
 IMAGE = (ROOT / "zoo" / "samples" / "digit_7.png").read_bytes()
-MAGICS = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 PER_MINUTE, PER_HOUR = 30, 300
 
 
@@ -66,14 +66,6 @@ def most_in_window(times: list[float], seconds: float) -> int:
     return max(
         (int(np.searchsorted(times, t + seconds, "left")) - i for i, t in enumerate(times)),
         default=0,
-    )
-
-
-def plain_images(root: Path) -> int:
-    return sum(
-        1
-        for path in root.rglob("*")
-        if path.is_file() and not path.is_symlink() and any(m in path.read_bytes() for m in MAGICS)
     )
 
 
@@ -121,7 +113,7 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
         "per_minute_cap": PER_MINUTE,
         "most_in_3600s": most_in_window(times, 3600),
         "per_hour_cap": PER_HOUR,
-        "plaintext_image_files": plain_images(state),
+        "plaintext_image_files": len(plaintext_images(state)),
     }
 
 

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from PIL import Image
 
 from devtools.package import add_field, set_fields
+from devtools.plaintext import plaintext_images
 from edgeagent.capture.spool import Spool, spool_key
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
@@ -23,7 +24,6 @@ from edgeagent.models.seal_crypto import SealingError
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo"
 PHOTOS = Path(__file__).resolve().parents[2] / "third-party-models" / "photos"
-IMAGE_MAGICS = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")
 
 
 def _config(tmp: Path, models: list[str], capture: str) -> str:
@@ -41,16 +41,6 @@ async def _serve(tmp: Path, models: list[str], capture: str):
     connector = aiohttp.UnixConnector(path=str(daemon.config.server.unix_socket))
     session = aiohttp.ClientSession(connector=connector, base_url="http://agent")
     return daemon, session
-
-
-def _plain_images_under(root: Path) -> list[str]:
-    found = []
-    for path in root.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            if any(magic in data for magic in IMAGE_MAGICS):
-                found.append(str(path.relative_to(root)))
-    return found
 
 
 @pytest.fixture
@@ -106,7 +96,7 @@ async def test_capture_keeps_sealed_samples_within_caps_and_purge_deletes_them(
     assert max(Image.open(io.BytesIO(sample.image)).size) <= 16
     # The state directory holds no image in the clear, though three were captured.
     state = tmp_path / "state"
-    assert _plain_images_under(state) == []
+    assert plaintext_images(state) == []
     events = [e["event"] for e in daemon.capture.audit.entries()]
     assert events.count("captured") == 3
 
@@ -157,7 +147,7 @@ async def test_a_served_detector_blurs_people_before_anything_is_written(tmp_pat
     inside_stored = np.abs(np.diff(stored[y1:y2, x1:x2], axis=1)).mean()
     inside_original = np.abs(np.diff(original[y1:y2, x1:x2], axis=1)).mean()
     assert inside_stored < inside_original / 3  # the person's detail is gone
-    assert _plain_images_under(tmp_path / "state") == []
+    assert plaintext_images(tmp_path / "state") == []
 
 
 async def test_camera_and_zmq_frames_are_captured_and_redacted_like_uploads(
@@ -190,4 +180,4 @@ async def test_camera_and_zmq_frames_are_captured_and_redacted_like_uploads(
         labels = {d["label"] for d in sample.record["outputs"]["detections"]}
         assert "person" in labels and sample.record["redacted_regions"] >= 1
         assert Image.open(io.BytesIO(sample.image)).size == photo.size
-    assert _plain_images_under(tmp_path / "state") == []
+    assert plaintext_images(tmp_path / "state") == []
