@@ -79,8 +79,8 @@ def run(main: Coroutine[Any, Any, T], event_loop: str = "auto") -> T:
 
     uvloop's loop and sockets are C: each request's trips round the loop cost less CPU, which
     on a 2-core board the runtime's threads get instead; it adds ~2 MB resident.
-    Not the default: flooded past the open-file limit, the listener's 503 refusals become
-    plain closes under uvloop (tests/integration/test_http_limits.py).
+    Not the default: uvloop duplicates each socket it is given, so every admitted connection
+    holds two descriptors and a connection flood reaches the open-file limit twice as soon.
     """
     if event_loop == "uvloop" or (event_loop == "auto" and uvloop_installed()):
         import uvloop

@@ -8,7 +8,8 @@ Under a flood on a busy board those refusals in flight piled up past the open-fi
 
 Here the listening socket is accepted on directly. A connection over the cap is answered
 ``503`` and closed inside the accept, so the process holds at most its cap plus the one it is
-refusing; an admitted one goes to ``loop.connect_accepted_socket`` (TLS handshake included,
+refusing (twice the cap under uvloop, which duplicates each socket it is given); an admitted
+one goes to ``loop.connect_accepted_socket`` (TLS handshake included,
 bounded by ``header_timeout_s``). A TLS connection over the cap is closed without an answer:
 a plain-text 503 would be noise to a client in its handshake. If ``accept()`` still runs out of
 descriptors (models and downloads hold the rest), accepting pauses for ``RETRY_S`` with one

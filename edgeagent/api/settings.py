@@ -105,7 +105,7 @@ class ServerSettings:
     event_loop: Literal["auto", "asyncio", "uvloop"] = setting(
         "asyncio",
         "the daemon's event loop: uvloop (the [uvloop] extra) spends less CPU per request, but "
-        "past the open-file limit it closes connections instead of answering 503; "
+        "holds two descriptors per connection it admits (it duplicates the socket); "
         "auto = uvloop where installed",
     )
     max_decoding_bytes: int = setting(
