@@ -39,19 +39,20 @@ _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 class ConnectionCap:
     """How many connections one listener holds, and how many it turned away.
 
-    ``pending`` counts those accepted whose transport (or TLS handshake) is not ready yet: they
-    hold a descriptor and a place under the limit like an open one.
+    ``open`` counts a connection from its accept (its TLS handshake included: it holds a
+    descriptor and a place already) to its end. The acceptor counts it in; the protocol that
+    serves it counts it out in ``connection_lost``; the acceptor does when it never got that
+    far (a failed handshake). One counter, so no moment counts a connection twice.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open = 0
-        self.pending = 0
         self.refused = 0
 
     @property
     def full(self) -> bool:
-        return self.open + self.pending >= self.limit
+        return self.open >= self.limit
 
 
 async def tcp_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
@@ -95,8 +96,8 @@ def unix_socket(path: Path, backlog: int) -> socket.socket:
 class Acceptor(asyncio.AbstractServer):
     """Serves ``factory``'s protocol on ``sockets``, admitting at most ``cap.limit`` at once.
 
-    The protocol counts itself in ``cap.open`` from ``connection_made`` to ``connection_lost``
-    (the listeners' guard does, wrapping aiohttp's): the acceptor sees the accept, never the end.
+    The protocol counts its connection out of ``cap.open`` in ``connection_lost`` (the
+    listeners' guard does, wrapping aiohttp's): the acceptor sees the accept, never the end.
 
     An ``asyncio.AbstractServer``, so an aiohttp site stops it like the server it replaces.
     """
@@ -192,7 +193,7 @@ class Acceptor(asyncio.AbstractServer):
 
     def _admit(self, conn: socket.socket) -> None:
         conn.setblocking(False)
-        self._cap.pending += 1
+        self._cap.open += 1
         task = self._loop.create_task(
             self._loop.connect_accepted_socket(
                 self._factory,
@@ -205,10 +206,11 @@ class Acceptor(asyncio.AbstractServer):
         task.add_done_callback(self._connected)
 
     def _connected(self, task: asyncio.Task[object]) -> None:
-        """The transport is made (the protocol counted it open) or the handshake failed."""
+        """The protocol has the connection (and counts it out when it ends), or the handshake
+        failed before the protocol saw it: counted out here. (Cancelled: the acceptor closed.)"""
         self._connecting.discard(task)
-        self._cap.pending -= 1
         if not task.cancelled() and task.exception() is not None:
+            self._cap.open -= 1
             log.debug("connection dropped before it was served: %s", task.exception())
 
     def _pause(self, exc: OSError) -> None:

@@ -73,8 +73,8 @@ def handler_args(settings: ServerSettings) -> dict[str, Any]:
 
 class _Guard(asyncio.Protocol):
     """Stands between the transport and aiohttp's per-connection protocol, counting the
-    connection open (the ``Acceptor`` admitted it) and watching how long the client leaves the
-    agent's answers unread."""
+    connection out of the cap when it ends (the ``Acceptor`` counted it in) and watching how
+    long the client leaves the agent's answers unread."""
 
     def __init__(
         self, make: Callable[[], asyncio.Protocol], cap: ConnectionCap, send_timeout_s: float
@@ -87,8 +87,7 @@ class _Guard(asyncio.Protocol):
         self._stalled: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._cap.open += 1
-        self._transport = transport
+        self._transport = transport  # counted open by the acceptor, counted out when lost
         self._inner = self._make()
         self._inner.connection_made(transport)
 

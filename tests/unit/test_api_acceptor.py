@@ -37,11 +37,7 @@ SERVER = textwrap.dedent(
         resource.setrlimit(resource.RLIMIT_NOFILE, (used + {CAP} + 1, hard))
         cap = ConnectionCap({CAP})
 
-        class Held(asyncio.Protocol):  # counts itself open, as the listeners' guard does
-            def connection_made(self, transport):
-                cap.open += 1
-
-        acceptor = Acceptor([sock], Held, cap, b"busy\\n")
+        acceptor = Acceptor([sock], asyncio.Protocol, cap, b"busy\\n")  # holds each
         await acceptor.start_serving()
         for _ in range(1000):  # bounded: each turn is one loop wake-up or more
             if cap.open + cap.refused >= {FLOOD}:
