@@ -54,6 +54,8 @@ COVERED = {
     "bench_distil.py",
 }
 
+BUILD_PYTHON = REPO / ".venv-build" / "bin" / "python"
+needs_torch = pytest.mark.skipif(not BUILD_PYTHON.exists(), reason="no .venv-build (torch)")
 needs_broker = pytest.mark.skipif(
     mosquitto_binary() is None, reason="mosquitto not installed (scripts/test.sh installs it)"
 )
@@ -368,9 +370,7 @@ def test_capture_bench_reports_overhead_caps_and_upload_rate() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
-)
+@needs_torch
 def test_learning_bench_runs_the_loop() -> None:
     report = run_bench("bench_learning.py --shifted 20 --field 20 --steps 3 --json")
     assert_figures(report, "old_heldout_before", "old_heldout_after", "train_package_sign_s")
@@ -391,35 +391,35 @@ def test_streams_reports_latency_recovery_and_the_broker_restart() -> None:
     assert report["soak"]["fds_end"] > 0 and report["soak"]["rss_mb_end"] > 0
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
-)
-def test_prune_bench_prints_the_curve(tmp_path: Path) -> None:
+def run_torch_bench(script: str, work: Path, *args: str) -> str:
+    """``scripts/<script> --work WORK ARGS`` in .venv-build; its stdout (stderr on failure)."""
     done = subprocess.run(
-        [str(REPO / ".venv-build" / "bin" / "python"), str(SCRIPTS / "bench_prune.py"),
-         "--work", str(tmp_path), "--epochs", "1", "--ratios", "0.5", "--prune-epochs", "1",
-         "--rows", "160"],
+        [str(BUILD_PYTHON), str(SCRIPTS / script), "--work", str(work), *args],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+@needs_torch
+def test_prune_bench_prints_the_curve(tmp_path: Path) -> None:
+    stdout = run_torch_bench(
+        "bench_prune.py", tmp_path, "--epochs", "1", "--ratios", "0.5", "--prune-epochs", "1",
+        "--rows", "160",
+    )  # fmt: skip
     (row,) = json.loads((tmp_path / "package" / "validation.json").read_text())["pruning"]
     assert row["ratio"] == 0.5 and row["parameters"] > 0 and row["speedup"] > 0
-    assert "| 0.5 | " in done.stdout and "unpruned top-1" in done.stdout
+    assert "| 0.5 | " in stdout and "unpruned top-1" in stdout
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not (REPO / ".venv-build" / "bin" / "python").exists(), reason="no .venv-build (torch)"
-)
+@needs_torch
 def test_distil_bench_sets_the_student_against_its_teacher(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [str(REPO / ".venv-build" / "bin" / "python"), str(SCRIPTS / "bench_distil.py"),
-         "--work", str(tmp_path), "--teacher-epochs", "1", "--epochs", "1", "--rows", "160"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
+    stdout = run_torch_bench(
+        "bench_distil.py", tmp_path, "--teacher-epochs", "1", "--epochs", "1", "--rows", "160"
+    )
     figures = json.loads((tmp_path / "student" / "validation.json").read_text())["distillation"]
     assert figures["teacher"] == "digits_mobilenetv2 1.0.0" and figures["labelled"] == 0
     assert figures["rows"] == 160 and figures["speedup"] > 0
-    assert "| MobileNetV3-Small 1.0 (student) |" in done.stdout
+    assert "| MobileNetV3-Small 1.0 (student) |" in stdout

@@ -117,15 +117,19 @@ async def test_capture_keeps_sealed_samples_within_caps_and_purge_deletes_them(
     assert len(deleted) == 3 and {e["reason"] for e in deleted} == {"purge"}
 
 
-async def test_a_served_detector_blurs_people_before_anything_is_written(tmp_path: Path) -> None:
-    root = tmp_path / "models"
-    shutil.copytree(ZOO / "coco_ssd", root / "coco_ssd")
-    daemon, client = await _serve(
-        tmp_path,
+async def _redacting(tmp: Path, capture: str = ""):
+    """The daemon serving coco_ssd, capturing everything and blurring people with it."""
+    shutil.copytree(ZOO / "coco_ssd", tmp / "models" / "coco_ssd")
+    return await _serve(
+        tmp,
         ["coco_ssd"],
-        "sample_percent = 100.0\nmax_image_side = 4096\njpeg_quality = 95\n"
-        "redact_detector = 'coco_ssd'\nredact_labels = ['person']\n",
+        "sample_percent = 100.0\nmax_image_side = 4096\n"
+        f"redact_detector = 'coco_ssd'\nredact_labels = ['person']\n{capture}",
     )
+
+
+async def test_a_served_detector_blurs_people_before_anything_is_written(tmp_path: Path) -> None:
+    daemon, client = await _redacting(tmp_path, "jpeg_quality = 95\n")
     photo = (PHOTOS / "astronaut.png").read_bytes()
     try:
         async with client.post("/v1/models/coco_ssd/detect", data=photo) as answer:
@@ -156,14 +160,7 @@ async def test_camera_and_zmq_frames_are_captured_and_redacted_like_uploads(
     """A camera's decoded frame (``detect_frame``, what a ``[[stream]]`` pipeline calls) and
     Frigate's RGB pixels (``detect_pixels``, what the ``[zmq]`` detector calls) reach capture
     as frames; each kept one is encoded, redacted and sealed as an upload is."""
-    root = tmp_path / "models"
-    shutil.copytree(ZOO / "coco_ssd", root / "coco_ssd")
-    daemon, client = await _serve(
-        tmp_path,
-        ["coco_ssd"],
-        "sample_percent = 100.0\nmax_image_side = 4096\n"
-        "redact_detector = 'coco_ssd'\nredact_labels = ['person']\n",
-    )
+    daemon, client = await _redacting(tmp_path)
     photo = Image.open(PHOTOS / "astronaut.png").convert("RGB")
     try:
         await daemon.dataplane.detect_frame("coco_ssd", photo, priority=1)
