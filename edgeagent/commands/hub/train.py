@@ -49,8 +49,8 @@ def _next_version(version: str) -> str:
     return str(int(version) + 1) if version.isdigit() else version + ".1"
 
 
-def _call(command: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+def _call(command: list[str], what: str) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise HubError(f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     return done.stdout
@@ -82,16 +82,16 @@ def _distil(
         labels=np.concatenate([r[1] for r in rows]),
     )
     channels = shape[1] if package.preprocess.layout == "NCHW" else shape[-1]
-    command = [python, "-m", "edgeagent.cli", "package", args.distil, *packaging]
+    # The folder holding edgeagent goes last on the torch Python's path: an installed hub's
+    # site-packages must not shadow that Python's own numpy, onnx or torch.
+    home = str(Path(__file__).resolve().parents[3])
+    entry = f"import sys; sys.path.append({home!r}); from edgeagent.cli import main; "
+    entry += "sys.exit(main())"
+    command = [python, "-c", entry, "package", args.distil, *packaging]
     command += ["--distil-from", str(package.root), "--distil-epochs", str(args.epochs)]
     command += ["--calibration", str(data), "--channels", str(channels)]
     command += ["--max-images", str(MAX_ROWS)]
-    home = str(Path(__file__).resolve().parents[3])  # the folder holding edgeagent
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, (home, os.environ.get("PYTHONPATH")))),
-    }
-    return json.loads(_call(command, "distillation", env))
+    return json.loads(_call(command, "distillation"))
 
 
 def add_train(commands: argparse._SubParsersAction) -> None:
