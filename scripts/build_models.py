@@ -61,6 +61,7 @@ def build_key(name: str, seed: int, formats: tuple[str, ...]) -> str:
     digest = hashlib.sha256(f"{name}|{seed}|{','.join(formats)}".encode())
     sources = sorted(p for p in (HERE / "modelbuild").iterdir() if p.suffix in (".py", ".tsv"))
     sources += [REPO / "edgeagent" / "packaging" / f for f in ("quantize.py", "torch_export.py")]
+    sources.append(REPO / "edgeagent" / "hub" / "train" / "grid_targets.py")  # the detector's GIoU
     # the detector's figures and golden boxes come from the agent's own decoder
     sources += [REPO / "edgeagent" / "models" / f for f in DECODER_SOURCES]
     for source in [Path(__file__).resolve(), *sources]:

@@ -191,6 +191,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--distil-epochs", type=int, default=0, help="the student's epochs with --distil-from"
     )
+    parser.add_argument(
+        "--head-from",
+        type=Path,
+        metavar="DETECTOR_PACKAGE",
+        help="a detector retrained or re-exported from this package: declare its [detection] "
+        "head and letterbox (for a head the outputs alone do not give away)",
+    )
     parser.add_argument("--channels", type=int, default=3, help="input channels of file.py:factory")
     for flag, what in (("inputs", "input"), ("outputs", "output")):
         parser.add_argument(
@@ -337,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
         prune_epochs=args.prune_epochs,
         distil_from=args.distil_from,
         distil_epochs=args.distil_epochs,
+        head_from=args.head_from,
         channels=args.channels,
         tf_inputs=args.tf_inputs or (),
         tf_outputs=args.tf_outputs or (),

@@ -44,6 +44,7 @@ class PackageOptions:
     prune_epochs: int = 0  # fine-tuning epochs of a pruned network on --calibration
     distil_from: Path | None = None  # --distil-from: the teacher package (packaging.distillation)
     distil_epochs: int = 0  # the student's training epochs on --calibration
+    head_from: Path | None = None  # --head-from: a detector package whose head this file keeps
     calibration: Path | None = None
     calibration_method: str = "minmax"
     reduce_range: str = "auto"  # auto | on | off

@@ -3,12 +3,13 @@
 A flag always wins; where none is given the file's own words fill the gap before anything is
 refused: the image size an Ultralytics export records (``imgsz``), the class names it or a
 PaddleOCR or TFLite file carries (``labels_meta``), and the detector its outputs make
-(``detector_graph``), which sets the task, the letterbox and the ``[detection]`` head.
+(``detector_graph``), which sets the task, the letterbox and the ``[detection]`` head — or, with
+``--head-from``, the head a detector package already declares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from edgeagent.models.package import Preprocess
 from edgeagent.packaging.detector_graph import Recognised, recognise
+from edgeagent.packaging.errors import PackagingError
 from edgeagent.packaging.labels_meta import (
     image_size_from_metadata,
     model_labels,
@@ -57,7 +59,10 @@ def read_self(reference: SourceModel, options: PackageOptions, progress: Progres
     size = options.input_size or (
         (image[spatial[0]], image[spatial[1]]) if len(image) == 4 and layout else (None, None)
     )
-    if size[0] and size[1] and options.task in (None, "detection"):
+    if options.head_from is not None:
+        detector = head_from(options.head_from, [t.shape for t in reference.outputs])
+        options = replace(options, task="detection")
+    elif size[0] and size[1] and options.task in (None, "detection"):
         outputs = [t.shape for t in reference.outputs]
         detector = recognise(outputs, (int(size[0]), int(size[1])), meta, known)
     if detector is not None:
@@ -67,6 +72,37 @@ def read_self(reference: SourceModel, options: PackageOptions, progress: Progres
     if names is not None:
         progress(f"{len(names)} class names from the model's own metadata")
     return SelfDescribed(options, names, detector)
+
+
+def head_from(package_dir: Path, outputs: Sequence[tuple[int | None, ...]]) -> Recognised:
+    """``--head-from``: the detector ``package_dir`` declares, for a file with its outputs.
+
+    A detector retrained at the hub keeps its predecessor's grid and decode, which no output
+    shape gives away; its outputs must still be the predecessor's, or its boxes would be read
+    with the wrong head."""
+    from edgeagent.models.package import PackageError, load_package
+
+    try:
+        package = load_package(package_dir)
+    except PackageError as exc:
+        raise PackagingError(f"--head-from {package_dir}: {exc}") from exc
+    head = package.detection
+    if head is None or package.preprocess is None:
+        raise PackagingError(f"--head-from {package_dir}: {package.name} declares no detector")
+    if head.style == "ssd":
+        raise PackagingError(
+            f"--head-from {package_dir}: an SSD head decodes against its anchors file, which "
+            "is not carried over; package the model from its own source"
+        )
+    theirs = [tuple(t.shape[1:]) for t in package.outputs]
+    ours = [tuple(-1 if d is None else d for d in shape[1:]) for shape in outputs]
+    if ours != theirs:
+        raise PackagingError(
+            f"--head-from {package_dir}: the file's outputs {ours} are not {package.name}'s "
+            f"{theirs} (batch dimension left out)"
+        )
+    what = f"the head of {package.name} {package.version} (--head-from)"
+    return Recognised(head, len(package.labels), package.preprocess.letterbox, what)
 
 
 def _label_lines(path: Path) -> tuple[str, ...]:

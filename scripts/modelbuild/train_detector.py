@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgeagent.hub.train.grid_targets import giou_loss
 from modelbuild.detector import STRIDE, GridDetector
 
 TARGET_SIGMA = 0.8  # cells
@@ -53,22 +54,6 @@ def cell_targets(
                 claim, normalised[:, None, None], targets[image, :, rows, cols]
             )
     return scores, targets
-
-
-def _corners(rows: torch.Tensor) -> torch.Tensor:
-    centre, extent = rows[:, :2], rows[:, 2:]
-    return torch.cat([centre - extent / 2, centre + extent / 2], dim=1)
-
-
-def giou_loss(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """1 − generalised IoU of ``[K, 4]`` centre-size boxes, per row."""
-    a, b = _corners(predicted), _corners(target)
-    inter = (torch.minimum(a[:, 2:], b[:, 2:]) - torch.maximum(a[:, :2], b[:, :2])).clamp(min=0)
-    inter_area = inter.prod(dim=1)
-    union = predicted[:, 2:].prod(dim=1) + target[:, 2:].prod(dim=1) - inter_area
-    hull = (torch.maximum(a[:, 2:], b[:, 2:]) - torch.minimum(a[:, :2], b[:, :2])).prod(dim=1)
-    iou = inter_area / union.clamp(min=1e-9)
-    return 1 - iou + (hull - union) / hull.clamp(min=1e-9)
 
 
 def detection_loss(

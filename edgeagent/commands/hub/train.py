@@ -2,14 +2,18 @@
 
 1. the reviewed samples of ``--model`` are split (by a hash of each sample's id, so the split
    never changes between runs) into a training set and a held-out set, and exported with the
-   unreviewed ones (``hub.datasets``);
-2. the head is fine-tuned (``hub.train.head``) by a Python that has torch (``--torch-python``,
-   e.g. ``.venv-build/bin/python``: torch is a build-time tool, never the hub's dependency);
+   unreviewed ones (``hub.datasets``: class folders for a classifier, YOLO for a detector);
+2. the head is fine-tuned by a Python that has torch (``--torch-python``, e.g.
+   ``.venv-build/bin/python``: torch is a build-time tool, never the hub's dependency): a
+   classifier's linear head (``hub.train.head``), or a grid detector's head convolutions and
+   decode against the reviewed boxes (``hub.train.detector_head``, scored before and after on
+   the held-out boxes);
    or, with ``--distil FILE.py:FACTORY``, a smaller student network is trained from scratch to
    answer like the package in service (``packaging.distillation``): the teacher labels the
    unreviewed samples, the reviewed ones add their labels;
 3. the new network goes through ``edgeagent package``: its variants are validated against the
-   held-out split (accuracy from the ImageFolder);
+   held-out split (accuracy from the ImageFolder; a detector keeps its predecessor's
+   ``[detection]`` head, ``--head-from``);
 4. with ``--key``, ``edgeagent hub sign --canary`` makes it a signed canary release.
 """
 
@@ -31,7 +35,11 @@ from edgeagent.commands.hub.common import emit, run
 from edgeagent.commands.hub.samples import add_database_arguments, load_rows
 from edgeagent.hub.keys import HubError
 
-TRAINER = Path(__file__).resolve().parents[2] / "hub" / "train" / "head.py"
+TRAINERS = {  # run by path with --torch-python, per task
+    "classification": Path(__file__).resolve().parents[2] / "hub" / "train" / "head.py",
+    "detection": Path(__file__).resolve().parents[2] / "hub" / "train" / "detector_head.py",
+}
+EXPORTS = {"classification": "imagefolder", "detection": "yolo"}
 TORCH_PYTHON_ENV = "EDGEAGENT_TORCH_PYTHON"
 MAX_ROWS = 100_000  # samples one distillation reads at most
 UNLABELLED = -1  # an unreviewed sample's label: the teacher's answer is all it has
@@ -98,7 +106,7 @@ def add_train(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train",
         formatter_class=DefaultsFormatter,
-        help="fine-tune a classifier on its reviewed field samples, package and sign it",
+        help="fine-tune a classifier or detector on its reviewed field samples, package, sign",
         description=(
             "Split --model's reviewed samples into training and held-out sets, fine-tune the "
             "head of --package on them (the old head teaches on the unreviewed ones, so the "
@@ -149,8 +157,10 @@ async def train(args: argparse.Namespace) -> dict:
         package = load_package(args.package)
     except PackageError as exc:
         raise HubError(str(exc)) from exc
-    if package.preprocess is None or package.task != "classification":
-        raise HubError(f"{package.name}: hub train fine-tunes image classifiers")
+    if package.preprocess is None or package.task not in TRAINERS:
+        raise HubError(f"{package.name}: hub train fine-tunes image classifiers and detectors")
+    if args.distil and package.task != "classification":
+        raise HubError(f"{package.name}: --distil trains classifiers; a detector's head is tuned")
     if args.out.exists():
         raise HubError(f"{args.out} exists: name a new package directory")
     rows, blobs = await load_rows(args)
@@ -168,7 +178,7 @@ async def train(args: argparse.Namespace) -> dict:
     try:
         for name, chosen in (("train", train_rows), ("heldout", heldout_rows), ("new", fresh)):
             if chosen:
-                export(chosen, blobs, work / name, "imagefolder", classes=labels)
+                export(chosen, blobs, work / name, EXPORTS[package.task], classes=labels)
     except ExportError as exc:
         raise HubError(str(exc)) from exc
     python = args.torch_python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
@@ -179,21 +189,26 @@ async def train(args: argparse.Namespace) -> dict:
     packaging += ["--labels", str(work / "labels.txt")]
     packaging += ["--input-size", f"{spec.size[0]},{spec.size[1]}"]
     packaging += ["--scale", repr(spec.scale), "--mean", ",".join(map(repr, spec.mean))]
-    packaging += ["--std", ",".join(map(repr, spec.std)), "--heldout", str(work / "heldout")]
-    packaging += ["--variants", args.variants, "--json"]
+    packaging += ["--std", ",".join(map(repr, spec.std)), "--variants", args.variants, "--json"]
+    images = "images" if package.task == "detection" else ""  # a YOLO set's, or class folders
+    packaging += ["--heldout", str(work / "heldout" / images)]
     if args.distil:
         training: dict = {"distil": args.distil, "epochs": args.epochs}
         report = _distil(args, package, work, python, packaging)
         training["distillation"] = report.get("distillation")
     else:
         onnx = work / f"{package.name}.onnx"
-        command = [python, str(TRAINER), str(package.root), "--train", str(work / "train")]
+        trainer = TRAINERS[package.task]
+        command = [python, str(trainer), str(package.root), "--train", str(work / "train")]
+        if package.task == "detection":  # scored before and after against the reviewed boxes
+            command += ["--heldout", str(work / "heldout")]
+            packaging += ["--task", "detection", "--head-from", str(package.root)]
         if fresh:
             command += ["--unlabelled", str(work / "new")]
         training = json.loads(
             _call([*command, "--out", str(onnx), "--steps", str(args.steps)], "training")
         )
-        packaging += ["--calibration", str(work / "train")]
+        packaging += ["--calibration", str(work / "train" / images)]
         command = [sys.executable, "-m", "edgeagent.cli", "package", str(onnx), *packaging]
         report = json.loads(_call(command, "edgeagent package"))
     summary = {

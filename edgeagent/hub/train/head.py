@@ -17,8 +17,6 @@ by its path; ``edgeagent hub train`` does that.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ if __package__ in (None, ""):  # run by path: the checkout (or site-packages) ho
 
 import numpy as np
 
+from edgeagent.hub.train.runner import answer, session_with, trainer_parser
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import decode_image, image_tensor
 
@@ -100,16 +99,10 @@ def head_layers(model: Any) -> tuple[list[Linear], str]:
 def features(onnx_path: Path, tensors: np.ndarray, input_name: str, threads: int) -> np.ndarray:
     """The head's input for each row (the frozen part of the network, by onnxruntime)."""
     import onnx
-    import onnxruntime as ort
 
     model = onnx.load(str(onnx_path))
     _, feature = head_layers(model)
-    model.graph.output.insert(0, onnx.ValueInfoProto(name=feature))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = session_with(model, feature, threads)
     out = [
         session.run([feature], {input_name: tensors[i : i + 64]})[0]
         for i in range(0, len(tensors), 64)
@@ -280,19 +273,12 @@ def fine_tune(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="fine-tune a classifier package's head")
-    parser.add_argument("package", type=Path)
-    parser.add_argument("--train", type=Path, required=True, help="ImageFolder of reviewed samples")
-    parser.add_argument(
-        "--unlabelled", type=Path, help="unreviewed samples (the old model teaches)"
+    parser = trainer_parser(
+        "fine-tune a classifier package's head", "ImageFolder of reviewed samples", lr=0.003
     )
-    parser.add_argument("--out", type=Path, required=True, help="the new ONNX file")
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
-    try:
-        report = fine_tune(
+    return answer(
+        lambda: fine_tune(
             args.package,
             args.train,
             args.unlabelled,
@@ -300,12 +286,9 @@ def main(argv: list[str] | None = None) -> int:
             steps=args.steps,
             lr=args.lr,
             threads=args.threads,
-        )
-    except (TrainError, OSError) as exc:
-        print(f"train: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(report))
-    return 0
+        ),
+        (TrainError,),
+    )
 
 
 if __name__ == "__main__":
