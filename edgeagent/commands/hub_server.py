@@ -51,6 +51,7 @@ def _server(
     mqtt_settings: Callable[[argparse.Namespace], Any],
     run: Run,
 ) -> None:
+    from edgeagent.commands.hub.samples import add_store_arguments, store_settings
     from edgeagent.hub.server.samples_settings import SamplesSettings
     from edgeagent.hub.server.settings import ServerSettings
 
@@ -135,7 +136,7 @@ def _server(
         metavar="GROUP",
         help="a device group allowed to upload samples (repeat; '*' = every group)",
     )
-    samples.add_argument("--samples-dir", type=Path, help="the images (default STATE_DIR/samples)")
+    add_store_arguments(samples)
     samples.add_argument(
         "--max-sample-bytes",
         type=int,
@@ -173,6 +174,8 @@ def _server(
         missing = missing_extra("hub", *_database_modules(database_url))
         if missing is not None:  # before anything is opened: a pip command, not a traceback
             raise HubError(missing)
+        store = store_settings(args)  # likewise for boto3 with --samples-store
+        from edgeagent.hub.blobs import BlobError
         from edgeagent.hub.server.service import serve
 
         try:  # a service logs what it does (the sync count, every stage); the CLI's default
@@ -211,6 +214,7 @@ def _server(
                 device_tokens=args.device_tokens,
                 groups=tuple(args.samples_group),
                 directory=args.samples_dir,
+                store=store,
                 max_sample_bytes=args.max_sample_bytes,
             ),
         )
@@ -226,7 +230,7 @@ def _server(
                 ready=lambda url: print(f"hub server listening on {url}", flush=True),
                 stop=stop,
             )
-        except ValueError as exc:
+        except (ValueError, BlobError) as exc:
             raise HubError(str(exc)) from exc
         except OSError as exc:
             raise HubError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc

@@ -18,17 +18,22 @@ import aiohttp
 import numpy as np
 import pytest
 import supervision as sv
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from PIL import Image
 
-from devtools.sample_hub import SampleHub, sample_hub, write_device_tokens
+from devtools.sample_hub import (
+    SampleHub,
+    capture_samples,
+    inference_event,
+    sample_device,
+    sample_hub,
+    sample_jpeg,
+    write_device_tokens,
+)
 from edgeagent.capture.audit import AuditLog
 from edgeagent.capture.service import sample_record
-from edgeagent.capture.settings import CaptureSettings
-from edgeagent.capture.spool import Spool, new_sample_id, spool_key
+from edgeagent.capture.spool import Spool, new_sample_id
 from edgeagent.capture.uploader import Uploader
 from edgeagent.cli import main
-from edgeagent.engine.hooks import InferenceEvent
 from edgeagent.fleet.samples import RECORD_HEADER, encode_record
 from edgeagent.hub.server.samples_settings import SamplesSettings
 
@@ -48,51 +53,15 @@ async def hub(tmp_path: Path) -> AsyncIterator[SampleHub]:
         yield running
 
 
-def _jpeg(value: int, size: tuple[int, int] = (32, 24)) -> bytes:
-    out = io.BytesIO()
-    pixels = np.full((size[1], size[0], 3), value, np.uint8)
-    pixels[4:12, 4:20] = 255 - value
-    Image.fromarray(pixels).save(out, "JPEG", quality=90)
-    return out.getvalue()
-
-
-def _event(model: str, task: str, label: str, at: float) -> InferenceEvent:
-    if task == "classification":
-        answer = {"labels": [label, "x"], "scores": [0.55, 0.2]}
-    else:
-        answer = {"detections": [{"label": label, "score": 0.6, "box": [4.0, 4.0, 20.0, 12.0]}]}
-    return InferenceEvent(model, "1.0.0", task, "onnxruntime/fp32@cpu", b"", answer, at=at)
-
-
 def _device(tmp: Path, device: str, hub_url: str) -> tuple[Spool, AuditLog, Uploader]:
-    key = spool_key(X25519PrivateKey.generate())
-    token = tmp / f"{device}.token"
-    token.write_text(TOKENS[device])
-    token.chmod(0o600)
-    settings = CaptureSettings(
-        upload=True, hub_url=hub_url, token_file=token, bandwidth_bytes_per_s=10**9
-    )
-    spool = Spool(tmp / device / "spool", lambda: key, 1 << 24)
-    audit = AuditLog(tmp / device)
-    return spool, audit, Uploader(settings, spool, audit)
-
-
-def _capture(spool: Spool, device: str, model: str, task: str, label: str, n: int) -> list[str]:
-    ids = []
-    for i in range(n):
-        event = _event(model, task, label, 1_700_000_000.0 + i)
-        sample_id = new_sample_id(event.at)
-        record = sample_record(event, device, sample_id, 1.0, (32, 24), 0)
-        spool.write(sample_id, record, _jpeg(40 + 20 * i))
-        ids.append(sample_id)
-    return ids
+    return sample_device(tmp, device, hub_url, TOKENS[device])
 
 
 async def test_upload_resumes_without_duplicates_and_only_for_enabled_groups(
     tmp_path: Path, hub: SampleHub
 ) -> None:
     spool, audit, uploader = _device(tmp_path, "dev-a", hub.url)
-    ids = _capture(spool, "dev-a", "digits", "classification", "3", 3)
+    ids = capture_samples(spool, "dev-a", "digits", "classification", "3", 3)
     sealed = {i: (spool.directory / f"{i}.sample").read_bytes() for i in ids}
     assert await uploader.run_once() == 3
     assert spool.ids() == []
@@ -111,15 +80,15 @@ async def test_upload_resumes_without_duplicates_and_only_for_enabled_groups(
 
     # dev-b's group is not enabled: nothing leaves the device.
     spool_b, _, uploader_b = _device(tmp_path, "dev-b", hub.url)
-    _capture(spool_b, "dev-b", "digits", "classification", "3", 1)
+    capture_samples(spool_b, "dev-b", "digits", "classification", "3", 1)
     assert await uploader_b.run_once() == 0
     assert uploader_b.allowed is False and len(spool_b.ids()) == 1
 
 
 async def test_a_hostile_client_stores_nothing(tmp_path: Path, hub: SampleHub) -> None:
-    good = _jpeg(90)
+    good = sample_jpeg(90)
     sample_id = new_sample_id(1_700_000_000.0)
-    event = _event("digits", "classification", "3", 1_700_000_000.0)
+    event = inference_event("digits", "classification", "3", 1_700_000_000.0)
     record = sample_record(event, "dev-a", sample_id, 1.0, (32, 24), 0)
     url = f"{hub.url}/device/v1/samples/{sample_id}"
 
@@ -141,7 +110,7 @@ async def test_a_hostile_client_stores_nothing(tmp_path: Path, hub: SampleHub) -
     assert await put(a, good, dict(record, model="..")) == 400  # it names a folder
     assert await put(a, b"GIF89a" + good, record) == 400
     assert await put(a, good[: len(good) // 2], record) == 400  # truncated JPEG
-    assert await put(a, _jpeg(90, (40, 24)), record) == 400  # not the size it claims
+    assert await put(a, sample_jpeg(90, (40, 24)), record) == 400  # not the size it claims
     assert await put(a, good, dict(record, id=new_sample_id(1.0))) == 400  # not the path's
     assert await put(a, good, record, url.replace(sample_id, "..%2F..%2Fetc")) == 400
     # A body cut off mid-way (the device lost power while sending) stores nothing either.
@@ -157,7 +126,7 @@ async def test_a_hostile_client_stores_nothing(tmp_path: Path, hub: SampleHub) -
     await writer.wait_closed()
     assert await hub.rows() == [] and hub.files() == []
     assert await put(a, good, record) == 201
-    assert await put(a, _jpeg(10), record) == 409  # another image under a stored id
+    assert await put(a, sample_jpeg(10), record) == 409  # another image under a stored id
     assert len(await hub.rows()) == 1 and len(hub.files()) == 1
 
 
@@ -168,8 +137,8 @@ async def _open(url: str):
 
 async def test_review_and_exports_that_supervision_loads(tmp_path: Path, hub: SampleHub) -> None:
     spool, _, uploader = _device(tmp_path, "dev-a", hub.url)
-    _capture(spool, "dev-a", "digits", "classification", "3", 3)
-    _capture(spool, "dev-a", "boxes", "detection", "cat", 2)
+    capture_samples(spool, "dev-a", "digits", "classification", "3", 3)
+    capture_samples(spool, "dev-a", "boxes", "detection", "cat", 2)
     assert await uploader.run_once() == 5
     rows = {r["id"]: r for r in await hub.rows()}
     digits = sorted(i for i, r in rows.items() if r["model"] == "digits")
@@ -252,7 +221,9 @@ async def _train_command(tmp_path: Path, hub: SampleHub, out: Path) -> list[str]
     the old model to teach), a release key: ``hub train``'s command line for them."""
     spool, _, uploader = _device(tmp_path, "dev-a", hub.url)
     for index, (jpeg, label) in enumerate(_digit_jpegs(16)):
-        event = _event("digits_mnv3", "classification", str(label), 1_700_000_000.0 + index)
+        event = inference_event(
+            "digits_mnv3", "classification", str(label), 1_700_000_000.0 + index
+        )
         sample_id = new_sample_id(event.at)
         spool.write(sample_id, sample_record(event, "dev-a", sample_id, 1.0, (32, 32), 0), jpeg)
     assert await uploader.run_once() == 16

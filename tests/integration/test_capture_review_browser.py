@@ -10,8 +10,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from devtools.sample_hub import SampleHub
-from tests.integration.test_capture_hub import ADMIN, _capture, _device, hub  # noqa: F401
+from devtools.sample_hub import SampleHub, capture_samples
+from tests.integration.test_capture_hub import ADMIN, _device, hub  # noqa: F401
 from tests.integration.test_hub_dashboard_browser import (  # noqa: F401
     WAIT_S,
     _await_text,
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 async def test_review_in_chromium(tmp_path: Path, hub: SampleHub, browser) -> None:  # noqa: F811
     spool, _, uploader = _device(tmp_path, "dev-a", hub.url)
-    _capture(spool, "dev-a", "digits", "classification", "3", 2)
+    capture_samples(spool, "dev-a", "digits", "classification", "3", 2)
     assert await uploader.run_once() == 2
     first, second = sorted(row["id"] for row in await hub.rows())
 

@@ -9,7 +9,8 @@ read unchanged).
 
 A sample's label is the reviewer's (accepted or corrected) or, with ``include_new``, the
 model's own answer; rejected samples are never exported. Each image keeps a name made of its
-device and sample id, so two exports of the same samples are the same files.
+device and sample id, so two exports of the same samples are the same files. The images come
+from the hub's blob store (a directory or a bucket), copied one by one into the new dataset.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from edgeagent.hub.blobs import BlobStore
 
 Rows = list[dict[str, Any]]
 FORMATS = {"coco": "detection", "yolo": "detection", "imagefolder": "classification"}
@@ -51,7 +54,7 @@ def label(row: dict[str, Any]) -> dict[str, Any]:
 
 def export(
     rows: list[dict[str, Any]],
-    blobs: Path,
+    blobs: BlobStore,
     out: Path,
     fmt: str,
     *,
@@ -89,13 +92,13 @@ def _known(index: dict[str, int], name: str) -> int:
 
 
 def _coco(
-    rows: Rows, labels: Rows, blobs: Path, out: Path, names: list[str], index: dict[str, int]
+    rows: Rows, labels: Rows, blobs: BlobStore, out: Path, names: list[str], index: dict[str, int]
 ) -> None:
     (out / "images").mkdir()
     images: Rows = []
     annotations: Rows = []
     for image_id, (row, lab) in enumerate(zip(rows, labels, strict=True), 1):
-        shutil.copyfile(blobs / row["blob"], out / "images" / _name(row))
+        blobs.copy_to(row["blob"], out / "images" / _name(row))
         size = {"width": row["width"], "height": row["height"]}
         images.append({"id": image_id, "file_name": _name(row), **size})
         for det in lab["detections"]:
@@ -116,12 +119,12 @@ def _coco(
 
 
 def _yolo(
-    rows: Rows, labels: Rows, blobs: Path, out: Path, names: list[str], index: dict[str, int]
+    rows: Rows, labels: Rows, blobs: BlobStore, out: Path, names: list[str], index: dict[str, int]
 ) -> None:
     (out / "images").mkdir()
     (out / "labels").mkdir()
     for row, lab in zip(rows, labels, strict=True):
-        shutil.copyfile(blobs / row["blob"], out / "images" / _name(row))
+        blobs.copy_to(row["blob"], out / "images" / _name(row))
         width, height = row["width"], row["height"]
         lines = []
         for det in lab["detections"]:
@@ -136,7 +139,7 @@ def _yolo(
 
 
 def _imagefolder(
-    rows: Rows, labels: Rows, blobs: Path, out: Path, names: list[str], index: dict[str, int]
+    rows: Rows, labels: Rows, blobs: BlobStore, out: Path, names: list[str], index: dict[str, int]
 ) -> None:
     for name in names:  # a class is a folder: a label that is not a plain name is refused
         if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
@@ -144,4 +147,4 @@ def _imagefolder(
         (out / name).mkdir()
     for row, lab in zip(rows, labels, strict=True):
         _known(index, lab["label"])
-        shutil.copyfile(blobs / row["blob"], out / lab["label"] / _name(row))
+        blobs.copy_to(row["blob"], out / lab["label"] / _name(row))

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from edgeagent.httpguard import Guard, security_headers
+from edgeagent.hub.blobs import BlobStore
 from edgeagent.hub.policy import PolicyError, RolloutPolicy, StagedPolicy
 from edgeagent.hub.server import (
     api_inputs,
@@ -398,7 +399,8 @@ async def openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document(context_of(request).settings))
 
 
-def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
+def create_app(hub: HubContext, tokens: Tokens, blobs: BlobStore | None = None) -> web.Application:
+    """The hub's app; ``blobs`` is where sample images go (default: what the settings name)."""
     guard = Guard(hub.settings.host, hub.settings.allowed_hosts, hosts_key="--allowed-host")
     app = web.Application(
         middlewares=[errors_middleware, guard.middleware(), auth_middleware(tokens)],
@@ -409,6 +411,8 @@ def create_app(hub: HubContext, tokens: Tokens) -> web.Application:
     app[TOKENS] = tokens
     app.add_routes(dashboard_routes())
     app.add_routes(sample_routes())
-    samples_api.install(app, hub.settings.samples)
+    samples_api.install(
+        app, hub.settings.samples, blobs or hub.settings.samples.blobs(hub.settings.state_dir)
+    )
     app.add_routes([operation.route(hub.settings) for operation in operations()])
     return app

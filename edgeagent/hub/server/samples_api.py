@@ -4,8 +4,11 @@ Everything an upload claims is checked before anything is written: the device to
 own, from ``--device-tokens``), the device's group (``--samples-group``), the size (read up to
 ``--max-sample-bytes`` and no further), the record (``fleet.samples.parse_record``), that the
 record names the token's device and the path's id, and that the body is a JPEG of the size the
-record states. Only then is the image written (``<model>/<version>/<device>/<id>-<sha>.jpg``
-under the samples directory, atomically) and its row inserted; a refusal leaves nothing.
+record states. Only then is the image stored (``<model>/<version>/<device>/<id>-<sha>.jpg``
+in the blob store: a file written atomically, or one S3 object) and its row inserted; a refusal
+leaves nothing. A store that does not answer or refuses is a 503 the device tries again later
+(nothing in the database); a row the database refuses after the image was stored (another image
+under that id) takes the image away again.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import asyncio
 import hashlib
 import io
 import logging
-from pathlib import Path
 
 from aiohttp import web
 
@@ -28,7 +30,7 @@ from edgeagent.fleet.samples import (
     decode_record,
 )
 from edgeagent.fleet.wire import MessageError
-from edgeagent.fsutil import write_file_atomic
+from edgeagent.hub.blobs import BlobError, BlobStore, StoreUnavailable
 from edgeagent.hub.server import samples_db
 from edgeagent.hub.server.context import context_of
 from edgeagent.hub.server.samples_auth import DeviceTokens, Uploader
@@ -37,10 +39,12 @@ from edgeagent.hub.server.samples_settings import SamplesSettings
 log = logging.getLogger(__name__)
 
 DEVICE_TOKENS = web.AppKey("hub_device_tokens", DeviceTokens)
+BLOBS = web.AppKey("hub_sample_blobs", BlobStore)
+RETRY_AFTER_S = 60  # a device's uploader tries again at its next round anyway
 
 
-def samples_dir(state_dir: Path, settings: SamplesSettings) -> Path:
-    return settings.directory or state_dir / "samples"
+def blobs_of(request: web.Request) -> BlobStore:
+    return request.app[BLOBS]
 
 
 def _refuse(status: int, message: str) -> web.Response:
@@ -131,14 +135,20 @@ async def upload(request: web.Request) -> web.Response:
             return _refuse(409, "this sample id already holds another image")
         return web.json_response({"stored": False, "duplicate": True}, status=200)
     blob = f"{record.model}/{record.version}/{record.device_id}/{record.id}-{sha[:16]}.jpg"
-    root = samples_dir(hub.settings.state_dir, settings)
-    path = root / blob
-    path.parent.mkdir(parents=True, exist_ok=True)
-    await asyncio.to_thread(write_file_atomic, path, data, 0o640)
+    store = blobs_of(request)
+    try:
+        await asyncio.to_thread(store.put, blob, data)
+    except StoreUnavailable as exc:
+        log.warning("sample %s of %s not stored: %s", record.id, record.device_id, exc)
+        response = _refuse(503, f"the hub cannot store samples now: {exc}")
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return response
+    # A database error here is left alone: the commit may have landed, and the device's retry
+    # puts the same bytes under the same key before it inserts again.
     async with hub.engine.begin() as connection:
         outcome = await samples_db.insert(connection, record, sha, len(data), blob)
     if outcome == samples_db.CONFLICT:
-        path.unlink(missing_ok=True)
+        await _forget(store, blob)
         return _refuse(409, "this sample id already holds another image")
     return web.json_response(
         {"stored": outcome == samples_db.STORED, "duplicate": outcome == samples_db.DUPLICATE},
@@ -146,9 +156,19 @@ async def upload(request: web.Request) -> web.Response:
     )
 
 
-def install(app: web.Application, settings: SamplesSettings) -> None:
-    """Add the device routes to the hub's app with the device tokens (none: every upload 401)."""
+async def _forget(store: BlobStore, blob: str) -> None:
+    """Delete an image no row will name; a store failing now leaves an orphan, logged."""
+    try:
+        await asyncio.to_thread(store.delete, blob)
+    except BlobError as exc:
+        log.warning("image %s has no row and could not be deleted: %s", blob, exc)
+
+
+def install(app: web.Application, settings: SamplesSettings, blobs: BlobStore) -> None:
+    """Add the device routes to the hub's app with the device tokens (none: every upload 401)
+    and the store their images go to."""
     app[DEVICE_TOKENS] = (
         DeviceTokens.load(settings.device_tokens) if settings.device_tokens else DeviceTokens({})
     )
+    app[BLOBS] = blobs
     app.add_routes([web.get(POLICY_PATH, policy), web.put(UPLOAD_PATH, upload)])

@@ -5,7 +5,8 @@ Replicas: any number of these processes may share one PostgreSQL database (each 
 controller acts only in the one holding the controller's lease (``leadership``), and the
 change counter that long polls follow is the database's (``changes.SharedChanges``).
 
-Start order: migrate the database, start the HTTP listener (the API answers ``synced: false``
+Start order: reach the samples store (a bucket: HEAD, so a wrong name or key fails the start),
+migrate the database, start the HTTP listener (the API answers ``synced: false``
 until the retained reports are read), the ingest writer, the MQTT link and the controller.
 ``stop`` ends it (the CLI sets it on SIGTERM/SIGINT); SIGKILL is fine too — every decision is
 already in the database and the MQTT session is persistent.
@@ -76,6 +77,8 @@ async def serve(
     """Run the hub server until ``stop`` is set (or cancellation); ``ready(url)`` once it
     listens."""
     settings.validate()
+    blobs = settings.samples.blobs(settings.state_dir)
+    await asyncio.to_thread(blobs.check)  # a wrong bucket or key fails here, not per upload
     signer = ManifestSigner(settings.release_keys) if settings.release_keys else None
     open_trust(settings.trust_file, signer.keys if signer is not None else ())
     if settings.trust_file is None:
@@ -124,7 +127,7 @@ async def serve(
         engine, settings, ingest, changes, controller.wake, settings.trust_file, leadership
     )
     tls = ServerTls(settings.tls) if settings.tls_mode != "off" and settings.tls.enabled else None
-    runner = web.AppRunner(create_app(context, tokens), access_log=None)
+    runner = web.AppRunner(create_app(context, tokens, blobs), access_log=None)
     await runner.setup()
     site = web.TCPSite(
         runner, settings.host, settings.port, ssl_context=tls.context if tls else None

@@ -14,18 +14,20 @@ pages allow images from this host only (``img-src 'self'`` added to the page's C
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from aiohttp import web
 
+from edgeagent.hub.blobs import BlobMissing, StoreUnavailable
 from edgeagent.hub.datasets.export import label
 from edgeagent.hub.server import samples_db
 from edgeagent.hub.server.auth import csrf_token, may_change, needs
 from edgeagent.hub.server.context import BadRequest, context_of
 from edgeagent.hub.server.dashboard.markup import escape, page, table
 from edgeagent.hub.server.dashboard.scripts import page_script
-from edgeagent.hub.server.samples_api import samples_dir
+from edgeagent.hub.server.samples_api import blobs_of
 
 PAGE_SIZE = 48
 MAX_BOXES = 100
@@ -155,8 +157,13 @@ async def sample_image(request: web.Request) -> web.StreamResponse:
         row = await samples_db.one(connection, row_id)
     if row is None:
         raise web.HTTPNotFound()
-    path = samples_dir(hub.settings.state_dir, hub.settings.samples) / row["blob"]
-    return web.FileResponse(path, headers={"Content-Type": "image/jpeg"})
+    try:
+        data = await asyncio.to_thread(blobs_of(request).get, row["blob"])
+    except BlobMissing:
+        raise web.HTTPNotFound() from None
+    except StoreUnavailable as exc:
+        raise web.HTTPServiceUnavailable(text=str(exc)) from None
+    return web.Response(body=data, content_type="image/jpeg")
 
 
 def _annotation(row: dict[str, Any], body: dict[str, Any]) -> dict[str, Any] | None:
