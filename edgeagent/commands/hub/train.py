@@ -150,6 +150,7 @@ def add_train(commands: argparse._SubParsersAction) -> None:
 
 
 async def train(args: argparse.Namespace) -> dict:
+    from edgeagent.hub.blobs import BlobError
     from edgeagent.hub.datasets.export import ExportError, export
     from edgeagent.models.package import PackageError, load_package
 
@@ -179,7 +180,7 @@ async def train(args: argparse.Namespace) -> dict:
         for name, chosen in (("train", train_rows), ("heldout", heldout_rows), ("new", fresh)):
             if chosen:
                 export(chosen, blobs, work / name, EXPORTS[package.task], classes=labels)
-    except ExportError as exc:
+    except (ExportError, BlobError) as exc:  # a row naming an image the store lost, or is down
         raise HubError(str(exc)) from exc
     python = args.torch_python or os.environ.get(TORCH_PYTHON_ENV) or sys.executable
     (work / "labels.txt").write_text("\n".join(labels) + "\n", encoding="utf-8")
