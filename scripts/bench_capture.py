@@ -4,7 +4,9 @@
 1. Two daemons from this tree serve ``digits_mnv3``, identical but for ``[capture]`` (B keeps
    every answer that the caps allow: ``sample_percent = 100``); ``--concurrency`` clients post
    ``/classify`` to one, then the other, in alternating rounds of ``--seconds``. Reported: each
-   side's median p95 latency and the median of the paired B/A p95 ratios (goal ≤ 1.02).
+   side's median p95 latency and the median of the paired B/A p95 ratios (goal ≤ 1.02),
+   their range over the rounds, and the daemon's CPU time per request on each side (user +
+   system, from the kernel: far steadier than a latency percentile on a shared machine).
 2. B's audit log: the most samples any 60 s / 3600 s window holds, against the caps.
 3. B's state directory searched for JPEG/PNG bytes in the clear (goal: none).
 4. The uploader sends ``--upload-samples`` samples to an in-process hub under
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -61,6 +64,21 @@ async def drive(sock: Path, concurrency: int, seconds: float) -> list[float]:
     return latencies
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the daemon and its children so far."""
+    process = psutil.Process(pid)
+    return sum(sum(p.cpu_times()[:2]) for p in (process, *process.children(recursive=True)))
+
+
+def ratios(sides: dict[str, list[float]]) -> list[float]:
+    """Each round's capture-on figure over the capture-off one run just before it."""
+    return [on / off for off, on in zip(sides["off"], sides["on"], strict=True)]
+
+
+def paired_ratio(sides: dict[str, list[float]]) -> float:
+    return round(statistics.median(ratios(sides)), 3)
+
+
 def most_in_window(times: list[float], seconds: float) -> int:
     times = sorted(times)
     return max(
@@ -86,10 +104,14 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
         await drive(sides["off"].sock, args.concurrency, 2)  # warm both
         await drive(sides["on"].sock, args.concurrency, 2)
         p95: dict[str, list[float]] = {"off": [], "on": []}
+        cpu_ms: dict[str, list[float]] = {"off": [], "on": []}
         for _ in range(args.rounds):
             for name in ("off", "on"):
+                before = cpu_seconds(sides[name].process.pid)
                 found = await drive(sides[name].sock, args.concurrency, args.seconds)
+                spent = cpu_seconds(sides[name].process.pid) - before
                 p95[name].append(float(np.percentile(found, 95)))
+                cpu_ms[name].append(spent * 1000 / len(found))
         async with http_client(sides["on"].sock) as http, http.get("/v1/status") as answer:
             status = (await answer.json())["capture"]
     finally:
@@ -104,9 +126,11 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
         "concurrency": args.concurrency,
         "p95_ms_off": round(statistics.median(p95["off"]), 2),
         "p95_ms_on": round(statistics.median(p95["on"]), 2),
-        "p95_ratio_on_off": round(
-            statistics.median(b / a for a, b in zip(p95["off"], p95["on"], strict=True)), 3
-        ),
+        "p95_ratio_on_off": paired_ratio(p95),
+        "p95_ratio_range": [round(min(ratios(p95)), 3), round(max(ratios(p95)), 3)],
+        "cpu_ms_per_request_off": round(statistics.median(cpu_ms["off"]), 4),
+        "cpu_ms_per_request_on": round(statistics.median(cpu_ms["on"]), 4),
+        "cpu_ratio_on_off": paired_ratio(cpu_ms),
         "captured": len(times),
         "outcomes": status["outcomes"],
         "most_in_60s": most_in_window(times, 60),
