@@ -87,41 +87,19 @@ def most_in_window(times: list[float], seconds: float) -> int:
     )
 
 
-async def serving(args: argparse.Namespace, work: Path) -> dict:
-    package = ROOT / "zoo" / "digits_mnv3"
-    capture = (
-        f"[capture]\nenabled = true\nsample_percent = 100.0\nper_minute = {PER_MINUTE}\n"
-        f"per_hour = {PER_HOUR}\nper_day = 0\n"
-    )
-    sides = {}
-    for name, tables in (("off", ""), ("on", capture)):
-        (work / name).mkdir()
-        # A fixed plan on both: a plan searched under load could differ between the two.
-        sides[name] = start_daemon(package, work / name, 0, server='plan = "fixed"', tables=tables)
-    try:
-        for daemon in sides.values():
-            await wait_ready(daemon.sock, daemon.process)
-        await drive(sides["off"].sock, args.concurrency, 2)  # warm both
-        await drive(sides["on"].sock, args.concurrency, 2)
-        p95: dict[str, list[float]] = {"off": [], "on": []}
-        cpu_ms: dict[str, list[float]] = {"off": [], "on": []}
-        for _ in range(args.rounds):
-            for name in ("off", "on"):
-                before = cpu_seconds(sides[name].process.pid)
-                found = await drive(sides[name].sock, args.concurrency, args.seconds)
-                spent = cpu_seconds(sides[name].process.pid) - before
-                p95[name].append(float(np.percentile(found, 95)))
-                cpu_ms[name].append(spent * 1000 / len(found))
-        async with http_client(sides["on"].sock) as http, http.get("/v1/status") as answer:
-            status = (await answer.json())["capture"]
-    finally:
-        for daemon in sides.values():
-            stop_tree(daemon.process)
-    state = work / "on" / "state"
-    audit = [
-        e for e in AuditLog(next(state.rglob("capture"))).entries() if e["event"] == "captured"
-    ]
-    times = [e["captured_at"] for e in audit]  # when the rules kept each (not when written)
+async def paired_rounds(sides: dict, args: argparse.Namespace) -> dict:
+    """Alternating rounds on the two daemons: p95 latency and CPU time per request of each."""
+    await drive(sides["off"].sock, args.concurrency, 2)  # warm both
+    await drive(sides["on"].sock, args.concurrency, 2)
+    p95: dict[str, list[float]] = {"off": [], "on": []}
+    cpu_ms: dict[str, list[float]] = {"off": [], "on": []}
+    for _ in range(args.rounds):
+        for name in ("off", "on"):
+            before = cpu_seconds(sides[name].process.pid)
+            found = await drive(sides[name].sock, args.concurrency, args.seconds)
+            spent = cpu_seconds(sides[name].process.pid) - before
+            p95[name].append(float(np.percentile(found, 95)))
+            cpu_ms[name].append(spent * 1000 / len(found))
     return {
         "concurrency": args.concurrency,
         "p95_ms_off": round(statistics.median(p95["off"]), 2),
@@ -131,6 +109,16 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
         "cpu_ms_per_request_off": round(statistics.median(cpu_ms["off"]), 4),
         "cpu_ms_per_request_on": round(statistics.median(cpu_ms["on"]), 4),
         "cpu_ratio_on_off": paired_ratio(cpu_ms),
+    }
+
+
+def kept(state: Path, status: dict) -> dict:
+    """What the capturing daemon kept, against its caps, and what lies in the clear."""
+    folder = next(state.rglob("capture"), None)  # made by the first sample kept
+    entries = AuditLog(folder).entries() if folder is not None else []
+    audit = [e for e in entries if e["event"] == "captured"]
+    times = [e["captured_at"] for e in audit]  # when the rules kept each (not when written)
+    return {
         "captured": len(times),
         "outcomes": status["outcomes"],
         "most_in_60s": most_in_window(times, 60),
@@ -139,6 +127,32 @@ async def serving(args: argparse.Namespace, work: Path) -> dict:
         "per_hour_cap": PER_HOUR,
         "plaintext_image_files": len(plaintext_images(state)),
     }
+
+
+async def serving(args: argparse.Namespace, work: Path) -> dict:
+    package = ROOT / "zoo" / "digits_mnv3"
+    capture = (
+        f"[capture]\nenabled = true\nsample_percent = {args.sample_percent}\n"
+        f"per_minute = {PER_MINUTE}\n"
+        f"per_hour = {PER_HOUR}\nper_day = 0\n"
+    )
+    sides = {}
+    for name, tables in (("off", ""), ("on", "" if args.control else capture)):
+        (work / name).mkdir()
+        # A fixed plan on both: a plan searched under load could differ between the two.
+        sides[name] = start_daemon(package, work / name, 0, server='plan = "fixed"', tables=tables)
+    try:
+        for daemon in sides.values():
+            await wait_ready(daemon.sock, daemon.process)
+        figures = await paired_rounds(sides, args)
+        async with http_client(sides["on"].sock) as http, http.get("/v1/status") as answer:
+            status = (await answer.json()).get("capture")
+    finally:
+        for daemon in sides.values():
+            stop_tree(daemon.process)
+    if not args.control:
+        figures.update(kept(work / "on" / "state", status))
+    return figures
 
 
 async def upload_rate(args: argparse.Namespace, work: Path) -> dict:
@@ -201,7 +215,8 @@ async def main_async(args: argparse.Namespace) -> dict:
         (work / "serve").mkdir()
         (work / "upload").mkdir()
         figures = await serving(args, work / "serve")
-        figures.update(await upload_rate(args, work / "upload"))
+        if not args.control:
+            figures.update(await upload_rate(args, work / "upload"))
     return figures
 
 
@@ -210,6 +225,17 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=20.0, help="per round and side")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="capture off on both sides (A/A): the ratios the bench itself makes",
+    )
+    parser.add_argument(
+        "--sample-percent",
+        type=float,
+        default=100.0,
+        help="B's [capture] sample_percent (0: the hook runs, nothing is kept)",
+    )
     parser.add_argument("--upload-samples", type=int, default=60)
     parser.add_argument("--bandwidth", type=int, default=256 * 1024, help="upload cap, bytes/s")
     add_report_arguments(parser)

@@ -27,32 +27,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
-import json
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import aiohttp
 import numpy as np
-from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from devtools.figures import add_report_arguments, report  # noqa: E402
+from devtools.learning_loop import (  # noqa: E402
+    ADMIN,
+    BUILD_PYTHON,
+    DEVICE_TOKEN,
+    capture_and_upload,
+    png,
+    review,
+    thumbnails,
+    train_and_sign,
+)
 from devtools.sample_hub import sample_hub, write_device_tokens  # noqa: E402
-from edgeagent.capture.uploader import Uploader  # noqa: E402
-from edgeagent.config import parse_config  # noqa: E402
-from edgeagent.daemon import Daemon  # noqa: E402
 from edgeagent.hub.server.samples_settings import SamplesSettings  # noqa: E402
 
-BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
-ADMIN = "bench-admin-token-0123456789"
-DEVICE_TOKEN = "bench-device-token-0123456789"
+PACKAGE = ROOT / "zoo" / "digits_mnv3"
 MAKE_DATA = """
 import sys, numpy as np
 sys.path.insert(0, sys.argv[2])
@@ -72,12 +72,6 @@ def digits(work: Path) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-def png(pixels: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(pixels[..., 0], mode="L").save(out, "PNG")
-    return out.getvalue()
-
-
 def accuracy(onnx: Path, x: np.ndarray, y: np.ndarray) -> float:
     import onnxruntime as ort
 
@@ -89,62 +83,6 @@ def accuracy(onnx: Path, x: np.ndarray, y: np.ndarray) -> float:
     return float((logits.argmax(1) == y).mean() * 100)
 
 
-async def capture_and_upload(work: Path, images: list[bytes], hub_url: str) -> None:
-    models = work / "models"
-    shutil.copytree(ROOT / "zoo" / "digits_mnv3", models / "digits_mnv3")
-    token = work / "device.token"
-    token.write_text(DEVICE_TOKEN)
-    token.chmod(0o600)
-    config = parse_config(
-        f"[agent]\nstate_dir = '{work / 'state'}'\nmodels_dir = '{models}'\ndevice_id = 'bench'\n"
-        f"[server]\nunix_socket = '{work / 'agent.sock'}'\ntcp_port = 0\n"
-        "[capture]\nenabled = true\nsample_percent = 100.0\nper_minute = 0\nper_hour = 0\n"
-        f"per_day = 0\nqueue_size = {len(images)}\n"
-        f"upload = true\nhub_url = '{hub_url}'\ntoken_file = '{token}'\n"
-        "bandwidth_bytes_per_s = 100000000\nupload_interval_s = 3600\n"
-    )
-    daemon = Daemon(config)
-    await daemon.start()
-    try:
-        connector = aiohttp.UnixConnector(path=str(config.server.unix_socket))
-        async with aiohttp.ClientSession(connector=connector) as http:
-            for body in images:
-                async with http.post("http://agent/v1/models/digits_mnv3/classify", data=body) as r:
-                    r.raise_for_status()
-        assert daemon.capture is not None
-        await daemon.capture.drained()
-        uploader = Uploader(config.capture, daemon.capture.spool, daemon.capture.audit)
-        sent = await uploader.run_once()
-        print(f"captured and uploaded {sent} samples", file=sys.stderr)
-    finally:
-        await daemon.stop()
-
-
-def nearest(stored: bytes, sources: np.ndarray) -> int:
-    """The source image a stored (JPEG) sample came from: the closest in pixels."""
-    grey = np.asarray(Image.open(io.BytesIO(stored)).convert("L").resize((32, 32)), np.float32)
-    return int(np.abs(sources - grey).reshape(len(sources), -1).sum(1).argmin())
-
-
-async def review(hub, sources: np.ndarray, labels: np.ndarray, shifted: set[int]) -> int:
-    done = 0
-    headers = {"Authorization": f"Bearer {ADMIN}"}
-    async with aiohttp.ClientSession(headers=headers) as http:
-        for row in await hub.rows():
-            index = nearest((hub.state / "samples" / row["blob"]).read_bytes(), sources)
-            if index not in shifted:
-                continue  # ordinary traffic stays unreviewed: the old model teaches on it
-            truth = str(int(labels[index]))
-            said = row["outputs"]["labels"][0]
-            body = (
-                {"status": "accepted"} if said == truth else {"status": "corrected", "label": truth}
-            )
-            async with http.post(f"{hub.url}/ui/samples/{row['id']}/review", json=body) as r:
-                r.raise_for_status()
-            done += 1
-    return done
-
-
 async def main_async(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-learning-"))
     data = digits(work)
@@ -152,49 +90,30 @@ async def main_async(args: argparse.Namespace) -> dict:
     order = rng.permutation(len(data["train_x"]))
     shifted_ids = set(order[: args.shifted].tolist())
     field_ids = order[args.shifted : args.shifted + args.field].tolist()
-    sources = data["train_x"].astype(np.float32)[..., 0].copy()
+    sources = data["train_x"].copy()
     for i in shifted_ids:
         sources[i] = 255 - sources[i]
-    images = [png(255 - data["train_x"][i]) for i in shifted_ids]
-    images += [png(data["train_x"][i]) for i in field_ids]
+    images = [png(sources[i]) for i in [*shifted_ids, *field_ids]]
     rng.shuffle(images)
+
+    def verdict(index: int, row: dict) -> dict | None:
+        if index not in shifted_ids:
+            return None  # ordinary traffic stays unreviewed: the old model teaches on it
+        truth = str(int(data["train_y"][index]))
+        if row["outputs"]["labels"][0] == truth:
+            return {"status": "accepted"}
+        return {"status": "corrected", "label": truth}
+
     tokens = write_device_tokens(work / "device-tokens", {"bench": ("lab", DEVICE_TOKEN)})
     settings = SamplesSettings(device_tokens=tokens, groups=("lab",))
     async with sample_hub(work / "hub", settings, ADMIN) as hub:
-        await capture_and_upload(work, images, hub.url)
-        reviewed = await review(hub, sources, data["train_y"], shifted_ids)
-    keys = work / "keys"
-    subprocess.run(
-        [sys.executable, "-m", "edgeagent.cli", "hub", "keygen", str(keys)],
-        check=True,
-        capture_output=True,
-    )
-    out = work / "digits_mnv3-retrained"
-    command = [
-        sys.executable,
-        "-m",
-        "edgeagent.cli",
-        "hub",
-        "train",
-        "--state-dir",
-        str(work / "hub"),
-    ]
-    command += ["--model", "digits_mnv3", "--package", str(ROOT / "zoo" / "digits_mnv3")]
-    command += ["--out", str(out), "--torch-python", str(BUILD_PYTHON), "--steps", str(args.steps)]
-    command += ["--key", str(keys / "release.key"), "--base-url", "http://hub.example:8000"]
-    command += ["--release-out", str(work / "releases"), "--json"]
-    if shutil.which("taskset") and args.cores:
-        command = ["taskset", "-c", ",".join(map(str, range(args.cores))), *command]
-    started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"hub train failed: {done.stderr}")
-    summary = json.loads(done.stdout)
-    with np.load(ROOT / "zoo" / "digits_mnv3" / "heldout.npz") as held:
+        await capture_and_upload(work, PACKAGE, "classify", images, hub.url)
+        reviewed = await review(hub, thumbnails(sources), verdict)
+    summary, seconds, out = train_and_sign(work, PACKAGE.name, PACKAGE, args.steps, args.cores)
+    with np.load(PACKAGE / "heldout.npz") as held:
         old_x, old_y = held["inputs"], held["labels"]
     inverted = -old_x  # the normalised inverse: (255 - p)/255 - 0.5) / 0.5 = -x
-    before = ROOT / "zoo" / "digits_mnv3" / "digits_mnv3.fp32.onnx"
+    before = PACKAGE / "digits_mnv3.fp32.onnx"
     after = next(out.glob("*.onnx"))
     figures = {
         "shifted_reviewed": reviewed,

@@ -58,7 +58,7 @@ from edgeagent.engine.metrics import EngineMetrics
 from edgeagent.engine.stats import ModelStats
 from edgeagent.hardware.instances import Placement, offloads, spare_peer
 from edgeagent.models.package import TensorSpec
-from edgeagent.runtimes.base import Backend, ManagedSession, Session
+from edgeagent.runtimes.base import Backend, Session, is_managed
 from edgeagent.runtimes.remote import is_remote
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def error_kind(error: BaseException) -> str:
 def backend_of(session: Session) -> tuple[str, str, str]:
     """(runtime, device, precision) that runs now; a ManagedSession reports its candidate."""
     source: Backend = session
-    if isinstance(session, ManagedSession) and session.candidate is not None:
+    if is_managed(session) and session.candidate is not None:
         source = session.candidate
     return source.runtime, source.device, source.precision
 
@@ -439,7 +439,7 @@ class Batcher:
 
     async def _set_power_mode(self, low: bool) -> None:
         """Follow the governor's prefer_low_power on sessions that can switch (ResilientSession)."""
-        if low == self._low_power or not isinstance(self.session, ManagedSession):
+        if low == self._low_power or not is_managed(self.session):
             return
         self._low_power = low
         switch = self.session.set_power_mode

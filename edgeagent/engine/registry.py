@@ -34,7 +34,7 @@ from edgeagent.engine.settings import EngineSettings
 from edgeagent.heap import release_free_memory
 from edgeagent.models.golden import sample_feeds
 from edgeagent.models.package import ModelPackage, PackageError, load_package, version_tuple
-from edgeagent.runtimes.base import ManagedSession, Session
+from edgeagent.runtimes.base import Session, is_managed
 
 log = logging.getLogger(__name__)
 
@@ -528,4 +528,4 @@ def _warm(session: Session, package: ModelPackage) -> None:
 
 
 def _session_status(session: Session) -> dict:
-    return session.status() if isinstance(session, ManagedSession) else {}
+    return session.status() if is_managed(session) else {}

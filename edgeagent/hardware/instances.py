@@ -24,7 +24,7 @@ from edgeagent.hardware.plan_search import SEARCH_BATCHES, MeasuredPlan, PlanSha
 from edgeagent.hardware.profile import Candidate
 from edgeagent.hardware.schedule import Instance, Scheduler, ServiceTime, Ticket
 from edgeagent.hardware.spread import device_key
-from edgeagent.runtimes.base import Backend, ManagedSession, Session, TensorInfo
+from edgeagent.runtimes.base import Backend, Session, TensorInfo, is_managed
 from edgeagent.runtimes.remote import is_remote
 
 
@@ -39,7 +39,7 @@ class Lane:
 
 def device_of(session: Session) -> str:
     """The device key a session runs on now: its active candidate's, else its own name."""
-    if isinstance(session, ManagedSession) and isinstance(session.candidate, Candidate):
+    if is_managed(session) and isinstance(session.candidate, Candidate):
         return device_key(session.candidate)
     return str(session.device)
 
@@ -194,23 +194,23 @@ class InstanceGroup(Session):
     @property
     def candidate(self) -> Backend | None:
         first = self.first
-        return first.candidate if isinstance(first, ManagedSession) else None
+        return first.candidate if is_managed(first) else None
 
     def set_power_mode(self, mode: str) -> None:
         for session in self._every_session():
-            if isinstance(session, ManagedSession):
+            if is_managed(session):
                 session.set_power_mode(mode)
 
     def status(self) -> dict[str, Any]:
         """The first instance's state, the plan, and each instance's device, backend, plan,
         EWMA latency and share of batches; candidates of every lane."""
         first = self.first
-        status = dict(first.status()) if isinstance(first, ManagedSession) else {}
+        status = dict(first.status()) if is_managed(first) else {}
         status["plan"] = self.plan.to_dict()
         lanes = {id(s): lane for lane in self.lanes for s in lane.sessions}
         shown = []
         for session, figures in zip(self.sessions, self.scheduler.figures(), strict=True):
-            managed = session.status() if isinstance(session, ManagedSession) else {}
+            managed = session.status() if is_managed(session) else {}
             plan = lanes[id(session)].plan
             shown.append({**figures, "active": managed.get("active"), "plan": plan.shape.label})
             known = {c["candidate"] for c in status.get("candidates", [])}

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgeagent.runtimes.base import ManagedSession, Session
+from edgeagent.runtimes.base import Session, is_managed
 
 ALPHA = 0.2  # weight of the newest sample in a service-time EWMA
 
@@ -106,7 +106,7 @@ class Instance:
         """False while its session has no working backend (its device is gone): it leaves the
         rotation until its re-probe brings a candidate back."""
         session = self.session
-        return not isinstance(session, ManagedSession) or session.candidate is not None
+        return not is_managed(session) or session.candidate is not None
 
     def backlog(self, now: float) -> float:
         return sum(ticket.remaining(now) for ticket in self.tickets)

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 import numpy as np
 
@@ -137,6 +137,23 @@ class ManagedSession(Protocol):
     def status(self) -> dict[str, Any]:
         """JSON-able state of every backend, for /v1/status."""
         ...
+
+
+_MANAGED_CLASSES: dict[type, bool] = {}  # is_managed's answer per session class
+
+
+def is_managed(session: object) -> TypeGuard[ManagedSession]:
+    """``isinstance(session, ManagedSession)``, decided once per class.
+
+    A runtime-checkable Protocol's ``isinstance`` inspects the class's attributes on every
+    call (8 µs here, on Python 3.11), and the engine asks on every request, several times. Every
+    implementation declares the three members on its class, so the answer is the class's."""
+    kind = type(session)
+    known = _MANAGED_CLASSES.get(kind)
+    if known is None:
+        members = ("candidate", "set_power_mode", "status")
+        known = _MANAGED_CLASSES[kind] = all(hasattr(kind, name) for name in members)
+    return known
 
 
 class Runtime(ABC):

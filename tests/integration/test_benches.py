@@ -48,6 +48,7 @@ COVERED = {
     "bench_site.py",
     "bench_capture.py",
     "bench_learning.py",
+    "bench_learning_detector.py",
     "bench_zmq.py",
     "bench_streams.py",
     "bench_prune.py",
@@ -375,6 +376,15 @@ def test_learning_bench_runs_the_loop() -> None:
     report = run_bench("bench_learning.py --shifted 20 --field 20 --steps 3 --json")
     assert_figures(report, "old_heldout_before", "old_heldout_after", "train_package_sign_s")
     assert report["shifted_reviewed"] == 20 and report["release"] is True
+
+
+@pytest.mark.slow
+@needs_torch
+def test_detector_learning_bench_runs_the_loop() -> None:
+    report = run_bench("bench_learning_detector.py --shifted 12 --field 6 --steps 3 --json")
+    assert_figures(report, "night_heldout_map50_before", "night_heldout_map50_after")
+    assert report["shifted_reviewed"] == 12 and report["release"] is True
+    assert report["training"]["unlabelled"] == 6
 
 
 @needs_broker
