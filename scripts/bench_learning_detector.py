@@ -93,7 +93,7 @@ def detection_map(onnx: Path, images: np.ndarray, boxes: list, labels: list) -> 
         [session.run(None, {name: x[i : i + 64]})[0] for i in range(0, len(x), 64)]
     )
     found = decode_batch(package, {package.outputs[0].name: rows})
-    return 100 * mean_average_precision(found, boxes, labels, len(package.labels))
+    return round(100 * mean_average_precision(found, boxes, labels, len(package.labels)), 2)
 
 
 async def main_async(args: argparse.Namespace) -> dict:

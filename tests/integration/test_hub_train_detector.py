@@ -18,7 +18,6 @@ from PIL import Image
 from devtools.detection_scenes import load_heldout, night
 from devtools.sample_hub import SampleHub
 from edgeagent.capture.service import sample_record
-from edgeagent.capture.spool import new_sample_id
 from edgeagent.cli import main
 from edgeagent.engine.hooks import InferenceEvent
 from edgeagent.models.package import load_package
@@ -60,7 +59,7 @@ async def _captured_and_reviewed(tmp_path: Path, hub: SampleHub) -> None:  # noq
             {"detections": []},
             at=at,
         )
-        sample_id = new_sample_id(at)
+        sample_id = f"{int(at * 1000):013d}-{index:016x}"  # fixed ids: the same split every run
         record = sample_record(event, "dev-a", sample_id, 1.0, (96, 96), 0)
         spool.write(sample_id, record, _jpeg(pixels))
         truth[sample_id] = index

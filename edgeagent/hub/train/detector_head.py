@@ -199,7 +199,7 @@ def fine_tune(
     *,
     steps: int = 300,
     lr: float = 0.001,
-    teacher_weight: float = 1.0,
+    teacher_weight: float = 2.0,
     threads: int = 2,
 ) -> dict[str, Any]:
     """Train the tail of ``package_dir``'s fp32 ONNX on ``train_dir``; the ONNX to ``out``."""
