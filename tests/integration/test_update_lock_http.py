@@ -45,8 +45,11 @@ async def agent(request, tmp_path: Path, broker: Broker, hub: Hub) -> AsyncItera
     await instance.stop()
 
 
-async def _publish(hub: Hub, broker: Broker, version: str) -> None:
-    envelope = hub.sign(add_golden(hub.package(version, seed=int(version))))
+def _release(hub: Hub, version: str) -> bytes:
+    return hub.sign(add_golden(hub.package(version, seed=int(version))))
+
+
+async def _publish(broker: Broker, envelope: bytes) -> None:
     await publish(broker.settings(), [GroupTopics("edgeagent", "lab").release("tiny")], envelope)
 
 
@@ -71,7 +74,7 @@ async def test_a_held_lock_defers_the_swap_until_it_is_released(
     # renewed to the maximum: the release below must wait for the DELETE, not an expiry
     await call(agent, "POST", "/v1/update-lock", json={"holder": "scale", "hold_s": MAX_HOLD_S})
 
-    await _publish(hub, broker, "2")
+    await _publish(broker, _release(hub, "2"))
     await until(lambda: _deferred(agent), 30, what="the release deferred by the lock")
     assert await agent.version() == "1"
     status, body = await call(agent, "GET", "/v1/update-lock")
@@ -91,11 +94,16 @@ async def _deferred(agent: Agent) -> bool:
 async def test_a_lock_past_its_maximum_hold_is_broken_with_a_log_line(
     agent: Agent, hub: Hub, broker: Broker
 ) -> None:
+    # The release is built and signed before the lock is taken: the lock's short life must
+    # cover only the delivery to the gate, which a loaded machine's packaging outlasted.
+    envelope = _release(hub, "2")
     hold = {"holder": "forgetful", "hold_s": SHORT_HOLD_S}
     assert (await call(agent, "POST", "/v1/update-lock", json=hold))[0] == 200
-    await _publish(hub, broker, "2")
+    await _publish(broker, envelope)
     await until(lambda: _deferred(agent), 30, what="the release deferred by the lock")
     await agent.wait_version("2")  # nobody released it
+    # The version answers before the install's last log line is written: wait for the line.
+    await until(lambda: "update tiny 2 succeeded" in agent.log(), 30, what="the install's log")
     log = agent.log()
     assert "update lock of forgetful broken" in log
     assert log.index("update lock of forgetful broken") < log.index("update tiny 2 succeeded")
