@@ -9,6 +9,7 @@ how they score a model: those stay in each bench.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import shutil
@@ -23,10 +24,11 @@ import aiohttp
 import numpy as np
 from PIL import Image
 
-from devtools.sample_hub import SampleHub
+from devtools.sample_hub import SampleHub, sample_hub, write_device_tokens
 from edgeagent.capture.uploader import Uploader
 from edgeagent.config import parse_config
 from edgeagent.daemon import Daemon
+from edgeagent.hub.server.samples_settings import SamplesSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_PYTHON = ROOT / ".venv-build" / "bin" / "python"
@@ -140,3 +142,28 @@ def train_and_sign(
     if done.returncode != 0:
         raise SystemExit(f"hub train failed: {done.stderr}")
     return json.loads(done.stdout), seconds, out
+
+
+async def field_to_hub(
+    work: Path,
+    package: Path,
+    route: str,
+    images: list[bytes],
+    sources: np.ndarray,
+    verdict: Callable[[int, dict], dict | None],
+) -> int:
+    """Steps 1-3 of the loop: ``images`` served and captured by an agent, uploaded to a hub
+    whose state is ``work/hub``, reviewed there (``sources``: what each sample came from, as
+    ``thumbnails``); how many were reviewed."""
+    tokens = write_device_tokens(work / "device-tokens", {"bench": ("lab", DEVICE_TOKEN)})
+    settings = SamplesSettings(device_tokens=tokens, groups=("lab",))
+    async with sample_hub(work / "hub", settings, ADMIN) as hub:
+        await capture_and_upload(work, package, route, images, hub.url)
+        return await review(hub, sources, verdict)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=300, help="optimiser steps on the head")
+    parser.add_argument(
+        "--cores", type=int, default=2, help="taskset the training to this many cores"
+    )

@@ -40,17 +40,13 @@ sys.path.insert(0, str(ROOT))
 
 from devtools.figures import add_report_arguments, report  # noqa: E402
 from devtools.learning_loop import (  # noqa: E402
-    ADMIN,
     BUILD_PYTHON,
-    DEVICE_TOKEN,
-    capture_and_upload,
+    add_training_arguments,
+    field_to_hub,
     png,
-    review,
     thumbnails,
     train_and_sign,
 )
-from devtools.sample_hub import sample_hub, write_device_tokens  # noqa: E402
-from edgeagent.hub.server.samples_settings import SamplesSettings  # noqa: E402
 
 PACKAGE = ROOT / "zoo" / "digits_mnv3"
 MAKE_DATA = """
@@ -104,11 +100,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             return {"status": "accepted"}
         return {"status": "corrected", "label": truth}
 
-    tokens = write_device_tokens(work / "device-tokens", {"bench": ("lab", DEVICE_TOKEN)})
-    settings = SamplesSettings(device_tokens=tokens, groups=("lab",))
-    async with sample_hub(work / "hub", settings, ADMIN) as hub:
-        await capture_and_upload(work, PACKAGE, "classify", images, hub.url)
-        reviewed = await review(hub, thumbnails(sources), verdict)
+    reviewed = await field_to_hub(work, PACKAGE, "classify", images, thumbnails(sources), verdict)
     summary, seconds, out = train_and_sign(work, PACKAGE.name, PACKAGE, args.steps, args.cores)
     with np.load(PACKAGE / "heldout.npz") as held:
         old_x, old_y = held["inputs"], held["labels"]
@@ -145,10 +137,7 @@ def main() -> int:
     parser.add_argument(
         "--field", type=int, default=800, help="ordinary digits captured, unreviewed"
     )
-    parser.add_argument("--steps", type=int, default=300, help="optimiser steps on the head")
-    parser.add_argument(
-        "--cores", type=int, default=2, help="taskset the training to this many cores"
-    )
+    add_training_arguments(parser)
     add_report_arguments(parser)
     args = parser.parse_args()
     figures = asyncio.run(main_async(args))

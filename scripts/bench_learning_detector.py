@@ -37,17 +37,13 @@ sys.path.insert(0, str(ROOT))
 from devtools.detection_scenes import load_heldout, night  # noqa: E402
 from devtools.figures import add_report_arguments, report  # noqa: E402
 from devtools.learning_loop import (  # noqa: E402
-    ADMIN,
     BUILD_PYTHON,
-    DEVICE_TOKEN,
-    capture_and_upload,
+    add_training_arguments,
+    field_to_hub,
     png,
-    review,
     thumbnails,
     train_and_sign,
 )
-from devtools.sample_hub import sample_hub, write_device_tokens  # noqa: E402
-from edgeagent.hub.server.samples_settings import SamplesSettings  # noqa: E402
 from edgeagent.models.detector import decode_batch  # noqa: E402
 from edgeagent.models.package import load_package  # noqa: E402
 from edgeagent.models.preprocess import image_tensor  # noqa: E402
@@ -113,11 +109,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         ]
         return {"status": "corrected", "detections": drawn}
 
-    tokens = write_device_tokens(work / "device-tokens", {"bench": ("lab", DEVICE_TOKEN)})
-    settings = SamplesSettings(device_tokens=tokens, groups=("lab",))
-    async with sample_hub(work / "hub", settings, ADMIN) as hub:
-        await capture_and_upload(work, PACKAGE, "detect", posted, hub.url)
-        reviewed = await review(hub, thumbnails(sources), verdict)
+    reviewed = await field_to_hub(work, PACKAGE, "detect", posted, thumbnails(sources), verdict)
     summary, seconds, out = train_and_sign(work, PACKAGE.name, PACKAGE, args.steps, args.cores)
     held = load_heldout(PACKAGE)
     dark = night(held.images, seed=2)
@@ -146,8 +138,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shifted", type=int, default=200, help="night scenes, reviewed")
     parser.add_argument("--field", type=int, default=200, help="daytime scenes, unreviewed")
-    parser.add_argument("--steps", type=int, default=300, help="optimiser steps on the head")
-    parser.add_argument("--cores", type=int, default=2, help="taskset the training to this many")
+    add_training_arguments(parser)
     add_report_arguments(parser)
     args = parser.parse_args()
     figures = asyncio.run(main_async(args))
