@@ -31,15 +31,15 @@ if __package__ in (None, ""):  # run by path: the checkout (or site-packages) ho
 import numpy as np
 
 from edgeagent.hub.train.graph_tail import (
+    FrozenPart,
     TailError,
     TailModel,
     check_tail,
-    cut_features,
     find_tail,
     write_tail,
 )
 from edgeagent.hub.train.grid_targets import GridError, assign, row_loss
-from edgeagent.hub.train.runner import answer, trainer_parser
+from edgeagent.hub.train.runner import NoStartingPoint, answer, fp32_source, trainer_parser
 from edgeagent.models.detector import decode_batch
 from edgeagent.models.package import ModelPackage, load_package
 from edgeagent.models.preprocess import geometry_of, image_tensor, open_image
@@ -102,7 +102,10 @@ def load_yolo(root: Path, package: ModelPackage) -> Samples:
         rows = np.zeros((0, 5), np.float32)
         label_file = root / "labels" / f"{path.stem}.txt"
         if label_file.is_file() and label_file.read_text().strip():
-            rows = np.loadtxt(label_file, dtype=np.float32, ndmin=2)
+            try:
+                rows = np.loadtxt(label_file, dtype=np.float32, ndmin=2)
+            except ValueError as exc:
+                raise DetectorTrainError(f"{label_file}: not YOLO rows ({exc})") from exc
         if rows.shape[1] != 5 or (len(rows) and rows[:, 0].max() >= len(package.labels)):
             raise DetectorTrainError(f"{label_file}: not YOLO rows of the model's classes")
         original = np.asarray(image.size * 2, np.float32)
@@ -210,24 +213,18 @@ def fine_tune(
     torch.set_num_threads(threads)
     package = load_package(package_dir)
     _check_head(package)
-    variant = package.variant("onnxruntime", "fp32")
-    if variant is None:
-        raise DetectorTrainError(f"{package.name}: no onnxruntime fp32 variant to start from")
-    source = variant.files[0]
-    tail = find_tail(onnx.load(str(source)))
+    source = fp32_source(package)
+    graph = onnx.load(str(source))
+    tail = find_tail(graph)
     train = load_yolo(train_dir, package)
     if not len(train):
         raise DetectorTrainError(f"{train_dir}: no reviewed images")
     heldout = load_yolo(heldout_dir, package) if heldout_dir else Samples(np.zeros(0), [], [])
     fresh = load_yolo(unlabelled_dir, package) if unlabelled_dir else Samples(np.zeros(0), [], [])
-    name = package.inputs[0].name
+    frozen = FrozenPart(graph, tail, package.inputs[0].name, threads)
     features, answers = {}, {}
     for key, samples in (("train", train), ("heldout", heldout), ("new", fresh)):
-        features[key], answers[key] = (
-            cut_features(source, samples.tensors, name, threads)
-            if len(samples)
-            else (samples.tensors, samples.tensors)
-        )
+        features[key], answers[key] = frozen.run(samples.tensors)
     model = TailModel(tail)
     check_tail(model, features["train"], answers["train"])
     centres = anchor_centres(model, features["train"])
@@ -276,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr,
             threads=args.threads,
         ),
-        (DetectorTrainError, TailError, GridError),
+        (DetectorTrainError, TailError, GridError, NoStartingPoint),
     )
 
 

@@ -73,7 +73,7 @@ def find_tail(model: Any) -> Tail:
     import onnx.numpy_helper
 
     graph = model.graph
-    constants = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    initializers = {i.name: i for i in graph.initializer}
     producers = {out: node for node in graph.node for out in node.output}
     nodes: list[Any] = []
     tensor = graph.output[0].name
@@ -81,7 +81,7 @@ def find_tail(model: Any) -> Tail:
         node = producers.get(tensor)
         if node is None or node.op_type not in SUPPORTED:
             break
-        moving = [name for name in node.input if name and name not in constants]
+        moving = [name for name in node.input if name and name not in initializers]
         if len(moving) != 1:
             break
         nodes.insert(0, node)
@@ -92,10 +92,12 @@ def find_tail(model: Any) -> Tail:
             f"this trainer computes ({', '.join(SUPPORTED)})"
         )
     nodes = nodes[next(i for i, node in enumerate(nodes) if node.op_type == "Conv") :]
-    cut = next(name for name in nodes[0].input if name not in constants)
+    cut = next(name for name in nodes[0].input if name not in initializers)
     for node in nodes:
-        if node.op_type == "Conv" and (len(node.input) < 3 or node.input[2] not in constants):
+        if node.op_type == "Conv" and (len(node.input) < 3 or node.input[2] not in initializers):
             raise TailError(f"Conv {node.name!r} has no bias initializer to train")
+    read = {name for node in nodes for name in node.input if name in initializers}
+    constants = {name: onnx.numpy_helper.to_array(initializers[name]) for name in read}
     return Tail(nodes, cut, constants)
 
 
@@ -207,26 +209,29 @@ class TailModel:
         return {name: p.detach().numpy().astype(np.float32) for name, p in self.parameters.items()}
 
 
-def cut_features(
-    onnx_path: Path, tensors: np.ndarray, input_name: str, threads: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The cut tensor for each row (the frozen part of the network, by onnxruntime), and the
-    graph's own output for it (what the rebuilt tail must compute from the cut)."""
-    import onnx
+class FrozenPart:
+    """The graph up to the cut, run by onnxruntime (built once, for every set of images)."""
 
-    from edgeagent.hub.train.runner import session_with
+    def __init__(self, model: Any, tail: Tail, input_name: str, threads: int) -> None:
+        from edgeagent.hub.train.runner import session_with
 
-    model = onnx.load(str(onnx_path))
-    cut, output = find_tail(model).cut, model.graph.output[0].name
-    session = session_with(model, cut, threads)
-    batches = [
-        session.run([cut, output], {input_name: tensors[i : i + 32]})
-        for i in range(0, len(tensors), 32)
-    ]
-    return (
-        np.concatenate([b[0] for b in batches]).astype(np.float32),
-        np.concatenate([b[1] for b in batches]).astype(np.float32),
-    )
+        self.names = [tail.cut, model.graph.output[0].name]
+        self.input_name = input_name
+        self.session = session_with(model, tail.cut, threads)
+
+    def run(self, tensors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cut tensor for each row, and the graph's own output for it (what the rebuilt
+        tail must compute from the cut)."""
+        if not len(tensors):
+            return tensors, tensors
+        batches = [
+            self.session.run(self.names, {self.input_name: tensors[i : i + 32]})
+            for i in range(0, len(tensors), 32)
+        ]
+        return (
+            np.concatenate([b[0] for b in batches]).astype(np.float32),
+            np.concatenate([b[1] for b in batches]).astype(np.float32),
+        )
 
 
 def check_tail(model: TailModel, cut: np.ndarray, output: np.ndarray, atol: float = 1e-4) -> None:

@@ -28,7 +28,13 @@ if __package__ in (None, ""):  # run by path: the checkout (or site-packages) ho
 
 import numpy as np
 
-from edgeagent.hub.train.runner import answer, session_with, trainer_parser
+from edgeagent.hub.train.runner import (
+    NoStartingPoint,
+    answer,
+    fp32_source,
+    session_with,
+    trainer_parser,
+)
 from edgeagent.models.package import load_package
 from edgeagent.models.preprocess import decode_image, image_tensor
 
@@ -237,10 +243,7 @@ def fine_tune(
     package = load_package(package_dir)
     if package.task != "classification" or package.preprocess is None:
         raise TrainError(f"{package.name}: head fine-tuning needs an image classifier")
-    variant = package.variant("onnxruntime", "fp32")
-    if variant is None:
-        raise TrainError(f"{package.name}: no onnxruntime fp32 variant to start from")
-    source = variant.files[0]
+    source = fp32_source(package)
     import onnx
 
     layers, _ = head_layers(onnx.load(str(source)))
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr,
             threads=args.threads,
         ),
-        (TrainError,),
+        (TrainError, NoStartingPoint),
     )
 
 

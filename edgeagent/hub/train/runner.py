@@ -47,3 +47,15 @@ def session_with(model: Any, tensor: str, threads: int) -> Any:
     return ort.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
+
+
+class NoStartingPoint(ValueError):
+    """A package without the fp32 ONNX a trainer starts from."""
+
+
+def fp32_source(package: Any) -> Path:
+    """The package's onnxruntime fp32 file: the graph both trainers cut and write back."""
+    variant = package.variant("onnxruntime", "fp32")
+    if variant is None:
+        raise NoStartingPoint(f"{package.name}: no onnxruntime fp32 variant to start from")
+    return Path(variant.files[0])
