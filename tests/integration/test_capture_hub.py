@@ -295,3 +295,21 @@ async def test_hub_train_distils_a_smaller_student_and_signs_it(tmp_path: Path, 
     assert (package.name, package.version) == ("digits_mnv3", "1.1.0")
     assert package.labels == load_package(ZOO_DIGITS).labels
     assert _signed_canary(tmp_path / "releases")["version"] == "1.1.0"
+
+
+@pytest.mark.parametrize(
+    ("extra", "refusal"),
+    [
+        (["--heldout-percent", "0"], "--heldout-percent 0.0: a share between 0 and 100"),
+        (["--heldout-percent", "100"], "--heldout-percent 100.0: a share between 0 and 100"),
+        ([], "0 reviewed samples of digits_mnv3: too few for a training and a held-out set"),
+    ],
+)
+async def test_hub_train_refuses_a_share_or_a_sample_set_it_cannot_split(
+    tmp_path: Path, hub: SampleHub, capsys: pytest.CaptureFixture[str], extra, refusal
+) -> None:
+    out = tmp_path / "retrained"
+    command = ["hub", "train", "--state-dir", str(hub.state), "--model", "digits_mnv3"]
+    command += ["--package", str(ZOO_DIGITS), "--out", str(out), *extra]
+    assert await asyncio.to_thread(main, command) != 0
+    assert refusal in capsys.readouterr().err and not out.exists()

@@ -45,9 +45,28 @@ MAX_ROWS = 100_000  # samples one distillation reads at most
 UNLABELLED = -1  # an unreviewed sample's label: the teacher's answer is all it has
 
 
-def held_out(row: dict, percent: float) -> bool:
+def _split_key(row: dict) -> int:
+    """Where a sample falls in 0..9999: a hash of its id, so it is the same on every run."""
     digest = hashlib.sha256(f"{row['device_id']}/{row['sample_id']}".encode()).digest()
-    return int.from_bytes(digest[:4], "big") % 10_000 < percent * 100
+    return int.from_bytes(digest[:4], "big") % 10_000
+
+
+def split_reviewed(reviewed: list[dict], percent: float) -> tuple[list[dict], list[dict]]:
+    """The reviewed samples as (training, held-out): those whose key is under ``percent``.
+
+    A sample stays on its side as more are reviewed, so a later run's held-out set was never
+    trained on by an earlier one. With few samples the hash can leave one side empty (12 at
+    20 %: one run in 15); then the sample whose key lies nearest the line crosses it, so any
+    two reviewed samples can train and be scored — still the same split on every run.
+    """
+    line = percent * 100
+    train = sorted((r for r in reviewed if _split_key(r) >= line), key=_split_key)
+    heldout = sorted((r for r in reviewed if _split_key(r) < line), key=_split_key)
+    if len(reviewed) >= 2 and not heldout:
+        heldout.append(train.pop(0))
+    elif len(reviewed) >= 2 and not train:
+        train.append(heldout.pop())
+    return train, heldout
 
 
 def _next_version(version: str) -> str:
@@ -164,11 +183,12 @@ async def train(args: argparse.Namespace) -> dict:
         raise HubError(f"{package.name}: --distil trains classifiers; a detector's head is tuned")
     if args.out.exists():
         raise HubError(f"{args.out} exists: name a new package directory")
+    if not 0 < args.heldout_percent < 100:
+        raise HubError(f"--heldout-percent {args.heldout_percent}: a share between 0 and 100")
     rows, blobs = await load_rows(args)
     reviewed = [r for r in rows if r["status"] in ("accepted", "corrected")]
     fresh = [r for r in rows if r["status"] == "new"]
-    train_rows = [r for r in reviewed if not held_out(r, args.heldout_percent)]
-    heldout_rows = [r for r in reviewed if held_out(r, args.heldout_percent)]
+    train_rows, heldout_rows = split_reviewed(reviewed, args.heldout_percent)
     if not train_rows or not heldout_rows:
         raise HubError(
             f"{len(reviewed)} reviewed samples of {args.model}: too few for a training and a "
