@@ -48,6 +48,6 @@ printf '\n==> lint and types (ruff, mypy)\n' >&2
 .venv/bin/mypy edgeagent
 printf '\n==> tests\n' >&2
 # Two workers, one test file at a time each (a file's module fixtures are built once): most
-# tests wait on sockets and child processes, so two of them finish in about two thirds of the time of one.
+# tests wait on sockets and child processes, so two finish in about two thirds of one's time.
 # EDGEAGENT_TEST_WORKERS=0 (or `scripts/test.sh -n 0`) runs it in one process.
 exec .venv/bin/python -m pytest -q -n "${EDGEAGENT_TEST_WORKERS:-2}" --dist loadfile "$@"

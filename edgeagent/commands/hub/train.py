@@ -54,10 +54,11 @@ def _split_key(row: dict) -> int:
 def split_reviewed(reviewed: list[dict], percent: float) -> tuple[list[dict], list[dict]]:
     """The reviewed samples as (training, held-out): those whose key is under ``percent``.
 
-    A sample stays on its side as more are reviewed, so a later run's held-out set was never
-    trained on by an earlier one. With few samples the hash can leave one side empty (12 at
-    20 %: one run in 15); then the sample whose key lies nearest the line crosses it, so any
-    two reviewed samples can train and be scored — still the same split on every run.
+    The line never moves, so a sample keeps its side as more are reviewed: a later run's
+    held-out set was not trained on by an earlier one. With few samples the hash can leave one
+    side empty (12 at 20 %: one run in 15); then the sample whose key lies nearest the line
+    crosses it, so any two reviewed samples can train and be scored. That is still the same
+    split on every run, and the lowest key of a growing set is a new sample or the same one.
     """
     line = percent * 100
     train = sorted((r for r in reviewed if _split_key(r) >= line), key=_split_key)
