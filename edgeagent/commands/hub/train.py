@@ -60,14 +60,13 @@ def split_reviewed(reviewed: list[dict], percent: float) -> tuple[list[dict], li
     crosses it, so any two reviewed samples can train and be scored. That is still the same
     split on every run, and the lowest key of a growing set is a new sample or the same one.
     """
-    line = percent * 100
-    train = sorted((r for r in reviewed if _split_key(r) >= line), key=_split_key)
-    heldout = sorted((r for r in reviewed if _split_key(r) < line), key=_split_key)
-    if len(reviewed) >= 2 and not heldout:
-        heldout.append(train.pop(0))
-    elif len(reviewed) >= 2 and not train:
-        train.append(heldout.pop())
-    return train, heldout
+    keys = [_split_key(row) for row in reviewed]
+    out = [key < percent * 100 for key in keys]
+    if len(reviewed) >= 2 and len(set(out)) == 1:  # one side empty
+        nearest = (max if out[0] else min)(range(len(keys)), key=keys.__getitem__)
+        out[nearest] = not out[nearest]
+    train = [row for row, held in zip(reviewed, out, strict=True) if not held]
+    return train, [row for row, held in zip(reviewed, out, strict=True) if held]
 
 
 def _next_version(version: str) -> str:
